@@ -1,0 +1,126 @@
+"""Frontier layouts (0x01B, 0x04B, 0x04D, 0x06C): which rows a verification call feeds.
+
+Both layouts publish the same logical successor: output O', committed cache
+C' = O'[:-1] and frontier F' = O'[-1]. They differ in the round-start cache:
+
+- ``replay_frontier``: the cache holds O[:-1]; the call feeds [F, d_1..d_k] at
+  positions n-1..n-1+k and returns p_1..p_{k+1} in its k+1 logit rows. The
+  replayed K/V(F) is authoritative and is committed even when A = 0.
+- ``retained_frontier``: before the round, F is materialized by an ordinary
+  target step that also retains p_1; the call feeds [d_1..d_k] at positions
+  n..n+k-1 and returns p_2..p_{k+1}.
+
+Logit row j scores the token *after* input j; K/V row j belongs to input j.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.kv import KVRows
+from specd.core.model import RowInput
+from specd.core.state import RequestState
+from specd.errors import CacheIdentityError, UnknownLayout
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The logical tuple both layouts extract: ([p_1..p_k], p_{k+1}, [KV(d_1)..KV(d_k)])."""
+
+    p_raw: torch.Tensor  # float[k+1, V] raw target logits scoring d_1..d_k and the bonus
+    kv_draft: KVRows  # rows owned by d_1..d_k
+    kv_frontier: KVRows | None  # replayed K/V(F), replay layout only
+
+
+class FrontierLayout:
+    name = "layout"
+
+    def frontier_input(self, state: RequestState) -> RowInput | None:
+        """Rows to materialize before the round (READY), or None."""
+        raise NotImplementedError
+
+    def verification_input(self, state: RequestState, drafts: tuple[int, ...]) -> RowInput | None:
+        raise NotImplementedError
+
+    def extract(self, logits: torch.Tensor | None, kv: KVRows | None, state: RequestState, k: int) -> Verified:
+        raise NotImplementedError
+
+    def rows_to_commit(self, accepted_emitted: int, terminal_emitted: bool, branch_rows: int) -> int:
+        """How many of the verification call's ``branch_rows`` K/V rows become history."""
+        raise NotImplementedError
+
+
+def _check_round_start(state: RequestState, cached_frontier: bool) -> None:
+    expected = state.output if cached_frontier else state.output[:-1]
+    if state.cache_tokens != expected:
+        raise CacheIdentityError(
+            f"{state.request_id}: round-start cache holds {len(state.cache_tokens)} rows that are not "
+            f"the {'output' if cached_frontier else 'output minus its frontier'} ({len(expected)} tokens)"
+        )
+
+
+class ReplayFrontier(FrontierLayout):
+    name = "replay_frontier"
+
+    def frontier_input(self, state):
+        return None
+
+    def verification_input(self, state, drafts):
+        _check_round_start(state, cached_frontier=False)
+        start = len(state.cache_tokens)
+        tokens = (state.output[-1], *drafts)
+        return RowInput(state.slot, tokens, tuple(range(start, start + len(tokens))))
+
+    def extract(self, logits, kv, state, k):
+        if logits is None or logits.shape[0] != k + 1:
+            raise CacheIdentityError(f"replay_frontier expects k+1 = {k + 1} logit rows")
+        if kv.tokens[0] != state.output[-1]:
+            raise CacheIdentityError("replay_frontier: first K/V row is not the frontier token")
+        return Verified(p_raw=logits[: k + 1], kv_draft=kv.take(1), kv_frontier=kv.take(0, 1))
+
+    def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
+        # frontier row + accepted drafts, minus the last emitted token when it ends the output
+        return 1 + accepted_emitted if terminal_emitted else accepted_emitted
+
+
+class RetainedFrontier(FrontierLayout):
+    name = "retained_frontier"
+
+    def frontier_input(self, state):
+        if state.frontier is None:
+            return None
+        _check_round_start(state, cached_frontier=False)
+        start = len(state.cache_tokens)
+        return RowInput(state.slot, (state.output[-1],), (start,))
+
+    def verification_input(self, state, drafts):
+        _check_round_start(state, cached_frontier=True)
+        if state.retained_logits is None:
+            raise CacheIdentityError("retained_frontier: no retained p_1 at round start")
+        if not drafts:
+            return None  # p_1 is already known: a k = 0 round needs no target call
+        start = len(state.cache_tokens)
+        return RowInput(state.slot, tuple(drafts), tuple(range(start, start + len(drafts))))
+
+    def extract(self, logits, kv, state, k):
+        retained = state.retained_logits.unsqueeze(0)
+        if k == 0:
+            return Verified(p_raw=retained, kv_draft=KVRows(state.slot, (), ()), kv_frontier=None)
+        if logits is None or logits.shape[0] != k:
+            raise CacheIdentityError(f"retained_frontier expects k = {k} logit rows")
+        return Verified(p_raw=torch.cat([retained.to(logits.dtype), logits[:k]]), kv_draft=kv, kv_frontier=None)
+
+    def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
+        return accepted_emitted if terminal_emitted else accepted_emitted - 1
+
+
+LAYOUTS = {cls.name: cls for cls in (ReplayFrontier, RetainedFrontier)}
+
+
+def make_layout(name: str) -> FrontierLayout:
+    try:
+        return LAYOUTS[name]()
+    except KeyError:
+        raise UnknownLayout(f"unknown layout {name!r}; choose one of {', '.join(LAYOUTS)}") from None

@@ -1,0 +1,68 @@
+"""Probability backends: processed logits -> probability rows.
+
+Two implementations of the same softmax, selectable by name, so the oracle can
+check arithmetic parity (0x04J):
+
+- ``max_shift``: the conventional softmax, exp(x - max) / sum.
+- ``online``: the single-pass (m, l) merge over vocabulary blocks used by
+  fused kernels: m is the running max, l the running sum of exp(x - m).
+
+Masked entries are -inf and get probability exactly 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specd.errors import EmptyDistribution, UnknownBackend
+
+BACKENDS = ("max_shift", "online")
+
+
+def softmax_max_shift(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """logits: float[N, V] -> probs: dtype[N, V]."""
+    x = logits.to(dtype)
+    m = x.amax(dim=-1, keepdim=True)
+    _check_mass(m)
+    e = torch.exp(x - m)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def softmax_online(
+    logits: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = 1024
+) -> torch.Tensor:
+    """logits: float[N, V] -> probs: dtype[N, V], via an online (m, l) merge over blocks of V."""
+    x = logits.to(dtype)
+    n, v = x.shape
+    m = torch.full((n, 1), float("-inf"), dtype=dtype, device=x.device)
+    l = torch.zeros((n, 1), dtype=dtype, device=x.device)
+    for start in range(0, v, block):
+        chunk = x[:, start : start + block]
+        m_block = chunk.amax(dim=-1, keepdim=True)
+        m_new = torch.maximum(m, m_block)
+        # A fully masked prefix (m = -inf) contributes nothing; avoid exp(-inf - -inf) = nan.
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        l = l * torch.exp(m - safe) + torch.exp(chunk - safe).sum(dim=-1, keepdim=True)
+        m = m_new
+    _check_mass(m)
+    return torch.exp(x - m) / l
+
+
+def softmax(logits: torch.Tensor, backend: str = "max_shift", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Dispatch by backend name; logits float[N, V] -> probs dtype[N, V]."""
+    if backend == "max_shift":
+        return softmax_max_shift(logits, dtype)
+    if backend == "online":
+        return softmax_online(logits, dtype, block=max(1, min(1024, logits.shape[-1] // 2 or 1)))
+    raise UnknownBackend(f"unknown probability backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def check_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise UnknownBackend(f"unknown probability backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+def _check_mass(row_max: torch.Tensor) -> None:
+    if torch.isneginf(row_max).any():
+        raise EmptyDistribution("a processed row has every logit masked: no token can be sampled")

@@ -1,0 +1,146 @@
+"""Proposal sources: who drafts d_1..d_k and reports q_1..q_k.
+
+``ModelProposer`` runs a draft causal LM (any CausalLM) autoregressively under
+its own policy Pi_D, sampling d_i from the processed row q_i with the request's
+``proposal`` stream and recording that same row. Its cache is kept in step with
+the published output by token identity: after a round it keeps exactly the
+temporary rows whose tokens match the published output, so rows of rejected
+drafts never survive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.model import CausalLM, RowInput
+from specd.core.processors import PolicyState, SamplingPolicy
+from specd.core.sampler import sample_categorical
+from specd.core.state import RequestState
+
+
+@dataclass(frozen=True)
+class Proposal:
+    drafts: tuple[tuple[int, ...], ...]  # per row, len k_b
+    q: torch.Tensor  # float[B, K, V] recorded q rows (zeros past k_b)
+    sampled: bool  # draws were taken from the proposal stream
+
+
+class Proposer:
+    identity = "proposer"
+    policy = SamplingPolicy()
+    forward_calls = 0
+
+    def open(self, slots: int) -> None:
+        pass
+
+    def propose(
+        self, states: Sequence[RequestState], ks: Sequence[int], backend: str, dtype: torch.dtype
+    ) -> Proposal:
+        raise NotImplementedError
+
+    def settle(self, slot: int, output: tuple[int, ...] | None) -> None:
+        """Align proposer state with the published output (None: the round aborted)."""
+
+
+class NullProposer(Proposer):
+    """Proposes nothing: with it the engine is the target-only baseline."""
+
+    identity = "none"
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def propose(self, states, ks, backend, dtype):
+        return Proposal(tuple(() for _ in states), torch.zeros(len(states), 0, self.vocab_size, dtype=dtype), False)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class ModelProposer(Proposer):
+    def __init__(self, model: CausalLM, policy: SamplingPolicy):
+        self.model = model
+        self.policy = policy
+        self.identity = model.identity
+        self.vocab_size = model.vocab_size
+        self.cache = None
+
+    @property
+    def forward_calls(self) -> int:  # type: ignore[override]
+        return getattr(self.model, "forward_calls", 0)
+
+    def open(self, slots: int) -> None:
+        self.cache = self.model.new_cache(slots)
+
+    def distributions(
+        self, raw: torch.Tensor, states: Sequence[PolicyState], backend: str, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """raw float[N, V] -> (rows to sample from, rows to record as q): the same processed rows."""
+        rows = self.policy.probabilities(raw, states, backend, dtype)
+        return rows, rows
+
+    def pending(self, state: RequestState) -> tuple[int, ...]:
+        committed = self.cache.committed(state.slot)
+        if state.output[: len(committed)] != committed:
+            self.cache.reset(state.slot)
+            committed = ()
+        return state.output[len(committed) :]
+
+    def propose(self, states, ks, backend, dtype):
+        b_total = len(states)
+        k_max = max(ks, default=0)
+        q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype)
+        drafts: list[list[int]] = [[] for _ in states]
+        sampled = not self.policy.greedy
+        live = [b for b in range(b_total) if ks[b] > 0]
+        if not live:
+            return Proposal(tuple(() for _ in states), q, sampled)
+        uniforms = {b: states[b].rng.peek("proposal", ks[b]) for b in live} if sampled else {}
+        proc = {b: states[b].draft_proc for b in live}
+        rows = []
+        for b in live:
+            tokens = self.pending(states[b])
+            start = self.cache.length(states[b].slot)
+            rows.append(RowInput(states[b].slot, tokens, tuple(range(start, start + len(tokens)))))
+        out = self.model.step(self.cache, rows)
+        raw = {b: logits[-1] for b, logits in zip(live, out.logits)}
+        for i in range(k_max):
+            here = [b for b in live if ks[b] > i]
+            sample_rows, recorded = self.distributions(
+                torch.stack([raw[b] for b in here]), [proc[b] for b in here], backend, dtype
+            )
+            if sampled:
+                u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64)
+                tokens = sample_categorical(sample_rows, u).tolist()
+            else:
+                tokens = sample_rows.argmax(dim=-1).tolist()
+            q[torch.tensor(here), i] = recorded.to(dtype)
+            for b, tok in zip(here, tokens):
+                drafts[b].append(tok)
+                proc[b] = proc[b].advance(tok)
+            feed = [b for b in here if ks[b] > i + 1]
+            if feed:
+                step_rows = [
+                    RowInput(states[b].slot, (drafts[b][-1],), (self.cache.length(states[b].slot),)) for b in feed
+                ]
+                out = self.model.step(self.cache, step_rows)
+                raw.update({b: logits[-1] for b, logits in zip(feed, out.logits)})
+        return Proposal(tuple(tuple(d) for d in drafts), q, sampled)
+
+    def settle(self, slot, output):
+        if output is None:
+            self.cache.discard(slot)
+            return
+        committed = len(self.cache.committed(slot))
+        # Never cache the frontier: the next proposal must start with a real input row.
+        keep = min(common_prefix(self.cache.temporary(slot), output[committed:]), len(output) - 1 - committed)
+        self.cache.commit(slot, max(keep, 0))

@@ -1,0 +1,56 @@
+"""Named, counter-based random streams, one set per request.
+
+A draw is a pure function of (seed, request id, stream name, counter), so
+
+- a retry of an unpublished round re-reads exactly the same draws (the counters
+  in S_0 did not move), and
+- a request's draws do not depend on which other requests share the batch.
+
+Streams: ``proposal`` (draft sampling), ``acceptance`` (one uniform per *reached*
+acceptance test) and ``terminal`` (one per correction/bonus sample). Counters
+advance only for events that were reached; unreached draws were never observed
+and are read again by the next round, which keeps the sequence i.i.d. because
+the stopping point is a stopping time of that sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+STREAMS: tuple[str, ...] = ("proposal", "acceptance", "terminal")
+_INDEX = {name: i for i, name in enumerate(STREAMS)}
+_TWO_POW_MINUS_53 = 2.0**-53
+
+
+def uniform(seed: int, request_id: str, stream: str, counter: int) -> float:
+    """One U[0, 1) draw with 53 random bits; identical on every platform."""
+    key = f"{seed}\x1f{request_id}\x1f{stream}\x1f{counter}".encode()
+    bits = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+    return (bits >> 11) * _TWO_POW_MINUS_53
+
+
+@dataclass(frozen=True)
+class RngState:
+    """Per-request stream counters; part of the published request state (R)."""
+
+    seed: int
+    request_id: str
+    counters: tuple[int, int, int] = (0, 0, 0)
+
+    def counter(self, stream: str) -> int:
+        return self.counters[_INDEX[stream]]
+
+    def peek(self, stream: str, n: int) -> list[float]:
+        """The next n draws of a stream, without consuming them."""
+        start = self.counter(stream)
+        return [uniform(self.seed, self.request_id, stream, start + i) for i in range(n)]
+
+    def advance(self, stream: str, n: int) -> RngState:
+        if n < 0:
+            raise ValueError("cannot rewind a stream")
+        if n == 0:
+            return self
+        counters = list(self.counters)
+        counters[_INDEX[stream]] += n
+        return RngState(self.seed, self.request_id, tuple(counters))  # type: ignore[arg-type]

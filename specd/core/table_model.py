@@ -1,0 +1,74 @@
+"""TableModel: a causal "language model" whose raw logits are a table indexed by prefix.
+
+For tiny vocabularies every conditional can be enumerated, and because its K/V
+rows are just (token, position) identities, every cache operation is auditable.
+The logits at a prefix are either given explicitly or drawn once from a seeded
+normal keyed by (seed, prefix), so they do not depend on query order.
+
+Like a real transformer it conditions on what its cache holds plus the inputs:
+feed it a duplicated row and it answers a different (wrong) question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from specd.core.kv import KVCache, KVRows
+from specd.core.model import RowInput, StepOutput
+
+
+class TableModel:
+    def __init__(
+        self,
+        vocab_size: int,
+        seed: int = 0,
+        scale: float = 1.5,
+        name: str = "table",
+        table: Mapping[tuple[int, ...], Sequence[float]] | None = None,
+        dtype: torch.dtype = torch.float64,
+    ):
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.scale = scale
+        self.dtype = dtype
+        self.identity = f"table:{name}:V={vocab_size}:seed={seed}:scale={scale}"
+        self._rows: dict[tuple[int, ...], torch.Tensor] = {}
+        if table is not None:
+            for prefix, row in table.items():
+                self._rows[tuple(prefix)] = torch.as_tensor(row, dtype=dtype)
+            self.identity = f"table:{name}:V={vocab_size}:explicit"
+        self._explicit = table is not None
+        self.forward_calls = 0
+
+    def raw_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        """float[V]: the raw logit row after ``prefix``."""
+        row = self._rows.get(prefix)
+        if row is None:
+            if self._explicit:
+                raise KeyError(f"explicit table has no row for prefix {prefix}")
+            key = hashlib.blake2b(repr((self.seed, prefix)).encode(), digest_size=8).digest()
+            gen = torch.Generator().manual_seed(int.from_bytes(key, "little") & ((1 << 63) - 1))
+            row = torch.randn(self.vocab_size, generator=gen, dtype=self.dtype) * self.scale
+            self._rows[prefix] = row
+        return row
+
+    def new_cache(self, slots: int) -> KVCache:
+        return KVCache(slots)
+
+    def step(self, cache: KVCache, rows: Sequence[RowInput]) -> StepOutput:
+        self.forward_calls += 1
+        logits, kv = [], []
+        for row in rows:
+            prefix = cache.visible(row.slot)
+            out = []
+            for token in row.tokens:
+                prefix.append(token)
+                out.append(self.raw_logits(tuple(prefix)))
+            new_rows = KVRows(row.slot, row.tokens, row.positions)
+            cache.stage(new_rows)
+            logits.append(torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype))
+            kv.append(new_rows)
+        return StepOutput(logits, kv)

@@ -1,0 +1,129 @@
+"""The failure lab (0x07): known-wrong variants the oracle must catch.
+
+Each variant is the production engine with exactly one component replaced by a
+broken subclass: a sampler method, a layout method, the proposer's row
+reporting, or the transaction's processor staging. ``run_lab`` runs the oracle's
+checks on each and reports which check caught it and with what figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.layouts import ReplayFrontier, RetainedFrontier, Verified, make_layout
+from specd.core.model import RowInput
+from specd.core.probability import softmax
+from specd.core.proposer import ModelProposer
+from specd.core.sampler import RejectionSampler
+from specd.core.transaction import RoundTransaction
+from specd.oracles.rig import Rig
+
+
+# -- broken samplers -----------------------------------------------------------------
+class CorrectionFromP(RejectionSampler):
+    def correction_rows(self, p_rows, q_rows):
+        return p_rows
+
+
+class CorrectionFromQ(RejectionSampler):
+    def correction_rows(self, p_rows, q_rows):
+        return q_rows
+
+
+class ContinueAfterRejection(RejectionSampler):
+    def count_accepted(self, ratios, accept_u, valid):
+        return ((accept_u.to(ratios.dtype) < ratios) & valid).to(torch.int64).sum(dim=-1)
+
+
+class BonusFromQ(RejectionSampler):
+    def bonus_rows(self, p_next, q, k_lens):
+        if q.shape[1] == 0:
+            return p_next
+        last = q[torch.arange(q.shape[0]), (k_lens - 1).clamp_min(0)]
+        return torch.where((k_lens > 0).unsqueeze(-1), last, p_next)
+
+
+# -- broken layouts ------------------------------------------------------------------
+def off_by_one(base: type) -> type:
+    class OffByOne(base):
+        def extract(self, logits, kv, state, k):
+            v = super().extract(logits, kv, state, k)
+            shifted = torch.cat([v.p_raw[1:], v.p_raw[-1:]])  # d_i scored by the row after its own
+            return Verified(shifted, v.kv_draft, v.kv_frontier)
+
+    return OffByOne
+
+
+def commit_rejected(base: type) -> type:
+    class CommitRejected(base):
+        def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
+            return branch_rows
+
+    return CommitRejected
+
+
+class ReplayIntoRetainedCache(RetainedFrontier):
+    """Materializes the frontier (cache holds F), then replays F again in the verification call."""
+
+    name = "replay_frontier"
+
+    def verification_input(self, state, drafts):
+        start = len(state.cache_tokens)
+        tokens = (state.output[-1], *drafts)
+        return RowInput(state.slot, tokens, tuple(range(start, start + len(tokens))))
+
+    def extract(self, logits, kv, state, k):
+        return ReplayFrontier.extract(self, logits, kv, state, k)
+
+    def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
+        return ReplayFrontier.rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows)
+
+
+# -- broken proposer and transaction ------------------------------------------------------
+class RawLogitsAsQ(ModelProposer):
+    def distributions(self, raw, states, backend, dtype):
+        processed = self.policy.probabilities(raw, states, backend, dtype)
+        return processed, softmax(raw, backend, dtype)
+
+
+class AdvanceOverRejected(RoundTransaction):
+    def stage_processor(self, state, emitted):
+        for token in (*self.drafts, self.outcome.terminal):
+            state = state.advance(token)
+        return state
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    build: Callable[[Rig], Rig]
+
+
+def _layout_cls(rig: Rig) -> type:
+    return type(make_layout(rig.layout_name))
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("correction_from_p", "correction sampled from p instead of [p - q]_+",
+            lambda r: r.but(sampler_cls=CorrectionFromP)),
+    Variant("correction_from_q", "correction sampled from q",
+            lambda r: r.but(sampler_cls=CorrectionFromQ)),
+    Variant("continue_after_rejection", "acceptance tests continue past the first rejection",
+            lambda r: r.but(sampler_cls=ContinueAfterRejection)),
+    Variant("bonus_from_q", "bonus sampled from the draft's row instead of p_{K+1}",
+            lambda r: r.but(sampler_cls=BonusFromQ)),
+    Variant("logit_rows_off_by_one", "draft d_i scored with the logit row after its own",
+            lambda r: r.but(layout_factory=off_by_one(_layout_cls(r)))),
+    Variant("raw_draft_logits_as_q", "q recorded from raw draft logits after sampling from processed q",
+            lambda r: r.but(proposer_cls=RawLogitsAsQ)),
+    Variant("processor_advanced_over_rejected", "stateful processor advanced over rejected drafts",
+            lambda r: r.but(transaction_cls=AdvanceOverRejected)),
+    Variant("rejected_kv_committed", "K/V rows of rejected drafts committed",
+            lambda r: r.but(layout_factory=commit_rejected(_layout_cls(r)))),
+    Variant("frontier_replayed_into_cache", "frontier replayed into a cache that already holds it",
+            lambda r: r.but(layout_factory=ReplayIntoRetainedCache)),
+)

@@ -1,0 +1,90 @@
+"""Exact-rational mode: the rule in Fractions, no processors, difference exactly 0.
+
+Probability tables are rational distributions per prefix. This is an
+independent implementation of the rule's mathematics (torch has no rationals):
+it shows the identity holds with no rounding at all, while the float64 oracle
+shows the production code realizes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from fractions import Fraction
+
+Table = dict[tuple[int, ...], list[Fraction]]
+
+
+class RationalTable:
+    """Seeded rational distribution per prefix: integer weights 0..6 (some zero) normalized."""
+
+    def __init__(self, vocab: int, seed: int):
+        self.vocab, self.seed = vocab, seed
+        self._rows: Table = {}
+
+    def __call__(self, prefix: tuple[int, ...]) -> list[Fraction]:
+        if prefix not in self._rows:
+            rng = random.Random(f"{self.seed}:{prefix}")
+            weights = [rng.randint(0, 6) for _ in range(self.vocab)]
+            if sum(weights) == 0:
+                weights[rng.randrange(self.vocab)] = 1
+            total = sum(weights)
+            self._rows[prefix] = [Fraction(w, total) for w in weights]
+        return self._rows[prefix]
+
+
+def rational_target_joint(p: RationalTable, prompt: tuple[int, ...], horizon: int) -> dict:
+    out = {}
+    for seq in itertools.product(range(p.vocab), repeat=horizon):
+        mass = Fraction(1)
+        for i, x in enumerate(seq):
+            mass *= p(prompt + seq[:i])[x]
+            if mass == 0:
+                break
+        if mass:
+            out[seq] = mass
+    return out
+
+
+def rational_speculative_joint(p: RationalTable, q: RationalTable, prompt, k: int, horizon: int) -> dict:
+    """One speculative round with k drafts, completed by the target chain to ``horizon``."""
+    out: dict = {}
+
+    def add(prefix: tuple[int, ...], mass: Fraction) -> None:
+        if len(prefix) >= horizon:
+            out[prefix[:horizon]] = out.get(prefix[:horizon], 0) + mass
+            return
+        for x, px in enumerate(p(prompt + prefix)):
+            if px:
+                add(prefix + (x,), mass * px)
+
+    def draft(path: tuple[int, ...], mass: Fraction) -> None:
+        i = len(path)
+        if i == k:
+            for x, px in enumerate(p(prompt + path)):  # all accepted: bonus from p_{k+1}
+                if px:
+                    add(path + (x,), mass * px)
+            return
+        qi, pi = q(prompt + path), p(prompt + path)
+        for d, qd in enumerate(qi):
+            if not qd:
+                continue
+            ratio = min(Fraction(1), pi[d] / qd)
+            draft(path + (d,), mass * qd * ratio)
+            reject = mass * qd * (1 - ratio)
+            if reject:
+                residual = [max(Fraction(0), a - b) for a, b in zip(pi, qi)]
+                z = sum(residual)
+                for x, rx in enumerate(residual):
+                    if rx:
+                        add(path + (x,), reject * rx / z)
+
+    draft((), Fraction(1))
+    return out
+
+
+def rational_difference(vocab: int, k: int, horizon: int, seed: int, prompt=(0,)) -> Fraction:
+    p, q = RationalTable(vocab, seed), RationalTable(vocab, seed + 7919)
+    target = rational_target_joint(p, tuple(prompt), horizon)
+    spec = rational_speculative_joint(p, q, tuple(prompt), k, horizon)
+    return max(abs(target.get(s, Fraction(0)) - spec.get(s, Fraction(0))) for s in set(target) | set(spec))

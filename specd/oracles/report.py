@@ -1,0 +1,322 @@
+"""``verify-oracle``: build the fixture, run every check, return one JSON-able report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from specd.core.layouts import LAYOUTS
+from specd.core.probability import BACKENDS, softmax
+from specd.core.processors import SamplingPolicy
+from specd.core.table_model import TableModel
+from specd.errors import SpecdError, UsageError
+from specd.oracles.coupling import coupling_matrix
+from specd.oracles.exact import max_abs_diff, speculative_joint, target_joint
+from specd.oracles.lab import VARIANTS
+from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
+from specd.oracles.rational import rational_difference
+from specd.oracles.rig import Rig
+
+SCHEMA = "specd.verify-oracle/v1"
+EXACT_TOLERANCE = 1e-12
+BACKEND_TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
+MAX_SEQUENCES = 100_000
+MAX_DRAFT_PATHS = 20_000
+SEQUENCE_TABLE_LIMIT = 32
+LAB_MC_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class OracleConfig:
+    vocab: int = 2
+    k: int = 3
+    seed: int = 0
+    horizon: int | None = None  # default k + 1
+    samples: int = 2000
+    target_temperature: float = 1.0
+    draft_temperature: float = 0.7
+    target_bias: dict[int, float] = field(default_factory=dict)
+    draft_bias: dict[int, float] = field(default_factory=dict)
+    repetition_penalty: float | None = None
+    layout: str = "replay_frontier"
+    backend: str = "max_shift"
+    prompt: tuple[int, ...] = (0, 1)
+    lab: bool = True
+
+    @property
+    def effective_horizon(self) -> int:
+        return self.horizon if self.horizon is not None else self.k + 1
+
+
+def validate(cfg: OracleConfig) -> None:
+    if cfg.vocab < 2:
+        raise UsageError(f"--vocab must be >= 2, got {cfg.vocab}")
+    if cfg.k < 1:
+        raise UsageError(f"--k must be >= 1, got {cfg.k}")
+    if cfg.horizon is not None and cfg.horizon < 1:
+        raise UsageError(f"--horizon must be >= 1, got {cfg.horizon}")
+    if cfg.samples < 0:
+        raise UsageError(f"--samples must be >= 0, got {cfg.samples}")
+    for name, t in (("--target-temperature", cfg.target_temperature), ("--draft-temperature", cfg.draft_temperature)):
+        if t < 0:
+            raise UsageError(f"{name} must be >= 0 (0 means greedy), got {t}")
+    if cfg.layout not in LAYOUTS:
+        raise UsageError(f"unknown layout {cfg.layout!r}; choose one of {', '.join(LAYOUTS)}")
+    if cfg.backend not in BACKENDS:
+        raise UsageError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
+    for name, bias in (("--target-bias", cfg.target_bias), ("--draft-bias", cfg.draft_bias)):
+        for token in bias:
+            if not 0 <= token < cfg.vocab:
+                raise UsageError(f"{name}: token {token} is outside the vocabulary 0..{cfg.vocab - 1}")
+    sequences = cfg.vocab ** cfg.effective_horizon
+    paths = cfg.vocab ** cfg.k
+    if sequences > MAX_SEQUENCES or paths > MAX_DRAFT_PATHS:
+        raise UsageError(
+            f"case too large to enumerate: vocab^horizon = {cfg.vocab}^{cfg.effective_horizon} = {sequences} "
+            f"sequences and vocab^k = {cfg.vocab}^{cfg.k} = {paths} draft paths "
+            f"(limits {MAX_SEQUENCES} and {MAX_DRAFT_PATHS})"
+        )
+
+
+def build_rig(cfg: OracleConfig, lab: bool = False) -> Rig:
+    v = cfg.vocab
+    target = TableModel(v, seed=2 * cfg.seed + 1, name="target")
+    draft = TableModel(v, seed=2 * cfg.seed + 2, name="draft")
+    if lab:  # fixed policies that exercise every processor kind (documented in the report)
+        target_policy = SamplingPolicy.build(temperature=0.9, logit_bias={0: 0.4}, repetition_penalty=1.5)
+        draft_policy = SamplingPolicy.build(temperature=0.6, top_k=v - 1 if v >= 3 else None)
+    else:
+        target_policy = SamplingPolicy.build(
+            temperature=cfg.target_temperature, logit_bias=cfg.target_bias, repetition_penalty=cfg.repetition_penalty
+        )
+        draft_policy = SamplingPolicy.build(temperature=cfg.draft_temperature, logit_bias=cfg.draft_bias)
+    # The lab's one-token prompt leaves tokens unseen, so a repetition state that
+    # wrongly absorbs a rejected draft changes later rows.
+    prompt = (0,) if lab else tuple(t % v for t in cfg.prompt)
+    k = lab_k(cfg) if lab else cfg.k
+    return Rig(target, draft, target_policy, draft_policy, k, prompt, cfg.layout, cfg.backend, torch.float64)
+
+
+def lab_k(cfg: OracleConfig) -> int:
+    """The lab needs a position after a rejection to exist: K >= 2."""
+    return max(cfg.k, 2)
+
+
+@dataclass
+class Check:
+    name: str
+    passed: bool
+    figures: dict
+    detail: str = ""
+
+
+def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> Check:
+    joint = speculative_joint(rig, horizon, completion)
+    diff = max_abs_diff(reference, joint)
+    return Check(
+        name,
+        diff <= EXACT_TOLERANCE,
+        {"max_abs_diff": diff, "tolerance": EXACT_TOLERANCE, "sequences": len(reference), "total_mass": sum(joint.values())},
+        "one speculative round, completed by target steps"
+        if completion == "target"
+        else "speculative rounds to the horizon from each staged successor",
+    ), joint
+
+
+def run_oracle(cfg: OracleConfig) -> dict:
+    validate(cfg)
+    t_start = time.perf_counter()
+    horizon = cfg.effective_horizon
+    rig = build_rig(cfg)
+    reference = target_joint(rig, horizon)
+    checks: list[Check] = []
+
+    exact_check, spec_joint = _exact(rig, horizon, reference, "target", "exact_joint")
+    checks.append(exact_check)
+    rounds_check, _ = _exact(rig, horizon, reference, "rounds", "exact_joint_rounds")
+    checks.append(rounds_check)
+
+    diff = rational_difference(cfg.vocab, cfg.k, horizon, cfg.seed, prompt=rig.prompt)
+    checks.append(Check("exact_rational", diff == 0, {"difference": str(diff)}, "Fraction tables, no processors"))
+
+    empirical = {}
+    if cfg.samples:
+        mc = run_monte_carlo(rig, horizon, cfg.samples, cfg.seed)
+        empirical = mc.empirical
+        cells = len(reference)
+        worst_ratio, worst_dev, worst_bound = 0.0, 0.0, 0.0
+        for seq in set(reference) | set(mc.empirical):
+            p = reference.get(seq, 0.0)
+            dev = abs(mc.empirical.get(seq, 0.0) - p)
+            bound = bernstein_bound(p, cfg.samples, cells)
+            if dev / bound > worst_ratio:
+                worst_ratio, worst_dev, worst_bound = dev / bound, dev, bound
+        checks.append(
+            Check(
+                "monte_carlo",
+                worst_ratio <= 1.0 and not mc.accounting_errors,
+                {
+                    "samples": cfg.samples,
+                    "rounds": mc.rounds,
+                    "max_abs_deviation": worst_dev,
+                    "bound_at_worst_cell": worst_bound,
+                    "worst_deviation_over_bound": worst_ratio,
+                    "failure_probability": FAILURE_PROBABILITY,
+                    "rng_accounting_errors": len(mc.accounting_errors),
+                    "k_per_row": f"1..{cfg.k} mixed in one batch",
+                },
+                mc.accounting_errors[0] if mc.accounting_errors else "Bernstein bound per cell, union over cells",
+            )
+        )
+
+    p1 = rig.target_policy.probabilities(rig.target.raw_logits(rig.prompt).unsqueeze(0), [rig.target_policy.initial_state(rig.prompt)], cfg.backend, torch.float64)[0]
+    q1 = rig.draft_policy.probabilities(rig.draft.raw_logits(rig.prompt).unsqueeze(0), [rig.draft_policy.initial_state(rig.prompt)], cfg.backend, torch.float64)[0]
+    c = coupling_matrix(p1, q1)
+    coupling_ok = abs(c.diagonal - c.one_minus_tv) <= EXACT_TOLERANCE and c.column_error <= EXACT_TOLERANCE
+    checks.append(
+        Check(
+            "coupling",
+            coupling_ok,
+            {
+                "diagonal": c.diagonal,
+                "one_minus_tv": c.one_minus_tv,
+                "column_sum_error": c.column_error,
+                "row_sum_error": c.row_error,
+                "matrix": [[round(x, 6) for x in row] for row in c.matrix.tolist()],
+            },
+            "position 1: rows X ~ q, columns Y ~ p",
+        )
+    )
+
+    other = next(name for name in LAYOUTS if name != cfg.layout)
+    other_rig = rig.but(layout_name=other)
+    other_joint = speculative_joint(other_rig, horizon, "rounds")
+    layout_diff = max_abs_diff(spec_joint, other_joint)
+    parity_samples = min(cfg.samples, 256) or 64
+    trace_a = run_monte_carlo(rig, horizon, parity_samples, cfg.seed, audit=True, trace=True)
+    trace_b = run_monte_carlo(other_rig, horizon, parity_samples, cfg.seed, audit=True, trace=True)
+    same_successors = trace_a.published_trace == trace_b.published_trace
+    audit_errors = trace_a.audit_errors + trace_b.audit_errors
+    checks.append(
+        Check(
+            "layout_parity",
+            layout_diff <= EXACT_TOLERANCE and same_successors and not audit_errors,
+            {
+                "layouts": [cfg.layout, other],
+                "exact_joint_max_abs_diff": layout_diff,
+                "requests": parity_samples,
+                "published_successors_compared": len(trace_a.published_trace),
+                "identical_successors": same_successors,
+                "audit_errors": len(audit_errors),
+            },
+            audit_errors[0] if audit_errors else "output, committed K/V identities and frontier after every round",
+        )
+    )
+
+    checks.append(_backend_parity(rig, reference, horizon))
+
+    lab = run_lab(cfg) if cfg.lab else []
+    if cfg.lab:
+        checks.append(
+            Check(
+                "failure_lab",
+                all(v["caught"] for v in lab),
+                {"variants": len(lab), "caught": sum(v["caught"] for v in lab)},
+                "every known-wrong variant must be caught",
+            )
+        )
+
+    sequences = []
+    if len(reference) <= SEQUENCE_TABLE_LIMIT:
+        for seq in sorted(reference):
+            sequences.append(
+                {
+                    "tokens": list(seq),
+                    "target": reference[seq],
+                    "speculative": spec_joint.get(seq, 0.0),
+                    "monte_carlo": empirical.get(seq, 0.0) if cfg.samples else None,
+                }
+            )
+    return {
+        "schema": SCHEMA,
+        "passed": all(ch.passed for ch in checks),
+        "config": {
+            "vocab": cfg.vocab,
+            "k": cfg.k,
+            "horizon": horizon,
+            "seed": cfg.seed,
+            "samples": cfg.samples,
+            "layout": cfg.layout,
+            "backend": cfg.backend,
+            "prompt": list(rig.prompt),
+            "target_policy": rig.target_policy.describe(),
+            "draft_policy": rig.draft_policy.describe(),
+            "lab": _lab_config(cfg),
+        },
+        "checks": [asdict(ch) for ch in checks],
+        "failure_lab": lab,
+        "sequences": sequences,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+
+
+def _lab_config(cfg: OracleConfig) -> dict:
+    rig = build_rig(cfg, lab=True)
+    return {
+        "k": rig.k,
+        "horizon": rig.k + 1,
+        "prompt": list(rig.prompt),
+        "target_policy": rig.target_policy.describe(),
+        "draft_policy": rig.draft_policy.describe(),
+    }
+
+
+def _backend_parity(rig: Rig, reference, horizon: int) -> Check:
+    rows = []
+    for table in (rig.target, rig.draft):
+        rows.extend(table._rows.values())
+    raw = torch.stack(rows)
+    figures = {}
+    ok = True
+    for dtype, name in ((torch.float64, "float64"), (torch.float32, "float32")):
+        diff = (softmax(raw, "online", dtype) - softmax(raw, "max_shift", dtype)).abs().max().item()
+        figures[f"max_abs_diff_{name}"] = diff
+        figures[f"tolerance_{name}"] = BACKEND_TOLERANCE[name]
+        ok &= diff <= BACKEND_TOLERANCE[name]
+    other = "online" if rig.backend == "max_shift" else "max_shift"
+    joint_diff = max_abs_diff(reference, speculative_joint(rig.but(backend=other), horizon, "target"))
+    figures["exact_joint_other_backend_diff"] = joint_diff
+    figures["rows_compared"] = len(rows)
+    ok &= joint_diff <= EXACT_TOLERANCE
+    return Check("backend_parity", ok, figures, "max_shift vs online (m, l) softmax on every table row used")
+
+
+def run_lab(cfg: OracleConfig) -> list[dict]:
+    base = build_rig(cfg, lab=True)
+    horizon = base.k + 1
+    reference = target_joint(base, horizon)
+    results = []
+    for variant in VARIANTS:
+        caught, by, detail = _catch(variant.build(base), horizon, reference, cfg.seed)
+        results.append(
+            {"variant": variant.name, "description": variant.description, "caught": caught, "caught_by": by, "detail": detail}
+        )
+    return results
+
+
+def _catch(rig: Rig, horizon: int, reference, seed: int) -> tuple[bool, str | None, str]:
+    try:
+        for completion, name in (("target", "exact_joint"), ("rounds", "exact_joint_rounds")):
+            diff = max_abs_diff(reference, speculative_joint(rig, horizon, completion))
+            if diff > EXACT_TOLERANCE:
+                return True, name, f"max |speculative - target| = {diff:.3g} > {EXACT_TOLERANCE:g}"
+        mc = run_monte_carlo(rig, horizon, LAB_MC_SAMPLES, seed, audit=True)
+        if mc.audit_errors:
+            return True, "state_audit", mc.audit_errors[0]
+        if mc.accounting_errors:
+            return True, "rng_accounting", mc.accounting_errors[0]
+    except SpecdError as err:
+        return True, err.code, str(err)
+    return False, None, "not caught"

@@ -1,0 +1,73 @@
+"""A rig: the engine's components for one oracle fixture.
+
+Failure-lab variants are rigs with exactly one component replaced; production
+code carries no switches for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from specd.core.engine import EngineConfig, SpeculativeEngine
+from specd.core.layouts import FrontierLayout, make_layout
+from specd.core.processors import PolicyState, SamplingPolicy
+from specd.core.proposer import ModelProposer
+from specd.core.sampler import RejectionSampler
+from specd.core.table_model import TableModel
+from specd.core.transaction import RoundTransaction
+
+
+@dataclass(frozen=True)
+class Rig:
+    target: TableModel
+    draft: TableModel
+    target_policy: SamplingPolicy
+    draft_policy: SamplingPolicy
+    k: int
+    prompt: tuple[int, ...]
+    layout_name: str = "replay_frontier"
+    backend: str = "max_shift"
+    prob_dtype: torch.dtype = torch.float64
+    sampler_cls: type[RejectionSampler] = RejectionSampler
+    layout_factory: Callable[[], FrontierLayout] | None = None
+    proposer_cls: type[ModelProposer] = ModelProposer
+    transaction_cls: type[RoundTransaction] = RoundTransaction
+    eos_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def vocab(self) -> int:
+        return self.target.vocab_size
+
+    def layout(self) -> FrontierLayout:
+        return self.layout_factory() if self.layout_factory else make_layout(self.layout_name)
+
+    def engine(self, record_log: bool = False) -> SpeculativeEngine:
+        config = EngineConfig(
+            k=self.k,
+            layout=self.layout_name,
+            backend=self.backend,
+            prob_dtype=self.prob_dtype,
+            eos_ids=self.eos_ids,
+            record_log=record_log,
+        )
+        return SpeculativeEngine(
+            self.target,
+            self.proposer_cls(self.draft, self.draft_policy),
+            self.target_policy,
+            config,
+            sampler=self.sampler_cls(),
+            layout=self.layout(),
+            transaction_cls=self.transaction_cls,
+        )
+
+    def but(self, **changes) -> Rig:
+        return replace(self, **changes)
+
+
+def fold(state: PolicyState, tokens) -> PolicyState:
+    for t in tokens:
+        state = state.advance(t)
+    return state
