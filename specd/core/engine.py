@@ -416,9 +416,7 @@ class DecodeSession:
         counts = self.cache.counts
         return RunResult(
             states=tuple(self.states()),
-            stats=self.stats.freeze(
-                counts.staged, counts.committed, counts.discarded, time.perf_counter() - self._t0
-            ),
+            stats=self.stats.freeze(counts.staged, counts.committed, counts.discarded, time.perf_counter() - self._t0),
             commits=tuple(self.store.commits),
             acceptance=tuple(self.log.acceptance),
             rounds=tuple(self.log.rounds),

@@ -28,9 +28,7 @@ def softmax_max_shift(logits: torch.Tensor, dtype: torch.dtype = torch.float32) 
     return e / e.sum(dim=-1, keepdim=True)
 
 
-def softmax_online(
-    logits: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = 1024
-) -> torch.Tensor:
+def softmax_online(logits: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = 1024) -> torch.Tensor:
     """logits: float[N, V] -> probs: dtype[N, V], via an online (m, l) merge over blocks of V."""
     x = logits.to(dtype)
     n, v = x.shape

@@ -36,9 +36,7 @@ class Proposer:
     def open(self, slots: int) -> None:
         pass
 
-    def propose(
-        self, states: Sequence[RequestState], ks: Sequence[int], backend: str, dtype: torch.dtype
-    ) -> Proposal:
+    def propose(self, states: Sequence[RequestState], ks: Sequence[int], backend: str, dtype: torch.dtype) -> Proposal:
         raise NotImplementedError
 
     def settle(self, slot: int, output: tuple[int, ...] | None) -> None:

@@ -21,9 +21,7 @@ class StopDecision:
     finish_reason: str | None  # "eos", "length", or None (request continues)
 
 
-def apply_stops(
-    accepted: Sequence[int], terminal: int, eos_ids: frozenset[int], remaining: int
-) -> StopDecision:
+def apply_stops(accepted: Sequence[int], terminal: int, eos_ids: frozenset[int], remaining: int) -> StopDecision:
     if remaining <= 0:
         raise ValueError("a request with no remaining budget must not run a round")
     for i, token in enumerate(accepted):

@@ -19,7 +19,6 @@ from typing import Literal
 from specd.core.layouts import FrontierLayout, Verified
 from specd.core.manifest import RoundCoordinate
 from specd.core.processors import PolicyState
-from specd.core.rng import RngState
 from specd.core.state import RequestState
 from specd.core.stops import StopDecision, apply_stops
 from specd.errors import StaleGeneration, TransactionStateError
@@ -118,9 +117,7 @@ class RoundTransaction:
         branch = self.verified_rows.kv_draft.tokens
         frontier_rows = self.verified_rows.kv_frontier.tokens if self.verified_rows.kv_frontier else ()
         all_rows = frontier_rows + branch
-        self.kv_keep = self.layout.rows_to_commit(
-            self.stop.accepted_emitted, self.stop.terminal_emitted, len(all_rows)
-        )
+        self.kv_keep = self.layout.rows_to_commit(self.stop.accepted_emitted, self.stop.terminal_emitted, len(all_rows))
         committed_ids = all_rows[: self.kv_keep]
         discarded_ids = all_rows[self.kv_keep :]
         self._fault("staged_kv")
@@ -128,9 +125,7 @@ class RoundTransaction:
         output = start.output + self.stop.emitted
         target_proc = self.stage_processor(start.target_proc, self.stop.emitted)
         draft_proc = self.stage_processor(start.draft_proc, self.stop.emitted)
-        reached = self.stop.accepted_emitted + (
-            1 if self.stop.terminal_emitted and not outcome.is_bonus else 0
-        )
+        reached = self.stop.accepted_emitted + (1 if self.stop.terminal_emitted and not outcome.is_bonus else 0)
         rng = start.rng.advance("proposal", self.proposal_draws)
         if outcome.sampled:
             rng = rng.advance("acceptance", reached).advance("terminal", 1 if self.stop.terminal_emitted else 0)
@@ -222,7 +217,9 @@ class RequestStore:
         """Non-round transitions (frontier materialization) use the same fence."""
         current = self._states[state.request_id]
         if current.generation != expected_generation:
-            raise StaleGeneration(f"{state.request_id}: generation {current.generation}, expected {expected_generation}")
+            raise StaleGeneration(
+                f"{state.request_id}: generation {current.generation}, expected {expected_generation}"
+            )
         self._states[state.request_id] = state
 
     def publish(self, record: SpeculativeCommit, successor: RequestState) -> tuple[RequestState, bool]:

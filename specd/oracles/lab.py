@@ -108,22 +108,43 @@ def _layout_cls(rig: Rig) -> type:
 
 
 VARIANTS: tuple[Variant, ...] = (
-    Variant("correction_from_p", "correction sampled from p instead of [p - q]_+",
-            lambda r: r.but(sampler_cls=CorrectionFromP)),
-    Variant("correction_from_q", "correction sampled from q",
-            lambda r: r.but(sampler_cls=CorrectionFromQ)),
-    Variant("continue_after_rejection", "acceptance tests continue past the first rejection",
-            lambda r: r.but(sampler_cls=ContinueAfterRejection)),
-    Variant("bonus_from_q", "bonus sampled from the draft's row instead of p_{K+1}",
-            lambda r: r.but(sampler_cls=BonusFromQ)),
-    Variant("logit_rows_off_by_one", "draft d_i scored with the logit row after its own",
-            lambda r: r.but(layout_factory=off_by_one(_layout_cls(r)))),
-    Variant("raw_draft_logits_as_q", "q recorded from raw draft logits after sampling from processed q",
-            lambda r: r.but(proposer_cls=RawLogitsAsQ)),
-    Variant("processor_advanced_over_rejected", "stateful processor advanced over rejected drafts",
-            lambda r: r.but(transaction_cls=AdvanceOverRejected)),
-    Variant("rejected_kv_committed", "K/V rows of rejected drafts committed",
-            lambda r: r.but(layout_factory=commit_rejected(_layout_cls(r)))),
-    Variant("frontier_replayed_into_cache", "frontier replayed into a cache that already holds it",
-            lambda r: r.but(layout_factory=ReplayIntoRetainedCache)),
+    Variant(
+        "correction_from_p",
+        "correction sampled from p instead of [p - q]_+",
+        lambda r: r.but(sampler_cls=CorrectionFromP),
+    ),
+    Variant("correction_from_q", "correction sampled from q", lambda r: r.but(sampler_cls=CorrectionFromQ)),
+    Variant(
+        "continue_after_rejection",
+        "acceptance tests continue past the first rejection",
+        lambda r: r.but(sampler_cls=ContinueAfterRejection),
+    ),
+    Variant(
+        "bonus_from_q", "bonus sampled from the draft's row instead of p_{K+1}", lambda r: r.but(sampler_cls=BonusFromQ)
+    ),
+    Variant(
+        "logit_rows_off_by_one",
+        "draft d_i scored with the logit row after its own",
+        lambda r: r.but(layout_factory=off_by_one(_layout_cls(r))),
+    ),
+    Variant(
+        "raw_draft_logits_as_q",
+        "q recorded from raw draft logits after sampling from processed q",
+        lambda r: r.but(proposer_cls=RawLogitsAsQ),
+    ),
+    Variant(
+        "processor_advanced_over_rejected",
+        "stateful processor advanced over rejected drafts",
+        lambda r: r.but(transaction_cls=AdvanceOverRejected),
+    ),
+    Variant(
+        "rejected_kv_committed",
+        "K/V rows of rejected drafts committed",
+        lambda r: r.but(layout_factory=commit_rejected(_layout_cls(r))),
+    ),
+    Variant(
+        "frontier_replayed_into_cache",
+        "frontier replayed into a cache that already holds it",
+        lambda r: r.but(layout_factory=ReplayIntoRetainedCache),
+    ),
 )

@@ -70,8 +70,8 @@ def validate(cfg: OracleConfig) -> None:
         for token in bias:
             if not 0 <= token < cfg.vocab:
                 raise UsageError(f"{name}: token {token} is outside the vocabulary 0..{cfg.vocab - 1}")
-    sequences = cfg.vocab ** cfg.effective_horizon
-    paths = cfg.vocab ** cfg.k
+    sequences = cfg.vocab**cfg.effective_horizon
+    paths = cfg.vocab**cfg.k
     if sequences > MAX_SEQUENCES or paths > MAX_DRAFT_PATHS:
         raise UsageError(
             f"case too large to enumerate: vocab^horizon = {cfg.vocab}^{cfg.effective_horizon} = {sequences} "
@@ -118,7 +118,12 @@ def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> Che
     return Check(
         name,
         diff <= EXACT_TOLERANCE,
-        {"max_abs_diff": diff, "tolerance": EXACT_TOLERANCE, "sequences": len(reference), "total_mass": sum(joint.values())},
+        {
+            "max_abs_diff": diff,
+            "tolerance": EXACT_TOLERANCE,
+            "sequences": len(reference),
+            "total_mass": sum(joint.values()),
+        },
         "one speculative round, completed by target steps"
         if completion == "target"
         else "speculative rounds to the horizon from each staged successor",
@@ -171,8 +176,18 @@ def run_oracle(cfg: OracleConfig) -> dict:
             )
         )
 
-    p1 = rig.target_policy.probabilities(rig.target.raw_logits(rig.prompt).unsqueeze(0), [rig.target_policy.initial_state(rig.prompt)], cfg.backend, torch.float64)[0]
-    q1 = rig.draft_policy.probabilities(rig.draft.raw_logits(rig.prompt).unsqueeze(0), [rig.draft_policy.initial_state(rig.prompt)], cfg.backend, torch.float64)[0]
+    p1 = rig.target_policy.probabilities(
+        rig.target.raw_logits(rig.prompt).unsqueeze(0),
+        [rig.target_policy.initial_state(rig.prompt)],
+        cfg.backend,
+        torch.float64,
+    )[0]
+    q1 = rig.draft_policy.probabilities(
+        rig.draft.raw_logits(rig.prompt).unsqueeze(0),
+        [rig.draft_policy.initial_state(rig.prompt)],
+        cfg.backend,
+        torch.float64,
+    )[0]
     c = coupling_matrix(p1, q1)
     coupling_ok = abs(c.diagonal - c.one_minus_tv) <= EXACT_TOLERANCE and c.column_error <= EXACT_TOLERANCE
     checks.append(
@@ -301,7 +316,13 @@ def run_lab(cfg: OracleConfig) -> list[dict]:
     for variant in VARIANTS:
         caught, by, detail = _catch(variant.build(base), horizon, reference, cfg.seed)
         results.append(
-            {"variant": variant.name, "description": variant.description, "caught": caught, "caught_by": by, "detail": detail}
+            {
+                "variant": variant.name,
+                "description": variant.description,
+                "caught": caught,
+                "caught_by": by,
+                "detail": detail,
+            }
         )
     return results
 

@@ -1,0 +1,1 @@
+"""The ``specd`` command line: one module per command, errors mapped in ``main``."""

@@ -1,0 +1,90 @@
+"""Entry point. Commands parse options, call the library and render; every
+library error becomes one line on stderr and its exit code, never a traceback.
+
+Exit codes: 0 success; 1 a check failed or the run failed; 2 bad input;
+3 command not available yet; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from specd import __version__
+from specd.cli import generate, sweep_k, trace, verify_oracle
+from specd.errors import SpecdError
+
+app = typer.Typer(
+    name="specd",
+    help="Exact speculative decoding: run it, prove it exact, and decide when it pays.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.command("generate", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(generate.generate)
+app.command("verify-oracle")(verify_oracle.verify_oracle)
+app.command("sweep-k", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(sweep_k.sweep_k)
+app.add_typer(trace.app, name="trace")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"specd {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=version_callback, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Exact speculative decoding."""
+
+
+def fail(message: str, code: int) -> None:
+    sys.stderr.write(f"specd: error: {message}\n")
+    sys.exit(code)
+
+
+def _click_kind(err: BaseException) -> set[str]:
+    """Class names in the MRO: typer may vendor click, so match by name, not identity."""
+    return {cls.__name__ for cls in type(err).__mro__}
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        # Outside standalone mode click returns the code of typer.Exit instead of raising.
+        result = app(args=argv, standalone_mode=False)
+    except SpecdError as err:
+        fail(str(err), err.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as err:
+        kinds = _click_kind(err)
+        if "NoArgsIsHelpError" in kinds:
+            err.ctx and sys.stdout.write(err.ctx.get_help() + "\n")
+            sys.exit(0)
+        if "UsageError" in kinds or "BadParameter" in kinds:
+            ctx = getattr(err, "ctx", None)
+            path = ctx.command_path if ctx is not None else "specd"
+            fail(f"{err.format_message()} (see '{path} --help')", 2)
+        if "Exit" in kinds:
+            sys.exit(getattr(err, "exit_code", 0))
+        if "Abort" in kinds:
+            fail("interrupted", 130)
+        if "ClickException" in kinds:
+            fail(err.format_message(), getattr(err, "exit_code", 1))
+        if os.environ.get("SPECD_DEBUG"):
+            raise
+        fail(f"internal error: {type(err).__name__}: {err} (set SPECD_DEBUG=1 for the traceback)", 1)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

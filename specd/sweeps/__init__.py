@@ -1,0 +1,1 @@
+"""The speedup ledger over K and batch size (see the sweep-k issue)."""

@@ -1,0 +1,45 @@
+import pytest
+
+from specd.core.kv import KVCache, KVRows
+from specd.core.model import RowInput
+from specd.core.table_model import TableModel
+from specd.errors import CacheIdentityError
+
+
+def test_ledger_commits_a_prefix_and_counts_traffic():
+    cache = KVCache(1)
+    cache.stage(KVRows(0, (5, 6, 7), (0, 1, 2)))
+    cache.commit(0, 2)
+    assert cache.committed(0) == (5, 6) and cache.temporary(0) == ()
+    cache.stage(KVRows(0, (9,), (2,)))
+    cache.discard(0)
+    assert cache.committed(0) == (5, 6)
+    assert (cache.counts.staged, cache.counts.committed, cache.counts.discarded) == (4, 2, 2)
+
+
+def test_duplicate_or_shifted_positions_are_refused():
+    cache = KVCache(1)
+    cache.stage(KVRows(0, (5, 6), (0, 1)))
+    cache.commit(0, 2)
+    with pytest.raises(CacheIdentityError):
+        cache.stage(KVRows(0, (6,), (1,)))  # replaying a row the cache holds
+    with pytest.raises(CacheIdentityError):
+        cache.stage(KVRows(0, (6,), (3,)))  # a gap
+
+
+def test_table_rows_depend_only_on_prefix_not_query_order():
+    a, b = TableModel(5, seed=3), TableModel(5, seed=3)
+    x1 = a.raw_logits((1, 2)).clone()
+    b.raw_logits((4,))
+    assert (b.raw_logits((1, 2)) == x1).all()
+    assert not (a.raw_logits((2, 1)) == x1).all()
+
+
+def test_table_step_conditions_on_cache_plus_inputs():
+    model = TableModel(4, seed=0)
+    cache = model.new_cache(1)
+    out = model.step(cache, [RowInput(0, (1, 2, 3), (0, 1, 2))])
+    cache.commit(0, 2)
+    again = model.step(cache, [RowInput(0, (3,), (2,))])
+    assert (again.logits[0][0] == out.logits[0][2]).all()
+    assert again.kv[0] == KVRows(0, (3,), (2,))

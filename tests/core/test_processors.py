@@ -1,0 +1,66 @@
+import pytest
+import torch
+
+from specd.core.processors import RepetitionPenalty, RepetitionState, SamplingPolicy, TopK, TopP
+from specd.errors import UsageError
+
+
+def test_top_k_keeps_exactly_the_k_largest():
+    x = torch.tensor([[0.1, 3.0, 2.0, -1.0, 2.5]])
+    out = TopK(2).apply(x, ())
+    assert torch.isinf(out).tolist() == [[True, False, True, True, False]]
+
+
+def test_top_p_matches_hugging_face_semantics():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    x = probs.log()
+    kept = ~torch.isinf(TopP(0.8).apply(x, ()))
+    assert kept.tolist() == [[True, True, False, False]]
+    kept = ~torch.isinf(TopP(0.81).apply(x, ()))
+    assert kept.tolist() == [[True, True, True, False]]
+    kept = ~torch.isinf(TopP(0.01).apply(x, ()))
+    assert kept.tolist() == [[True, False, False, False]]  # always keeps the top token
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative():
+    x = torch.tensor([[2.0, -2.0, 2.0]])
+    out = RepetitionPenalty(2.0).apply(x, [RepetitionState(frozenset({0, 1}))])
+    assert out.tolist() == [[1.0, -4.0, 2.0]]
+
+
+def test_stateful_state_clone_and_advance_do_not_mutate():
+    policy = SamplingPolicy.build(repetition_penalty=1.5)
+    s0 = policy.initial_state([1])
+    s1 = s0.clone().advance(2)
+    assert s0.states[0].seen == frozenset({1})
+    assert s1.states[0].seen == frozenset({1, 2})
+    assert s0.digest() != s1.digest()
+
+
+def test_each_row_uses_its_own_state():
+    policy = SamplingPolicy.build(repetition_penalty=3.0)
+    raw = torch.zeros(2, 3) + torch.tensor([1.0, 1.0, 1.0])
+    states = [policy.initial_state([]), policy.initial_state([]).advance(0)]
+    probs = policy.probabilities(raw, states, dtype=torch.float64)
+    assert torch.allclose(probs[0], torch.full((3,), 1 / 3, dtype=torch.float64))
+    assert probs[1, 0] < probs[1, 1]
+
+
+def test_greedy_is_a_point_mass_on_the_processed_argmax():
+    policy = SamplingPolicy.build(temperature=0, logit_bias={2: 10.0})
+    probs = policy.probabilities(torch.tensor([[5.0, 1.0, 0.0]]), [policy.initial_state([])])
+    assert probs.tolist() == [[0.0, 0.0, 1.0]]
+
+
+def test_order_is_bias_penalty_temperature_topk_topp():
+    policy = SamplingPolicy.build(temperature=0.5, top_k=3, top_p=0.9, logit_bias={0: 1.0}, repetition_penalty=1.2)
+    names = [p["name"] for p in policy.describe()["processors"]]
+    assert names == ["logit_bias", "repetition_penalty", "temperature", "top_k", "top_p"]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}, {"repetition_penalty": 0.0}]
+)
+def test_bad_policies_are_refused(kwargs):
+    with pytest.raises(UsageError):
+        SamplingPolicy.build(**kwargs)

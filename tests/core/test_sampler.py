@@ -1,0 +1,159 @@
+import itertools
+
+import pytest
+import torch
+
+from specd.core.sampler import (
+    RejectionSampler,
+    assemble,
+    greedy_verify,
+    rejection_sample,
+    sample_categorical,
+)
+from specd.errors import ImpossibleProposal
+
+
+def rows(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_impossible_proposal_is_an_error():
+    p = rows([[0.5, 0.5], [0.5, 0.5]]).unsqueeze(0)
+    q = rows([[1.0, 0.0]]).unsqueeze(0)
+    with pytest.raises(ImpossibleProposal):
+        rejection_sample(p, q, torch.tensor([[1]]), torch.tensor([1]), rows([0.3]).unsqueeze(0), rows([0.5]))
+
+
+def test_p_equal_q_is_always_accepted():
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(6, 4, 5, generator=gen, dtype=torch.float64), -1)
+    q = p[:, :3].clone()
+    draft = torch.multinomial(q.reshape(-1, 5), 1, generator=gen).reshape(6, 3)
+    u = torch.rand(6, 3, generator=gen, dtype=torch.float64) * (1 - 1e-12)
+    tokens, accepted = rejection_sample(p, q, draft, torch.full((6,), 3), u, torch.rand(6, dtype=torch.float64))
+    assert accepted.tolist() == [3] * 6
+    assert torch.equal(tokens[:, :3], draft)
+
+
+def test_correction_clamps_negative_residuals_and_normalizes():
+    s = RejectionSampler()
+    p, q = rows([[0.3, 0.55, 0.15]]), rows([[0.6, 0.3, 0.1]])
+    r = s.correction_rows(p, q)[0]
+    assert r[0] == 0.0
+    assert abs(r[1].item() - 0.25 / 0.30) < 1e-12
+    assert abs(r[2].item() - 0.05 / 0.30) < 1e-12
+
+
+def test_zero_residual_is_never_divided_by():
+    p = rows([[0.2, 0.8]])
+    out = RejectionSampler().correction_rows(p, p.clone())
+    assert torch.isfinite(out).all()
+    assert torch.equal(out, p)
+
+
+def test_fixed_shape_padding_and_rows_with_different_k():
+    gen = torch.Generator().manual_seed(1)
+    b, k, v = 4, 3, 6
+    p = torch.softmax(torch.randn(b, k + 1, v, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(b, k, v, generator=gen, dtype=torch.float64), -1)
+    k_lens = torch.tensor([3, 2, 0, 1])
+    draft = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, k)
+    for row, n in enumerate(k_lens.tolist()):
+        draft[row, n:] = -1
+        q[row, n:] = 0
+    tokens, accepted = rejection_sample(
+        p, q, draft, k_lens, torch.rand(b, k, generator=gen, dtype=torch.float64), torch.rand(b, dtype=torch.float64)
+    )
+    assert tokens.shape == (b, k + 1)
+    for row in range(b):
+        a = accepted[row].item()
+        assert a <= k_lens[row].item()
+        assert torch.equal(tokens[row, :a], draft[row, :a])
+        assert tokens[row, a] >= 0
+        assert (tokens[row, a + 1 :] == -1).all()
+    assert accepted[2] == 0  # k = 0: the bonus row p_1 is sampled
+
+
+def test_k_zero_row_samples_the_bonus_from_p1():
+    p = rows([[[0.0, 1.0, 0.0]]])
+    tokens, accepted = rejection_sample(
+        p,
+        torch.zeros(1, 0, 3, dtype=torch.float64),
+        torch.zeros(1, 0, dtype=torch.int64),
+        torch.tensor([0]),
+        torch.zeros(1, 0, dtype=torch.float64),
+        rows([0.99]),
+    )
+    assert tokens.tolist() == [[1]] and accepted.tolist() == [0]
+
+
+def test_one_position_law_is_exactly_p():
+    """Integrate the rule over the acceptance cell and the terminal inverse CDF."""
+    p1 = rows([0.3, 0.55, 0.15])
+    q1 = rows([0.6, 0.3, 0.1])
+    s = RejectionSampler()
+    law = torch.zeros(3, dtype=torch.float64)
+    for d in range(3):
+        p = torch.stack([p1, p1]).unsqueeze(0)
+        q = q1.view(1, 1, 3)
+        ratio = min(1.0, (p1[d] / q1[d]).item())
+        for accept, mass in ((True, ratio), (False, 1 - ratio)):
+            if mass == 0:
+                continue
+            u = rows([[ratio / 2 if accept else (1 + ratio) / 2]])
+            dec = s.decide(p, q, torch.tensor([[d]]), torch.tensor([1]), u)
+            if dec.accepted.item() == 1:
+                law[d] += q1[d] * mass  # the bonus is a later position
+            else:
+                law += q1[d] * mass * dec.terminal_rows[0]
+    assert torch.allclose(law, p1, atol=1e-15)
+
+
+def test_greedy_verify_is_the_rule_on_one_hot_rows():
+    gen = torch.Generator().manual_seed(2)
+    b, k, v = 32, 4, 3
+    argmax = torch.randint(0, v, (b, k + 1), generator=gen)
+    draft = torch.randint(0, v, (b, k), generator=gen)
+    k_lens = torch.randint(0, k + 1, (b,), generator=gen)
+    for row, n in enumerate(k_lens.tolist()):
+        draft[row, n:] = -1
+    q = torch.full((b, k, v), 1.0 / v, dtype=torch.float64)
+    one_hot = torch.nn.functional.one_hot(argmax, v).to(torch.float64)
+    expected = rejection_sample(
+        one_hot,
+        q,
+        draft,
+        k_lens,
+        torch.rand(b, k, generator=gen, dtype=torch.float64),
+        torch.rand(b, generator=gen, dtype=torch.float64),
+    )
+    got = greedy_verify(argmax, draft, k_lens)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_inverse_cdf_never_picks_zero_mass_and_matches_probabilities():
+    row = rows([[0.0, 0.25, 0.0, 0.75, 0.0]])
+    for u in (0.0, 0.2499999, 0.25, 0.9999999999999999):
+        tok = sample_categorical(row, rows([u])).item()
+        assert row[0, tok] > 0
+    grid = torch.arange(4000, dtype=torch.float64) / 4000
+    picks = sample_categorical(row.expand(4000, 5), grid)
+    assert (picks == 1).double().mean().item() == 0.25
+
+
+def test_assemble_pads_with_minus_one():
+    draft = torch.tensor([[5, 6, 7], [1, 2, -1]])
+    out = assemble(draft, torch.tensor([2, 0]), torch.tensor([9, 8]))
+    assert out.tolist() == [[5, 6, 9, -1], [8, -1, -1, -1]]
+
+
+def test_first_rejection_stops_even_if_later_tests_would_pass():
+    s = RejectionSampler()
+    ratios = rows([[1.0, 0.1, 1.0]])
+    u = rows([[0.5, 0.5, 0.0]])
+    assert s.count_accepted(ratios, u, torch.ones(1, 3, dtype=torch.bool)).item() == 1
+    # every acceptance pattern: count = length of the leading run of passes
+    for pattern in itertools.product((0, 1), repeat=3):
+        u = rows([[0.0 if bit else 0.99 for bit in pattern]])
+        lead = next((i for i, bit in enumerate(pattern) if not bit), 3)
+        assert s.count_accepted(rows([[0.5] * 3]), u, torch.ones(1, 3, dtype=torch.bool)).item() == lead

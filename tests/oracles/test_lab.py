@@ -1,0 +1,27 @@
+import pytest
+
+from specd.oracles.lab import VARIANTS
+from specd.oracles.report import OracleConfig, build_rig, run_lab
+
+
+@pytest.mark.parametrize(
+    "vocab,k,layout", [(2, 3, "replay_frontier"), (3, 2, "retained_frontier"), (2, 1, "replay_frontier")]
+)
+def test_every_known_wrong_variant_is_caught(vocab, k, layout):
+    results = run_lab(OracleConfig(vocab=vocab, k=k, layout=layout))
+    assert [r["variant"] for r in results] == [v.name for v in VARIANTS]
+    missed = [r["variant"] for r in results if not r["caught"]]
+    assert not missed
+    assert all(r["caught_by"] and r["detail"] for r in results)
+
+
+def test_variants_replace_exactly_one_component():
+    base = build_rig(OracleConfig(), lab=True)
+    for variant in VARIANTS:
+        broken = variant.build(base)
+        changed = [
+            name
+            for name in ("sampler_cls", "layout_factory", "proposer_cls", "transaction_cls")
+            if getattr(broken, name) is not getattr(base, name)
+        ]
+        assert len(changed) == 1, variant.name
