@@ -24,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.command("generate", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(generate.generate)
+app.command("generate")(generate.generate)
 app.command("verify-oracle")(verify_oracle.verify_oracle)
 app.command("sweep-k", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(sweep_k.sweep_k)
 app.add_typer(trace.app, name="trace")

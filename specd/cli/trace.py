@@ -1,17 +1,123 @@
-"""``specd trace`` (placeholder until the generate issue lands)."""
+"""``specd trace``: write acceptance logs (run), render them (show), summarize them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
-from specd.cli.common import not_available
+from specd.cli import generate as generate_cmd
+from specd.cli.common import print_json, stdout
+from specd.errors import UsageError
+from specd.traces.log import read_trace
+from specd.traces.summary import summarize, to_table
 
-app = typer.Typer(
-    help="Per-token acceptance logs and their summaries.", no_args_is_help=False, invoke_without_command=True
-)
+app = typer.Typer(help="Per-token acceptance logs and their summaries.", no_args_is_help=True)
+
+STYLES = {
+    "accepted": "bold green",
+    "rejected": "red strike",
+    "correction": "bold blue",
+    "bonus": "bold magenta",
+}
 
 
-@app.callback(invoke_without_command=True, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-def trace(ctx: typer.Context) -> None:
-    """Per-token acceptance logs and their summaries."""
-    not_available("trace", "acceptance logs are being built")
+def run(ctx: typer.Context, **values) -> None:
+    """Generate (same options as `specd generate`) and write the acceptance log to --out."""
+    values["json"] = values.pop("as_json")
+    generate_cmd.execute(ctx, values, trace_required=True)
+
+
+run.__signature__ = generate_cmd.trace_run_signature()
+app.command("run")(run)
+
+
+@app.command("show")
+def show(
+    path: str = typer.Argument(..., help="An acceptance log written by `trace run` or `generate --trace`."),
+    request: str | None = typer.Option(None, "--request", help="Only this request id."),
+    max_rounds: int | None = typer.Option(None, "--max-rounds", help="Show at most this many rounds per request."),
+) -> None:
+    """Text coloured by origin, one line per round (Leviathan et al., Figure 1)."""
+    header, requests, proposals, rounds = read_trace(path)
+    by_round: dict[str, list[dict]] = {}
+    for p in proposals:
+        by_round.setdefault(p["round_id"], []).append(p)
+    legend = Text("legend: ")
+    for name, style in STYLES.items():
+        legend.append(name, style=style)
+        legend.append("  ")
+    stdout.print(legend)
+    known = {r["request_id"] for r in requests}
+    if request is not None and request not in known:
+        raise UsageError(f"no request {request!r} in {path} (have: {', '.join(sorted(known))})")
+    for req in requests:
+        rid = req["request_id"]
+        if request is not None and rid != request:
+            continue
+        stdout.rule(escape(f"{rid}" + (f" [{req['tag']}]" if req.get("tag") else "")), style="dim")
+        stdout.print(Text(req.get("prompt", ""), style="dim"))
+        mine = [r for r in rounds if r["request_id"] == rid]
+        for rnd in mine[:max_rounds] if max_rounds else mine:
+            line = Text(f"{rnd['accepted']}/{rnd['k']} ", style="dim")
+            props = sorted(by_round.get(rnd["round_id"], []), key=lambda p: p["draft_index"])
+            emitted = rnd["emitted"]
+            for p in props:
+                text = p.get("draft_text", str(p["draft_token"]))
+                if p["accepted"] and p["draft_index"] <= len(emitted):
+                    line.append(text, style=STYLES["accepted"])
+                elif p["reached"]:
+                    line.append(text, style=STYLES["rejected"])
+            if rnd["terminal_kind"] in ("correction", "bonus"):
+                line.append(rnd.get("terminal_text", str(rnd["terminal_token"])), style=STYLES[rnd["terminal_kind"]])
+            stdout.print(line)
+
+
+@app.command("summarize")
+def summarize_cmd(
+    path: str = typer.Argument(..., help="An acceptance log."),
+    by: str | None = typer.Option(None, "--by", help="Group by a column: request_id (default), prompt, tag."),
+    out: str | None = typer.Option(None, "--out", help="Write the summary table as CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Pr(A = a), survival s_j, reach-conditioned alpha_j and mean accepted length."""
+    header, requests, proposals, rounds = read_trace(path)
+    summary = summarize(requests, proposals, rounds, by)
+    table = to_table(summary)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False)
+    if as_json:
+        print_json({"schema": "specd.trace-summary/v1", "trace": path, **summary})
+        return
+    groups = table["group"].tolist()
+    rich_table = Table(title=f"Acceptance summary by {summary['by']}", title_justify="left")
+    rich_table.add_column("")
+    for g in groups:
+        rich_table.add_column(str(g), justify="right")
+    for col in table.columns[1:]:
+        rich_table.add_row(_label(col), *[_fmt(v) for v in table[col].tolist()])
+    stdout.print(rich_table)
+    if out:
+        stdout.print(f"[dim]written to {out}[/]")
+
+
+def _label(col: str) -> str:
+    for prefix, label in (
+        ("pr_a_", "Pr(A = {})"),
+        ("survival_", "s_{} = Pr(A >= {})"),
+        ("alpha_", "alpha_{} (reached)"),
+    ):
+        if col.startswith(prefix):
+            n = col[len(prefix) :]
+            return label.format(n, n)
+    return col.replace("_", " ")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return "-" if value != value else f"{value:.3f}"
+    return str(value)

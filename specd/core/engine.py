@@ -180,6 +180,8 @@ class DecodeSession:
                 self.cache.commit(row.slot, len(row.tokens))
         for s in self.store.states():
             self.store.replace_unpublished(replace(s, cache_tokens=s.output[:-1]), s.generation)
+            if s.finished:
+                self.cache.release(s.slot)
         self.stats.prefill_time += time.perf_counter() - t
 
     def _materialize_frontiers(self, active: list[RequestState]) -> list[RequestState]:
@@ -245,6 +247,9 @@ class DecodeSession:
                 if new:
                     self.cache.commit(successor.slot, txn.kv_keep)
                     eng.proposer.settle(successor.slot, successor.output)
+                    if successor.finished:  # finished rows stop costing work
+                        self.cache.release(successor.slot)
+                        eng.proposer.release(successor.slot)
                 published.add(b)
                 commits.append(txn.record)
                 if on_publish is not None:
@@ -405,6 +410,17 @@ class DecodeSession:
                     finish_reason=txn.successor.finish_reason,
                 )
             )
+
+    def finish(self, request_id: str, reason: str) -> RequestState:
+        """End a request from outside the round rules (e.g. a stop string matched in its text)."""
+        s = self.store.get(request_id)
+        if s.finished:
+            return s
+        done = replace(s, finish_reason=reason, generation=s.generation + 1)
+        self.store.replace_unpublished(done, s.generation)
+        self.cache.release(s.slot)
+        self.engine.proposer.release(s.slot)
+        return done
 
     # -- whole run ----------------------------------------------------------------
     def run(self, on_publish: PublishCallback | None = None) -> RunResult:

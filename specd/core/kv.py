@@ -97,5 +97,8 @@ class KVCache:
         self._temporary[slot] = []
         self._after_commit(slot)
 
+    def release(self, slot: int) -> None:
+        """The request finished: physical caches may free its storage (identities stay)."""
+
     def _after_commit(self, slot: int) -> None:
         """Hook for physical caches: make storage match the ledger."""

@@ -42,6 +42,9 @@ class Proposer:
     def settle(self, slot: int, output: tuple[int, ...] | None) -> None:
         """Align proposer state with the published output (None: the round aborted)."""
 
+    def release(self, slot: int) -> None:
+        """The request finished: free its proposer state."""
+
 
 class NullProposer(Proposer):
     """Proposes nothing: with it the engine is the target-only baseline."""
@@ -133,6 +136,9 @@ class ModelProposer(Proposer):
                 out = self.model.step(self.cache, step_rows)
                 raw.update({b: logits[-1] for b, logits in zip(feed, out.logits)})
         return Proposal(tuple(tuple(d) for d in drafts), q, sampled)
+
+    def release(self, slot):
+        self.cache.release(slot)
 
     def settle(self, slot, output):
         if output is None:

@@ -1,0 +1,36 @@
+"""Rendering of run statistics (rich tables) and their JSON form."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from specd.core.stats import RunStats
+
+
+def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary") -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    for name in columns:
+        table.add_column(name, justify="right")
+
+    def row(label, fn):
+        table.add_row(label, *[fn(s) for s in columns.values()])
+
+    row("tokens generated", lambda s: str(s.emitted))
+    row("decode tokens/s", lambda s: f"{s.tokens_per_second:.1f}")
+    row("time per output token", lambda s: f"{1000 * s.decode_time / s.emitted:.1f} ms" if s.emitted else "-")
+    row("request rounds", lambda s: str(s.rounds))
+    row("mean accepted length", lambda s: f"{s.mean_accepted_length:.2f}")
+    row("acceptance by position", lambda s: " ".join(f"{a:.2f}" for a in s.acceptance_by_position.values()) or "-")
+    row("draft / verify / state", lambda s: _split(s))
+    row("prefill", lambda s: f"{s.prefill_time:.2f} s")
+    row("target / draft forwards", lambda s: f"{s.target_forwards} / {s.draft_forwards}")
+    row("K/V rows temp / committed", lambda s: f"{s.kv_temporary_rows} / {s.kv_committed_rows}")
+    return table
+
+
+def _split(s: RunStats) -> str:
+    total = s.decode_time
+    if total <= 0:
+        return "-"
+    return f"{100 * s.draft_time / total:.0f}% / {100 * s.verify_time / total:.0f}% / {100 * s.state_time / total:.0f}%"

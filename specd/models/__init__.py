@@ -1,0 +1,1 @@
+"""Model families behind the core's CausalLM protocol (Hugging Face causal LMs)."""

@@ -1,0 +1,171 @@
+"""A Hugging Face causal LM behind the core's CausalLM protocol.
+
+Physical layout: one transformers cache for the whole batch, rows = requests.
+Every step appends the same number of physical positions to every live row
+(rows with fewer inputs are padded at the end); the ledger records which
+physical positions hold committed rows. Rejected rows and padding become
+*holes*: masked out of attention and never read. Positions are logical
+(explicit ``position_ids``), so RoPE sees each row's true positions whatever
+its physical layout (0x04C, 0x04E). Holes at the tail are cropped before each
+step, and a row-wise gather compacts the cache when holes pile up.
+Finished requests are released: their rows leave the batch and stop costing work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+import torch
+
+from specd.core.kv import KVCache, KVRows
+from specd.core.model import RowInput, StepOutput
+from specd.models import cache_compat
+
+COMPACT_MIN_POSITIONS = 64  # below this, holes cost less than a gather
+
+
+class HFCache(KVCache):
+    def __init__(self, slots: int, device: torch.device, config=None):
+        super().__init__(slots)
+        self.device = device
+        self.config = config
+        self.dyn = None
+        self.rows: list[int] = list(range(slots))  # physical batch row -> slot
+        self.valid = torch.zeros(slots, 0, dtype=torch.bool, device=device)
+        self.temp_cols: dict[int, list[int]] = {}
+        self.compactions = 0
+
+    def row_of(self, slot: int) -> int:
+        return self.rows.index(slot)
+
+    def commit(self, slot: int, keep: int) -> None:
+        cols = self.temp_cols.pop(slot, [])
+        if slot in self.rows and len(cols) > keep:
+            self.valid[self.row_of(slot), cols[keep:]] = False
+        super().commit(slot, keep)
+
+    def reset(self, slot: int) -> None:
+        if slot in self.rows:
+            self.valid[self.row_of(slot)] = False
+        self.temp_cols.pop(slot, None)
+        super().reset(slot)
+
+    def release(self, slot: int) -> None:
+        """The request finished: drop its physical row (its identity ledger stays for audit)."""
+        if slot not in self.rows:
+            return
+        keep = [i for i, s in enumerate(self.rows) if s != slot]
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        if self.dyn is not None and keep:
+            cache_compat.select_batch(self.dyn, idx)
+        self.valid = self.valid.index_select(0, idx)
+        self.rows = [self.rows[i] for i in keep]
+        self.temp_cols.pop(slot, None)
+        if not self.rows:
+            self.dyn = None
+            self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)
+
+    def committed_kv(self, slot: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys, values) float[kv_heads, n, head_dim] of the slot's committed rows, in order."""
+        row = self.row_of(slot)
+        cols = self.valid[row].nonzero().squeeze(1)
+        committed = len(self.committed(slot))
+        if cols.numel() != committed + len(self.temp_cols.get(slot, [])):
+            raise AssertionError("valid mask and ledger disagree")
+        cols = cols[:committed]
+        return [(k[row][:, cols], v[row][:, cols]) for k, v in cache_compat.get_kv(self.dyn)]
+
+    def tidy(self) -> None:
+        """Crop all-hole tail positions; gather-compact when holes exceed a third of the cache."""
+        if self.dyn is None or self.valid.shape[1] == 0 or any(self.temp_cols.values()):
+            return
+        used = self.valid.any(dim=0).nonzero()
+        length = int(used.max().item()) + 1 if used.numel() else 0
+        if length < self.valid.shape[1]:
+            cache_compat.truncate(self.dyn, length)
+            self.valid = self.valid[:, :length]
+        counts = self.valid.sum(dim=1)
+        longest = int(counts.max().item()) if counts.numel() else 0
+        if length >= COMPACT_MIN_POSITIONS and 3 * (length - longest) > length:
+            # Left-align each row's valid positions (order kept); the rest is masked padding.
+            order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :longest]
+            cache_compat.gather_positions(self.dyn, order)
+            self.valid = torch.arange(longest, device=self.device).unsqueeze(0) < counts.unsqueeze(1)
+            self.compactions += 1
+
+
+class HFCausalLM:
+    """model: a transformers causal LM already on its device and dtype."""
+
+    def __init__(self, model, name: str, width: int | None = None, pad_id: int = 0):
+        self.model = model
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        full_width = (
+            model.get_output_embeddings().weight.shape[0]
+            if model.get_output_embeddings() is not None
+            else model.config.vocab_size
+        )
+        self.logit_width = full_width
+        self.vocab_size = width if width is not None else full_width
+        self.pad_id = pad_id
+        cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
+        self.config_digest = hashlib.sha256(cfg.encode()).hexdigest()[:12]
+        self.identity = (
+            f"hf:{name}:{str(self.dtype).removeprefix('torch.')}:{self.device.type}:cfg={self.config_digest}"
+        )
+        self.forward_calls = 0
+        self._cache_kw = cache_compat.cache_argument(model)
+
+    def new_cache(self, slots: int) -> HFCache:
+        return HFCache(slots, self.device, self.model.config)
+
+    @torch.no_grad()
+    def step(self, cache: HFCache, rows: Sequence[RowInput]) -> StepOutput:
+        self.forward_calls += 1
+        cache.tidy()
+        by_slot = {r.slot: r for r in rows}
+        missing = [r.slot for r in rows if r.slot not in cache.rows]
+        if missing:
+            raise ValueError(f"slots {missing} were released")
+        batch = len(cache.rows)
+        n_new = max(len(r.tokens) for r in rows)
+        ids = torch.full((batch, n_new), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((batch, n_new), dtype=torch.long)
+        real = torch.zeros((batch, n_new), dtype=torch.bool)
+        for b, slot in enumerate(cache.rows):
+            row = by_slot.get(slot)
+            n = len(row.tokens) if row else 0
+            start = row.positions[0] if row else cache.length(slot)
+            if n:
+                ids[b, :n] = torch.tensor(row.tokens)
+                pos[b, :n] = torch.tensor(row.positions)
+                real[b, :n] = True
+            pos[b, n:] = torch.arange(start + n, start + n_new)  # padding: masked for later steps
+        if cache.dyn is None:
+            cache.dyn = cache_compat.new_dynamic_cache(self.model.config)
+        # Padding is visible to its own queries in this call only (no fully masked row, no NaN),
+        # and is a hole afterwards.
+        mask = torch.cat([cache.valid, torch.ones(batch, n_new, dtype=torch.bool, device=cache.device)], dim=1)
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(torch.long),
+            position_ids=pos.to(self.device),
+            use_cache=True,
+            **{self._cache_kw: cache.dyn},
+        )  # the dynamic cache is updated in place
+        start_col = cache.valid.shape[1]
+        cache.valid = torch.cat([cache.valid, real.to(cache.device)], dim=1)
+        logits, kv = [], []
+        for r in rows:
+            b = cache.row_of(r.slot)
+            n = len(r.tokens)
+            cache.temp_cols.setdefault(r.slot, []).extend(range(start_col, start_col + n))
+            rows_kv = KVRows(r.slot, r.tokens, r.positions)
+            cache.stage(rows_kv)
+            logits.append(out.logits[b, :n, : self.vocab_size].float())
+            kv.append(rows_kv)
+        return StepOutput(logits, kv)

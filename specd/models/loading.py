@@ -1,0 +1,118 @@
+"""Loading Hugging Face models and tokenizers, with every failure as one typed error."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specd.errors import SpecdError, UsageError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(SpecdError):
+    exit_code = 2
+    code = "model_load"
+
+
+class OutOfMemory(SpecdError):
+    exit_code = 1
+    code = "out_of_memory"
+
+
+def resolve_device(name: str) -> torch.device:
+    name = (name or "auto").lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name} was asked for, but this machine has no CUDA device (try --device cpu)")
+        return torch.device(name)
+    if name == "cpu":
+        return torch.device("cpu")
+    raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+
+
+@dataclass
+class Loaded:
+    model: torch.nn.Module
+    tokenizer: object | None
+    name: str  # what the user named (path, hub id, gguf file)
+    source: str  # "folder" | "hub" | "gguf"
+
+
+def _oom(err: BaseException) -> bool:
+    return (
+        isinstance(err, MemoryError) or "out of memory" in str(err).lower() or type(err).__name__ == "OutOfMemoryError"
+    )
+
+
+def load(
+    spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.device, need_tokenizer: bool = True
+) -> Loaded:
+    """A model by local folder, hub id (local cache only when offline) or GGUF file."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    kwargs: dict = {}
+    if gguf:
+        path = Path(gguf)
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {gguf}")
+        for package in ("gguf", "accelerate"):
+            if importlib.util.find_spec(package) is None:
+                raise ModelLoadError(f"loading a GGUF file needs the '{package}' package: pip install 'specd[gguf]'")
+        where, kwargs["gguf_file"], source, name = str(path.parent), path.name, "gguf", str(path)
+    else:
+        if not spec:
+            raise UsageError("no model given")
+        where, name = spec, spec
+        source = "folder" if os.path.isdir(spec) else "hub"
+        if source == "hub" and (spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") > 1):
+            raise ModelLoadError(f"model folder not found: {spec}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+        model.to(device)
+        model.eval()
+    except Exception as err:  # noqa: BLE001 - every failure becomes one line
+        if _oom(err):
+            raise OutOfMemory(
+                f"out of memory loading {name} on {device}: try --dtype bfloat16 or float16, "
+                "--device cpu, or a smaller model"
+            ) from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        hint = " (no network here: a hub id must already be in the local Hugging Face cache)" if source == "hub" else ""
+        raise ModelLoadError(f"cannot load model {name!r}: {first}{hint}") from None
+    tokenizer = None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+    except Exception as err:  # noqa: BLE001
+        if need_tokenizer:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ModelLoadError(f"cannot load the tokenizer of {name!r}: {first}") from None
+    return Loaded(model, tokenizer, name, source)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 over every parameter's name, shape, dtype and bytes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for pname, p in sorted(model.state_dict().items()):
+        h.update(f"{pname}:{tuple(p.shape)}:{p.dtype}".encode())
+        t = p.detach().to("cpu").contiguous()
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes())
+    return h.hexdigest()

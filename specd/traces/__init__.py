@@ -1,0 +1,1 @@
+"""Acceptance logs: the versioned JSONL schema, writing, reading and summaries."""

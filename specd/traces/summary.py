@@ -1,0 +1,106 @@
+"""Summaries of an acceptance log (pandas), per 0x05A.
+
+- Pr(A = a), a = 0..K: share of full-K rounds (not clamped by the token budget)
+  with exactly a accepted drafts;
+- survival s_j = Pr(A >= j);
+- alpha_j, reach-conditioned: accepted at j / proposals at j that were *reached*
+  (every earlier draft accepted) - never averaged over unreachable suffixes;
+- mean accepted length: emitted tokens per round, counting the correction/bonus.
+
+Rounds with k = 0 (target-only) carry no proposal and are left out of the
+acceptance figures.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+SUMMARY_COLUMNS = ["group", "rounds", "k_max", "mean_accepted_length", "mean_accepted_drafts"]
+
+
+def frames(requests: list[dict], proposals: list[dict], rounds: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    req = pd.DataFrame(requests) if requests else pd.DataFrame(columns=["request_id", "prompt", "tag"])
+    props = pd.DataFrame(proposals)
+    rnds = pd.DataFrame(rounds)
+    extra = [c for c in ("prompt", "tag") if c in req.columns]
+    if not rnds.empty and extra:
+        rnds = rnds.merge(req[["request_id", *extra]], on="request_id", how="left")
+    if not props.empty and extra:
+        props = props.merge(req[["request_id", *extra]], on="request_id", how="left")
+    return props, rnds
+
+
+def summarize_group(props: pd.DataFrame, rnds: pd.DataFrame) -> dict:
+    spec = rnds[rnds["k"] > 0] if not rnds.empty else rnds
+    if spec.empty:
+        return {
+            "rounds": 0,
+            "rounds_full_k": 0,
+            "k_max": 0,
+            "mean_accepted_length": None,
+            "mean_accepted_drafts": None,
+            "pr_a": {},
+            "survival": {},
+            "alpha": {},
+        }
+    k_max = int(spec["k"].max())
+    full = spec[spec["k"] == k_max]  # rounds clamped by the budget cannot reach A = k_max
+    n = len(full)
+    accepted = full["accepted"]
+    pr_a = {a: float((accepted == a).sum() / n) for a in range(k_max + 1)}
+    survival = {j: float((accepted >= j).sum() / n) for j in range(1, k_max + 1)}
+    alpha = {}
+    if not props.empty:
+        reached = props[props["reached"]]
+        for j in range(1, k_max + 1):
+            at = reached[reached["draft_index"] == j]
+            alpha[j] = float(at["accepted"].mean()) if len(at) else None
+    emitted = spec["emitted"].map(len)
+    return {
+        "rounds": len(spec),
+        "rounds_full_k": n,
+        "k_max": k_max,
+        "mean_accepted_length": float(emitted.mean()),
+        "mean_accepted_drafts": float(spec["accepted"].mean()),
+        "pr_a": pr_a,
+        "survival": survival,
+        "alpha": alpha,
+    }
+
+
+def summarize(requests: list[dict], proposals: list[dict], rounds: list[dict], by: str | None = None) -> dict:
+    """-> {"overall": {...}, "groups": {value: {...}}} grouped by ``by`` (default request_id)."""
+    props, rnds = frames(requests, proposals, rounds)
+    key = by or "request_id"
+    if not rnds.empty and key not in rnds.columns:
+        from specd.errors import UsageError
+
+        raise UsageError(f"--by {key!r}: no such column (have: {', '.join(sorted(rnds.columns))})")
+    groups = {}
+    if not rnds.empty:
+        for value, g in rnds.groupby(key, dropna=False, sort=True):
+            p = props[props[key] == value] if not props.empty else props
+            groups[str(value)] = summarize_group(p, g)
+    return {"by": key, "overall": summarize_group(props, rnds), "groups": groups}
+
+
+def to_table(summary: dict) -> pd.DataFrame:
+    """One row per group (plus 'overall'): the CSV layout of ``trace summarize --out``."""
+    rows = []
+    for name, s in [("overall", summary["overall"]), *summary["groups"].items()]:
+        row = {
+            "group": name,
+            "rounds": s["rounds"],
+            "rounds_full_k": s["rounds_full_k"],
+            "k_max": s["k_max"],
+            "mean_accepted_length": s["mean_accepted_length"],
+            "mean_accepted_drafts": s.get("mean_accepted_drafts"),
+        }
+        for a, v in s["pr_a"].items():
+            row[f"pr_a_{a}"] = v
+        for j, v in s["survival"].items():
+            row[f"survival_{j}"] = v
+        for j, v in s["alpha"].items():
+            row[f"alpha_{j}"] = v
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,216 @@
+"""``specd generate`` and ``specd trace`` end to end on tiny models saved by the tests' helper."""
+
+import json
+
+import pytest
+
+from specd.cli.main import main
+from tests.hf_helpers import save_tiny_pair
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    target, draft = save_tiny_pair(tmp_path_factory.mktemp("tiny"), noise=0.15)
+    return str(target), str(draft)
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    out = capsys.readouterr()
+    return exit_.value.code, out.out, out.err
+
+
+def test_generate_streams_text_and_prints_the_summary(models, capsys):
+    code, out, err = run(
+        ["generate", "--target", models[0], "--draft", models[1], "-p", "the quick brown", "--max-new-tokens", "12"],
+        capsys,
+    )
+    assert code == 0
+    assert "mean accepted length" in out and "draft / verify / state" in out and "K/V rows" in out
+
+
+def test_generate_json_compare_is_exact_for_greedy(models, capsys):
+    code, out, _ = run(
+        [
+            "generate",
+            "--target",
+            models[0],
+            "--draft",
+            models[1],
+            "-p",
+            "hello world",
+            "-p",
+            "def add(a, b):",
+            "--max-new-tokens",
+            "16",
+            "-k",
+            "3",
+            "--compare",
+            "--json",
+        ],
+        capsys,
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "specd.generate/v1" and doc["mode"] == "compare"
+    assert doc["identical_outputs"] is True and doc["speedup"] > 0
+    spec = doc["stats"]["speculative"]
+    assert spec["emitted_tokens"] == 32 and spec["mean_accepted_length"] >= 1
+    assert len(doc["manifest"]["target"]["weights_sha256"]) == 64
+    assert [r["finish_reason"] for r in doc["results"]] == ["length", "length"]
+
+
+def test_config_file_and_flag_override(models, tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"target: {models[0]}\ndraft: {models[1]}\nmax_new_tokens: 5\nk: 2\nprompt: hello world\n")
+    code, out, _ = run(["generate", "--config", str(cfg), "--max-new-tokens", "7", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and len(doc["results"][0]["tokens"]) == 7 and doc["manifest"]["k"] == 2
+
+
+def test_prompts_file_with_tags_trace_show_and_summarize(models, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "the quick brown", "tag": "story"}\n{"prompt": "def add(a, b):", "tag": "code"}\n')
+    log = tmp_path / "log.jsonl"
+    code, _, _ = run(
+        [
+            "trace",
+            "run",
+            "--target",
+            models[0],
+            "--draft",
+            models[1],
+            "--prompts-file",
+            str(prompts),
+            "--max-new-tokens",
+            "10",
+            "--temperature",
+            "0.8",
+            "--seed",
+            "3",
+            "--out",
+            str(log),
+        ],
+        capsys,
+    )
+    assert code == 0
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    header = lines[0]
+    assert header["schema"] == "specd.trace/v1"
+    for key in (
+        "target",
+        "draft",
+        "dtype",
+        "device",
+        "torch",
+        "transformers",
+        "target_policy",
+        "draft_policy",
+        "layout",
+        "k",
+        "seed",
+    ):
+        assert key in header["manifest"]
+    kinds = {line["type"] for line in lines}
+    assert kinds == {"header", "request", "proposal", "round"}
+    rounds = [line for line in lines if line["type"] == "round"]
+    assert sum(len(r["emitted"]) for r in rounds) == 20
+    code, out, _ = run(["trace", "show", str(log)], capsys)
+    assert code == 0 and "legend" in out and "story" in out
+    csv = tmp_path / "s.csv"
+    code, out, _ = run(["trace", "summarize", str(log), "--by", "tag", "--out", str(csv), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and set(doc["groups"]) == {"story", "code"} and csv.read_text().startswith("group,")
+
+
+def test_stop_string_truncates_text(models, capsys):
+    code, out, _ = run(
+        [
+            "generate",
+            "--target",
+            models[0],
+            "--draft",
+            models[1],
+            "-p",
+            "hello world",
+            "--max-new-tokens",
+            "30",
+            "--json",
+        ],
+        capsys,
+    )
+    text = json.loads(out)["results"][0]["text"]
+    assert len(text) > 3
+    stop = text[2:4]
+    code, out, _ = run(
+        [
+            "generate",
+            "--target",
+            models[0],
+            "--draft",
+            models[1],
+            "-p",
+            "hello world",
+            "--max-new-tokens",
+            "30",
+            "--stop",
+            stop,
+            "--json",
+        ],
+        capsys,
+    )
+    result = json.loads(out)["results"][0]
+    assert stop not in result["text"] and text.startswith(result["text"]) and result["finish_reason"] == "stop_string"
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--target", "/no/such/folder"], "model folder not found"),
+        (["--target-gguf", "/no/such.gguf"], "GGUF file not found"),
+        (["-k", "0"], "-k must be >= 1"),
+        (["--temperature", "-0.5"], "--temperature must be >= 0"),
+        (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+        (["--top-p", "0"], "--top-p must be in (0, 1]"),
+        (["--device", "cuda"], "CUDA"),
+        (["--dtype", "int3"], "unknown dtype"),
+        (["--layout", "diagonal"], "unknown layout"),
+        (["--prompts-file", "NOTJSONL"], "not JSONL"),
+        (["--config", "MISSING.yaml"], "config file not found"),
+    ],
+)
+def test_bad_input_is_one_line(models, tmp_path, capsys, extra, message):
+    if "NOTJSONL" in extra:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("this is not json\n")
+        extra = ["--prompts-file", str(bad)]
+    if extra[:2] == ["--device", "cuda"]:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    args = ["generate", "--target", models[0], "--draft", models[1], "-p", "hi", *extra]
+    if "--target" in extra[:1] or "--target-gguf" in extra[:1]:
+        args = ["generate", "--draft", models[1], "-p", "hi", *extra]
+    code, out, err = run(args, capsys)
+    assert code == 2, err
+    assert err.startswith("specd: error: ") and err.strip().count("\n") == 0 and message in err
+
+
+def test_empty_prompt_and_tokenizer_mismatch(models, tmp_path, capsys):
+    code, _, err = run(["generate", "--target", models[0], "--draft", models[1], "-p", "  "], capsys)
+    assert code == 2 and "empty prompt" in err
+    from tests.hf_helpers import tiny_llama
+
+    other = tmp_path / "other"
+    model = tiny_llama(500, seed=5)
+    model.save_pretrained(other)
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tkm
+    from transformers import PreTrainedTokenizerFast
+
+    wl = Tokenizer(tkm.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    wl.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=wl, unk_token="[UNK]").save_pretrained(other)
+    code, _, err = run(["generate", "--target", models[0], "--draft", str(other), "-p", "hello"], capsys)
+    assert code == 2 and "tokenizers differ" in err

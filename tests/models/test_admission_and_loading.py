@@ -1,0 +1,70 @@
+import pytest
+import torch
+
+from specd.core.processors import SamplingPolicy
+from specd.errors import UsageError
+from specd.models.admission import TokenizerMismatch, admit
+from specd.models.loading import ModelLoadError, load, resolve_device, resolve_dtype
+from tests.hf_helpers import tiny_tokenizer
+
+
+class FakeTok:
+    def __init__(self, vocab, eos=1):
+        self._v, self.eos_token_id, self.bos_token_id = vocab, eos, None
+
+    def get_vocab(self):
+        return dict(self._v)
+
+    def __len__(self):
+        return len(self._v)
+
+
+def test_same_tokenizer_is_admitted_and_padded_columns_are_masked():
+    tok = tiny_tokenizer()
+    space = admit(tok, tok, len(tok) + 20, len(tok) + 36)
+    assert space.real_vocab == len(tok) and space.width == len(tok) + 20
+    policy = SamplingPolicy.build(temperature=1.0, real_vocab=space.real_vocab)
+    probs = policy.probabilities(torch.zeros(1, space.width), [policy.initial_state([])])
+    assert probs[0, space.real_vocab :].sum() == 0 and abs(probs.sum().item() - 1) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "draft,message",
+    [
+        (FakeTok({"a": 0, "b": 1, "c": 2}), "2 vs 3 tokens"),
+        (FakeTok({"a": 1, "b": 0}), "token 'a' is id 0 in the target and id 1 in the draft"),
+        (FakeTok({"a": 0, "z": 1}), "missing from the draft"),
+        (FakeTok({"a": 0, "b": 1}, eos=0), "eos_token_id"),
+    ],
+)
+def test_mismatched_event_spaces_are_refused(draft, message):
+    with pytest.raises(TokenizerMismatch, match=message):
+        admit(FakeTok({"a": 0, "b": 1}), draft, 2, 2)
+
+
+def test_logit_rows_narrower_than_the_tokenizer_are_refused():
+    tok = FakeTok({"a": 0, "b": 1, "c": 2})
+    with pytest.raises(TokenizerMismatch, match="could never be scored"):
+        admit(tok, tok, 3, 2)
+
+
+def test_device_and_dtype_resolution():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="no CUDA"):
+            resolve_device("cuda")
+    with pytest.raises(UsageError):
+        resolve_device("tpu")
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(UsageError):
+        resolve_dtype("int4")
+
+
+def test_loading_failures_are_one_typed_line(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        load(None, str(tmp_path / "missing.gguf"), torch.float32, torch.device("cpu"))
+    with pytest.raises(ModelLoadError, match="cannot load model"):
+        load(str(tmp_path), None, torch.float32, torch.device("cpu"))  # an empty folder
+    with pytest.raises(ModelLoadError):
+        load("no-such-org/no-such-model", None, torch.float32, torch.device("cpu"))

@@ -1,0 +1,88 @@
+import random
+
+import pytest
+
+from specd.traces.log import BadTrace, read_trace, write_trace
+from specd.traces.summary import summarize, to_table
+
+
+def synthetic_log(alphas, rounds=20000, seed=0):
+    """Rounds whose draft j is accepted with probability alphas[j-1] given it was reached."""
+    rng = random.Random(seed)
+    k = len(alphas)
+    proposals, rnds = [], []
+    for r in range(rounds):
+        a = 0
+        while a < k and rng.random() < alphas[a]:
+            a += 1
+        rid = f"req{r % 3}"
+        for j in range(1, k + 1):
+            proposals.append(
+                {
+                    "request_id": rid,
+                    "round_id": f"{rid}/{r}",
+                    "draft_index": j,
+                    "reached": j <= a + 1,
+                    "accepted": j <= a,
+                }
+            )
+        rnds.append(
+            {
+                "request_id": rid,
+                "round_id": f"{rid}/{r}",
+                "k": k,
+                "accepted": a,
+                "emitted": [0] * (a + 1),
+                "terminal_kind": "bonus" if a == k else "correction",
+            }
+        )
+    requests = [{"request_id": f"req{i}", "prompt": f"p{i}", "tag": "even" if i % 2 == 0 else "odd"} for i in range(3)]
+    return requests, proposals, rnds
+
+
+def test_reach_conditioned_rates_are_recovered():
+    alphas = [0.9, 0.5, 0.8, 0.3]
+    s = summarize(*synthetic_log(alphas))["overall"]
+    for j, a in enumerate(alphas, 1):
+        assert s["alpha"][j] == pytest.approx(a, abs=0.02)
+    survival = 1.0
+    for j, a in enumerate(alphas, 1):
+        survival *= a
+        assert s["survival"][j] == pytest.approx(survival, abs=0.02)
+    assert sum(s["pr_a"].values()) == pytest.approx(1.0)
+    assert s["mean_accepted_length"] == pytest.approx(1 + sum(s["survival"].values()))
+    # the naive per-proposal rate (over unreachable suffixes) is a different, smaller number
+    requests, proposals, rounds = synthetic_log(alphas)
+    naive = sum(p["accepted"] for p in proposals if p["draft_index"] == 3) / (len(proposals) / 4)
+    assert naive < s["alpha"][3] - 0.2
+
+
+def test_grouping_by_a_column_and_table_columns():
+    summary = summarize(*synthetic_log([0.5, 0.5], rounds=300), by="tag")
+    assert set(summary["groups"]) == {"even", "odd"}
+    table = to_table(summary)
+    assert list(table.columns)[:6] == [
+        "group",
+        "rounds",
+        "rounds_full_k",
+        "k_max",
+        "mean_accepted_length",
+        "mean_accepted_drafts",
+    ]
+    assert {"pr_a_0", "survival_1", "alpha_2"} <= set(table.columns)
+
+
+def test_log_round_trip_and_refusals(tmp_path):
+    path = tmp_path / "log.jsonl"
+    write_trace(path, {"k": 2}, [{"request_id": "a"}], [], [])
+    header, requests, proposals, rounds = read_trace(path)
+    assert header["schema"] == "specd.trace/v1" and requests == [{"type": "request", "request_id": "a"}]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "round"}\n')
+    with pytest.raises(BadTrace, match="not a specd trace"):
+        read_trace(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(BadTrace):
+        read_trace(bad)
+    with pytest.raises(BadTrace, match="not found"):
+        read_trace(tmp_path / "missing.jsonl")
