@@ -25,8 +25,12 @@ def generate(
     prompts_file: str | None = typer.Option(
         None, "--prompts-file", help='JSONL: {"prompt": ..., "id"?, "tag"?} per line.'
     ),
-    target: str | None = typer.Option(None, "--target", help="Target model: local folder or hub id (offline cache)."),
-    draft: str | None = typer.Option(None, "--draft", help="Draft model: local folder or hub id."),
+    target: str | None = typer.Option(
+        None, "--target", help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct."
+    ),
+    draft: str | None = typer.Option(
+        None, "--draft", help="Draft: folder/hub id, self:bf16, self:fp16, self:layers=N or ngram:N (default self:bf16)."
+    ),
     target_gguf: str | None = typer.Option(None, "--target-gguf", help="Target from a GGUF file (dequantized)."),
     draft_gguf: str | None = typer.Option(None, "--draft-gguf", help="Draft from a GGUF file (dequantized)."),
     k: int = typer.Option(4, "-k", "--k", help="Drafts per round K (>= 1)."),
@@ -45,7 +49,9 @@ def generate(
     backend: str = typer.Option("max_shift", "--backend", help="Softmax backend: max_shift or online."),
     device: str = typer.Option("auto", "--device", help="auto (cuda when present), cpu, cuda, cuda:N."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16."),
-    chat: bool = typer.Option(False, "--chat", help="Wrap each prompt in the tokenizer's chat template."),
+    chat: bool | None = typer.Option(
+        None, "--chat/--no-chat", help="Wrap prompts in the chat template (default: on for the embedded model)."
+    ),
     stop: list[str] | None = typer.Option(None, "--stop", help="Stop string (repeatable)."),
     config: str | None = typer.Option(None, "--config", help="YAML file with these options; flags override it."),
     trace: str | None = typer.Option(None, "--trace", help="Write the acceptance log (JSONL) here."),
@@ -71,9 +77,10 @@ def execute(ctx: typer.Context, values: dict, trace_required: bool = False) -> N
     if trace and baseline:
         raise UsageError("--trace needs speculative decoding (drop --baseline)")
     options.validate(need_draft=not baseline)
-    if not as_json and stderr.is_terminal:
-        stderr.print(f"[dim]loading {options.target or options.target_gguf} ...[/]")
-    pipe = Pipeline.build(options, need_draft=not baseline)
+    if not as_json and stderr.is_terminal and not options.uses_default_model:
+        stderr.print(f"[dim]loading {escape(options.target or options.target_gguf)} ...[/]")
+    with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else _null():
+        pipe = Pipeline.build(options, need_draft=not baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]"))
     stream = len(items) == 1 and not as_json and not compare
     runs: dict[str, GenerationRun] = {}
     if compare:
@@ -105,6 +112,14 @@ def execute(ctx: typer.Context, values: dict, trace_required: bool = False) -> N
         )
     if trace:
         stderr.print(f"[dim]acceptance log written to {escape(trace)}[/]")
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _run(pipe: Pipeline, items, baseline: bool, record: bool, quiet: bool, stream: bool = False) -> GenerationRun:

@@ -226,6 +226,7 @@ class DecodeSession:
             t = time.perf_counter()
             proposal = eng.proposer.propose(active, ks, cfg.backend, cfg.prob_dtype)
             t_draft = time.perf_counter() - t
+            ks = [len(d) for d in proposal.drafts]  # a proposer may offer fewer drafts than asked
 
             t = time.perf_counter()
             verified = self.verify(active, proposal.drafts, ks)
@@ -336,7 +337,7 @@ class DecodeSession:
             tokens, accepted = greedy_verify(argmax, draft, k_lens)
             terminal = tokens.gather(1, accepted.unsqueeze(1)).squeeze(1)
             p_draft = (draft == argmax[:, :k_max]).to(cfg.prob_dtype)
-            q_draft = token_probabilities(proposal.q, draft)
+            q_draft = token_probabilities(proposal.q[:, :k_max], draft)
             is_bonus = accepted >= k_lens
             outcomes = [
                 Outcome(int(a), int(t), bool(bn), False)
@@ -351,7 +352,7 @@ class DecodeSession:
             if k:
                 accept_u[b, :k] = torch.tensor(s.rng.peek("acceptance", k), dtype=torch.float64)
             terminal_u[b] = s.rng.peek("terminal", 1)[0]
-        decision = eng.sampler.decide(p, proposal.q.to(p.dtype), draft, k_lens, accept_u)
+        decision = eng.sampler.decide(p, proposal.q[:, :k_max].to(p.dtype), draft, k_lens, accept_u)
         terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
         outcomes = [
             Outcome(int(a), int(t), bool(bn), True)

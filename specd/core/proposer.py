@@ -32,6 +32,9 @@ class Proposer:
     identity = "proposer"
     policy = SamplingPolicy()
     forward_calls = 0
+    # True when the proposal is a function of the published output alone (no draws):
+    # the oracle then enumerates one path with mass 1.
+    deterministic = False
 
     def open(self, slots: int) -> None:
         pass
@@ -148,3 +151,45 @@ class ModelProposer(Proposer):
         # Never cache the frontier: the next proposal must start with a real input row.
         keep = min(common_prefix(self.cache.temporary(slot), output[committed:]), len(output) - 1 - committed)
         self.cache.commit(slot, max(keep, 0))
+
+
+class NgramProposer(Proposer):
+    """Prompt lookup: the draft is what followed the most recent earlier occurrence
+    of the output's last n tokens (n = N down to 1), up to k tokens.
+
+    The proposal is a function of the published prefix, so q_i is the point mass
+    on d_i: acceptance is p_i(d_i), and the correction normalize([p_i - q_i]_+) is
+    p_i with d_i removed, renormalized. A row with no match proposes nothing and
+    the round is an ordinary target step.
+    """
+
+    deterministic = True
+
+    def __init__(self, n: int, vocab_size: int):
+        if n < 1:
+            from specd.errors import UsageError
+
+            raise UsageError(f"ngram:N needs N >= 1, got {n}")
+        self.n = n
+        self.vocab_size = vocab_size
+        self.identity = f"ngram:{n}"
+        self.policy = SamplingPolicy(greedy=True)
+
+    def lookup(self, seq: tuple[int, ...], k: int) -> tuple[int, ...]:
+        for size in range(min(self.n, len(seq) - 1), 0, -1):
+            tail = seq[-size:]
+            for start in range(len(seq) - size - 1, -1, -1):  # most recent earlier occurrence first
+                if seq[start : start + size] == tail:
+                    follow = seq[start + size : start + size + k]
+                    if follow:
+                        return follow
+        return ()
+
+    def propose(self, states, ks, backend, dtype):
+        drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))
+        k_max = max((len(d) for d in drafts), default=0)
+        q = torch.zeros(len(states), k_max, self.vocab_size, dtype=dtype)
+        for b, d in enumerate(drafts):
+            if d:
+                q[b, torch.arange(len(d)), torch.tensor(d)] = 1.0
+        return Proposal(drafts, q, False)

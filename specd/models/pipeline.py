@@ -3,6 +3,7 @@ build policies, encode prompts, run (speculative or target-only), decode."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -16,10 +17,12 @@ from specd.core.engine import EngineConfig, RunResult, SpeculativeEngine
 from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import ModelProposer
+from specd.core.proposer import Proposer
 from specd.core.state import Request, RequestState
 from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
+from specd.models.drafts import build_proposer, parse_draft
+from specd.models.embedded import MODEL_NAME, ensure_default_model
 from specd.models.hf import HFCausalLM
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
 
@@ -44,7 +47,7 @@ class GenerateOptions:
     backend: str = "max_shift"
     device: str = "auto"
     dtype: str = "float32"
-    chat: bool = False
+    chat: bool | None = None  # None: on for the embedded instruct default, off otherwise
     stop: tuple[str, ...] = ()
 
     def validate(self, need_draft: bool) -> None:
@@ -65,10 +68,21 @@ class GenerateOptions:
             raise UsageError(f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if not (self.target or self.target_gguf):
-            raise UsageError("no target model: give --target PATH_OR_ID or --target-gguf FILE")
-        if need_draft and not (self.draft or self.draft_gguf):
-            raise UsageError("no draft model: give --draft PATH_OR_ID or --draft-gguf FILE (or use --baseline)")
+        if self.target and self.target_gguf:
+            raise UsageError("give --target or --target-gguf, not both")
+        if need_draft and not (self.draft or self.draft_gguf) and (self.target or self.target_gguf):
+            raise UsageError(
+                "no draft: give --draft PATH_OR_ID, self:bf16, self:fp16, self:layers=N or ngram:N, "
+                "or --draft-gguf FILE (or use --baseline)"
+            )
+        parse_draft(self.draft)
+
+    @property
+    def uses_default_model(self) -> bool:
+        return not (self.target or self.target_gguf)
+
+
+DEFAULT_DRAFT = "self:bf16"
 
 
 @dataclass(frozen=True)
@@ -132,7 +146,7 @@ class GenerationRun:
 class Pipeline:
     options: GenerateOptions
     target: HFCausalLM
-    draft: HFCausalLM | None
+    proposer: Proposer | None
     tokenizer: object
     space: EventSpace
     target_policy: SamplingPolicy
@@ -143,20 +157,36 @@ class Pipeline:
     _digests: dict = field(default_factory=dict)
 
     @classmethod
-    def build(cls, opts: GenerateOptions, need_draft: bool = True) -> Pipeline:
+    def build(
+        cls, opts: GenerateOptions, need_draft: bool = True, report: Callable[[str], None] | None = None
+    ) -> Pipeline:
         opts.validate(need_draft)
         device = resolve_device(opts.device)
         dtype = resolve_dtype(opts.dtype)
         t0 = time.perf_counter()
+        default_model = opts.uses_default_model
+        if default_model:
+            folder = ensure_default_model(report)
+            opts = dataclasses.replace(
+                opts,
+                target=str(folder),
+                draft=opts.draft or (None if opts.draft_gguf else DEFAULT_DRAFT),
+                chat=True if opts.chat is None else opts.chat,
+            )
+        draft_spec = parse_draft(opts.draft) if need_draft and not opts.draft_gguf else None
         target = load(opts.target, opts.target_gguf, dtype, device)
-        draft = load(opts.draft, opts.draft_gguf, dtype, device) if need_draft else None
+        if default_model:
+            target.name = MODEL_NAME
+        loaded_draft = None
+        if need_draft and (opts.draft_gguf or (draft_spec is not None and draft_spec.needs_model)):
+            loaded_draft = load(draft_spec.value if draft_spec else None, opts.draft_gguf, dtype, device)
         tok = target.tokenizer
         t_width = _logit_width(target.model)
-        d_width = _logit_width(draft.model) if draft else t_width
-        space = admit(tok, draft.tokenizer if draft else None, t_width, d_width)
+        d_width = _logit_width(loaded_draft.model) if loaded_draft else t_width
+        space = admit(tok, loaded_draft.tokenizer if loaded_draft else None, t_width, d_width)
         pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
         target_lm = HFCausalLM(target.model, target.name, width=space.width, pad_id=pad)
-        draft_lm = HFCausalLM(draft.model, draft.name, width=space.width, pad_id=pad) if draft else None
+        draft_lm = HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
         mask = space.real_vocab if space.width > space.real_vocab else None
         target_policy = SamplingPolicy.build(
             temperature=opts.temperature,
@@ -171,10 +201,14 @@ class Pipeline:
             top_p=opts.top_p if opts.draft_top_p is None else opts.draft_top_p,
             real_vocab=mask,
         )
+        proposer = None
+        if need_draft:
+            spec = draft_spec or parse_draft("model")  # a --draft-gguf model
+            proposer = build_proposer(spec, target_lm, draft_policy, draft_lm)
         return cls(
             opts,
             target_lm,
-            draft_lm,
+            proposer,
             tok,
             space,
             target_policy,
@@ -206,7 +240,7 @@ class Pipeline:
         )
         if baseline:
             return SpeculativeEngine.baseline(self.target, self.target_policy, config)
-        return SpeculativeEngine(self.target, ModelProposer(self.draft, self.draft_policy), self.target_policy, config)
+        return SpeculativeEngine(self.target, self.proposer, self.target_policy, config)
 
     def run(
         self,
@@ -247,9 +281,11 @@ class Pipeline:
         """The run's coordinate for trace headers and --json (0x01A)."""
         import transformers
 
-        def model_entry(lm: HFCausalLM | None) -> dict | None:
+        def model_entry(lm) -> dict | None:
             if lm is None:
                 return None
+            if not isinstance(lm, HFCausalLM):
+                return {"name": lm.identity, "identity": lm.identity, "weights_sha256": None, "parameters": 0}
             if lm.name not in self._digests:
                 self._digests[lm.name] = weights_digest(lm.model)
             return {
@@ -262,7 +298,7 @@ class Pipeline:
         o = self.options
         return {
             "target": model_entry(self.target),
-            "draft": None if baseline else model_entry(self.draft),
+            "draft": None if baseline else model_entry(getattr(self.proposer, "model", self.proposer)),
             "dtype": o.dtype,
             "device": str(self.device),
             "torch": torch.__version__,

@@ -85,23 +85,13 @@ class Enumerator:
         state = self._load(state)
         self.rounds_enumerated += 1
         k = min(state.k, state.remaining - 1)
-        paths: list[tuple[int, ...]] = [()]
-        masses = [1.0]
-        recorded: list[list[torch.Tensor]] = [[]]
-        for _ in range(k):
-            raws = torch.stack([rig.draft.raw_logits(state.output + p) for p in paths])
-            dstates = [fold(state.draft_proc, p) for p in paths]
-            declared = rig.draft_policy.probabilities(raws, dstates, rig.backend, torch.float64).tolist()
-            _, rec = eng.proposer.distributions(raws, dstates, rig.backend, torch.float64)
-            nxt_paths, nxt_mass, nxt_rec = [], [], []
-            for j, path in enumerate(paths):
-                for x, qx in enumerate(declared[j]):
-                    if qx > 0:
-                        nxt_paths.append(path + (x,))
-                        nxt_mass.append(masses[j] * qx)
-                        nxt_rec.append(recorded[j] + [rec[j]])
-            paths, masses, recorded = nxt_paths, nxt_mass, nxt_rec
-
+        if eng.proposer.deterministic:  # the proposal is a function of the state: one path, mass 1
+            proposal = eng.proposer.propose([state], [k], rig.backend, torch.float64)
+            path = proposal.drafts[0]
+            k = len(path)
+            paths, masses, recorded = [path], [1.0], [[proposal.q[0, i] for i in range(k)]]
+        else:
+            paths, masses, recorded = self._draft_paths(state, k)
         n_paths = len(paths)
         p_rows, verified_all = [], []
         for path in paths:
@@ -153,6 +143,27 @@ class Enumerator:
             successor = txn.stage()
             outcomes.append((mass, txn.stop.emitted, successor))
         return outcomes
+
+    def _draft_paths(self, state: RequestState, k: int):
+        """Every draft path with its mass under the declared Pi_D, and the proposer's recorded q rows."""
+        rig, eng = self.rig, self.engine
+        paths: list[tuple[int, ...]] = [()]
+        masses = [1.0]
+        recorded: list[list[torch.Tensor]] = [[]]
+        for _ in range(k):
+            raws = torch.stack([rig.draft.raw_logits(state.output + p) for p in paths])
+            dstates = [fold(state.draft_proc, p) for p in paths]
+            declared = rig.draft_policy.probabilities(raws, dstates, rig.backend, torch.float64).tolist()
+            _, rec = eng.proposer.distributions(raws, dstates, rig.backend, torch.float64)
+            nxt_paths, nxt_mass, nxt_rec = [], [], []
+            for j, path in enumerate(paths):
+                for x, qx in enumerate(declared[j]):
+                    if qx > 0:
+                        nxt_paths.append(path + (x,))
+                        nxt_mass.append(masses[j] * qx)
+                        nxt_rec.append(recorded[j] + [rec[j]])
+            paths, masses, recorded = nxt_paths, nxt_mass, nxt_rec
+        return paths, masses, recorded
 
     # -- joints -----------------------------------------------------------------------
     def joint(self) -> Joint:

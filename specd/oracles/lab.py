@@ -16,7 +16,7 @@ import torch
 from specd.core.layouts import ReplayFrontier, RetainedFrontier, Verified, make_layout
 from specd.core.model import RowInput
 from specd.core.probability import softmax
-from specd.core.proposer import ModelProposer
+from specd.core.proposer import ModelProposer, NgramProposer, Proposal
 from specd.core.sampler import RejectionSampler
 from specd.core.transaction import RoundTransaction
 from specd.oracles.rig import Rig
@@ -89,6 +89,15 @@ class RawLogitsAsQ(ModelProposer):
         return processed, softmax(raw, backend, dtype)
 
 
+class NgramUniformQ(NgramProposer):
+    """Records q as uniform instead of the point mass the lookup really is."""
+
+    def propose(self, states, ks, backend, dtype):
+        proposal = super().propose(states, ks, backend, dtype)
+        q = torch.where(proposal.q.sum(-1, keepdim=True) > 0, 1.0 / self.vocab_size, 0.0).expand_as(proposal.q)
+        return Proposal(proposal.drafts, q.to(dtype).contiguous(), proposal.sampled)
+
+
 class AdvanceOverRejected(RoundTransaction):
     def stage_processor(self, state, emitted):
         for token in (*self.drafts, self.outcome.terminal):
@@ -101,6 +110,16 @@ class Variant:
     name: str
     description: str
     build: Callable[[Rig], Rig]
+
+
+NGRAM_N = 2
+
+
+def ngram_rig(rig: Rig) -> Rig:
+    """The same fixture with prompt-lookup drafting and a prompt that repeats itself."""
+    v = rig.vocab
+    prompt = tuple(i % v for i in range(2 * v)) + (0,)
+    return rig.but(proposer_factory=lambda r: NgramProposer(NGRAM_N, r.vocab), prompt=prompt)
 
 
 def _layout_cls(rig: Rig) -> type:
@@ -130,7 +149,7 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(
         "raw_draft_logits_as_q",
         "q recorded from raw draft logits after sampling from processed q",
-        lambda r: r.but(proposer_cls=RawLogitsAsQ),
+        lambda r: r.but(proposer_factory=lambda rig: RawLogitsAsQ(rig.draft, rig.draft_policy)),
     ),
     Variant(
         "processor_advanced_over_rejected",
@@ -147,4 +166,16 @@ VARIANTS: tuple[Variant, ...] = (
         "frontier replayed into a cache that already holds it",
         lambda r: r.but(layout_factory=ReplayIntoRetainedCache),
     ),
+)
+
+
+# Not applicable to prompt lookup: raw_draft_logits_as_q (no draft logits), and
+# processor_advanced_over_rejected (n-gram drafts are copied from the output, so a
+# seen-set state such as the repetition penalty already holds them: the variant is
+# harmless there, not a bug the oracle could or should flag).
+NGRAM_VARIANTS: tuple[Variant, ...] = tuple(
+    v for v in VARIANTS if v.name not in ("raw_draft_logits_as_q", "processor_advanced_over_rejected")
+) + (
+    Variant("ngram_uniform_q", "n-gram draft recorded with a uniform q instead of its point mass",
+            lambda r: r.but(proposer_factory=lambda rig: NgramUniformQ(NGRAM_N, rig.vocab))),
 )

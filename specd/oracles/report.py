@@ -14,7 +14,7 @@ from specd.core.table_model import TableModel
 from specd.errors import SpecdError, UsageError
 from specd.oracles.coupling import coupling_matrix
 from specd.oracles.exact import max_abs_diff, speculative_joint, target_joint
-from specd.oracles.lab import VARIANTS
+from specd.oracles.lab import NGRAM_VARIANTS, VARIANTS, ngram_rig
 from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
 from specd.oracles.rational import rational_difference
 from specd.oracles.rig import Rig
@@ -231,6 +231,7 @@ def run_oracle(cfg: OracleConfig) -> dict:
     )
 
     checks.append(_backend_parity(rig, reference, horizon))
+    checks.append(_ngram_exact(rig, horizon))
 
     lab = run_lab(cfg) if cfg.lab else []
     if cfg.lab:
@@ -277,6 +278,20 @@ def run_oracle(cfg: OracleConfig) -> dict:
     }
 
 
+def _ngram_exact(rig: Rig, horizon: int) -> Check:
+    """Prompt-lookup drafting (q = point mass) under the same exact checks."""
+    ng = ngram_rig(rig)
+    reference = target_joint(ng, horizon)
+    one = max_abs_diff(reference, speculative_joint(ng, horizon, "target"))
+    rounds = max_abs_diff(reference, speculative_joint(ng, horizon, "rounds"))
+    return Check(
+        "exact_joint_ngram",
+        max(one, rounds) <= EXACT_TOLERANCE,
+        {"max_abs_diff": one, "max_abs_diff_rounds": rounds, "tolerance": EXACT_TOLERANCE, "prompt": list(ng.prompt)},
+        "ngram:2 prompt lookup, q = point mass on each proposed token",
+    )
+
+
 def _lab_config(cfg: OracleConfig) -> dict:
     rig = build_rig(cfg, lab=True)
     return {
@@ -311,19 +326,20 @@ def _backend_parity(rig: Rig, reference, horizon: int) -> Check:
 def run_lab(cfg: OracleConfig) -> list[dict]:
     base = build_rig(cfg, lab=True)
     horizon = base.k + 1
-    reference = target_joint(base, horizon)
     results = []
-    for variant in VARIANTS:
-        caught, by, detail = _catch(variant.build(base), horizon, reference, cfg.seed)
-        results.append(
-            {
-                "variant": variant.name,
-                "description": variant.description,
-                "caught": caught,
-                "caught_by": by,
-                "detail": detail,
-            }
-        )
+    for prefix, rig, variants in (("", base, VARIANTS), ("ngram/", ngram_rig(base), NGRAM_VARIANTS)):
+        reference = target_joint(rig, horizon)
+        for variant in variants:
+            caught, by, detail = _catch(variant.build(rig), horizon, reference, cfg.seed)
+            results.append(
+                {
+                    "variant": prefix + variant.name,
+                    "description": variant.description,
+                    "caught": caught,
+                    "caught_by": by,
+                    "detail": detail,
+                }
+            )
     return results
 
 

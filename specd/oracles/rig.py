@@ -14,7 +14,7 @@ import torch
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.processors import PolicyState, SamplingPolicy
-from specd.core.proposer import ModelProposer
+from specd.core.proposer import ModelProposer, Proposer
 from specd.core.sampler import RejectionSampler
 from specd.core.table_model import TableModel
 from specd.core.transaction import RoundTransaction
@@ -33,7 +33,7 @@ class Rig:
     prob_dtype: torch.dtype = torch.float64
     sampler_cls: type[RejectionSampler] = RejectionSampler
     layout_factory: Callable[[], FrontierLayout] | None = None
-    proposer_cls: type[ModelProposer] = ModelProposer
+    proposer_factory: Callable[[Rig], Proposer] | None = None  # default: ModelProposer(draft, draft_policy)
     transaction_cls: type[RoundTransaction] = RoundTransaction
     eos_ids: frozenset[int] = field(default_factory=frozenset)
 
@@ -55,13 +55,18 @@ class Rig:
         )
         return SpeculativeEngine(
             self.target,
-            self.proposer_cls(self.draft, self.draft_policy),
+            self.proposer(),
             self.target_policy,
             config,
             sampler=self.sampler_cls(),
             layout=self.layout(),
             transaction_cls=self.transaction_cls,
         )
+
+    def proposer(self) -> Proposer:
+        if self.proposer_factory is not None:
+            return self.proposer_factory(self)
+        return ModelProposer(self.draft, self.draft_policy)
 
     def but(self, **changes) -> Rig:
         return replace(self, **changes)

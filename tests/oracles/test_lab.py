@@ -21,7 +21,7 @@ def test_variants_replace_exactly_one_component():
         broken = variant.build(base)
         changed = [
             name
-            for name in ("sampler_cls", "layout_factory", "proposer_cls", "transaction_cls")
+            for name in ("sampler_cls", "layout_factory", "proposer_factory", "transaction_cls")
             if getattr(broken, name) is not getattr(base, name)
         ]
         assert len(changed) == 1, variant.name

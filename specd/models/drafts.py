@@ -1,0 +1,95 @@
+"""Draft sources behind one interface: a spec string -> a core Proposer.
+
+    PATH_OR_ID        a separate model (same tokenizer required)
+    self:bf16         the target's weights in bfloat16 (a copy)
+    self:fp16         the target's weights in float16 (a copy)
+    self:layers=N     early exit: the target's first N layers + its final norm and head (shared weights)
+    ngram:N           prompt lookup over the output; q is a point mass on each proposed token
+
+Every source is exact under the core's rule: each reports the processed q it
+sampled from (a point mass for the deterministic ones).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.processors import SamplingPolicy
+from specd.core.proposer import ModelProposer, NgramProposer, Proposer
+from specd.errors import UsageError
+from specd.models.hf import HFCausalLM
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    kind: str  # "model" | "self-dtype" | "self-layers" | "ngram"
+    value: str | int | torch.dtype | None = None
+
+    @property
+    def needs_model(self) -> bool:
+        return self.kind == "model"
+
+
+def parse_draft(spec: str | None) -> DraftSpec | None:
+    if spec is None:
+        return None
+    if spec in ("self:bf16", "self:bfloat16"):
+        return DraftSpec("self-dtype", torch.bfloat16)
+    if spec in ("self:fp16", "self:float16"):
+        return DraftSpec("self-dtype", torch.float16)
+    if m := re.fullmatch(r"self:layers=(\d+)", spec):
+        return DraftSpec("self-layers", int(m.group(1)))
+    if m := re.fullmatch(r"ngram:(\d+)", spec):
+        return DraftSpec("ngram", int(m.group(1)))
+    if spec.startswith(("self:", "ngram:")):
+        raise UsageError(f"unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, ngram:N or a model")
+    return DraftSpec("model", spec)
+
+
+def early_exit_model(model: torch.nn.Module, layers: int) -> torch.nn.Module:
+    """A view of the target that stops after ``layers`` decoder layers (weights shared, not copied)."""
+    inner = getattr(model, "model", None)
+    blocks = getattr(inner, "layers", None)
+    if blocks is None:
+        raise UsageError(f"self:layers=N needs a decoder with model.layers; {type(model).__name__} has none")
+    if not 1 <= layers < len(blocks):
+        raise UsageError(f"self:layers=N needs 1 <= N < {len(blocks)} (the target's layer count), got {layers}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types)[:layers]
+    shallow_inner = copy.copy(inner)
+    shallow_inner._modules = dict(inner._modules)  # never mutate the target's module table
+    shallow_inner._modules["layers"] = torch.nn.ModuleList(list(blocks)[:layers])
+    shallow_inner.config = config
+    shallow = copy.copy(model)
+    shallow._modules = dict(model._modules)
+    shallow._modules["model"] = shallow_inner
+    shallow.config = config
+    return shallow
+
+
+def build_proposer(
+    spec: DraftSpec,
+    target: HFCausalLM,
+    policy: SamplingPolicy,
+    loaded_draft: HFCausalLM | None = None,
+) -> Proposer:
+    if spec.kind == "model":
+        return ModelProposer(loaded_draft, policy)
+    if spec.kind == "ngram":
+        return NgramProposer(int(spec.value), target.vocab_size)
+    if spec.kind == "self-dtype":
+        dtype = spec.value
+        model = copy.deepcopy(target.model).to(dtype)
+        name = f"self:{'bf16' if dtype == torch.bfloat16 else 'fp16'}({target.name})"
+        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy)
+    if spec.kind == "self-layers":
+        model = early_exit_model(target.model, int(spec.value))
+        name = f"self:layers={spec.value}({target.name})"
+        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy)
+    raise UsageError(f"unknown draft kind {spec.kind}")
