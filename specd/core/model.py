@@ -29,7 +29,8 @@ class RowInput:
 
 @dataclass(frozen=True)
 class StepOutput:
-    logits: list[torch.Tensor]  # one float[L_i, V] per RowInput, row j scores the token after input j
+    logits: list[torch.Tensor]  # one float[n_i, V] per RowInput: its last n_i rows (see logits_for);
+    # the logit row of input j scores the token after input j
     kv: list[KVRows]  # one per RowInput: identities of the rows this step staged
 
 
@@ -39,4 +40,6 @@ class CausalLM(Protocol):
 
     def new_cache(self, slots: int) -> KVCache: ...
 
-    def step(self, cache: KVCache, rows: Sequence[RowInput]) -> StepOutput: ...
+    def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+        """logits_for: logit rows wanted per input, counted from its end (None: all, 0: none)."""
+        ...

@@ -115,7 +115,7 @@ class ModelProposer(Proposer):
             tokens = self.pending(states[b])
             start = self.cache.length(states[b].slot)
             rows.append(RowInput(states[b].slot, tokens, tuple(range(start, start + len(tokens)))))
-        out = self.model.step(self.cache, rows)
+        out = self.model.step(self.cache, rows, logits_for=1)
         raw = {b: logits[-1] for b, logits in zip(live, out.logits)}
         for i in range(k_max):
             here = [b for b in live if ks[b] > i]
@@ -136,7 +136,7 @@ class ModelProposer(Proposer):
                 step_rows = [
                     RowInput(states[b].slot, (drafts[b][-1],), (self.cache.length(states[b].slot),)) for b in feed
                 ]
-                out = self.model.step(self.cache, step_rows)
+                out = self.model.step(self.cache, step_rows, logits_for=1)
                 raw.update({b: logits[-1] for b, logits in zip(feed, out.logits)})
         return Proposal(tuple(tuple(d) for d in drafts), q, sampled)
 

@@ -58,7 +58,7 @@ class TableModel:
     def new_cache(self, slots: int) -> KVCache:
         return KVCache(slots)
 
-    def step(self, cache: KVCache, rows: Sequence[RowInput]) -> StepOutput:
+    def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
@@ -69,6 +69,8 @@ class TableModel:
                 out.append(self.raw_logits(tuple(prefix)))
             new_rows = KVRows(row.slot, row.tokens, row.positions)
             cache.stage(new_rows)
+            if logits_for is not None:
+                out = out[len(out) - min(logits_for, len(out)) :]
             logits.append(torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype))
             kv.append(new_rows)
         return StepOutput(logits, kv)

@@ -186,7 +186,9 @@ class Pipeline:
         space = admit(tok, loaded_draft.tokenizer if loaded_draft else None, t_width, d_width)
         pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
         target_lm = HFCausalLM(target.model, target.name, width=space.width, pad_id=pad)
-        draft_lm = HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
+        draft_lm = (
+            HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
+        )
         mask = space.real_vocab if space.width > space.real_vocab else None
         target_policy = SamplingPolicy.build(
             temperature=opts.temperature,

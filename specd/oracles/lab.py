@@ -176,6 +176,9 @@ VARIANTS: tuple[Variant, ...] = (
 NGRAM_VARIANTS: tuple[Variant, ...] = tuple(
     v for v in VARIANTS if v.name not in ("raw_draft_logits_as_q", "processor_advanced_over_rejected")
 ) + (
-    Variant("ngram_uniform_q", "n-gram draft recorded with a uniform q instead of its point mass",
-            lambda r: r.but(proposer_factory=lambda rig: NgramUniformQ(NGRAM_N, rig.vocab))),
+    Variant(
+        "ngram_uniform_q",
+        "n-gram draft recorded with a uniform q instead of its point mass",
+        lambda r: r.but(proposer_factory=lambda rig: NgramUniformQ(NGRAM_N, rig.vocab)),
+    ),
 )

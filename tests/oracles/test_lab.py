@@ -1,6 +1,6 @@
 import pytest
 
-from specd.oracles.lab import VARIANTS
+from specd.oracles.lab import NGRAM_VARIANTS, VARIANTS, ngram_rig
 from specd.oracles.report import OracleConfig, build_rig, run_lab
 
 
@@ -9,15 +9,19 @@ from specd.oracles.report import OracleConfig, build_rig, run_lab
 )
 def test_every_known_wrong_variant_is_caught(vocab, k, layout):
     results = run_lab(OracleConfig(vocab=vocab, k=k, layout=layout))
-    assert [r["variant"] for r in results] == [v.name for v in VARIANTS]
+    assert [r["variant"] for r in results] == [v.name for v in VARIANTS] + [f"ngram/{v.name}" for v in NGRAM_VARIANTS]
     missed = [r["variant"] for r in results if not r["caught"]]
     assert not missed
     assert all(r["caught_by"] and r["detail"] for r in results)
 
 
-def test_variants_replace_exactly_one_component():
+@pytest.mark.parametrize("kind", ["model", "ngram"])
+def test_variants_replace_exactly_one_component(kind):
     base = build_rig(OracleConfig(), lab=True)
-    for variant in VARIANTS:
+    variants = VARIANTS
+    if kind == "ngram":
+        base, variants = ngram_rig(base), NGRAM_VARIANTS
+    for variant in variants:
         broken = variant.build(base)
         changed = [
             name

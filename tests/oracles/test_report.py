@@ -26,6 +26,7 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "coupling",
         "layout_parity",
         "backend_parity",
+        "exact_joint_ngram",
         "failure_lab",
     }
 

