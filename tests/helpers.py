@@ -20,3 +20,15 @@ def table_engine(
         SamplingPolicy.build(temperature=target_temperature),
         config,
     )
+
+
+def run_cli(args, capsys):
+    """Run the console entry point in-process -> (exit code, stdout, stderr)."""
+    import pytest
+
+    from specd.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    out = capsys.readouterr()
+    return exit_.value.code, out.out, out.err

@@ -27,6 +27,30 @@ def parse_bias(items: list[str] | None, option: str) -> dict[int, float]:
     return out
 
 
+def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
+    """A YAML file holding a mapping of known keys ('-' and '_' alike), or {} without a path."""
+    from pathlib import Path
+
+    import yaml
+
+    if not path:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: {what} must be a mapping of option names to values")
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise UsageError(f"{path}: unknown option(s) {', '.join(unknown)}")
+    return data
+
+
 def print_json(document: dict) -> None:
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
 

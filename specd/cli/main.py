@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 app.command("generate")(generate.generate)
 app.command("verify-oracle")(verify_oracle.verify_oracle)
-app.command("sweep-k", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(sweep_k.sweep_k)
+app.command("sweep-k")(sweep_k.sweep_k)
 app.add_typer(trace.app, name="trace")
 
 

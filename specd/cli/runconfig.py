@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
-import yaml
 
+from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
 from specd.models.pipeline import GenerateOptions
 
@@ -21,22 +19,7 @@ CONFIG_FIELDS = {f for f in GenerateOptions.__dataclass_fields__} | {
 
 
 def load_config(path: str | None) -> dict:
-    if not path:
-        return {}
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: a config must be a mapping of option names to values")
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
-    unknown = sorted(set(data) - CONFIG_FIELDS)
-    if unknown:
-        raise UsageError(f"{path}: unknown option(s) {', '.join(unknown)}")
-    return data
+    return load_yaml_mapping(path, CONFIG_FIELDS, "a config")
 
 
 def merged(ctx: typer.Context, values: dict, config: dict) -> dict:

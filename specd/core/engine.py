@@ -309,7 +309,8 @@ class DecodeSession:
         raw_rows = torch.cat(raw)
         if raw_rows.dtype in (torch.float16, torch.bfloat16):
             raw_rows = raw_rows.float()
-        ib, ii = torch.tensor(idx_b), torch.tensor(idx_i)
+        ib = torch.tensor(idx_b, device=raw_rows.device)
+        ii = torch.tensor(idx_i, device=raw_rows.device)
         policy = eng.target_policy
         if policy.greedy:
             argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=raw_rows.device)
@@ -330,14 +331,17 @@ class DecodeSession:
         for b, d in enumerate(proposal.drafts):
             if d:
                 draft[b, : len(d)] = torch.tensor(d)
-        k_lens = torch.tensor(ks, dtype=torch.int64)
         rows = self.target_rows(active, verified, proposal.drafts, k_max)
+        device = rows.device
+        draft = draft.to(device)
+        k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
+        q = proposal.q[:, :k_max].to(device)
         if eng.target_policy.greedy:
             argmax = rows
             tokens, accepted = greedy_verify(argmax, draft, k_lens)
             terminal = tokens.gather(1, accepted.unsqueeze(1)).squeeze(1)
             p_draft = (draft == argmax[:, :k_max]).to(cfg.prob_dtype)
-            q_draft = token_probabilities(proposal.q[:, :k_max], draft)
+            q_draft = token_probabilities(q, draft).to(p_draft.dtype)
             is_bonus = accepted >= k_lens
             outcomes = [
                 Outcome(int(a), int(t), bool(bn), False)
@@ -352,7 +356,8 @@ class DecodeSession:
             if k:
                 accept_u[b, :k] = torch.tensor(s.rng.peek("acceptance", k), dtype=torch.float64)
             terminal_u[b] = s.rng.peek("terminal", 1)[0]
-        decision = eng.sampler.decide(p, proposal.q[:, :k_max].to(p.dtype), draft, k_lens, accept_u)
+        accept_u, terminal_u = accept_u.to(device), terminal_u.to(device)
+        decision = eng.sampler.decide(p, q.to(p.dtype), draft, k_lens, accept_u)
         terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
         outcomes = [
             Outcome(int(a), int(t), bool(bn), True)

@@ -102,7 +102,7 @@ class ModelProposer(Proposer):
     def propose(self, states, ks, backend, dtype):
         b_total = len(states)
         k_max = max(ks, default=0)
-        q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype)
+        q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype, device=getattr(self.model, "device", "cpu"))
         drafts: list[list[int]] = [[] for _ in states]
         sampled = not self.policy.greedy
         live = [b for b in range(b_total) if ks[b] > 0]
@@ -127,7 +127,7 @@ class ModelProposer(Proposer):
                 tokens = sample_categorical(sample_rows, u).tolist()
             else:
                 tokens = sample_rows.argmax(dim=-1).tolist()
-            q[torch.tensor(here), i] = recorded.to(dtype)
+            q[torch.tensor(here, device=q.device), i] = recorded.to(q)
             for b, tok in zip(here, tokens):
                 drafts[b].append(tok)
                 proc[b] = proc[b].advance(tok)

@@ -59,7 +59,7 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """
     cdf = rows.cumsum(dim=-1)
     total = cdf[:, -1:]
-    target = u.to(rows.dtype).unsqueeze(-1) * total
+    target = u.to(device=rows.device, dtype=rows.dtype).unsqueeze(-1) * total
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     last_positive = (rows > 0).to(torch.int64).cumsum(-1).argmax(dim=-1)
     return torch.minimum(idx, last_positive)
@@ -91,7 +91,7 @@ class RejectionSampler:
 
     def count_accepted(self, ratios: torch.Tensor, accept_u: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Length of the accepted prefix: stop at the first U_i >= ratio_i. -> int64[B]."""
-        passed = (accept_u.to(ratios.dtype) < ratios) & valid
+        passed = (accept_u.to(device=ratios.device, dtype=ratios.dtype) < ratios) & valid
         return passed.to(torch.int64).cumprod(dim=-1).sum(dim=-1)
 
     def correction_rows(self, p_rows: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:

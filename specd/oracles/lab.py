@@ -35,7 +35,7 @@ class CorrectionFromQ(RejectionSampler):
 
 class ContinueAfterRejection(RejectionSampler):
     def count_accepted(self, ratios, accept_u, valid):
-        return ((accept_u.to(ratios.dtype) < ratios) & valid).to(torch.int64).sum(dim=-1)
+        return ((accept_u.to(ratios) < ratios) & valid).to(torch.int64).sum(dim=-1)
 
 
 class BonusFromQ(RejectionSampler):

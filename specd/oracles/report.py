@@ -176,19 +176,7 @@ def run_oracle(cfg: OracleConfig) -> dict:
             )
         )
 
-    p1 = rig.target_policy.probabilities(
-        rig.target.raw_logits(rig.prompt).unsqueeze(0),
-        [rig.target_policy.initial_state(rig.prompt)],
-        cfg.backend,
-        torch.float64,
-    )[0]
-    q1 = rig.draft_policy.probabilities(
-        rig.draft.raw_logits(rig.prompt).unsqueeze(0),
-        [rig.draft_policy.initial_state(rig.prompt)],
-        cfg.backend,
-        torch.float64,
-    )[0]
-    c = coupling_matrix(p1, q1)
+    c = coupling_matrix(_first_row(rig.target, rig.target_policy, rig), _first_row(rig.draft, rig.draft_policy, rig))
     coupling_ok = abs(c.diagonal - c.one_minus_tv) <= EXACT_TOLERANCE and c.column_error <= EXACT_TOLERANCE
     checks.append(
         Check(
@@ -301,6 +289,12 @@ def _lab_config(cfg: OracleConfig) -> dict:
         "target_policy": rig.target_policy.describe(),
         "draft_policy": rig.draft_policy.describe(),
     }
+
+
+def _first_row(model, policy, rig: Rig) -> torch.Tensor:
+    """The processed row at the prompt: float64[V]."""
+    raw = model.raw_logits(rig.prompt).unsqueeze(0)
+    return policy.probabilities(raw, [policy.initial_state(rig.prompt)], rig.backend, torch.float64)[0]
 
 
 def _backend_parity(rig: Rig, reference, horizon: int) -> Check:

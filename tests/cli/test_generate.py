@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from specd.cli.main import main
+from specd.cli.main import main  # noqa: F401
+from tests.helpers import run_cli
 from tests.hf_helpers import save_tiny_pair
 
 
@@ -15,10 +16,7 @@ def models(tmp_path_factory):
 
 
 def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(args)
-    out = capsys.readouterr()
-    return exit_.value.code, out.out, out.err
+    return run_cli(args, capsys)
 
 
 def test_generate_streams_text_and_prints_the_summary(models, capsys):

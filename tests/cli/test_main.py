@@ -4,14 +4,12 @@ import sys
 
 import pytest
 
-from specd.cli.main import main
+from specd.cli.main import main  # noqa: F401
+from tests.helpers import run_cli
 
 
 def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(args)
-    out = capsys.readouterr()
-    return exit_.value.code, out.out, out.err
+    return run_cli(args, capsys)
 
 
 def test_help_lists_the_four_commands(capsys):

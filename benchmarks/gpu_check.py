@@ -1,0 +1,116 @@
+"""GPU check for sessions lent a CUDA machine (not run by the test suite).
+
+    python benchmarks/gpu_check.py --out gpu_check.json
+
+Builds a random-weight Llama target of about 1B parameters and a draft made
+from it (its first 4 layers: self:layers=4, weights shared), saves both with a
+tiny tokenizer, then runs `specd generate --compare` at batch 1 and 8 for
+K = 1..8, and a measured `specd sweep-k` at batch 1, 8 and 32. Prints one JSON
+document with tokens/s, speedups and predicted vs measured ledger figures.
+Random weights make acceptance meaningless for quality but real for cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def build(folder: Path) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.hf_helpers import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    path = folder / "target-1b"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def specd(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "specd.cli.main", *args, "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip()}
+    return json.loads(out.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="gpu_check.json")
+    args = ap.parse_args()
+    report: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with tempfile.TemporaryDirectory() as tmp:
+        target = str(build(Path(tmp)))
+        prompts = Path(tmp) / "p.jsonl"
+        prompts.write_text("".join(json.dumps({"prompt": f"the quick brown fox {i}"}) + "\n" for i in range(8)))
+        for batch in (1, 8):
+            for k in range(1, 9):
+                src = ["-p", "the quick brown fox"] if batch == 1 else ["--prompts-file", str(prompts)]
+                doc = specd(
+                    "generate",
+                    "--target",
+                    target,
+                    "--draft",
+                    "self:layers=4",
+                    *src,
+                    "-k",
+                    str(k),
+                    "--max-new-tokens",
+                    "64",
+                    "--dtype",
+                    "bfloat16",
+                    "--device",
+                    "cuda",
+                    "--compare",
+                )
+                report[f"generate_b{batch}_k{k}"] = {
+                    "speedup": doc.get("speedup"),
+                    "identical": doc.get("identical_outputs"),
+                    "tokens_per_s": {n: s.get("tokens_per_second") for n, s in doc.get("stats", {}).items()},
+                    "error": doc.get("error"),
+                }
+        report["sweep"] = specd(
+            "sweep-k",
+            "--measure",
+            "--target",
+            target,
+            "--draft",
+            "self:layers=4",
+            "--k",
+            "1..8",
+            "--batch",
+            "1,8,32",
+            "--dtype",
+            "bfloat16",
+            "--device",
+            "cuda",
+            "--max-new-tokens",
+            "32",
+        )
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Measured mode: time T_D, T_V and the baseline step on the real device, measure
+the acceptance profile from real generation, then put the ledger's predicted
+speedup beside the speedup measured by actually generating at each (K, B)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.model import RowInput
+from specd.models.pipeline import Pipeline, PromptItem
+from specd.sweeps.ledger import LedgerRow, MeasuredCosts, ModelShape, sweep
+from specd.sweeps.profile import AcceptanceProfile, _check_alpha
+
+MEASURE_PROMPTS = (
+    "What are three good habits for staying healthy?",
+    "Write a short story about a robot who learns to paint.",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Rewrite this text in a formal tone: hey guys, the meeting got moved to friday, dont be late ok",
+    "Explain in two sentences why the sky is blue.",
+    "Tell a bedtime story about a brave little turtle.",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Rewrite this text more concisely: we will most likely have to postpone the picnic if it rains.",
+)
+
+
+@dataclass(frozen=True)
+class MeasuredSweep:
+    profile: AcceptanceProfile
+    costs: MeasuredCosts
+    rows: list[LedgerRow]
+    measured: dict  # (k, batch) -> measured speedup
+    seconds_per_target_step: float  # T(1) in seconds: the unit of every cost
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repeats: int) -> float:
+    """Seconds for one call feeding ``rows`` tokens to each of ``batch`` requests at ``context``."""
+    cache = lm.new_cache(batch)
+    prefix = tuple((7 * i + 3) % max(lm.vocab_size - 1, 2) for i in range(context))
+    lm.step(cache, [RowInput(b, prefix, tuple(range(context))) for b in range(batch)], logits_for=0)
+    for b in range(batch):
+        cache.commit(b, context)
+    tokens = tuple(range(5, 5 + rows))
+
+    def call():
+        lm.step(cache, [RowInput(b, tokens, tuple(range(context, context + rows))) for b in range(batch)])
+        for b in range(batch):
+            cache.discard(b)
+
+    return _timed(call, device, warmup, repeats)
+
+
+def measure(
+    pipe: Pipeline,
+    ks: list[int],
+    batches: list[int],
+    prompts: list[str] | None = None,
+    max_new_tokens: int = 32,
+    warmup: int = 2,
+    repeats: int = 5,
+    progress: Callable[[str], None] | None = None,
+) -> MeasuredSweep:
+    say = progress or (lambda _msg: None)
+    texts = list(prompts or MEASURE_PROMPTS)
+    items = [PromptItem(f"m{i}", t) for i, t in enumerate(texts)]
+    context = int(statistics.mean(len(pipe.encode(it)) for it in items)) + max_new_tokens // 2
+    opts = pipe.options
+    pipe.options = dataclasses.replace(opts, max_new_tokens=max_new_tokens, k=max(ks))
+    try:
+        say(f"acceptance profile from {len(items)} prompts at K = {max(ks)}")
+        run = pipe.run(items, record_log=True)
+        profile = _profile_from_records(run.result.acceptance, max(ks))
+        state_per_round = run.result.stats.state_time / max(run.result.stats.rounds, 1)
+
+        draft_lm = getattr(pipe.proposer, "model", None)
+        unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
+        baseline, draft_step, verify = {}, {}, {}
+        for b in batches:
+            say(f"timing target and draft calls at batch {b}")
+            baseline[b] = time_call(pipe.target, b, context, 1, pipe.device, warmup, repeats) / unit
+            draft_step[b] = (
+                time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
+            )
+            for k in ks:
+                verify[(k, b)] = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / unit
+        costs = MeasuredCosts(draft_step, verify, baseline, state_cost=state_per_round / unit)
+        cfg = pipe.target.model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        shape = ModelShape(
+            cfg.num_hidden_layers,
+            getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
+            head_dim,
+            torch.finfo(pipe.target.dtype).bits // 8,
+        )
+        rows = sweep(profile, costs, ks, batches, context, shape=shape)
+
+        measured = {}
+        for b in batches:
+            batch_items = [PromptItem(f"b{i}", texts[i % len(texts)]) for i in range(b)]
+            base = pipe.run(batch_items, baseline=True, record_log=False).result.stats
+            for k in ks:
+                say(f"generating at K = {k}, batch {b}")
+                pipe.options = dataclasses.replace(pipe.options, k=k)
+                spec = pipe.run(batch_items, record_log=False).result.stats
+                measured[(k, b)] = (base.decode_time / base.emitted) / (spec.decode_time / spec.emitted)
+        return MeasuredSweep(profile, costs, rows, measured, unit)
+    finally:
+        pipe.options = opts
+
+
+def _profile_from_records(records, k: int) -> AcceptanceProfile:
+    reached = [0] * (k + 1)
+    accepted = [0] * (k + 1)
+    for r in records:
+        if r.reached and r.draft_index <= k:
+            reached[r.draft_index] += 1
+            accepted[r.draft_index] += r.accepted
+    alphas = []
+    for j in range(1, k + 1):
+        # Positions never reached (a draft that always fails early) inherit the last estimate.
+        alphas.append(accepted[j] / reached[j] if reached[j] else (alphas[-1] if alphas else 0.0))
+    return AcceptanceProfile(_check_alpha(alphas), False, "measured")

@@ -1,0 +1,120 @@
+"""The sweep CSV: a documented, stable column schema, written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from pathlib import Path
+
+from specd.sweeps.ledger import LedgerRow
+
+CSV_SCHEMA_VERSION = 1
+CSV_COLUMNS = (
+    "schema_version",  # 1
+    "mode",  # analytic | measured
+    "k",
+    "batch",
+    "context",
+    "expected_accepted",  # E[A]
+    "expected_progress",  # E[G] = 1 + E[A] without stops
+    "survival",  # s_1..s_K, ';'-separated
+    "pr_accepted",  # Pr(A = 0..K), ';'-separated
+    "draft_time",  # T_D, in target decode steps at batch 1
+    "verify_time",  # T_V
+    "state_time",  # T_S
+    "queue_time",  # T_Q
+    "round_time",  # E[T_round]
+    "time_per_token",  # E[T_round] / E[G]
+    "baseline_time_per_token",
+    "predicted_speedup",
+    "measured_speedup",  # empty unless --measure
+    "discarded_kv_rows",  # K - E[A]
+    "temporary_kv_bytes_per_token",  # empty unless model shapes are known
+    "optimal",  # 1 on the best K of each batch size
+)
+
+
+def row_dict(row: LedgerRow, mode: str, measured: float | None = None) -> dict:
+    return {
+        "schema_version": CSV_SCHEMA_VERSION,
+        "mode": mode,
+        "k": row.k,
+        "batch": row.batch,
+        "context": row.context,
+        "expected_accepted": row.expected_accepted,
+        "expected_progress": row.expected_progress,
+        "survival": ";".join(f"{x:.6g}" for x in row.survival),
+        "pr_accepted": ";".join(f"{x:.6g}" for x in row.pr_accepted),
+        "draft_time": row.draft_time,
+        "verify_time": row.verify_time,
+        "state_time": row.state_time,
+        "queue_time": row.queue_time,
+        "round_time": row.round_time,
+        "time_per_token": row.time_per_token,
+        "baseline_time_per_token": row.baseline_time_per_token,
+        "predicted_speedup": row.speedup,
+        "measured_speedup": "" if measured is None else measured,
+        "discarded_kv_rows": row.discarded_kv_rows,
+        "temporary_kv_bytes_per_token": ""
+        if row.temporary_kv_bytes_per_token is None
+        else row.temporary_kv_bytes_per_token,
+        "optimal": int(row.optimal),
+    }
+
+
+def write_csv(path: str | Path, records: list[dict]) -> None:
+    """Atomic: a temp file in the same folder, renamed over the target (no half file on interrupt)."""
+    path = Path(path)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records)
+    parent = path.parent if str(path.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(buf.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plot(records: list[dict], path: str | Path) -> None:
+    """Speedup against K, one line per batch size, the optimum marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from specd.errors import UsageError
+
+        raise UsageError("--plot needs matplotlib: pip install 'specd[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for batch in sorted({r["batch"] for r in records}):
+        mine = sorted((r for r in records if r["batch"] == batch), key=lambda r: r["k"])
+        ks = [r["k"] for r in mine]
+        line = ax.plot(ks, [r["predicted_speedup"] for r in mine], marker="o", ms=3, label=f"B={batch} predicted")[0]
+        if any(r["measured_speedup"] != "" for r in mine):
+            ax.plot(
+                ks,
+                [r["measured_speedup"] or None for r in mine],
+                ls="--",
+                marker="x",
+                color=line.get_color(),
+                label=f"B={batch} measured",
+            )
+        best = next(r for r in mine if r["optimal"])
+        ax.scatter([best["k"]], [best["predicted_speedup"]], s=90, facecolors="none", edgecolors=line.get_color())
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("K (drafts per round)")
+    ax.set_ylabel("speedup over target-only")
+    ax.set_title("specd sweep-k (circles: best K per batch size)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

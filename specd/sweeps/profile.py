@@ -1,0 +1,119 @@
+"""Acceptance profiles and the fixture validation of 0x05F.
+
+A profile gives the reach-conditioned acceptance alpha_j = Pr(draft j accepted |
+drafts 1..j-1 accepted) per position. It can be a constant, a per-position
+list, or estimated from a trace log (only rounds that reached position j count
+toward alpha_j). Bad fixtures are refused with named errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specd.errors import UsageError
+
+
+class InvalidFixture(UsageError):
+    code = "invalid_fixture"
+
+
+class AlphaOutOfRange(InvalidFixture):
+    code = "alpha_out_of_range"
+
+
+class NotReachConditioned(InvalidFixture):
+    code = "not_reach_conditioned"
+
+
+class OmitsTerminalToken(InvalidFixture):
+    code = "omits_terminal_token"
+
+
+class InvalidCost(InvalidFixture):
+    code = "invalid_cost"
+
+
+class EmptyRange(InvalidFixture):
+    code = "empty_range"
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    alphas: tuple[float, ...]  # reach-conditioned alpha_1.. ; a constant profile has one entry
+    constant: bool
+    source: str  # "constant", "per-position", "trace:<path>"
+
+    def alpha(self, j: int) -> float:
+        """alpha_j for 1-based position j."""
+        if self.constant:
+            return self.alphas[0]
+        if j > len(self.alphas):
+            raise InvalidFixture(
+                f"the profile gives alpha for positions 1..{len(self.alphas)} only; K = {j} needs position {j}"
+            )
+        return self.alphas[j - 1]
+
+    @property
+    def max_k(self) -> int | None:
+        return None if self.constant else len(self.alphas)
+
+    def describe(self) -> dict:
+        return {"source": self.source, "alphas": list(self.alphas), "constant": self.constant}
+
+
+def _check_alpha(values) -> tuple[float, ...]:
+    out = []
+    for i, a in enumerate(values, 1):
+        a = float(a)
+        if math.isnan(a) or not 0.0 <= a <= 1.0:
+            raise AlphaOutOfRange(f"alpha_{i} = {a} is outside [0, 1]")
+        out.append(a)
+    if not out:
+        raise InvalidFixture("an acceptance profile needs at least one alpha")
+    return tuple(out)
+
+
+def constant_profile(alpha: float) -> AcceptanceProfile:
+    return AcceptanceProfile(_check_alpha([alpha]), True, "constant")
+
+
+def per_position_profile(alphas, rates: str = "reach_conditioned") -> AcceptanceProfile:
+    """``rates`` names what the numbers are; only reach-conditioned rates enter the ledger."""
+    if rates == "per_proposal":
+        raise NotReachConditioned(
+            "per-proposal acceptance rates average over rounds that never reached the position; the ledger "
+            "needs reach-conditioned alpha_j (rates: reach_conditioned) or a trace log to estimate them"
+        )
+    if rates != "reach_conditioned":
+        raise InvalidFixture(f"unknown rate kind {rates!r}; use reach_conditioned")
+    return AcceptanceProfile(_check_alpha(alphas), False, "per-position")
+
+
+def profile_from_trace(path: str) -> AcceptanceProfile:
+    """Reach-conditioned alpha_j from an acceptance log (only reached proposals count)."""
+    from specd.traces.log import read_trace
+    from specd.traces.summary import summarize
+
+    _, requests, proposals, rounds = read_trace(path)
+    overall = summarize(requests, proposals, rounds)["overall"]
+    alphas = [overall["alpha"][j] for j in sorted(overall["alpha"])]
+    if not alphas or any(a is None for a in alphas):
+        raise InvalidFixture(f"{path}: no reached proposals at some position; cannot estimate alpha_j")
+    return AcceptanceProfile(_check_alpha(alphas), False, f"trace:{path}")
+
+
+def profile_from_mapping(data: dict) -> AcceptanceProfile:
+    """YAML/JSON fixture: {alpha: 0.8} or {alphas: [...], rates: reach_conditioned} or {trace: path}."""
+    if data.get("counts_terminal_token") is False or data.get("progress") == "accepted_only":
+        raise OmitsTerminalToken(
+            "the ledger must count the correction/bonus token: a round's progress is G = A + 1, not A"
+        )
+    keys = [k for k in ("alpha", "alphas", "trace") if k in data]
+    if len(keys) != 1:
+        raise InvalidFixture("a profile needs exactly one of: alpha, alphas, trace")
+    if "alpha" in data:
+        return constant_profile(data["alpha"])
+    if "alphas" in data:
+        return per_position_profile(data["alphas"], data.get("rates", "reach_conditioned"))
+    return profile_from_trace(str(data["trace"]))

@@ -1,0 +1,43 @@
+"""Measured mode end to end on tiny models (timings are meaningless here; the plumbing is not)."""
+
+import json
+
+import pytest
+
+from specd.cli.main import main
+from tests.cli.test_generate import models  # noqa: F401 - module fixture
+
+
+def test_measured_sweep_reports_predicted_and_measured_side_by_side(models, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "m.csv"
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "sweep-k",
+                "--measure",
+                "--target",
+                models[0],
+                "--draft",
+                models[1],
+                "--k",
+                "1..3",
+                "--batch",
+                "1,2",
+                "--max-new-tokens",
+                "6",
+                "--repeats",
+                "1",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+    doc = json.loads(capsys.readouterr().out)
+    assert exit_.value.code == 0 and doc["mode"] == "measured"
+    assert len(doc["rows"]) == 6
+    for row in doc["rows"]:
+        assert row["measured_speedup"] != "" and row["measured_speedup"] > 0 and row["predicted_speedup"] > 0
+    assert doc["seconds_per_target_step"] > 0
+    assert doc["cost"]["source"] == "measured" and doc["profile"]["source"] == "measured"
+    assert set(doc["gap"]) == {"mean_predicted_minus_measured", "max_abs_gap", "at"}
+    assert out.read_text().count("\n") == 7
