@@ -10,6 +10,8 @@ from rich.console import Console
 from specd.errors import UsageError
 
 stdout = Console(highlight=False, soft_wrap=False)
+if not stdout.is_terminal:  # piped or captured: wide enough that tables keep their headers
+    stdout = Console(highlight=False, soft_wrap=False, width=150)
 stderr = Console(stderr=True, highlight=False)
 
 
