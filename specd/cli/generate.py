@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from contextlib import nullcontext
 
 import typer
 from rich.markup import escape
@@ -83,7 +84,7 @@ def execute(ctx: typer.Context, values: dict, trace_required: bool = False) -> N
     options.validate(need_draft=not baseline)
     if not as_json and stderr.is_terminal and not options.uses_default_model:
         stderr.print(f"[dim]loading {escape(options.target or options.target_gguf)} ...[/]")
-    with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else _null():
+    with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else nullcontext():
         pipe = Pipeline.build(
             options, need_draft=not baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]")
         )
@@ -118,14 +119,6 @@ def execute(ctx: typer.Context, values: dict, trace_required: bool = False) -> N
         )
     if trace:
         stderr.print(f"[dim]acceptance log written to {escape(trace)}[/]")
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _run(pipe: Pipeline, items, baseline: bool, record: bool, quiet: bool, stream: bool = False) -> GenerationRun:

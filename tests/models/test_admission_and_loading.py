@@ -68,3 +68,16 @@ def test_loading_failures_are_one_typed_line(tmp_path):
         load(str(tmp_path), None, torch.float32, torch.device("cpu"))  # an empty folder
     with pytest.raises(ModelLoadError):
         load("no-such-org/no-such-model", None, torch.float32, torch.device("cpu"))
+
+
+def test_out_of_memory_on_load_says_what_to_try(tmp_path, monkeypatch):
+    import transformers
+
+    from specd.models.loading import OutOfMemory
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", oom)
+    with pytest.raises(OutOfMemory, match="try --dtype bfloat16"):
+        load(str(tmp_path), None, torch.float32, torch.device("cpu"))

