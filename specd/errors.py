@@ -22,11 +22,6 @@ class UsageError(SpecdError):
     code = "usage"
 
 
-class NotImplementedCommand(SpecdError):
-    exit_code = 3
-    code = "not_implemented"
-
-
 class ContractViolation(SpecdError):
     """The speculative contract was broken at run time (a bug, or a broken component)."""
 

@@ -55,9 +55,3 @@ def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
 
 def print_json(document: dict) -> None:
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
-
-
-def not_available(command: str, issue: str) -> None:
-    from specd.errors import NotImplementedCommand
-
-    raise NotImplementedCommand(f"'specd {command}' is not available in this release yet ({issue})")

@@ -2,7 +2,7 @@
 library error becomes one line on stderr and its exit code, never a traceback.
 
 Exit codes: 0 success; 1 a check failed or the run failed; 2 bad input;
-3 command not available yet; 130 interrupted.
+130 interrupted.
 """
 
 from __future__ import annotations
