@@ -110,9 +110,7 @@ def execute(ctx: typer.Context, values: dict, trace_required: bool = False) -> N
             stdout.print(f"[dim]({reason})[/]")
     stdout.print(stats_table({name: run.result.stats for name, run in runs.items()}))
     if compare:
-        same = [a.new_tokens for a in runs["target-only"].result.states] == [
-            b.new_tokens for b in runs["speculative"].result.states
-        ]
+        same = _identical(runs)
         stdout.print(
             f"speedup (decode time per token, target-only / speculative): [bold]{_speedup(runs):.2f}x[/]"
             + (f"; outputs identical: {same}" if options.temperature == 0 else "")
@@ -174,6 +172,13 @@ def _speedup(runs: dict[str, GenerationRun]) -> float:
     return (b.decode_time / b.emitted) / (s.decode_time / s.emitted)
 
 
+def _identical(runs: dict[str, GenerationRun]) -> bool:
+    """Did target-only and speculative decoding emit the same tokens for every prompt?"""
+    return [a.new_tokens for a in runs["target-only"].result.states] == [
+        b.new_tokens for b in runs["speculative"].result.states
+    ]
+
+
 def _results(pipe: Pipeline, run: GenerationRun) -> list[dict]:
     return [
         {
@@ -201,9 +206,7 @@ def _document(pipe: Pipeline, runs: dict[str, GenerationRun], trace: str | None)
     }
     if len(runs) == 2:
         doc["speedup"] = _speedup(runs)
-        doc["identical_outputs"] = [a.new_tokens for a in runs["target-only"].result.states] == [
-            b.new_tokens for b in runs["speculative"].result.states
-        ]
+        doc["identical_outputs"] = _identical(runs)
     return doc
 
 

@@ -181,7 +181,7 @@ class DecodeSession:
         for s in self.store.states():
             self.store.replace_unpublished(replace(s, cache_tokens=s.output[:-1]), s.generation)
             if s.finished:
-                self.cache.release(s.slot)
+                self._release(s.slot)
         self.stats.prefill_time += time.perf_counter() - t
 
     def _materialize_frontiers(self, active: list[RequestState]) -> list[RequestState]:
@@ -248,9 +248,8 @@ class DecodeSession:
                 if new:
                     self.cache.commit(successor.slot, txn.kv_keep)
                     eng.proposer.settle(successor.slot, successor.output)
-                    if successor.finished:  # finished rows stop costing work
-                        self.cache.release(successor.slot)
-                        eng.proposer.release(successor.slot)
+                    if successor.finished:
+                        self._release(successor.slot)
                 published.add(b)
                 commits.append(txn.record)
                 if on_publish is not None:
@@ -424,9 +423,13 @@ class DecodeSession:
             return s
         done = replace(s, finish_reason=reason, generation=s.generation + 1)
         self.store.replace_unpublished(done, s.generation)
-        self.cache.release(s.slot)
-        self.engine.proposer.release(s.slot)
+        self._release(s.slot)
         return done
+
+    def _release(self, slot: int) -> None:
+        """A finished request stops costing work: its cache rows leave the batch."""
+        self.cache.release(slot)
+        self.engine.proposer.release(slot)
 
     # -- whole run ----------------------------------------------------------------
     def run(self, on_publish: PublishCallback | None = None) -> RunResult:

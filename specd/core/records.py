@@ -1,14 +1,12 @@
 """Acceptance-log rows (0x06F): emitted by the engine as data, never printed.
 
 One ``AcceptanceRecord`` per proposed token and one ``RoundRecord`` per round.
-``trace`` serializes them (schema version below).
+``specd.traces.log`` serializes them under the versioned schema ``specd.trace/v1``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-LOG_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)

@@ -78,11 +78,16 @@ class OutputHead:
         return fn(flat).reshape(b, n, -1)
 
 
+def logit_width(model) -> int:
+    """Columns of the model's logit rows (the output embedding may be padded past the vocabulary)."""
+    head = model.get_output_embeddings()
+    return head.weight.shape[0] if head is not None else model.config.vocab_size
+
+
 class HFCache(KVCache):
-    def __init__(self, slots: int, device: torch.device, config=None):
+    def __init__(self, slots: int, device: torch.device):
         super().__init__(slots)
         self.device = device
-        self.config = config
         self.dyn = None
         self.rows: list[int] = list(range(slots))  # physical batch row -> slot
         self.valid = torch.zeros(slots, 0, dtype=torch.bool, device=device)
@@ -156,13 +161,7 @@ class HFCausalLM:
         self.name = name
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        full_width = (
-            model.get_output_embeddings().weight.shape[0]
-            if model.get_output_embeddings() is not None
-            else model.config.vocab_size
-        )
-        self.logit_width = full_width
-        self.vocab_size = width if width is not None else full_width
+        self.vocab_size = width if width is not None else logit_width(model)
         self.pad_id = pad_id
         cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
         self.config_digest = hashlib.sha256(cfg.encode()).hexdigest()[:12]
@@ -186,7 +185,7 @@ class HFCausalLM:
         return OutputHead(model.lm_head, calibrate=self.device.type == "cpu") if plain else None
 
     def new_cache(self, slots: int) -> HFCache:
-        return HFCache(slots, self.device, self.model.config)
+        return HFCache(slots, self.device)
 
     @torch.no_grad()
     def step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:

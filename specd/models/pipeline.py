@@ -23,7 +23,7 @@ from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import build_proposer, parse_draft
 from specd.models.embedded import MODEL_NAME, ensure_default_model
-from specd.models.hf import HFCausalLM
+from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
 
 
@@ -181,8 +181,8 @@ class Pipeline:
         if need_draft and (opts.draft_gguf or (draft_spec is not None and draft_spec.needs_model)):
             loaded_draft = load(draft_spec.value if draft_spec else None, opts.draft_gguf, dtype, device)
         tok = target.tokenizer
-        t_width = _logit_width(target.model)
-        d_width = _logit_width(loaded_draft.model) if loaded_draft else t_width
+        t_width = logit_width(target.model)
+        d_width = logit_width(loaded_draft.model) if loaded_draft else t_width
         space = admit(tok, loaded_draft.tokenizer if loaded_draft else None, t_width, d_width)
         pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
         target_lm = HFCausalLM(target.model, target.name, width=space.width, pad_id=pad)
@@ -315,11 +315,6 @@ class Pipeline:
             "event_space": {"real_vocab": self.space.real_vocab, "logit_width": self.space.width},
             "eos_ids": sorted(self.eos_ids),
         }
-
-
-def _logit_width(model) -> int:
-    head = model.get_output_embeddings()
-    return head.weight.shape[0] if head is not None else model.config.vocab_size
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

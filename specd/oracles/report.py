@@ -112,7 +112,7 @@ class Check:
     detail: str = ""
 
 
-def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> Check:
+def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> tuple[Check, dict]:
     joint = speculative_joint(rig, horizon, completion)
     diff = max_abs_diff(reference, joint)
     return Check(

@@ -22,7 +22,7 @@ this is Leviathan et al.'s (1 - alpha^{K+1}) / ((1 - alpha)(1 + K c)).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from specd.sweeps.profile import AcceptanceProfile, EmptyRange, InvalidCost
 
@@ -210,7 +210,7 @@ def sweep(
     for b in batches:
         mine = [r for r in rows if r.batch == b]
         best = max(mine, key=lambda r: r.speedup)
-        out.extend(r if r is not best else _replace(r, optimal=True) for r in mine)
+        out.extend(r if r is not best else replace(r, optimal=True) for r in mine)
     return out
 
 
@@ -219,9 +219,3 @@ def optimum(rows: list[LedgerRow], batch: int) -> tuple[LedgerRow, bool]:
     mine = sorted((r for r in rows if r.batch == batch), key=lambda r: r.k)
     best = next(r for r in mine if r.optimal)
     return best, mine[0].k < best.k < mine[-1].k
-
-
-def _replace(row: LedgerRow, **changes) -> LedgerRow:
-    from dataclasses import replace
-
-    return replace(row, **changes)

@@ -91,8 +91,8 @@ def measure(
     pipe.options = dataclasses.replace(opts, max_new_tokens=max_new_tokens, k=max(ks))
     try:
         say(f"acceptance profile from {len(items)} prompts at K = {max(ks)}")
-        run = pipe.run(items, record_log=True)
-        profile = _profile_from_records(run.result.acceptance, max(ks))
+        run = pipe.run(items, record_log=False)
+        profile = _profile_from_stats(run.result.stats.acceptance_by_position, max(ks))
         state_per_round = run.result.stats.state_time / max(run.result.stats.rounds, 1)
 
         draft_lm = getattr(pipe.proposer, "model", None)
@@ -131,15 +131,10 @@ def measure(
         pipe.options = opts
 
 
-def _profile_from_records(records, k: int) -> AcceptanceProfile:
-    reached = [0] * (k + 1)
-    accepted = [0] * (k + 1)
-    for r in records:
-        if r.reached and r.draft_index <= k:
-            reached[r.draft_index] += 1
-            accepted[r.draft_index] += r.accepted
-    alphas = []
+def _profile_from_stats(alpha_by_position: dict[int, float], k: int) -> AcceptanceProfile:
+    """Reach-conditioned alpha_j (RunStats counts only rounds that reached j)."""
+    alphas: list[float] = []
     for j in range(1, k + 1):
         # Positions never reached (a draft that always fails early) inherit the last estimate.
-        alphas.append(accepted[j] / reached[j] if reached[j] else (alphas[-1] if alphas else 0.0))
+        alphas.append(alpha_by_position.get(j, alphas[-1] if alphas else 0.0))
     return AcceptanceProfile(_check_alpha(alphas), False, "measured")

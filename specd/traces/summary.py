@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-SUMMARY_COLUMNS = ["group", "rounds", "k_max", "mean_accepted_length", "mean_accepted_drafts"]
-
 
 def frames(requests: list[dict], proposals: list[dict], rounds: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     req = pd.DataFrame(requests) if requests else pd.DataFrame(columns=["request_id", "prompt", "tag"])
