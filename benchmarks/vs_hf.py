@@ -21,7 +21,9 @@ from collections import defaultdict
 
 import torch
 
-from specd.models.pipeline import GenerateOptions, Pipeline, PromptItem
+from specd.models.options import GenerateOptions
+from specd.models.pipeline import Pipeline
+from specd.models.prompts import PromptItem
 
 PROMPTS = [
     ("chat", "What are three good habits for staying healthy?"),
@@ -59,14 +61,10 @@ def hf_generate(model, ids, max_new, assistant=None, k=None, sample=False, seed=
 
 
 def specd_generate(pipe: Pipeline, item: PromptItem, baseline: bool, k: int):
-    import dataclasses
-
-    pipe.options = dataclasses.replace(pipe.options, k=k)
     t = time.perf_counter()
-    run = pipe.run([item], baseline=baseline, record_log=False)
+    run = pipe.run([item], baseline=baseline, k=k, record_log=False)
     wall = time.perf_counter() - t
-    stats = run.result.stats
-    return run.result.states[0].new_tokens, wall, stats
+    return run.results[0].tokens, wall, run.stats
 
 
 def main() -> int:
@@ -165,10 +163,7 @@ def main() -> int:
     k = best[0]
     import dataclasses
 
-    pipe.options = dataclasses.replace(pipe.options, temperature=0.8)
-    pipe.target_policy = type(pipe.target_policy).build(temperature=0.8)
-    pipe.proposer.policy = type(pipe.target_policy).build(temperature=0.8)
-    pipe.draft_policy = pipe.proposer.policy
+    sampled = pipe.with_options(dataclasses.replace(pipe.options, temperature=0.8))
     ratios_da, ratios_ca = [], []
     for rep in range(args.repeats):
         ta = tc = td = 0.0
@@ -176,9 +171,9 @@ def main() -> int:
         for it in items:
             out, t = hf_generate(target, encoded[it.request_id], args.max_new_tokens, sample=True, seed=rep)
             na, ta = na + len(out), ta + t
-            out, t, _ = specd_generate(pipe, it, True, k)
+            out, t, _ = specd_generate(sampled, it, True, k)
             nc, tc = nc + len(out), tc + t
-            out, t, _ = specd_generate(pipe, it, False, k)
+            out, t, _ = specd_generate(sampled, it, False, k)
             nd, td = nd + len(out), td + t
         ratios_da.append((nd / td) / (na / ta))
         ratios_ca.append((nc / tc) / (na / ta))

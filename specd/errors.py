@@ -1,8 +1,9 @@
-"""Typed errors raised by the library.
+"""Every typed error the library raises, in one place.
 
-Every error a user can provoke from the command line derives from SpecdError and
-carries the process exit code the CLI maps it to. The CLI prints ``str(error)``
-as one line; nothing here prints.
+Each derives from SpecdError and carries the process exit code the CLI maps it
+to (1: a run or check failed; 2: bad input the user can fix) and a stable
+``code`` naming the failure. The CLI prints ``str(error)`` as one line; nothing
+here prints.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ class UsageError(SpecdError):
     code = "usage"
 
 
+# -- the speculative contract, broken at run time (a bug, or a broken component) -----
 class ContractViolation(SpecdError):
-    """The speculative contract was broken at run time (a bug, or a broken component)."""
-
     code = "contract_violation"
 
 
@@ -40,22 +40,8 @@ class EmptyDistribution(ContractViolation):
     code = "empty_distribution"
 
 
-class StaleCoordinate(ContractViolation):
-    """A proposal or verification was computed at a different round coordinate."""
-
-    code = "stale_coordinate"
-
-    def __init__(self, field: str, what: str, expected: object, actual: object):
-        self.field = field
-        self.what = what
-        super().__init__(
-            f"stale {what}: round coordinate field '{field}' differs "
-            f"(round has {_short(expected)}, {what} has {_short(actual)})"
-        )
-
-
 class StaleGeneration(ContractViolation):
-    """Publication compare-and-swap failed: the request moved on since S_0."""
+    """Publication compare-and-swap failed: the request moved on since the round started."""
 
     code = "stale_generation"
 
@@ -72,6 +58,14 @@ class CacheIdentityError(ContractViolation):
     code = "cache_identity"
 
 
+class UnsupportedCache(SpecdError):
+    """A model whose K/V cache cannot be rolled back row by row (sliding window, bounded layers)."""
+
+    exit_code = 2
+    code = "unsupported_cache"
+
+
+# -- engine configuration ------------------------------------------------------------
 class UnknownLayout(UsageError):
     code = "unknown_layout"
 
@@ -80,6 +74,52 @@ class UnknownBackend(UsageError):
     code = "unknown_backend"
 
 
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+# -- models and tokenizers -----------------------------------------------------------
+class ModelLoadError(SpecdError):
+    exit_code = 2
+    code = "model_load"
+
+
+class OutOfMemory(SpecdError):
+    code = "out_of_memory"
+
+
+class EmbeddedModelMissing(SpecdError):
+    exit_code = 2
+    code = "embedded_model_missing"
+
+
+class TokenizerMismatch(UsageError):
+    """Target and draft name different events with the same id: p(d)/q(d) would be meaningless."""
+
+    code = "tokenizer_mismatch"
+
+
+# -- files ----------------------------------------------------------------------------
+class BadTrace(UsageError):
+    code = "bad_trace"
+
+
+# -- the speedup ledger's fixtures -------------------------------------------------------
+class InvalidFixture(UsageError):
+    code = "invalid_fixture"
+
+
+class AlphaOutOfRange(InvalidFixture):
+    code = "alpha_out_of_range"
+
+
+class NotReachConditioned(InvalidFixture):
+    code = "not_reach_conditioned"
+
+
+class OmitsTerminalToken(InvalidFixture):
+    code = "omits_terminal_token"
+
+
+class InvalidCost(InvalidFixture):
+    code = "invalid_cost"
+
+
+class EmptyRange(InvalidFixture):
+    code = "empty_range"

@@ -1,11 +1,14 @@
-"""Shared fixtures: small table-model engines."""
+"""Shared helpers: table-model engines and oracle rigs, synthetic acceptance logs, the CLI in-process."""
 
 from __future__ import annotations
+
+import random
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.table_model import TableModel
+from specd.oracles.rig import Rig
 
 
 def table_engine(
@@ -32,3 +35,51 @@ def run_cli(args, capsys):
         main(args)
     out = capsys.readouterr()
     return exit_.value.code, out.out, out.err
+
+
+def rig(vocab, k, layout="replay_frontier", target_temperature=0.9, draft_temperature=0.6, **kw) -> Rig:
+    """An oracle rig whose policies exercise every processor kind."""
+    return Rig(
+        TableModel(vocab, seed=11, name="t"),
+        TableModel(vocab, seed=12, name="d"),
+        SamplingPolicy.build(temperature=target_temperature, logit_bias={0: 0.3}, repetition_penalty=1.3),
+        SamplingPolicy.build(temperature=draft_temperature, top_k=max(1, vocab - 1)),
+        k,
+        (0,),
+        layout_name=layout,
+        **kw,
+    )
+
+
+def synthetic_log(alphas, rounds=20000, seed=0):
+    """Rounds whose draft j is accepted with probability alphas[j-1] given it was reached."""
+    rng = random.Random(seed)
+    k = len(alphas)
+    proposals, rnds = [], []
+    for r in range(rounds):
+        a = 0
+        while a < k and rng.random() < alphas[a]:
+            a += 1
+        rid = f"req{r % 3}"
+        for j in range(1, k + 1):
+            proposals.append(
+                {
+                    "request_id": rid,
+                    "round_id": f"{rid}/{r}",
+                    "draft_index": j,
+                    "reached": j <= a + 1,
+                    "accepted": j <= a,
+                }
+            )
+        rnds.append(
+            {
+                "request_id": rid,
+                "round_id": f"{rid}/{r}",
+                "k": k,
+                "accepted": a,
+                "emitted": [0] * (a + 1),
+                "terminal_kind": "bonus" if a == k else "correction",
+            }
+        )
+    requests = [{"request_id": f"req{i}", "prompt": f"p{i}", "tag": "even" if i % 2 == 0 else "odd"} for i in range(3)]
+    return requests, proposals, rnds

@@ -76,3 +76,22 @@ def save_tiny_pair(folder: Path, noise: float = 0.3) -> tuple[Path, Path]:
         tok.save_pretrained(path)
         paths.append(path)
     return paths[0], paths[1]
+
+
+def exact_joint(model, prompt, horizon, policy):
+    """Enumerate the target chain of an HFCausalLM: p(x1) p(x2|x1) ... over V^H sequences."""
+    joint = {(): 1.0}
+    for _ in range(horizon):
+        prefixes = list(joint)
+        ids = torch.tensor([prompt + p for p in prefixes])
+        with torch.no_grad():
+            logits = model.model(input_ids=ids).logits[:, -1].float()
+        states = [policy.initial_state(prompt + p) for p in prefixes]
+        probs = policy.probabilities(logits, states, dtype=torch.float64)
+        joint = {
+            p + (x,): joint[p] * probs[i, x].item()
+            for i, p in enumerate(prefixes)
+            for x in range(probs.shape[1])
+            if probs[i, x] > 0
+        }
+    return joint

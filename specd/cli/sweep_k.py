@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 
 import typer
 from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
-from specd.errors import UsageError
+from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, TargetOpt
+from specd.errors import EmptyRange, InvalidCost, UsageError
 from specd.sweeps.ledger import CostModel, ModelShape, optimum, sweep
 from specd.sweeps.output import plot, row_dict, write_csv
 from specd.sweeps.profile import (
-    EmptyRange,
     constant_profile,
     per_position_profile,
     profile_from_mapping,
@@ -22,6 +23,19 @@ from specd.sweeps.profile import (
 
 SCHEMA = "specd.sweep-k/v1"
 DEFAULT_ALPHA = 0.8
+COST_FIELDS = ("draft_cost", "row_cost", "draft_row_cost", "state_cost", "queue_cost", "context_cost")
+ANALYTIC_ONLY = (
+    "alpha",
+    "alphas",
+    "rates",
+    "trace_log",
+    *COST_FIELDS,
+    "context",
+    "stop_probability",
+    "kv_shape",
+    "config",
+)
+MEASURED_ONLY = ("target", "draft", "device", "dtype", "max_new_tokens", "repeats")
 
 
 def parse_ints(text: str, option: str) -> list[int]:
@@ -41,7 +55,18 @@ def parse_ints(text: str, option: str) -> list[int]:
     return values
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    mode: str  # analytic | measured
+    rows: list
+    profile: object
+    cost_doc: dict
+    measured: dict  # (k, batch) -> measured speedup
+    seconds_per_target_step: float | None
+
+
 def sweep_k(
+    ctx: typer.Context,
     out: str | None = typer.Option(None, "--out", "-o", help="Write one CSV row per (K, B) here."),
     k: str = typer.Option("1..8", "--k", "-k", help="K range: 1..8 or a list 1,2,4."),
     batch: str = typer.Option("1,4,16", "--batch", help="Batch sizes: a list 1,4,16 or a range."),
@@ -60,140 +85,156 @@ def sweep_k(
         CostModel.context_cost, "--context-cost", help="Per row per 1000 context tokens."
     ),
     context: int = typer.Option(0, "--context", help="Prefix length L."),
-    stop_probability: float = typer.Option(0.0, "--stop-probability", help="Per-token stop probability (0: none)."),
-    kv_shape: str | None = typer.Option(None, "--kv-shape", help="layers,kv_heads,head_dim,bytes for K/V bytes."),
+    stop_probability: float = typer.Option(0.0, "--stop-probability", help="Per-token stop probability in [0, 1)."),
+    kv_shape: str | None = typer.Option(None, "--kv-shape", help="layers,kv_heads,head_dim[,bytes] for K/V bytes."),
     config: str | None = typer.Option(None, "--config", help="YAML with profile:, cost:, k:, batch:, context:."),
     plot_path: str | None = typer.Option(None, "--plot", help="Draw speedup against K per batch size (PNG)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
     measure: bool = typer.Option(False, "--measure", help="Time the real models and measure real speedups."),
-    target: str | None = typer.Option(None, "--target", help="Measured mode target (default: embedded model)."),
-    draft: str | None = typer.Option(None, "--draft", help="Measured mode draft (default self:bf16)."),
-    device: str = typer.Option("auto", "--device", help="Measured mode device."),
-    dtype: str = typer.Option("float32", "--dtype", help="Measured mode dtype."),
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Measured mode tokens per prompt."),
-    repeats: int = typer.Option(5, "--repeats", help="Measured mode timing repeats (after 2 warm-ups)."),
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Measured mode: tokens per prompt."),
+    repeats: int = typer.Option(5, "--repeats", help="Measured mode: timing repeats after 2 warm-ups."),
 ) -> None:
     """The speedup ledger over K and batch: E[G], T_round, time per token, speedup, optimum K."""
     t0 = time.perf_counter()
+    _refuse_other_mode_flags(ctx, measure)
     ks, batches = parse_ints(k, "--k"), parse_ints(batch, "--batch")
-    stop = stop_probability
-    if not 0.0 <= stop < 1.0:
-        raise UsageError(f"--stop-probability must be in [0, 1), got {stop}")
-    if context < 0:
-        raise UsageError(f"--context must be >= 0, got {context}")
-    cost_fields = dict(
-        draft_cost=draft_cost,
-        row_cost=row_cost,
-        draft_row_cost=draft_row_cost,
-        state_cost=state_cost,
-        queue_cost=queue_cost,
-        context_cost=context_cost,
-    )
-    profile_spec = None
-    if config:
-        cfg = _load_yaml(config)
-        profile_spec = cfg.get("profile")
-        cost_fields.update(cfg.get("cost") or {})
-        ks = parse_ints(cfg["k"], "k") if "k" in cfg else ks
-        batches = parse_ints(cfg["batch"], "batch") if "batch" in cfg else batches
-        context = int(cfg.get("context", context))
-        stop = float(cfg.get("stop_probability", stop))
-    given = [x is not None for x in (alpha, alphas, trace_log)]
-    if sum(given) > 1:
-        raise UsageError("give one of --alpha, --alphas, --trace-log")
-    if alpha is not None:
-        profile = constant_profile(alpha)
-    elif alphas is not None:
-        try:
-            values = [float(x) for x in alphas.split(",")]
-        except ValueError:
-            raise UsageError(f"--alphas takes numbers like 0.9,0.8; got {alphas!r}") from None
-        profile = per_position_profile(values, rates)
-    elif trace_log is not None:
-        profile = profile_from_trace(trace_log)
-    elif profile_spec is not None:
-        if not isinstance(profile_spec, dict):
-            raise UsageError(f"{config}: profile must be a mapping")
-        profile = profile_from_mapping(profile_spec)
-    else:
-        profile = constant_profile(DEFAULT_ALPHA)
-    unknown = set(cost_fields) - set(CostModel.__dataclass_fields__)
-    if unknown:
-        raise UsageError(f"unknown cost field(s): {', '.join(sorted(unknown))}")
-    cost = CostModel(**{name: _number(v, name) for name, v in cost_fields.items()})
-    shape = _shape(kv_shape)
-
-    measured = {}
-    mode = "analytic"
-    unit_seconds = None
-    if measure:
-        from specd.models.pipeline import GenerateOptions, Pipeline
-        from specd.sweeps.measure import measure as run_measure
-
-        mode = "measured"
-        pipe = Pipeline.build(
-            GenerateOptions(
-                target=target, draft=draft, device=device, dtype=dtype, k=max(ks), max_new_tokens=max_new_tokens
-            ),
-            report=lambda m: stderr.print(f"[dim]{m}[/]"),
-        )
-        result = run_measure(
-            pipe,
-            ks,
-            batches,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            progress=lambda m: stderr.print(f"[dim]{m}[/]"),
-        )
-        rows, measured, profile, unit_seconds = (
-            result.rows,
-            result.measured,
-            result.profile,
-            result.seconds_per_target_step,
-        )
-        cost_doc = result.costs.describe()
-    else:
-        rows = sweep(profile, cost, ks, batches, context, stop, shape)
-        cost_doc = cost.describe()
-    records = [row_dict(r, mode, measured.get((r.k, r.batch))) for r in rows]
+    p = ctx.params
+    result = _measured(p, ks, batches) if measure else _analytic(p, ks, batches)
+    records = [row_dict(r, result.mode, result.measured.get((r.k, r.batch))) for r in result.rows]
     if out:
         write_csv(out, records)
     if plot_path:
         plot(records, plot_path)
     optima = {}
-    for b in batches:
-        best, interior = optimum(rows, b)
+    for b in sorted({r.batch for r in result.rows}):
+        best, interior = optimum(result.rows, b)
         optima[str(b)] = {"k": best.k, "speedup": best.speedup, "interior": interior}
-    gap = _gap(rows, measured) if measured else None
-    elapsed = time.perf_counter() - t0
+    gap = _gap(result.rows, result.measured) if result.measured else None
     if as_json:
         print_json(
             {
                 "schema": SCHEMA,
-                "mode": mode,
-                "profile": profile.describe(),
-                "cost": cost_doc,
-                "seconds_per_target_step": unit_seconds,
+                "mode": result.mode,
+                "profile": result.profile.describe(),
+                "cost": result.cost_doc,
+                "seconds_per_target_step": result.seconds_per_target_step,
                 "rows": records,
                 "optima": optima,
                 "gap": gap,
-                "elapsed_s": elapsed,
+                "elapsed_s": time.perf_counter() - t0,
             }
         )
         return
-    _render(rows, measured, profile, optima, gap, mode)
+    _render(result, optima, gap)
     if out:
         stdout.print(f"[dim]{len(records)} rows written to {out}[/]")
     if plot_path:
         stdout.print(f"[dim]plot written to {plot_path}[/]")
 
 
+def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
+    """A flag of the other mode would be silently ignored: refuse it instead."""
+    typed = {n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
+    wrong = [n for n in (ANALYTIC_ONLY if measure else MEASURED_ONLY) if n in typed]
+    if wrong:
+        flags = ", ".join("--" + n.replace("_", "-") for n in wrong)
+        if measure:
+            raise UsageError(
+                f"{flags}: analytic-only, not used with --measure (measured mode measures the profile and costs)"
+            )
+        raise UsageError(f"{flags}: only used with --measure")
+
+
+def _analytic(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
+    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model."""
+    cost_fields = {name: p[name] for name in COST_FIELDS}
+    context, stop = p["context"], p["stop_probability"]
+    profile_spec = None
+    if p["config"]:
+        cfg = load_yaml_mapping(
+            p["config"], {"profile", "cost", "k", "batch", "context", "stop_probability"}, "a sweep config"
+        )
+        profile_spec = cfg.get("profile")
+        cost_cfg = cfg.get("cost") or {}
+        if not isinstance(cost_cfg, dict):
+            raise UsageError(f"{p['config']}: cost must be a mapping of cost fields to numbers")
+        unknown = set(cost_cfg) - set(COST_FIELDS)
+        if unknown:
+            raise UsageError(f"{p['config']}: unknown cost field(s): {', '.join(sorted(unknown))}")
+        cost_fields.update(cost_cfg)
+        ks = parse_ints(cfg["k"], "k") if "k" in cfg else ks
+        batches = parse_ints(cfg["batch"], "batch") if "batch" in cfg else batches
+        context = cfg.get("context", context)
+        stop = cfg.get("stop_probability", stop)
+    if not isinstance(context, int) or isinstance(context, bool) or context < 0:
+        raise UsageError(f"--context must be an integer >= 0, got {context!r}")
+    if not isinstance(stop, (int, float)) or isinstance(stop, bool) or not 0.0 <= stop < 1.0:
+        raise UsageError(f"--stop-probability must be in [0, 1), got {stop!r}")
+    profile = _profile(p, profile_spec)
+    cost = CostModel(**{name: _number(v, name) for name, v in cost_fields.items()})
+    rows = sweep(profile, cost, ks, batches, context, stop, _shape(p["kv_shape"]))
+    return SweepResult("analytic", rows, profile, cost.describe(), {}, None)
+
+
+def _profile(p: dict, from_config):
+    given = [p[name] is not None for name in ("alpha", "alphas", "trace_log")]
+    if sum(given) > 1:
+        raise UsageError("give one of --alpha, --alphas, --trace-log")
+    if p["alpha"] is not None:
+        return constant_profile(p["alpha"])
+    if p["alphas"] is not None:
+        try:
+            values = [float(x) for x in p["alphas"].split(",")]
+        except ValueError:
+            raise UsageError(f"--alphas takes numbers like 0.9,0.8; got {p['alphas']!r}") from None
+        return per_position_profile(values, p["rates"])
+    if p["trace_log"] is not None:
+        return profile_from_trace(p["trace_log"])
+    if from_config is not None:
+        if not isinstance(from_config, dict):
+            raise UsageError(f"{p['config']}: profile must be a mapping")
+        return profile_from_mapping(from_config)
+    return constant_profile(DEFAULT_ALPHA)
+
+
+def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
+    """Time the real models, measure the profile, and generate at every (K, B)."""
+    from specd.models.options import GenerateOptions
+    from specd.models.pipeline import Pipeline
+    from specd.sweeps.measure import measure
+
+    if p["repeats"] < 1:
+        raise UsageError(f"--repeats must be >= 1, got {p['repeats']}")
+    options = GenerateOptions(
+        target=p["target"], draft=p["draft"], device=p["device"], dtype=p["dtype"], max_new_tokens=p["max_new_tokens"]
+    )
+    pipe = Pipeline.build(options, report=lambda m: stderr.print(f"[dim]{m}[/]"))
+    result = measure(
+        pipe,
+        ks,
+        batches,
+        max_new_tokens=options.max_new_tokens,
+        repeats=p["repeats"],
+        progress=lambda m: stderr.print(f"[dim]{m}[/]"),
+    )
+    return SweepResult(
+        "measured",
+        result.rows,
+        result.profile,
+        result.costs.describe(),
+        result.measured,
+        result.seconds_per_target_step,
+    )
+
+
 def _number(value, name: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        from specd.sweeps.profile import InvalidCost
-
         raise InvalidCost(f"cost {name} = {value!r} is not a number") from None
 
 
@@ -207,10 +248,6 @@ def _shape(text: str | None) -> ModelShape | None:
         raise UsageError(f"--kv-shape takes layers,kv_heads,head_dim[,bytes]; got {text!r}") from None
 
 
-def _load_yaml(path: str) -> dict:
-    return load_yaml_mapping(path, {"profile", "cost", "k", "batch", "context", "stop_probability"}, "a sweep config")
-
-
 def _gap(rows, measured) -> dict:
     diffs = [(r.speedup - measured[(r.k, r.batch)], r) for r in rows if (r.k, r.batch) in measured]
     worst = max(diffs, key=lambda d: abs(d[0]))
@@ -221,10 +258,10 @@ def _gap(rows, measured) -> dict:
     }
 
 
-def _render(rows, measured, profile, optima, gap, mode) -> None:
-    src = profile.source
+def _render(result: SweepResult, optima: dict, gap: dict | None) -> None:
+    profile, measured = result.profile, result.measured
     alphas = ", ".join(f"{a:.3f}" for a in profile.alphas[:8]) + (" ..." if len(profile.alphas) > 8 else "")
-    stdout.print(f"[bold]specd sweep-k[/] ({mode})  profile: {src} alpha = [{alphas}]")
+    stdout.print(f"[bold]specd sweep-k[/] ({result.mode})  profile: {profile.source} alpha = [{alphas}]")
     table = Table(title_justify="left")
     for col in ("K", "B", "E[A]", "E[G]", "T_D", "T_V", "T_round", "time/token", "speedup"):
         table.add_column(col, justify="right")
@@ -232,7 +269,7 @@ def _render(rows, measured, profile, optima, gap, mode) -> None:
         table.add_column("measured", justify="right")
     table.add_column("K - E[A]", justify="right")
     table.add_column("")
-    for r in rows:
+    for r in result.rows:
         cells = [
             str(r.k),
             str(r.batch),

@@ -3,14 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specd.cli import generate as generate_cmd
 from specd.cli.common import print_json, stdout
+from specd.cli.generate import execute
+from specd.cli.options import (
+    BackendOpt,
+    ChatOpt,
+    ConfigOpt,
+    DeviceOpt,
+    DraftGgufOpt,
+    DraftOpt,
+    DraftTemperatureOpt,
+    DraftTopKOpt,
+    DraftTopPOpt,
+    DtypeOpt,
+    JsonOpt,
+    KOpt,
+    LayoutOpt,
+    MaxNewTokensOpt,
+    PromptOpt,
+    PromptsFileOpt,
+    RepetitionPenaltyOpt,
+    SeedOpt,
+    StopOpt,
+    TargetGgufOpt,
+    TargetOpt,
+    TemperatureOpt,
+    TopKOpt,
+    TopPOpt,
+    read_run,
+)
 from specd.errors import UsageError
 from specd.traces.log import read_trace
 from specd.traces.summary import summarize, to_table
@@ -25,14 +53,38 @@ STYLES = {
 }
 
 
-def run(ctx: typer.Context, **values) -> None:
-    """Generate (same options as `specd generate`) and write the acceptance log to --out."""
-    values["json"] = values.pop("as_json")
-    generate_cmd.execute(ctx, values, trace_required=True)
-
-
-run.__signature__ = generate_cmd.trace_run_signature()
-app.command("run")(run)
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    out: Annotated[str, typer.Option("--out", "-o", help="Where to write the acceptance log (JSONL).")],
+    prompt: PromptOpt = None,
+    prompts_file: PromptsFileOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    target_gguf: TargetGgufOpt = None,
+    draft_gguf: DraftGgufOpt = None,
+    k: KOpt = 4,
+    max_new_tokens: MaxNewTokensOpt = 128,
+    temperature: TemperatureOpt = 0.0,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    repetition_penalty: RepetitionPenaltyOpt = None,
+    draft_temperature: DraftTemperatureOpt = None,
+    draft_top_k: DraftTopKOpt = None,
+    draft_top_p: DraftTopPOpt = None,
+    seed: SeedOpt = 0,
+    layout: LayoutOpt = "replay_frontier",
+    backend: BackendOpt = "max_shift",
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "float32",
+    chat: ChatOpt = None,
+    stop: StopOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate speculatively (the options of `specd generate`) and write the acceptance log to --out."""
+    ctx.params.update(baseline=False, compare=False)
+    execute(*read_run(ctx, "out"))
 
 
 @app.command("show")

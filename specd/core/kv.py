@@ -1,11 +1,12 @@
 """The K/V ledger: committed rows, temporary rows, and their token identities.
 
 Every cache (the table model's, or a Hugging Face cache wrapper) keeps this
-ledger per slot: ``committed`` is authoritative history, ``temporary`` holds
-rows a step produced that no transaction has committed yet. A step stages its
-rows; a transaction commits a prefix of the temporary rows and drops the rest.
-Positions are absolute and must be contiguous: a row whose position is not the
-next one (a replayed frontier, a gap) is refused with CacheIdentityError.
+ledger per slot (one slot per request): ``committed`` is authoritative history,
+``temporary`` holds rows a step produced that no round has committed yet. A step
+stages its rows; the round commits a prefix of the temporary rows and drops the
+rest. Positions are absolute and must be contiguous: a row whose position is not
+the next one (a replayed frontier, a gap) is refused with CacheIdentityError.
+Slots open when a request joins and close when it leaves.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class KVRows:
 
 @dataclass
 class LedgerCounts:
-    """Row traffic over the cache's life (for the stats ledger)."""
+    """Row traffic over the cache's life (for the run statistics)."""
 
     staged: int = 0
     committed: int = 0
@@ -41,16 +42,29 @@ class LedgerCounts:
 
 @dataclass
 class KVCache:
-    """Identity ledger for ``slots`` requests. Subclasses add physical tensors."""
+    """Identity ledger per open slot. Physical caches subclass it and override the hooks."""
 
-    slots: int
-    _committed: list[list[int]] = field(default_factory=list)
-    _temporary: list[list[int]] = field(default_factory=list)
+    _committed: dict[int, list[int]] = field(default_factory=dict)
+    _temporary: dict[int, list[int]] = field(default_factory=dict)
     counts: LedgerCounts = field(default_factory=LedgerCounts)
 
-    def __post_init__(self) -> None:
-        self._committed = [[] for _ in range(self.slots)]
-        self._temporary = [[] for _ in range(self.slots)]
+    def open(self, slot: int) -> None:
+        """A request joins: its slot starts empty."""
+        if slot in self._committed:
+            raise CacheIdentityError(f"slot {slot} is already open")
+        self._committed[slot] = []
+        self._temporary[slot] = []
+
+    def close(self, slot: int) -> None:
+        """The request left: forget the slot (physical caches free its storage)."""
+        self._committed.pop(slot, None)
+        self._temporary.pop(slot, None)
+
+    def compact(self) -> None:
+        """Give back the storage of closed slots (physical caches; the ledger has none)."""
+
+    def is_open(self, slot: int) -> bool:
+        return slot in self._committed
 
     def committed(self, slot: int) -> tuple[int, ...]:
         return tuple(self._committed[slot])
@@ -86,19 +100,11 @@ class KVCache:
         self.counts.committed += keep
         self.counts.discarded += len(temp) - keep
         self._temporary[slot] = []
-        self._after_commit(slot)
 
     def discard(self, slot: int) -> None:
         self.commit(slot, 0)
 
     def reset(self, slot: int) -> None:
-        """Forget a slot entirely (request finished or rebuilt)."""
+        """Forget a slot's rows but keep it open (its history is rebuilt from scratch)."""
         self._committed[slot] = []
         self._temporary[slot] = []
-        self._after_commit(slot)
-
-    def release(self, slot: int) -> None:
-        """The request finished: physical caches may free its storage (identities stay)."""
-
-    def _after_commit(self, slot: int) -> None:
-        """Hook for physical caches: make storage match the ledger."""

@@ -1,4 +1,4 @@
-"""Frontier layouts (0x01B, 0x04B, 0x04D, 0x06C): which rows a verification call feeds.
+"""Frontier layouts: which rows a verification call feeds, and which K/V rows it commits.
 
 Both layouts publish the same logical successor: output O', committed cache
 C' = O'[:-1] and frontier F' = O'[-1]. They differ in the round-start cache:

@@ -38,7 +38,9 @@ class CausalLM(Protocol):
     identity: str  # names weights + configuration + dtype: part of the round coordinate
     vocab_size: int  # logit row width
 
-    def new_cache(self, slots: int) -> KVCache: ...
+    def new_cache(self) -> KVCache:
+        """An empty cache; the caller opens one slot per request."""
+        ...
 
     def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
         """logits_for: logit rows wanted per input, counted from its end (None: all, 0: none)."""

@@ -1,7 +1,7 @@
 """Probability backends: processed logits -> probability rows.
 
 Two implementations of the same softmax, selectable by name, so the oracle can
-check arithmetic parity (0x04J):
+check arithmetic parity between them:
 
 - ``max_shift``: the conventional softmax, exp(x - max) / sum.
 - ``online``: the single-pass (m, l) merge over vocabulary blocks used by
@@ -48,11 +48,9 @@ def softmax_online(logits: torch.Tensor, dtype: torch.dtype = torch.float32, blo
 
 def softmax(logits: torch.Tensor, backend: str = "max_shift", dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Dispatch by backend name; logits float[N, V] -> probs dtype[N, V]."""
-    if backend == "max_shift":
-        return softmax_max_shift(logits, dtype)
-    if backend == "online":
+    if check_backend(backend) == "online":
         return softmax_online(logits, dtype, block=max(1, min(1024, logits.shape[-1] // 2 or 1)))
-    raise UnknownBackend(f"unknown probability backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return softmax_max_shift(logits, dtype)
 
 
 def check_backend(name: str) -> str:

@@ -1,10 +1,14 @@
-"""Logit processors and sampling policies (Pi_T for the target, Pi_D for the draft).
+"""Logit processors and sampling policies (the target's and the draft's).
 
 A policy is an ordered tuple of processors. Processors act on a batch of raw
 logit rows float[N, V]; stateful ones read one state per row. States are
-immutable values: ``clone()`` is free and ``advance(token)`` returns the
-successor, so a candidate branch can advance its own copy while S_0 stays
-untouched, and only the published tokens move the committed state (0x06D).
+immutable values and ``advance(token)`` returns the successor, so a candidate
+branch advances its own copy while the round-start state stays untouched, and
+only published tokens move the committed state (article: "RNG And Stateful
+Processors Follow Reached Events").
+
+The value checks for every processor parameter live here, once; option objects
+call them with their flag names.
 
 Temperature 0 means greedy: the processed distribution is the point mass on the
 argmax of the processed logits (lowest index on ties).
@@ -13,6 +17,7 @@ argmax of the processed logits (lowest index on ties).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,14 +29,44 @@ from specd.errors import UsageError
 NEG_INF = float("-inf")
 
 
+# -- value checks: the one home of each rule ----------------------------------------------
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_temperature(value, name: str = "temperature") -> None:
+    if value is None or not _finite(value) or value < 0:
+        raise UsageError(f"{name} must be a finite number >= 0 (0 means greedy), got {value}")
+
+
+def check_top_k(value, name: str = "top-k") -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UsageError(f"{name} must be an integer >= 1, got {value}")
+
+
+def check_top_p(value, name: str = "top-p") -> None:
+    if value is not None and not (_finite(value) and 0.0 < value <= 1.0):
+        raise UsageError(f"{name} must be in (0, 1], got {value}")
+
+
+def check_penalty(value, name: str = "repetition penalty") -> None:
+    if value is not None and not (_finite(value) and value > 0):
+        raise UsageError(f"{name} must be a finite number > 0, got {value}")
+
+
+def check_bias(bias: Mapping[int, float] | None, name: str = "logit bias", vocab: int | None = None) -> None:
+    for token, value in (bias or {}).items():
+        if vocab is not None and not 0 <= token < vocab:
+            raise UsageError(f"{name}: token {token} is outside the vocabulary 0..{vocab - 1}")
+        if not _finite(value):
+            raise UsageError(f"{name}: the bias of token {token} must be a finite number, got {value}")
+
+
 @dataclass(frozen=True)
 class RepetitionState:
     """The set of token ids already in the history (prompt + published output)."""
 
     seen: frozenset[int] = frozenset()
-
-    def clone(self) -> RepetitionState:
-        return self
 
     def advance(self, token: int) -> RepetitionState:
         if token in self.seen:
@@ -175,9 +210,6 @@ class PolicyState:
     def __post_init__(self) -> None:
         object.__setattr__(self, "stateful", any(s is not None for s in self.states))
 
-    def clone(self) -> PolicyState:
-        return PolicyState(tuple(s.clone() if s is not None else None for s in self.states))
-
     def advance(self, token: int) -> PolicyState:
         if not self.stateful:
             return self
@@ -207,14 +239,11 @@ class SamplingPolicy:
         real_vocab: int | None = None,
     ) -> SamplingPolicy:
         """Hugging Face order: bias and penalties on raw logits, then temperature, top-k, top-p."""
-        if temperature is None or temperature < 0 or temperature != temperature:
-            raise UsageError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
-        if top_k is not None and top_k < 1:
-            raise UsageError(f"top-k must be >= 1, got {top_k}")
-        if top_p is not None and not (0.0 < top_p <= 1.0):
-            raise UsageError(f"top-p must be in (0, 1], got {top_p}")
-        if repetition_penalty is not None and repetition_penalty <= 0:
-            raise UsageError(f"repetition penalty must be > 0, got {repetition_penalty}")
+        check_temperature(temperature)
+        check_top_k(top_k)
+        check_top_p(top_p)
+        check_penalty(repetition_penalty)
+        check_bias(logit_bias)
         procs: list[Processor] = []
         if real_vocab is not None:
             procs.append(VocabMask(real_vocab))
@@ -230,10 +259,6 @@ class SamplingPolicy:
         if top_p is not None and top_p < 1.0:
             procs.append(TopP(float(top_p)))
         return cls(tuple(procs), greedy, any(p.stateful for p in procs))
-
-    def with_processor(self, processor: Processor, first: bool = True) -> SamplingPolicy:
-        procs = (processor, *self.processors) if first else (*self.processors, processor)
-        return SamplingPolicy(procs, self.greedy, self.stateful or processor.stateful)
 
     def describe(self) -> dict:
         return {"greedy": self.greedy, "processors": [p.describe() for p in self.processors]}

@@ -1,11 +1,16 @@
-"""Proposal sources: who drafts d_1..d_k and reports q_1..q_k.
+"""Proposal sources: who drafts d_1..d_k and reports the q rows they were drawn from.
 
-``ModelProposer`` runs a draft causal LM (any CausalLM) autoregressively under
-its own policy Pi_D, sampling d_i from the processed row q_i with the request's
-``proposal`` stream and recording that same row. Its cache is kept in step with
-the published output by token identity: after a round it keeps exactly the
-temporary rows whose tokens match the published output, so rows of rejected
-drafts never survive.
+A proposer is stateless; the session owns its cache (``new_cache``) and passes
+it in. Three sources:
+
+- ``NullProposer`` proposes nothing: with it the engine is target-only decoding.
+- ``ModelProposer`` runs a draft causal LM autoregressively under its own policy,
+  drawing d_i from the processed row q_i with the request's ``proposal`` stream
+  and recording that same row. Its cache follows the published output by token
+  identity: after a round it keeps exactly the rows whose tokens were published,
+  so rows of rejected drafts never survive.
+- ``NgramProposer`` (prompt lookup) copies what followed an earlier occurrence of
+  the output's last n tokens; q is the point mass on each proposed token.
 """
 
 from __future__ import annotations
@@ -15,49 +20,60 @@ from dataclasses import dataclass
 
 import torch
 
+from specd.core.kv import KVCache
 from specd.core.model import CausalLM, RowInput
-from specd.core.processors import PolicyState, SamplingPolicy
+from specd.core.processors import SamplingPolicy
+from specd.core.rng import Draws
 from specd.core.sampler import sample_categorical
 from specd.core.state import RequestState
+from specd.errors import UsageError
 
 
 @dataclass(frozen=True)
 class Proposal:
     drafts: tuple[tuple[int, ...], ...]  # per row, len k_b
-    q: torch.Tensor  # float[B, K, V] recorded q rows (zeros past k_b)
+    q: torch.Tensor  # float[B, K, V] the rows each d_i was drawn from (zeros past k_b)
     sampled: bool  # draws were taken from the proposal stream
 
 
 class Proposer:
+    """The interface. ``deterministic``: the proposal is a function of the published
+    output alone (no draws), so the oracle enumerates one path with mass 1."""
+
     identity = "proposer"
     policy = SamplingPolicy()
-    forward_calls = 0
-    # True when the proposal is a function of the published output alone (no draws):
-    # the oracle then enumerates one path with mass 1.
     deterministic = False
+    vocab_size = 0
 
-    def open(self, slots: int) -> None:
-        pass
+    def new_cache(self) -> KVCache | None:
+        return None
 
-    def propose(self, states: Sequence[RequestState], ks: Sequence[int], backend: str, dtype: torch.dtype) -> Proposal:
+    @property
+    def forward_calls(self) -> int:
+        return 0
+
+    def propose(
+        self,
+        states: Sequence[RequestState],
+        ks: Sequence[int],
+        cache: KVCache | None,
+        draws: Draws,
+        backend: str,
+        dtype: torch.dtype,
+    ) -> Proposal:
         raise NotImplementedError
 
-    def settle(self, slot: int, output: tuple[int, ...] | None) -> None:
-        """Align proposer state with the published output (None: the round aborted)."""
-
-    def release(self, slot: int) -> None:
-        """The request finished: free its proposer state."""
+    def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
+        """Align the cache with the published output (None: the round aborted)."""
 
 
 class NullProposer(Proposer):
-    """Proposes nothing: with it the engine is the target-only baseline."""
-
     identity = "none"
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def propose(self, states, ks, backend, dtype):
+    def propose(self, states, ks, cache, draws, backend, dtype):
         return Proposal(tuple(() for _ in states), torch.zeros(len(states), 0, self.vocab_size, dtype=dtype), False)
 
 
@@ -76,30 +92,23 @@ class ModelProposer(Proposer):
         self.policy = policy
         self.identity = model.identity
         self.vocab_size = model.vocab_size
-        self.cache = None
+
+    def new_cache(self) -> KVCache:
+        return self.model.new_cache()
 
     @property
-    def forward_calls(self) -> int:  # type: ignore[override]
+    def forward_calls(self) -> int:
         return getattr(self.model, "forward_calls", 0)
 
-    def open(self, slots: int) -> None:
-        self.cache = self.model.new_cache(slots)
-
-    def distributions(
-        self, raw: torch.Tensor, states: Sequence[PolicyState], backend: str, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """raw float[N, V] -> (rows to sample from, rows to record as q): the same processed rows."""
-        rows = self.policy.probabilities(raw, states, backend, dtype)
-        return rows, rows
-
-    def pending(self, state: RequestState) -> tuple[int, ...]:
-        committed = self.cache.committed(state.slot)
+    def pending(self, cache: KVCache, state: RequestState) -> tuple[int, ...]:
+        """Output tokens the draft cache does not hold yet (all of them if it diverged)."""
+        committed = cache.committed(state.slot)
         if state.output[: len(committed)] != committed:
-            self.cache.reset(state.slot)
+            cache.reset(state.slot)
             committed = ()
         return state.output[len(committed) :]
 
-    def propose(self, states, ks, backend, dtype):
+    def propose(self, states, ks, cache, draws, backend, dtype):
         b_total = len(states)
         k_max = max(ks, default=0)
         q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype, device=getattr(self.model, "device", "cpu"))
@@ -108,49 +117,44 @@ class ModelProposer(Proposer):
         live = [b for b in range(b_total) if ks[b] > 0]
         if not live:
             return Proposal(tuple(() for _ in states), q, sampled)
-        uniforms = {b: states[b].rng.peek("proposal", ks[b]) for b in live} if sampled else {}
+        uniforms = {b: draws(states[b], "proposal", ks[b]) for b in live} if sampled else {}
         proc = {b: states[b].draft_proc for b in live}
         rows = []
         for b in live:
-            tokens = self.pending(states[b])
-            start = self.cache.length(states[b].slot)
+            tokens = self.pending(cache, states[b])
+            start = cache.length(states[b].slot)
             rows.append(RowInput(states[b].slot, tokens, tuple(range(start, start + len(tokens)))))
-        out = self.model.step(self.cache, rows, logits_for=1)
+        out = self.model.step(cache, rows, logits_for=1)
         raw = {b: logits[-1] for b, logits in zip(live, out.logits)}
         for i in range(k_max):
             here = [b for b in live if ks[b] > i]
-            sample_rows, recorded = self.distributions(
+            q_rows = self.policy.probabilities(
                 torch.stack([raw[b] for b in here]), [proc[b] for b in here], backend, dtype
             )
             if sampled:
                 u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64)
-                tokens = sample_categorical(sample_rows, u).tolist()
+                tokens = sample_categorical(q_rows, u).tolist()
             else:
-                tokens = sample_rows.argmax(dim=-1).tolist()
-            q[torch.tensor(here, device=q.device), i] = recorded.to(q)
+                tokens = q_rows.argmax(dim=-1).tolist()
+            q[torch.tensor(here, device=q.device), i] = q_rows.to(q)
             for b, tok in zip(here, tokens):
                 drafts[b].append(tok)
                 proc[b] = proc[b].advance(tok)
             feed = [b for b in here if ks[b] > i + 1]
             if feed:
-                step_rows = [
-                    RowInput(states[b].slot, (drafts[b][-1],), (self.cache.length(states[b].slot),)) for b in feed
-                ]
-                out = self.model.step(self.cache, step_rows, logits_for=1)
+                step_rows = [RowInput(states[b].slot, (drafts[b][-1],), (cache.length(states[b].slot),)) for b in feed]
+                out = self.model.step(cache, step_rows, logits_for=1)
                 raw.update({b: logits[-1] for b, logits in zip(feed, out.logits)})
         return Proposal(tuple(tuple(d) for d in drafts), q, sampled)
 
-    def release(self, slot):
-        self.cache.release(slot)
-
-    def settle(self, slot, output):
+    def settle(self, cache, slot, output):
         if output is None:
-            self.cache.discard(slot)
+            cache.discard(slot)
             return
-        committed = len(self.cache.committed(slot))
+        committed = len(cache.committed(slot))
         # Never cache the frontier: the next proposal must start with a real input row.
-        keep = min(common_prefix(self.cache.temporary(slot), output[committed:]), len(output) - 1 - committed)
-        self.cache.commit(slot, max(keep, 0))
+        keep = min(common_prefix(cache.temporary(slot), output[committed:]), len(output) - 1 - committed)
+        cache.commit(slot, max(keep, 0))
 
 
 class NgramProposer(Proposer):
@@ -167,8 +171,6 @@ class NgramProposer(Proposer):
 
     def __init__(self, n: int, vocab_size: int):
         if n < 1:
-            from specd.errors import UsageError
-
             raise UsageError(f"ngram:N needs N >= 1, got {n}")
         self.n = n
         self.vocab_size = vocab_size
@@ -185,7 +187,7 @@ class NgramProposer(Proposer):
                         return follow
         return ()
 
-    def propose(self, states, ks, backend, dtype):
+    def propose(self, states, ks, cache, draws, backend, dtype):
         drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))
         k_max = max((len(d) for d in drafts), default=0)
         q = torch.zeros(len(states), k_max, self.vocab_size, dtype=dtype)

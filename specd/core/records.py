@@ -1,4 +1,4 @@
-"""Acceptance-log rows (0x06F): emitted by the engine as data, never printed.
+"""Acceptance-log rows: emitted by the engine as data, never printed.
 
 One ``AcceptanceRecord`` per proposed token and one ``RoundRecord`` per round.
 ``specd.traces.log`` serializes them under the versioned schema ``specd.trace/v1``.

@@ -16,6 +16,7 @@ the stopping point is a stopping time of that sequence.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 STREAMS: tuple[str, ...] = ("proposal", "acceptance", "terminal")
@@ -54,3 +55,14 @@ class RngState:
         counters = list(self.counters)
         counters[_INDEX[stream]] += n
         return RngState(self.seed, self.request_id, tuple(counters))  # type: ignore[arg-type]
+
+
+# Where a round reads its uniforms: (request state, stream name, n) -> the next n draws of
+# that stream, not consumed. Production reads the request's own streams; the exact
+# oracle injects one representative uniform per probability cell instead.
+Draws = Callable[["RequestState", str, int], list[float]]  # noqa: F821 - a forward name, documentation only
+
+
+def stream_draws(state, stream: str, n: int) -> list[float]:
+    """The production Draws: the request's own named stream at its counter."""
+    return state.rng.peek(stream, n)

@@ -1,21 +1,32 @@
 """The exact accept/reject/correction rule as pure, batched tensor functions.
 
-Shapes (B requests, K = max drafts in the batch, V vocabulary):
+This module is the rule's only home. Shapes (B requests, K = most drafts in the
+batch, V vocabulary):
 
-    p         float[B, K+1, V]  target processed rows p_1..p_{K+1} (rows past k_len+1 unused)
-    q         float[B, K, V]    draft processed rows q_1..q_K that sampled the drafts
-    draft     int64[B, K]       proposed tokens d_1..d_K, -1 past k_len
-    k_lens    int64[B]          drafts per row (rows may differ; 0 is a plain target step)
-    accept_u  float[B, K]       acceptance uniforms U_i in [0, 1)
-    terminal_u float[B]         one uniform for the correction/bonus sample
+    p          float[B, K+1, V]  target processed rows p_1..p_{K+1} (rows past k_len+1 unused)
+    q          float[B, K, V]    draft processed rows q_1..q_K that sampled the drafts
+    draft      int64[B, K]       proposed tokens d_1..d_K, -1 past k_len
+    k_lens     int64[B]          drafts per row (rows may differ; 0 is a plain target step)
+    accept_u   float64[B, K]     acceptance uniforms U_i in [0, 1)
+    terminal_u float64[B]        one uniform for the correction/bonus draw
 
-Rule (0x03A-0x03H): accept d_i iff U_i < min(1, p_i(d_i) / q_i(d_i)); at the
-first rejection emit a correction from normalize([p_i - q_i]_+) and stop; if
-all k drafts pass, emit a bonus from p_{k+1}. Output tokens int64[B, K+1]
-padded with -1, and accepted counts int64[B].
+The rule: accept d_i iff U_i < min(1, p_i(d_i) / q_i(d_i)), testing i = 1, 2, ...
+and stopping at the first rejection. At that first rejection the correction
+token is drawn from normalize([p_i - q_i]_+) and the round ends; if all k drafts
+pass, the bonus token is drawn from p_{k+1}. Why this is exact: at one position,
+the accept branch puts mass min(p, q) on each token and the rejection branch
+puts (1 - sum min(p, q)) * [p - q]_+ / Z = [p - q]_+ on it, which adds up to p;
+by induction over the accepted prefix the emitted block has the target's law.
 
-``RejectionSampler`` groups the steps as methods so the oracle's failure lab can
-replace exactly one of them; the production behaviour lives only here.
+Temperature 0 (greedy) is the same rule on point-mass rows p_i = onehot(argmax_i):
+the ratio is 1 when d_i is the argmax and 0 otherwise, so every test is decided
+without a uniform, and the correction and the bonus are both the point mass on
+the argmax at the first mismatch. ``decide_greedy`` computes exactly that without
+materializing the point-mass rows.
+
+``RejectionSampler`` groups the steps as methods: they are the sampler's
+extension points (see ``specd/core/engine.py``), the only way the failure lab
+breaks the rule.
 """
 
 from __future__ import annotations
@@ -25,8 +36,6 @@ from dataclasses import dataclass
 import torch
 
 from specd.errors import ImpossibleProposal
-
-PAD = -1
 
 
 def residual_floor(dtype: torch.dtype) -> float:
@@ -67,14 +76,15 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Decision:
-    """Everything the rule decides before the terminal draw."""
+    """Everything the rule decides for a batch before the terminal draw."""
 
     accepted: torch.Tensor  # int64[B]  accepted draft prefix length A
-    terminal_rows: torch.Tensor  # float[B, V] distribution of the terminal token
-    is_bonus: torch.Tensor  # bool[B]   A == k_len (terminal is a bonus, else a correction)
+    terminal_rows: torch.Tensor  # float[B, V] distribution of the terminal (correction or bonus) token
+    is_bonus: torch.Tensor  # bool[B]   A == k_len: the terminal is a bonus, else a correction
     ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding
     p_draft: torch.Tensor  # float[B, K] p_i(d_i)
     q_draft: torch.Tensor  # float[B, K] q_i(d_i)
+    uses_draws: bool  # False for greedy: no acceptance or terminal uniform was read
 
 
 class RejectionSampler:
@@ -105,9 +115,14 @@ class RejectionSampler:
         usable = mass > residual_floor(p_rows.dtype)
         return torch.where(usable, residual / torch.where(usable, mass, torch.ones_like(mass)), p_rows)
 
-    def bonus_rows(self, p_next: torch.Tensor, q: torch.Tensor, k_lens: torch.Tensor) -> torch.Tensor:
-        """The all-accepted branch samples p_{k+1}: p_next float[B, V] -> float[B, V]."""
-        return p_next
+    def terminal_rows(self, p_at: torch.Tensor, q_at: torch.Tensor, is_bonus: torch.Tensor) -> torch.Tensor:
+        """The terminal token's law: p_{k+1} for a bonus, the correction for a rejection.
+
+        p_at float[B, V] = p_{A+1}; q_at float[B, V] = q_{A+1} where a draft was
+        rejected (for a bonus, the last draft's row q_k, which the rule never reads);
+        is_bonus bool[B].
+        """
+        return torch.where(is_bonus.unsqueeze(-1), p_at, self.correction_rows(p_at, q_at))
 
     def decide(
         self,
@@ -125,58 +140,31 @@ class RejectionSampler:
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
         accepted = self.count_accepted(ratios, accept_u, valid)
         rows = torch.arange(b, device=p.device)
-        p_at = p[rows, accepted]
         is_bonus = accepted >= k_lens
-        if k_max > 0:
-            q_at = q[rows, accepted.clamp(max=k_max - 1)]
-            correction = self.correction_rows(p_at, q_at)
-        else:
-            correction = p_at
-        bonus = self.bonus_rows(p_at, q, k_lens)
-        terminal_rows = torch.where(is_bonus.unsqueeze(-1), bonus, correction)
-        return Decision(accepted, terminal_rows, is_bonus, ratios, p_draft, q_draft)
+        p_at = p[rows, accepted]
+        q_index = torch.where(is_bonus, k_lens - 1, accepted).clamp(0, max(k_max - 1, 0))
+        q_at = q[rows, q_index] if k_max else p_at
+        return Decision(accepted, self.terminal_rows(p_at, q_at, is_bonus), is_bonus, ratios, p_draft, q_draft, True)
+
+    def decide_greedy(
+        self, target_argmax: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor
+    ) -> Decision:
+        """The rule at target temperature 0; target_argmax int64[B, K+1] is the argmax of p_1..p_{K+1}.
+
+        p_i(d_i) is 1 when d_i is the argmax and 0 otherwise, so U_i < ratio_i is
+        decided for every U_i in [0, 1) and no uniform is read (U = 0 stands in).
+        """
+        b, k_max = draft.shape
+        valid = valid_positions(k_lens, k_max)
+        q_draft = token_probabilities(q, draft)
+        p_draft = ((draft == target_argmax[:, :k_max]) & valid).to(q_draft.dtype)
+        ratios = self.acceptance_ratios(p_draft, q_draft, valid)
+        accepted = self.count_accepted(ratios, torch.zeros_like(ratios), valid)
+        argmax_at = target_argmax.gather(1, accepted.unsqueeze(1)).squeeze(1)
+        point_mass = torch.zeros(b, q.shape[-1], dtype=q_draft.dtype, device=q.device)
+        point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
+        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, False)
 
     def sample_terminal(self, terminal_rows: torch.Tensor, terminal_u: torch.Tensor) -> torch.Tensor:
+        """terminal_rows float[B, V], terminal_u float64[B] -> the correction/bonus tokens int64[B]."""
         return sample_categorical(terminal_rows, terminal_u)
-
-
-def assemble(draft: torch.Tensor, accepted: torch.Tensor, terminal: torch.Tensor) -> torch.Tensor:
-    """draft int64[B, K], accepted int64[B], terminal int64[B] -> tokens int64[B, K+1] padded with -1."""
-    b, k_max = draft.shape
-    cols = torch.arange(k_max + 1, device=draft.device).unsqueeze(0)
-    padded = torch.cat([draft, torch.full((b, 1), PAD, dtype=draft.dtype, device=draft.device)], dim=1)
-    out = torch.where(cols < accepted.unsqueeze(1), padded, torch.full_like(padded, PAD))
-    return out.scatter(1, accepted.unsqueeze(1), terminal.unsqueeze(1))
-
-
-def rejection_sample(
-    p: torch.Tensor,
-    q: torch.Tensor,
-    draft: torch.Tensor,
-    k_lens: torch.Tensor,
-    accept_u: torch.Tensor,
-    terminal_u: torch.Tensor,
-    sampler: RejectionSampler | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole rule in one call -> (tokens int64[B, K+1] padded -1, accepted int64[B])."""
-    sampler = sampler or RejectionSampler()
-    decision = sampler.decide(p, q, draft, k_lens, accept_u)
-    terminal = sampler.sample_terminal(decision.terminal_rows, terminal_u)
-    return assemble(draft, decision.accepted, terminal), decision.accepted
-
-
-def greedy_verify(
-    target_argmax: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Temperature 0: the argmax check (Stern et al.), no randomness.
-
-    target_argmax int64[B, K+1] (argmax of p_1..p_{K+1}), draft int64[B, K] (-1 pad),
-    k_lens int64[B] -> (tokens int64[B, K+1] padded -1, accepted int64[B]).
-    Identical to ``rejection_sample`` on one-hot p rows.
-    """
-    k_max = draft.shape[1]
-    valid = valid_positions(k_lens, k_max)
-    match = (draft == target_argmax[:, :k_max]) & valid
-    accepted = match.to(torch.int64).cumprod(dim=-1).sum(dim=-1)
-    terminal = target_argmax.gather(1, accepted.unsqueeze(1)).squeeze(1)
-    return assemble(draft, accepted, terminal), accepted

@@ -1,4 +1,12 @@
-"""The authoritative per-request state vector S = (O, C, F, P, G, R, V) of 0x06A."""
+"""What a caller asks for (Request) and the authoritative per-request state (RequestState).
+
+RequestState is the state vector a round reads at its start (S_0) and replaces by
+its successor (S_1) only at publication: the output O (prompt + published tokens),
+the identities of the committed target K/V rows C, the frontier F (the last
+output token while its K/V row does not exist yet), both processor states, the
+random-stream counters R and the generation counter V that publication's
+compare-and-swap checks.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,7 @@ from specd.core.rng import RngState
 
 @dataclass(frozen=True)
 class Request:
-    """What a caller asks for: a prompt, a budget, a seed, optionally its own K."""
+    """A prompt, a token budget, a seed, and optionally a fixed K for this request alone."""
 
     request_id: str
     prompt: tuple[int, ...]
@@ -24,18 +32,18 @@ class Request:
 @dataclass(frozen=True)
 class RequestState:
     request_id: str
-    slot: int
+    slot: int  # the request's row in every cache
     prompt_len: int
     output: tuple[int, ...]  # O: prompt + published tokens
     cache_tokens: tuple[int, ...]  # C: identities of committed target K/V rows
-    target_proc: PolicyState  # G (target side)
-    draft_proc: PolicyState  # proposal-side processor state at the published output
-    rng: RngState  # R
+    target_proc: PolicyState  # processor state of the target policy at the published output
+    draft_proc: PolicyState  # processor state of the draft policy at the published output
+    rng: RngState  # R: stream counters
     generation: int  # V: bumped by every publication
     max_new_tokens: int
-    k: int
-    rounds: int = 0  # published speculative rounds
-    finish_reason: str | None = None  # "eos" | "length" | None
+    k: int | None = None  # a fixed K for this request (None: the engine's K policy decides)
+    rounds: int = 0  # published rounds
+    finish_reason: str | None = None  # "eos" | "length" | "stop_string" | None
     # Layout state: raw p_1 retained from the call that materialized the frontier.
     retained_logits: torch.Tensor | None = field(default=None, compare=False, repr=False)
 

@@ -17,7 +17,7 @@ class StatsAccumulator:
     draft_forwards: int = 0
     draft_time: float = 0.0
     verify_time: float = 0.0
-    state_time: float = 0.0
+    round_time: float = 0.0  # whole rounds; state time = round - draft - verify
     prefill_time: float = 0.0
     accepted_hist: dict[int, int] = field(default_factory=dict)  # A -> rounds
     reached: dict[int, int] = field(default_factory=dict)  # position j (1-based) -> rounds reaching it
@@ -45,7 +45,7 @@ class StatsAccumulator:
             draft_forwards=self.draft_forwards,
             draft_time=self.draft_time,
             verify_time=self.verify_time,
-            state_time=self.state_time,
+            state_time=max(0.0, self.round_time - self.draft_time - self.verify_time),
             prefill_time=self.prefill_time,
             wall_time=wall_time,
             accepted_hist=dict(sorted(self.accepted_hist.items())),
@@ -89,7 +89,7 @@ class RunStats:
 
     @property
     def acceptance_by_position(self) -> dict[int, float]:
-        """alpha_j: accepted at j / rounds that reached j (0x05A)."""
+        """alpha_j, reach-conditioned: accepted at j / rounds that reached j (every earlier draft accepted)."""
         return {j: self.accepted_at.get(j, 0) / n for j, n in self.reached.items() if n}
 
     @property

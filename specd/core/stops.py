@@ -1,4 +1,4 @@
-"""Stop rules applied before publication (0x05B, 0x06).
+"""Stop rules applied to a round's outcome before publication.
 
 - EOS or the length cap inside the accepted prefix truncates it and suppresses
   the correction/bonus;

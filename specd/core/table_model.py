@@ -55,8 +55,8 @@ class TableModel:
             self._rows[prefix] = row
         return row
 
-    def new_cache(self, slots: int) -> KVCache:
-        return KVCache(slots)
+    def new_cache(self) -> KVCache:
+        return KVCache()
 
     def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
         self.forward_calls += 1

@@ -1,12 +1,13 @@
-"""One speculative round as a transaction (0x06A-0x06E).
+"""One request's speculative round as a transaction.
 
     READY -> VERIFIED -> DECIDED -> STAGED -> PUBLISHED
                      \\-------------------------> ABORTED (S_0 stays authoritative)
 
 Nothing authoritative changes before PUBLISHED: the successor S_1 is assembled
-off to the side and published by a compare-and-swap on the request generation.
-Publishing the same round twice returns the same successor and appends nothing.
-Failure hooks run at the five injection points of 0x06E.
+off to the side and published by a compare-and-swap on the request's generation
+counter. Publishing the same round twice returns the same successor and appends
+nothing. A fault hook (tests inject failures through it) runs at each of the
+five points in FAULT_POINTS; a failure at any of them leaves S_0 authoritative.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from enum import Enum
 from typing import Literal
 
 from specd.core.layouts import FrontierLayout, Verified
-from specd.core.manifest import RoundCoordinate
 from specd.core.processors import PolicyState
 from specd.core.state import RequestState
 from specd.core.stops import StopDecision, apply_stops
@@ -38,13 +38,14 @@ class Phase(str, Enum):
 
 @dataclass(frozen=True)
 class SpeculativeCommit:
-    """The audit record of one published round (0x06E)."""
+    """The audit record of one published round."""
 
     request_id: str
     round_id: str
     expected_generation: int
     layout: str
     k: int
+    draft_token_ids: tuple[int, ...]  # d_1..d_k as proposed
     accepted_draft_count: int  # A before stop truncation
     terminal_kind: Literal["correction", "bonus", "stop"]
     terminal_token: int  # the sampled correction/bonus, even when a stop suppressed it
@@ -75,13 +76,11 @@ class RoundTransaction:
         self,
         start: RequestState,
         layout: FrontierLayout,
-        coordinate: RoundCoordinate,
         eos_ids: frozenset[int],
         fault_hook: FaultHook | None = None,
     ):
         self.start = start
         self.layout = layout
-        self.coordinate = coordinate
         self.eos_ids = eos_ids
         self.fault_hook = fault_hook
         self.round_id = f"{start.request_id}/round-{start.rounds}"
@@ -148,6 +147,7 @@ class RoundTransaction:
             expected_generation=start.generation,
             layout=self.layout.name,
             k=len(self.drafts),
+            draft_token_ids=tuple(self.drafts),
             accepted_draft_count=outcome.accepted,
             terminal_kind=kind,
             terminal_token=outcome.terminal,
@@ -167,7 +167,7 @@ class RoundTransaction:
         return self.successor
 
     def stage_processor(self, state: PolicyState, emitted: tuple[int, ...]) -> PolicyState:
-        """Stateful processors advance over the published tokens only (0x06D)."""
+        """Stateful processors advance over the published tokens only, never over rejected drafts."""
         for token in emitted:
             state = state.advance(token)
         return state
@@ -182,9 +182,12 @@ class RoundTransaction:
         self.phase = Phase.PUBLISHED
         return result
 
-    def abort(self) -> None:
-        if self.phase is not Phase.PUBLISHED:
-            self.phase = Phase.ABORTED
+    def abort(self) -> bool:
+        """Mark an unpublished round aborted; True if it was (a published round stays published)."""
+        if self.phase is Phase.PUBLISHED:
+            return False
+        self.phase = Phase.ABORTED
+        return True
 
     # -- helpers --------------------------------------------------------------
     def _expect(self, phase: Phase) -> None:

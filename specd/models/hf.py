@@ -1,14 +1,14 @@
 """A Hugging Face causal LM behind the core's CausalLM protocol.
 
 Physical layout: one transformers cache for the whole batch, rows = requests.
-Every step appends the same number of physical positions to every live row
-(rows with fewer inputs are padded at the end); the ledger records which
-physical positions hold committed rows. Rejected rows and padding become
-*holes*: masked out of attention and never read. Positions are logical
-(explicit ``position_ids``), so RoPE sees each row's true positions whatever
-its physical layout (0x04C, 0x04E). Holes at the tail are cropped before each
-step, and a row-wise gather compacts the cache when holes pile up.
-Finished requests are released: their rows leave the batch and stop costing work.
+Every step appends the same number of physical positions to every row (rows
+with fewer inputs are padded at the end); the ledger records which physical
+positions hold committed rows. Rejected rows and padding become *holes*: masked
+out of attention and never read. Positions are logical (explicit
+``position_ids``), so rotary embeddings see each row's true positions whatever
+its physical layout, and each row attends only to its own valid positions.
+Holes at the tail are cropped before each step, and a row-wise gather compacts
+the cache when holes pile up.
 """
 
 from __future__ import annotations
@@ -85,48 +85,80 @@ def logit_width(model) -> int:
 
 
 class HFCache(KVCache):
-    def __init__(self, slots: int, device: torch.device):
-        super().__init__(slots)
+    """The identity ledger plus one transformers cache whose batch rows are requests.
+
+    A request's slot owns one physical batch row. Closing a slot only marks its
+    row free, at no cost proportional to the batch: the next request to join
+    reuses it, and ``compact`` (once per round, when nobody is waiting to join)
+    drops all free rows in one copy.
+    """
+
+    def __init__(self, device: torch.device):
+        super().__init__()
         self.device = device
         self.dyn = None
-        self.rows: list[int] = list(range(slots))  # physical batch row -> slot
-        self.valid = torch.zeros(slots, 0, dtype=torch.bool, device=device)
+        self.rows: list[int | None] = []  # physical batch row -> slot (None: a free row)
+        self._row: dict[int, int] = {}  # slot -> physical batch row
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=device)
         self.temp_cols: dict[int, list[int]] = {}
         self.compactions = 0
 
     def row_of(self, slot: int) -> int:
-        return self.rows.index(slot)
+        return self._row[slot]
 
-    def commit(self, slot: int, keep: int) -> None:
-        cols = self.temp_cols.pop(slot, [])
-        if slot in self.rows and len(cols) > keep:
-            self.valid[self.row_of(slot), cols[keep:]] = False
-        super().commit(slot, keep)
+    def open(self, slot: int) -> None:
+        super().open(slot)
+        free = next((i for i, s in enumerate(self.rows) if s is None), None)
+        if free is None:
+            free = len(self.rows)
+            self.rows.append(None)
+            self.valid = torch.cat(
+                [self.valid, torch.zeros(1, self.valid.shape[1], dtype=torch.bool, device=self.device)]
+            )
+            if self.dyn is not None:
+                cache_compat.grow_batch(self.dyn, 1)
+        self.rows[free] = slot
+        self._row[slot] = free
 
-    def reset(self, slot: int) -> None:
-        if slot in self.rows:
-            self.valid[self.row_of(slot)] = False
-        self.temp_cols.pop(slot, None)
-        super().reset(slot)
-
-    def release(self, slot: int) -> None:
-        """The request finished: drop its physical row (its identity ledger stays for audit)."""
-        if slot not in self.rows:
+    def close(self, slot: int) -> None:
+        super().close(slot)
+        row = self._row.pop(slot, None)
+        if row is None:
             return
-        keep = [i for i, s in enumerate(self.rows) if s != slot]
+        self.rows[row] = None
+        self.valid[row] = False
+        self.temp_cols.pop(slot, None)
+
+    def compact(self) -> None:
+        """Drop every free batch row (one copy of the cache)."""
+        if len(self._row) == len(self.rows):
+            return
+        if not self._row:
+            self.dyn, self.rows = None, []
+            self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)
+            return
+        keep = [i for i, s in enumerate(self.rows) if s is not None]
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-        if self.dyn is not None and keep:
+        if self.dyn is not None:
             cache_compat.select_batch(self.dyn, idx)
         self.valid = self.valid.index_select(0, idx)
         self.rows = [self.rows[i] for i in keep]
+        self._row = {s: i for i, s in enumerate(self.rows)}
+
+    def commit(self, slot: int, keep: int) -> None:
+        cols = self.temp_cols.pop(slot, [])
+        if len(cols) > keep:
+            self.valid[self._row[slot], cols[keep:]] = False
+        super().commit(slot, keep)
+
+    def reset(self, slot: int) -> None:
+        self.valid[self._row[slot]] = False
         self.temp_cols.pop(slot, None)
-        if not self.rows:
-            self.dyn = None
-            self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)
+        super().reset(slot)
 
     def committed_kv(self, slot: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer (keys, values) float[kv_heads, n, head_dim] of the slot's committed rows, in order."""
-        row = self.row_of(slot)
+        row = self._row[slot]
         cols = self.valid[row].nonzero().squeeze(1)
         committed = len(self.committed(slot))
         if cols.numel() != committed + len(self.temp_cols.get(slot, [])):
@@ -140,6 +172,10 @@ class HFCache(KVCache):
             return
         used = self.valid.any(dim=0).nonzero()
         length = int(used.max().item()) + 1 if used.numel() else 0
+        if length == 0:  # nothing committed anywhere: start the physical cache afresh
+            self.dyn = None
+            self.valid = self.valid[:, :0]
+            return
         if length < self.valid.shape[1]:
             cache_compat.truncate(self.dyn, length)
             self.valid = self.valid[:, :length]
@@ -184,8 +220,8 @@ class HFCausalLM:
         )
         return OutputHead(model.lm_head, calibrate=self.device.type == "cpu") if plain else None
 
-    def new_cache(self, slots: int) -> HFCache:
-        return HFCache(slots, self.device)
+    def new_cache(self) -> HFCache:
+        return HFCache(self.device)
 
     @torch.no_grad()
     def step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
@@ -193,9 +229,9 @@ class HFCausalLM:
         self.forward_calls += 1
         cache.tidy()
         by_slot = {r.slot: r for r in rows}
-        missing = [r.slot for r in rows if r.slot not in cache.rows]
+        missing = [r.slot for r in rows if not cache.is_open(r.slot)]
         if missing:
-            raise ValueError(f"slots {missing} were released")
+            raise ValueError(f"slots {missing} are not open")
         batch = len(cache.rows)
         n_new = max(len(r.tokens) for r in rows)
         ids = torch.full((batch, n_new), self.pad_id, dtype=torch.long)
@@ -204,7 +240,7 @@ class HFCausalLM:
         for b, slot in enumerate(cache.rows):
             row = by_slot.get(slot)
             n = len(row.tokens) if row else 0
-            start = row.positions[0] if row else cache.length(slot)
+            start = row.positions[0] if row else (cache.length(slot) if slot is not None else 0)
             if n:
                 ids[b, :n] = torch.tensor(row.tokens)
                 pos[b, :n] = torch.tensor(row.positions)

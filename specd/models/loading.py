@@ -9,19 +9,9 @@ from pathlib import Path
 
 import torch
 
-from specd.errors import SpecdError, UsageError
+from specd.errors import ModelLoadError, OutOfMemory, UsageError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class ModelLoadError(SpecdError):
-    exit_code = 2
-    code = "model_load"
-
-
-class OutOfMemory(SpecdError):
-    exit_code = 1
-    code = "out_of_memory"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -47,7 +37,7 @@ def resolve_dtype(name: str) -> torch.dtype:
 @dataclass
 class Loaded:
     model: torch.nn.Module
-    tokenizer: object | None
+    tokenizer: object
     name: str  # what the user named (path, hub id, gguf file)
     source: str  # "folder" | "hub" | "gguf"
 
@@ -58,9 +48,7 @@ def _oom(err: BaseException) -> bool:
     )
 
 
-def load(
-    spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.device, need_tokenizer: bool = True
-) -> Loaded:
+def load(spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.device) -> Loaded:
     """A model by local folder, hub id (local cache only when offline) or GGUF file."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -96,13 +84,11 @@ def load(
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         hint = " (no network here: a hub id must already be in the local Hugging Face cache)" if source == "hub" else ""
         raise ModelLoadError(f"cannot load model {name!r}: {first}{hint}") from None
-    tokenizer = None
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
     except Exception as err:  # noqa: BLE001
-        if need_tokenizer:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ModelLoadError(f"cannot load the tokenizer of {name!r}: {first}") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(f"cannot load the tokenizer of {name!r}: {first}") from None
     return Loaded(model, tokenizer, name, source)
 
 

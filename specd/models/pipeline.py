@@ -1,21 +1,22 @@
-"""From user options to a running engine on Hugging Face models: load, admit,
-build policies, encode prompts, run (speculative or target-only), decode."""
+"""From options to generated text on Hugging Face models.
+
+``Pipeline.build`` loads and admits the models and builds both sampling
+policies once; the pipeline is immutable after that. ``run`` takes what changes
+from run to run (the prompts, speculative or target-only, K, the token budget)
+as arguments, drives the engine, and returns the text of every request with its
+stop strings applied.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from specd.core.engine import EngineConfig, RunResult, SpeculativeEngine
-from specd.core.layouts import LAYOUTS
-from specd.core.probability import BACKENDS
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import Proposer
 from specd.core.state import Request, RequestState
@@ -25,124 +26,38 @@ from specd.models.drafts import build_proposer, parse_draft
 from specd.models.embedded import MODEL_NAME, ensure_default_model
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
-
-
-@dataclass(frozen=True)
-class GenerateOptions:
-    target: str | None = None
-    draft: str | None = None
-    target_gguf: str | None = None
-    draft_gguf: str | None = None
-    k: int = 4
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    draft_temperature: float | None = None  # default: the target's
-    draft_top_k: int | None = None
-    draft_top_p: float | None = None
-    seed: int = 0
-    layout: str = "replay_frontier"
-    backend: str = "max_shift"
-    device: str = "auto"
-    dtype: str = "float32"
-    chat: bool | None = None  # None: on for the embedded instruct default, off otherwise
-    stop: tuple[str, ...] = ()
-
-    def validate(self, need_draft: bool) -> None:
-        if self.k < 1:
-            raise UsageError(f"-k must be >= 1, got {self.k}")
-        if self.max_new_tokens < 1:
-            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        for name, t in (("--temperature", self.temperature), ("--draft-temperature", self.draft_temperature)):
-            if t is not None and t < 0:
-                raise UsageError(f"{name} must be >= 0 (0 means greedy), got {t}")
-        for name, p in (("--top-p", self.top_p), ("--draft-top-p", self.draft_top_p)):
-            if p is not None and not 0 < p <= 1:
-                raise UsageError(f"{name} must be in (0, 1], got {p}")
-        for name, k in (("--top-k", self.top_k), ("--draft-top-k", self.draft_top_k)):
-            if k is not None and k < 1:
-                raise UsageError(f"{name} must be >= 1, got {k}")
-        if self.layout not in LAYOUTS:
-            raise UsageError(f"unknown layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
-        if self.backend not in BACKENDS:
-            raise UsageError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
-        if self.target and self.target_gguf:
-            raise UsageError("give --target or --target-gguf, not both")
-        if need_draft and not (self.draft or self.draft_gguf) and (self.target or self.target_gguf):
-            raise UsageError(
-                "no draft: give --draft PATH_OR_ID, self:bf16, self:fp16, self:layers=N or ngram:N, "
-                "or --draft-gguf FILE (or use --baseline)"
-            )
-        parse_draft(self.draft)
-
-    @property
-    def uses_default_model(self) -> bool:
-        return not (self.target or self.target_gguf)
-
+from specd.models.options import GenerateOptions
+from specd.models.prompts import PromptItem
+from specd.models.text import IncrementalText, cut_at_stop
 
 DEFAULT_DRAFT = "self:bf16"
+TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
 
 
 @dataclass(frozen=True)
-class PromptItem:
+class RequestResult:
     request_id: str
-    text: str
-    tag: str | None = None
+    tag: str | None
+    prompt: str
+    prompt_tokens: int
+    text: str  # cut before a stop string
+    tokens: tuple[int, ...]  # generated tokens, ending with the one that completed a stop string
+    finish_reason: str | None
 
 
-def prompt_items(prompts: Sequence[str], prompts_file: str | None) -> list[PromptItem]:
-    """--prompt values then JSONL lines {"prompt": ..., "id"?: ..., "tag"?: ...}.
-
-    Default ids hash the prompt text, so a request's id (and its random streams)
-    does not depend on its position in the batch.
-    """
-    raw: list[tuple[str, str | None, str | None]] = [(p, None, None) for p in prompts]
-    if prompts_file:
-        path = Path(prompts_file)
-        if not path.is_file():
-            raise UsageError(f"prompts file not found: {prompts_file}")
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UsageError(f"{prompts_file}:{n}: not JSONL ({err.msg})") from None
-            if isinstance(obj, str):
-                obj = {"prompt": obj}
-            if not isinstance(obj, dict) or not isinstance(obj.get("prompt", obj.get("text")), str):
-                raise UsageError(f'{prompts_file}:{n}: each line must be a JSON object with a "prompt" string')
-            tag = obj.get("tag", obj.get("domain"))
-            raw.append((obj.get("prompt", obj.get("text")), obj.get("id"), None if tag is None else str(tag)))
-    if not raw:
-        raise UsageError("no prompt: give --prompt TEXT or --prompts-file FILE.jsonl")
-    items, seen = [], {}
-    for text, rid, tag in raw:
-        if not text.strip():
-            raise UsageError("empty prompt")
-        if rid is None:
-            base = "p" + hashlib.sha1(text.encode()).hexdigest()[:8]
-            seen[base] = seen.get(base, 0) + 1
-            rid = base if seen[base] == 1 else f"{base}-{seen[base]}"
-        items.append(PromptItem(str(rid), text, tag))
-    if len({i.request_id for i in items}) != len(items):
-        raise UsageError("prompt ids must be unique")
-    return items
-
-
-@dataclass
+@dataclass(frozen=True)
 class GenerationRun:
-    items: list[PromptItem]
-    result: RunResult
-    texts: list[str]
-    finish_reasons: list[str | None]
+    mode: str  # TARGET_ONLY | SPECULATIVE
+    results: tuple[RequestResult, ...]
+    engine: RunResult  # statistics, commits and acceptance log
     wall_time: float
-    baseline: bool
+
+    @property
+    def stats(self):
+        return self.engine.stats
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pipeline:
     options: GenerateOptions
     target: HFCausalLM
@@ -154,13 +69,13 @@ class Pipeline:
     eos_ids: frozenset[int]
     device: torch.device
     load_time: float
-    _digests: dict = field(default_factory=dict)
+    _digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name
 
     @classmethod
     def build(
-        cls, opts: GenerateOptions, need_draft: bool = True, report: Callable[[str], None] | None = None
+        cls, opts: GenerateOptions, with_draft: bool = True, report: Callable[[str], None] | None = None
     ) -> Pipeline:
-        opts.validate(need_draft)
+        """Load target (and draft), admit their tokenizers, build both policies."""
         device = resolve_device(opts.device)
         dtype = resolve_dtype(opts.dtype)
         t0 = time.perf_counter()
@@ -173,12 +88,17 @@ class Pipeline:
                 draft=opts.draft or (None if opts.draft_gguf else DEFAULT_DRAFT),
                 chat=True if opts.chat is None else opts.chat,
             )
-        draft_spec = parse_draft(opts.draft) if need_draft and not opts.draft_gguf else None
+        if with_draft and not (opts.draft or opts.draft_gguf):
+            raise UsageError(
+                "no draft: give --draft PATH_OR_ID, self:bf16, self:fp16, self:layers=N or ngram:N, "
+                "or --draft-gguf FILE (or use --baseline)"
+            )
+        draft_spec = parse_draft(opts.draft) if with_draft and not opts.draft_gguf else None
         target = load(opts.target, opts.target_gguf, dtype, device)
         if default_model:
             target.name = MODEL_NAME
         loaded_draft = None
-        if need_draft and (opts.draft_gguf or (draft_spec is not None and draft_spec.needs_model)):
+        if with_draft and (opts.draft_gguf or draft_spec.needs_model):
             loaded_draft = load(draft_spec.value if draft_spec else None, opts.draft_gguf, dtype, device)
         tok = target.tokenizer
         t_width = logit_width(target.model)
@@ -189,22 +109,9 @@ class Pipeline:
         draft_lm = (
             HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
         )
-        mask = space.real_vocab if space.width > space.real_vocab else None
-        target_policy = SamplingPolicy.build(
-            temperature=opts.temperature,
-            top_k=opts.top_k,
-            top_p=opts.top_p,
-            repetition_penalty=opts.repetition_penalty,
-            real_vocab=mask,
-        )
-        draft_policy = SamplingPolicy.build(
-            temperature=opts.temperature if opts.draft_temperature is None else opts.draft_temperature,
-            top_k=opts.top_k if opts.draft_top_k is None else opts.draft_top_k,
-            top_p=opts.top_p if opts.draft_top_p is None else opts.draft_top_p,
-            real_vocab=mask,
-        )
+        target_policy, draft_policy = policies(opts, space)
         proposer = None
-        if need_draft:
+        if with_draft:
             spec = draft_spec or parse_draft("model")  # a --draft-gguf model
             proposer = build_proposer(spec, target_lm, draft_policy, draft_lm)
         return cls(
@@ -214,10 +121,24 @@ class Pipeline:
             tok,
             space,
             target_policy,
-            draft_policy,
-            _eos_ids(target.model, tok),
+            draft_policy if with_draft else None,
+            eos_ids(target.model, tok),
             device,
             time.perf_counter() - t0,
+        )
+
+    def with_options(self, opts: GenerateOptions) -> Pipeline:
+        """The same loaded models under other sampling options (a new pipeline; this one is unchanged)."""
+        target_policy, draft_policy = policies(opts, self.space)
+        proposer = self.proposer
+        if proposer is not None and hasattr(proposer, "model"):
+            proposer = type(proposer)(proposer.model, draft_policy)
+        return dataclasses.replace(
+            self,
+            options=dataclasses.replace(opts, chat=self.options.chat),
+            target_policy=target_policy,
+            draft_policy=draft_policy if self.draft_policy is not None else None,
+            proposer=proposer,
         )
 
     def encode(self, item: PromptItem) -> tuple[int, ...]:
@@ -235,52 +156,66 @@ class Pipeline:
             raise UsageError(f"prompt {item.request_id!r} encodes to no tokens")
         return tuple(int(t) for t in ids)
 
-    def engine(self, baseline: bool, record_log: bool = True) -> SpeculativeEngine:
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def engine(self, baseline: bool, k: int, record_log: bool) -> SpeculativeEngine:
         o = self.options
-        config = EngineConfig(
-            k=0 if baseline else o.k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log
-        )
+        config = EngineConfig(k=k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log)
         if baseline:
             return SpeculativeEngine.baseline(self.target, self.target_policy, config)
+        if self.proposer is None:
+            raise UsageError("this pipeline was built without a draft: only target-only runs")
         return SpeculativeEngine(self.target, self.proposer, self.target_policy, config)
 
     def run(
         self,
         items: Sequence[PromptItem],
+        *,
         baseline: bool = False,
-        on_publish: Callable[[RequestState, tuple[int, ...]], None] | None = None,
+        k: int | None = None,
+        max_new_tokens: int | None = None,
         record_log: bool = True,
+        on_text: Callable[[str, str], None] | None = None,
+        on_publish: Callable[[RequestState, tuple[int, ...]], None] | None = None,
     ) -> GenerationRun:
-        requests = [
-            Request(i.request_id, self.encode(i), self.options.max_new_tokens, seed=self.options.seed) for i in items
-        ]
-        engine = self.engine(baseline, record_log)
+        """Generate for every item; ``k`` and ``max_new_tokens`` default to the options'.
+
+        on_text(request_id, new_text) streams text as it completes; on_publish(state, emitted)
+        is called after every published round (progress).
+        """
+        budget = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
+        stops = self.options.stop
+        requests = [Request(i.request_id, self.encode(i), budget, seed=self.options.seed) for i in items]
+        engine = self.engine(baseline, self.options.k if k is None else k, record_log)
         t0 = time.perf_counter()
         session = engine.start(requests)
-        stops = self.options.stop
+        texts = {r.request_id: IncrementalText(self.decode, stops) for r in requests}
 
         def published(state: RequestState, emitted: tuple[int, ...]) -> None:
-            if stops and not state.finished and any(s in self.decode(state.new_tokens) for s in stops):
-                session.finish(state.request_id, "stop_string")
+            text = texts[state.request_id]
+            delta = text.push(emitted)
+            if text.stop_in(delta) and not state.finished:
+                state = session.finish(state.request_id, "stop_string")
+            if on_text is not None and delta:
+                on_text(state.request_id, delta)
             if on_publish is not None:
-                on_publish(session.store.get(state.request_id), emitted)
+                on_publish(state, emitted)
 
-        result = session.run(published)
+        engine_result = session.run(published)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
-        texts = [self.cut_at_stop(self.decode(s.new_tokens)) for s in result.states]
-        return GenerationRun(list(items), result, texts, [s.finish_reason for s in result.states], wall, baseline)
+        results = []
+        for item, state in zip(items, engine_result.states):
+            text, tokens = cut_at_stop(state.new_tokens, self.decode, stops)
+            results.append(
+                RequestResult(item.request_id, item.tag, item.text, state.prompt_len, text, tokens, state.finish_reason)
+            )
+        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, tuple(results), engine_result, wall)
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def cut_at_stop(self, text: str) -> str:
-        cut = min((text.find(s) for s in self.options.stop if s in text), default=-1)
-        return text if cut < 0 else text[:cut]
-
-    def manifest(self, baseline: bool = False) -> dict:
-        """The run's coordinate for trace headers and --json (0x01A)."""
+    def manifest(self, baseline: bool = False, k: int | None = None) -> dict:
+        """What determines a run's output: models, policies, seed, K, budget, stops (trace headers, --json)."""
         import transformers
 
         def model_entry(lm) -> dict | None:
@@ -309,15 +244,37 @@ class Pipeline:
             "draft_policy": None if baseline else self.draft_policy.describe(),
             "layout": o.layout,
             "backend": o.backend,
-            "k": 0 if baseline else o.k,
+            "k": 0 if baseline else (o.k if k is None else k),
             "seed": o.seed,
             "max_new_tokens": o.max_new_tokens,
+            "stop": list(o.stop),
+            "chat": bool(o.chat),
             "event_space": {"real_vocab": self.space.real_vocab, "logit_width": self.space.width},
             "eos_ids": sorted(self.eos_ids),
         }
 
 
-def _eos_ids(model, tokenizer) -> frozenset[int]:
+def policies(opts: GenerateOptions, space: EventSpace) -> tuple[SamplingPolicy, SamplingPolicy]:
+    """The target's and the draft's sampling policies (the draft's values default to the target's)."""
+    mask = space.real_vocab if space.width > space.real_vocab else None
+    target = SamplingPolicy.build(
+        temperature=opts.temperature,
+        top_k=opts.top_k,
+        top_p=opts.top_p,
+        repetition_penalty=opts.repetition_penalty,
+        real_vocab=mask,
+    )
+    draft = SamplingPolicy.build(
+        temperature=opts.temperature if opts.draft_temperature is None else opts.draft_temperature,
+        top_k=opts.top_k if opts.draft_top_k is None else opts.draft_top_k,
+        top_p=opts.top_p if opts.draft_top_p is None else opts.draft_top_p,
+        real_vocab=mask,
+    )
+    return target, draft
+
+
+def eos_ids(model, tokenizer) -> frozenset[int]:
+    """End-of-sequence ids: the generation config's (or the model config's), plus the tokenizer's."""
     ids: set[int] = set()
     gen = getattr(model, "generation_config", None)
     eos = getattr(gen, "eos_token_id", None) if gen is not None else None

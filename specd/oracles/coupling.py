@@ -1,4 +1,4 @@
-"""The one-position coupling matrix (0x03E), built from the production sampler.
+"""The one-position coupling matrix, built from the production sampler.
 
 Rows: proposed X ~ q; columns: emitted Y. M[x, y] = q(x) a(x) [x = y] + q(x) (1 - a(x)) r(y)
 with a(x) = min(1, p(x)/q(x)) and r = normalize([p - q]_+). Its row sums are q,

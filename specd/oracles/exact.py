@@ -1,58 +1,129 @@
-"""Exact enumeration (0x04H): the speculative joint over all V^H continuations.
+"""Exact enumeration: the speculative joint over all V^H continuations, through the real round.
 
-For every draft path (masses from the *declared* draft policy Pi_D, i.e. what
-the proposer samples from), the production pipeline runs: the proposer's
-recorded q rows, the layout's verification call on the TableModel, the target
-policy at each logical prefix, and the sampler's ``decide`` on every cell of
-the acceptance uniforms (the outcome depends on U_i only through U_i < ratio_i,
-so one representative point per cell integrates exactly). The terminal token
-is enumerated from the decided terminal distribution, and the transaction
-stages the successor. Short branches are completed either by the ordinary
-target chain (``completion="target"``) or by further speculative rounds from
-the staged successor (``completion="rounds"``), which also exercises the
-published K/V, processor state and frontier.
+Under the rule, the round's outcome depends on its uniforms only through which
+*cell* each one falls in: the proposal uniform u_i through which token's
+interval of the inverse CDF of q_i it hits, the acceptance uniform U_i through
+U_i < r_i or not (r_i = min(1, p_i(d_i)/q_i(d_i))), and the terminal uniform
+through which token's interval of the correction or bonus distribution it hits.
+So a representative uniform per cell, weighted by the cell's width, integrates
+the round exactly. Each cell is run at three points, its centre and just inside
+both ends (every uniform at once), each weighted a third: an engine whose
+outcome is not constant over a cell of the rule (a boundary moved by a wrong
+ratio, a wrong residual, a draw read where the rule reads none) gives another
+outcome at one of them and moves the joint.
+
+The cells come from the oracle's own reference (``Reference``: the target's
+processed rows and the *declared* draft policy's rows, computed here from the
+tables, float64); the outcomes come from the production code: every cell
+becomes one request of a batch, its uniforms are injected through the session's
+``Draws``, and ``speculative_round`` runs the whole batch. If production drafts,
+tests, corrects or commits differently from the rule, some cell's outcome is
+not the one its width belongs to, and the joint moves away from the target's.
+
+Two passes per state: the first learns how many drafts production proposes on
+each draft path (K may depend on the draft's own rows), the second runs one
+request per (path, first rejection or all accepted, terminal token). Short
+branches are completed by the target chain (``completion="target"``) or by
+further speculative rounds from production's published successor
+(``completion="rounds"``, which also exercises the published K/V, processor
+state, stream counters and frontier).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
+from dataclasses import dataclass, replace
 
-import torch
-
-from specd.core.engine import DecodeSession
 from specd.core.model import RowInput
+from specd.core.round import speculative_round
 from specd.core.state import Request, RequestState
-from specd.core.transaction import Outcome
 from specd.oracles.rig import Rig, fold
 
 Joint = dict[tuple[int, ...], float]
+# The injected value of a uniform whose cell must not matter (an unreached test, a draft past the
+# first rejection). 0 makes every unreached acceptance test pass, so an engine that reads one shows it.
+UNUSED = 0.0
 
 
-def target_joint(rig: Rig, horizon: int, prefix: tuple[int, ...] | None = None) -> Joint:
-    """The direct target chain p_1(x_1) p_2(x_2 | x_1) ... over ``horizon`` tokens."""
-    prompt = rig.prompt if prefix is None else prefix
-    policy = rig.target_policy
-    start = fold(policy.initial_state(rig.prompt), prompt[len(rig.prompt) :])
+class Reference:
+    """The oracle's own rows at any output: target p (processed) and declared draft q, float64 lists."""
+
+    def __init__(self, rig: Rig):
+        self.rig = rig
+        self._p: dict[tuple[int, ...], list[float]] = {}
+        self._q: dict[tuple[int, ...], list[float]] = {}
+
+    def _row(self, memo, model, policy, output: tuple[int, ...]) -> list[float]:
+        if output not in memo:
+            rig = self.rig
+            state = fold(policy.initial_state(rig.prompt), output[len(rig.prompt) :])
+            raw = model.raw_logits(output).unsqueeze(0)
+            memo[output] = policy.probabilities(raw, [state], rig.backend, rig.prob_dtype)[0].double().tolist()
+        return memo[output]
+
+    def p(self, output: tuple[int, ...]) -> list[float]:
+        return self._row(self._p, self.rig.target, self.rig.target_policy, output)
+
+    def q(self, output: tuple[int, ...]) -> list[float]:
+        return self._row(self._q, self.rig.draft, self.rig.draft_policy, output)
+
+
+def target_joint(rig: Rig, horizon: int, prefix: tuple[int, ...] | None = None, ref: Reference | None = None) -> Joint:
+    """The direct target chain p_1(x_1) p_2(x_2 | x_1) ... over ``horizon`` tokens after ``prefix``."""
+    ref = ref or Reference(rig)
+    start = rig.prompt if prefix is None else prefix
     out: Joint = {}
-    rows: dict[tuple[int, ...], list[float]] = {}
 
-    def row(context: tuple[int, ...], state) -> list[float]:
-        if context not in rows:
-            raw = rig.target.raw_logits(context).unsqueeze(0)
-            rows[context] = policy.probabilities(raw, [state], rig.backend, torch.float64)[0].tolist()
-        return rows[context]
-
-    def walk(seq: tuple[int, ...], state, mass: float) -> None:
+    def walk(seq: tuple[int, ...], mass: float) -> None:
         if len(seq) == horizon:
             out[seq] = out.get(seq, 0.0) + mass
             return
-        for x, px in enumerate(row(prompt + seq, state)):
+        for x, px in enumerate(ref.p(start + seq)):
             if px > 0:
-                walk(seq + (x,), state.advance(x), mass * px)
+                walk(seq + (x,), mass * px)
 
-    walk((), start, 1.0)
+    walk((), 1.0)
     return out
+
+
+PROBES = ("centre", "left", "right")
+
+
+def probe(lo: float, hi: float, where: str) -> float:
+    """A point of the cell [lo, hi): its centre, or just inside one end (far enough from the end
+    that float64 rounding of a correct engine's cumulative sums cannot cross it)."""
+    if where == "centre":
+        return (lo + hi) / 2
+    margin = min((hi - lo) / 4, max((hi - lo) * 1e-6, 1e-13))
+    return lo + margin if where == "left" else hi - margin
+
+
+def cells_of(row: list[float]) -> list[tuple[int, float, float]]:
+    """[(token, lo, hi)]: each positive entry's interval of the inverse CDF of a (possibly unnormalized) row."""
+    total = sum(row)
+    out, below = [], 0.0
+    for x, mass in enumerate(row):
+        if mass > 0:
+            out.append((x, below / total, (below + mass) / total))
+        below += mass
+    return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the round's uniforms: an interval [lo, hi) per uniform, and its mass."""
+
+    proposal: tuple[tuple[float, float], ...]
+    acceptance: tuple[tuple[float, float], ...]
+    terminal: tuple[float, float]
+    mass: float
+
+    def at(self, where: str) -> dict[str, tuple[float, ...]]:
+        return {
+            "proposal": tuple(probe(lo, hi, where) for lo, hi in self.proposal),
+            "acceptance": tuple(probe(lo, hi, where) for lo, hi in self.acceptance),
+            "terminal": (probe(*self.terminal, where),),
+        }
 
 
 class Enumerator:
@@ -61,114 +132,113 @@ class Enumerator:
         self.horizon = horizon
         self.completion = completion
         self.engine = rig.engine()
-        self.session = DecodeSession(self.engine, [Request("enum", rig.prompt, horizon, seed=0)])
+        self.ref = Reference(rig)
         self._memo: dict = {}
         self._target_memo: dict = {}
         self.rounds_enumerated = 0
 
-    # -- state plumbing -------------------------------------------------------------
-    def _load(self, state: RequestState) -> RequestState:
-        """Make ``state`` authoritative and rebuild its physical cache from its identities."""
-        session = self.session
-        session.store.add(state)
-        session.cache.reset(state.slot)
-        if state.cache_tokens:
-            n = len(state.cache_tokens)
-            self.engine.target.step(session.cache, [RowInput(state.slot, state.cache_tokens, tuple(range(n)))])
-            session.cache.commit(state.slot, n)
-        return session._materialize_frontiers([state])[0]
+    # -- running production on injected uniforms ----------------------------------------
+    def run_cells(self, state: RequestState, points: list[dict[str, tuple[float, ...]]]):
+        """One production round from ``state`` per point (its uniforms by stream name)
+        -> [(commit, successor)] in order."""
+        injected = {f"cell{i}": point for i, point in enumerate(points)}
 
-    # -- one round -------------------------------------------------------------------
-    def round_outcomes(self, state: RequestState):
-        """All outcomes of one round from ``state``: list of (mass, emitted, successor)."""
-        rig, eng, session = self.rig, self.engine, self.session
-        state = self._load(state)
-        self.rounds_enumerated += 1
-        k = min(state.k, state.remaining - 1)
-        if eng.proposer.deterministic:  # the proposal is a function of the state: one path, mass 1
-            proposal = eng.proposer.propose([state], [k], rig.backend, torch.float64)
-            path = proposal.drafts[0]
-            k = len(path)
-            paths, masses, recorded = [path], [1.0], [[proposal.q[0, i] for i in range(k)]]
-        else:
-            paths, masses, recorded = self._draft_paths(state, k)
-        n_paths = len(paths)
-        p_rows, verified_all = [], []
-        for path in paths:
-            verified = session.verify([state], [path], [k])
-            session.cache.discard(state.slot)
-            p_rows.append(session.target_rows([state], verified, [path], k)[0])
-            verified_all.append(verified[0])
-        p = torch.stack(p_rows).to(torch.float64)  # [P, k+1, V]
-        if eng.target_policy.greedy:  # argmax rows -> one-hot distributions
-            p = torch.nn.functional.one_hot(p.long(), rig.vocab).to(torch.float64)
-        q = (
-            torch.stack([torch.stack(r) for r in recorded]).to(torch.float64)
-            if k
-            else torch.zeros(n_paths, 0, rig.vocab, dtype=torch.float64)
+        def draws(s, stream: str, n: int) -> list[float]:
+            values = injected[s.request_id][stream]
+            return list(values[:n]) + [UNUSED] * (n - len(values))
+
+        session = self.engine.start(draws=draws)
+        copies = session.admit(
+            [Request(rid, state.output[: state.prompt_len], state.max_new_tokens) for rid in injected]
         )
-        draft = torch.tensor(paths, dtype=torch.int64).reshape(n_paths, k)
-        k_lens = torch.full((n_paths,), k, dtype=torch.int64)
-        ratios = eng.sampler.decide(p, q, draft, k_lens, torch.zeros(n_paths, k, dtype=torch.float64)).ratios
+        load_state(session, state, copies)
+        commits = speculative_round(session)
+        self.rounds_enumerated += 1
+        return [(c, session.store.get(c.request_id)) for c in commits]
 
-        patterns = torch.tensor(list(itertools.product((1, 0), repeat=k)), dtype=torch.bool).reshape(2**k, k)
-        n_pat = patterns.shape[0]
-        bits = patterns.unsqueeze(0).expand(n_paths, n_pat, k)
-        r = ratios.unsqueeze(1).expand(n_paths, n_pat, k)
-        u = torch.where(bits, r / 2, (1 + r) / 2)
-        cell_mass = torch.where(bits, r, 1 - r).prod(dim=-1)  # [P, n_pat]
-        flat = lambda t: t.unsqueeze(1).expand(n_paths, n_pat, *t.shape[1:]).reshape(n_paths * n_pat, *t.shape[1:])  # noqa: E731
-        decision = eng.sampler.decide(flat(p), flat(q), flat(draft), flat(k_lens), u.reshape(n_paths * n_pat, k))
-        rows = decision.terminal_rows
-        rows = (rows / rows.sum(dim=-1, keepdim=True)).tolist()
-        accepted = decision.accepted.tolist()
-        is_bonus = decision.is_bonus.tolist()
-        cell = cell_mass.reshape(-1).tolist()
+    # -- one round ---------------------------------------------------------------------
+    def round_outcomes(self, state: RequestState) -> list[tuple[float, tuple[int, ...], RequestState]]:
+        """All outcomes of one round from ``state``: [(mass, emitted tokens, successor)]."""
+        paths = self._discover_paths(state)
+        cells = []
+        for path, full, mass in paths["nodes"]:  # first rejection at the path's last draft
+            cells += self._cells(state, path, full, mass, rejected=True)
+        for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
+            cells += self._cells(state, path, full, mass, rejected=False)
+        points = [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
+        outcomes = self.run_cells(state, [point for _, point in points])
+        return [(mass, commit.emitted_token_ids, successor) for (mass, _), (commit, successor) in zip(points, outcomes)]
 
-        grouped: dict[tuple, float] = defaultdict(float)
-        for idx in range(n_paths * n_pat):
-            if cell[idx] <= 0:
-                continue
-            path_idx = idx // n_pat
-            base = masses[path_idx] * cell[idx]
-            for x, px in enumerate(rows[idx]):
-                if px > 0:
-                    grouped[(path_idx, accepted[idx], x, is_bonus[idx])] += base * px
+    def _discover_paths(self, state: RequestState) -> dict:
+        """Pass 1: every draft path of the declared draft policy, run through production to learn
+        how many of its tokens production drafts. -> {"nodes": [...], "maximal": [...]}, each
+        (drafted path, the proposal cells of a full path through it, declared q mass of the path)."""
+        k_max = self.engine.k_for(state)
+        proposer = self.engine.proposer
+        full_paths = [((), (), 1.0)]  # (tokens, proposal cells, mass)
+        if not proposer.deterministic:
+            for _ in range(k_max):
+                grown = []
+                for tokens, intervals, mass in full_paths:
+                    for x, lo, hi in cells_of(self.ref.q(state.output + tokens)):
+                        grown.append((tokens + (x,), intervals + ((lo, hi),), mass * (hi - lo)))
+                full_paths = grown
+        probes = [Cell(intervals, (), (0.0, 1.0), mass).at("centre") for _, intervals, mass in full_paths]
+        drafted = [commit.draft_token_ids for commit, _ in self.run_cells(state, probes)]
+        nodes: dict[tuple[int, ...], tuple] = {}
+        maximal: dict[tuple[int, ...], tuple] = {}
+        for (tokens, intervals, _), drafts in zip(full_paths, drafted):
+            # A deterministic proposer drafts whatever it drafts; a sampling one should draft
+            # a prefix of the path its uniforms point at (if not, the second pass will show it).
+            path = drafts if proposer.deterministic else tokens[: len(drafts)]
+            for j in range(1, len(path) + 1):
+                nodes.setdefault(path[:j], (path[:j], intervals, self._q_mass(state, path[:j])))
+            maximal.setdefault(path, (path, intervals, self._q_mass(state, path)))
+        return {"nodes": list(nodes.values()), "maximal": list(maximal.values())}
 
-        outcomes = []
-        for (path_idx, a, x, bonus), mass in grouped.items():
-            txn = eng.transaction_cls(state, eng.layout, eng.coordinate(state), eng.config.eos_ids, None)
-            txn.verified(paths[path_idx], verified_all[path_idx], k)
-            txn.decided(Outcome(a, x, bonus, True))
-            successor = txn.stage()
-            outcomes.append((mass, txn.stop.emitted, successor))
-        return outcomes
+    def _q_mass(self, state: RequestState, path: tuple[int, ...]) -> float:
+        if self.engine.proposer.deterministic:
+            return 1.0  # q is the point mass on what the lookup proposes
+        mass = 1.0
+        for i, token in enumerate(path):
+            mass *= self.ref.q(state.output + path[:i])[token]
+        return mass
 
-    def _draft_paths(self, state: RequestState, k: int):
-        """Every draft path with its mass under the declared Pi_D, and the proposer's recorded q rows."""
-        rig, eng = self.rig, self.engine
-        paths: list[tuple[int, ...]] = [()]
-        masses = [1.0]
-        recorded: list[list[torch.Tensor]] = [[]]
-        for _ in range(k):
-            raws = torch.stack([rig.draft.raw_logits(state.output + p) for p in paths])
-            dstates = [fold(state.draft_proc, p) for p in paths]
-            declared = rig.draft_policy.probabilities(raws, dstates, rig.backend, torch.float64).tolist()
-            _, rec = eng.proposer.distributions(raws, dstates, rig.backend, torch.float64)
-            nxt_paths, nxt_mass, nxt_rec = [], [], []
-            for j, path in enumerate(paths):
-                for x, qx in enumerate(declared[j]):
-                    if qx > 0:
-                        nxt_paths.append(path + (x,))
-                        nxt_mass.append(masses[j] * qx)
-                        nxt_rec.append(recorded[j] + [rec[j]])
-            paths, masses, recorded = nxt_paths, nxt_mass, nxt_rec
-        return paths, masses, recorded
+    def _draft_q(self, state: RequestState, path: tuple[int, ...], i: int) -> list[float]:
+        if self.engine.proposer.deterministic:
+            return [1.0 if x == path[i] else 0.0 for x in range(self.rig.vocab)]
+        return self.ref.q(state.output + path[:i])
 
-    # -- joints -----------------------------------------------------------------------
+    def _cells(self, state, path, proposal_cells, mass, rejected: bool) -> list[Cell]:
+        """Pass 2 cells for one path: accept every draft but (when ``rejected``) the last,
+        then every terminal token of the correction (or bonus) distribution."""
+        k = len(path)
+        accepted = k - 1 if rejected else k
+        acceptance = []
+        for i in range(k):
+            p_i = self.ref.p(state.output + path[:i])
+            q_i = self._draft_q(state, path, i)
+            r = min(1.0, p_i[path[i]] / q_i[path[i]]) if q_i[path[i]] > 0 else 0.0
+            acceptance.append((0.0, r) if i < accepted else (r, 1.0))
+            mass *= r if i < accepted else 1.0 - r
+        if mass <= 0:
+            return []
+        p_next = self.ref.p(state.output + path[:accepted])
+        if rejected:
+            q_rej = self._draft_q(state, path, accepted)
+            terminal = [max(0.0, a - b) for a, b in zip(p_next, q_rej)]
+        else:
+            terminal = p_next
+        return [
+            Cell(proposal_cells, tuple(acceptance), (lo, hi), mass * (hi - lo))
+            for _, lo, hi in cells_of(terminal)
+            if mass * (hi - lo) > 0
+        ]
+
+    # -- joints ----------------------------------------------------------------------------
     def joint(self) -> Joint:
-        start = self.session.states()[0]
-        return self._joint_from(start, self.horizon, first=True)
+        session = self.engine.start([Request("enum", self.rig.prompt, self.horizon)])
+        return self._joint_from(session.states()[0], self.horizon, first=True)
 
     def _joint_from(self, state: RequestState, h: int, first: bool = False) -> Joint:
         if h == 0:
@@ -176,7 +246,7 @@ class Enumerator:
         if not first and self.completion == "target":
             key = state.output
             if key not in self._target_memo:
-                self._target_memo[key] = target_joint(self.rig, h, prefix=state.output)
+                self._target_memo[key] = target_joint(self.rig, h, prefix=state.output, ref=self.ref)
             return self._target_memo[key]
         key = (state.output, state.cache_tokens, state.target_proc, state.draft_proc, h)
         if key in self._memo:
@@ -191,6 +261,24 @@ class Enumerator:
                 out[head + tail] += mass * m
         self._memo[key] = dict(out)
         return self._memo[key]
+
+
+def load_state(session, state: RequestState, copies: list[RequestState]) -> None:
+    """Put every copy (freshly admitted) at ``state``: its output, processors, counters and
+    committed K/V rows (rebuilt by one target step), keeping the copy's id and slot."""
+    target = session.engine.target
+    rows = []
+    for c in copies:
+        session.cache.reset(c.slot)
+        if state.cache_tokens:
+            rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
+    if rows:
+        target.step(session.cache, rows, logits_for=0)
+        for row in rows:
+            session.cache.commit(row.slot, len(row.tokens))
+    for c in copies:
+        moved = replace(state, request_id=c.request_id, slot=c.slot, rng=replace(state.rng, request_id=c.request_id))
+        session.store.add(moved)
 
 
 def speculative_joint(rig: Rig, horizon: int, completion: str = "target") -> Joint:

@@ -1,9 +1,10 @@
-"""The failure lab (0x07): known-wrong variants the oracle must catch.
+"""The failure lab: known-wrong variants the oracle must catch.
 
 Each variant is the production engine with exactly one component replaced by a
-broken subclass: a sampler method, a layout method, the proposer's row
-reporting, or the transaction's processor staging. ``run_lab`` runs the oracle's
-checks on each and reports which check caught it and with what figure.
+broken subclass, through the engine's extension points (listed in
+``specd/core/engine.py``): a sampler method, a layout method, the proposer, or
+the transaction's processor staging. ``run_lab`` (in ``report``) runs the
+oracle's checks on each and reports which check caught it and with what figure.
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ class ContinueAfterRejection(RejectionSampler):
 
 
 class BonusFromQ(RejectionSampler):
-    def bonus_rows(self, p_next, q, k_lens):
-        if q.shape[1] == 0:
-            return p_next
-        last = q[torch.arange(q.shape[0]), (k_lens - 1).clamp_min(0)]
-        return torch.where((k_lens > 0).unsqueeze(-1), last, p_next)
+    """Draws the bonus from the last draft's row q_k instead of p_{k+1}."""
+
+    def terminal_rows(self, p_at, q_at, is_bonus):
+        usable = is_bonus & (q_at.sum(-1) > 0)  # a row with no drafts has no q_k
+        return torch.where(usable.unsqueeze(-1), q_at, super().terminal_rows(p_at, q_at, is_bonus))
 
 
 # -- broken layouts ------------------------------------------------------------------
@@ -84,16 +85,23 @@ class ReplayIntoRetainedCache(RetainedFrontier):
 
 # -- broken proposer and transaction ------------------------------------------------------
 class RawLogitsAsQ(ModelProposer):
-    def distributions(self, raw, states, backend, dtype):
-        processed = self.policy.probabilities(raw, states, backend, dtype)
-        return processed, softmax(raw, backend, dtype)
+    """Samples from the processed rows but records softmax of the raw draft logits as q."""
+
+    def propose(self, states, ks, cache, draws, backend, dtype):
+        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+        q = proposal.q.clone()
+        for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
+            for i in range(len(drafts)):
+                raw = self.model.raw_logits(state.output + drafts[:i]).unsqueeze(0)
+                q[b, i] = softmax(raw, backend, dtype)[0]
+        return Proposal(proposal.drafts, q, proposal.sampled)
 
 
 class NgramUniformQ(NgramProposer):
     """Records q as uniform instead of the point mass the lookup really is."""
 
-    def propose(self, states, ks, backend, dtype):
-        proposal = super().propose(states, ks, backend, dtype)
+    def propose(self, states, ks, cache, draws, backend, dtype):
+        proposal = super().propose(states, ks, cache, draws, backend, dtype)
         q = torch.where(proposal.q.sum(-1, keepdim=True) > 0, 1.0 / self.vocab_size, 0.0).expand_as(proposal.q)
         return Proposal(proposal.drafts, q.to(dtype).contiguous(), proposal.sampled)
 

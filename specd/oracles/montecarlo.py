@@ -1,4 +1,4 @@
-"""Seeded Monte Carlo through the real engine (0x04I), with state audits.
+"""Seeded Monte Carlo through the real engine, with state audits.
 
 Each sample is one request with its own named streams (seed, request id), so
 the whole sample is one batch. Rows get different K (1 + i mod K) unless told
@@ -19,6 +19,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from specd.core.round import speculative_round
 from specd.core.state import Request
 from specd.core.transaction import SpeculativeCommit
 from specd.oracles.rig import Rig, fold
@@ -68,7 +69,7 @@ def run_monte_carlo(
     session = engine.start(requests)
     result = MonteCarloResult(samples, {}, 0)
     while not session.done:
-        commits = session.round()
+        commits = speculative_round(session)
         result.rounds += len(commits)
         for c in commits:
             err = rng_accounting_error(c)
@@ -87,20 +88,20 @@ def run_monte_carlo(
 def audit_session(rig: Rig, session) -> list[str]:
     """Independent checks of the published state against the physical caches."""
     errors = []
-    proposer_cache = getattr(session.engine.proposer, "cache", None)
-    for s in session.states():
+    draft_cache = session.draft_cache
+    for s in session.live():  # finished requests have left the caches
         physical = session.cache.committed(s.slot)
         if s.cache_tokens != physical:
             errors.append(f"{s.request_id}: published cache {s.cache_tokens} != physical cache {physical}")
-        if not s.finished and s.cache_tokens != s.output[:-1]:
+        if s.cache_tokens != s.output[:-1]:
             errors.append(f"{s.request_id}: committed K/V {s.cache_tokens} is not output[:-1] {s.output[:-1]}")
         if session.cache.temporary(s.slot):
             errors.append(f"{s.request_id}: temporary K/V rows survived publication")
         expected_proc = fold(rig.target_policy.initial_state(s.output[: s.prompt_len]), s.new_tokens)
         if s.target_proc != expected_proc:
             errors.append(f"{s.request_id}: target processor state is not the fold over the published output")
-        if proposer_cache is not None:
-            draft_rows = proposer_cache.committed(s.slot)
+        if draft_cache is not None:
+            draft_rows = draft_cache.committed(s.slot)
             if s.output[: len(draft_rows)] != draft_rows:
                 errors.append(f"{s.request_id}: draft cache {draft_rows} holds rows that are not published output")
     return errors

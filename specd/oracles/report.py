@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
-from specd.core.layouts import LAYOUTS
-from specd.core.probability import BACKENDS, softmax
-from specd.core.processors import SamplingPolicy
+from specd.core.layouts import LAYOUTS, make_layout
+from specd.core.probability import check_backend, softmax
+from specd.core.processors import SamplingPolicy, check_bias, check_penalty, check_temperature
 from specd.core.table_model import TableModel
 from specd.errors import SpecdError, UsageError
 from specd.oracles.coupling import coupling_matrix
@@ -24,6 +24,7 @@ EXACT_TOLERANCE = 1e-12
 BACKEND_TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
 MAX_SEQUENCES = 100_000
 MAX_DRAFT_PATHS = 20_000
+MAX_SAMPLES = 1_000_000
 SEQUENCE_TABLE_LIMIT = 32
 LAB_MC_SAMPLES = 64
 
@@ -45,39 +46,35 @@ class OracleConfig:
     prompt: tuple[int, ...] = (0, 1)
     lab: bool = True
 
+    def __post_init__(self) -> None:
+        """Every value checked once, here: sizes, policies, and that the case can be enumerated."""
+        if self.vocab < 2:
+            raise UsageError(f"--vocab must be >= 2, got {self.vocab}")
+        if self.k < 1:
+            raise UsageError(f"--k must be >= 1, got {self.k}")
+        if self.horizon is not None and self.horizon < 1:
+            raise UsageError(f"--horizon must be >= 1, got {self.horizon}")
+        if not 0 <= self.samples <= MAX_SAMPLES:
+            raise UsageError(f"--samples must be in 0..{MAX_SAMPLES}, got {self.samples}")
+        check_temperature(self.target_temperature, "--target-temperature")
+        check_temperature(self.draft_temperature, "--draft-temperature")
+        check_penalty(self.repetition_penalty, "--repetition-penalty")
+        check_bias(self.target_bias, "--target-bias", self.vocab)
+        check_bias(self.draft_bias, "--draft-bias", self.vocab)
+        make_layout(self.layout)
+        check_backend(self.backend)
+        sequences = self.vocab**self.effective_horizon
+        paths = self.vocab**self.k
+        if sequences > MAX_SEQUENCES or paths > MAX_DRAFT_PATHS:
+            raise UsageError(
+                f"case too large to enumerate: vocab^horizon = {self.vocab}^{self.effective_horizon} = {sequences} "
+                f"sequences and vocab^k = {self.vocab}^{self.k} = {paths} draft paths "
+                f"(limits {MAX_SEQUENCES} and {MAX_DRAFT_PATHS})"
+            )
+
     @property
     def effective_horizon(self) -> int:
         return self.horizon if self.horizon is not None else self.k + 1
-
-
-def validate(cfg: OracleConfig) -> None:
-    if cfg.vocab < 2:
-        raise UsageError(f"--vocab must be >= 2, got {cfg.vocab}")
-    if cfg.k < 1:
-        raise UsageError(f"--k must be >= 1, got {cfg.k}")
-    if cfg.horizon is not None and cfg.horizon < 1:
-        raise UsageError(f"--horizon must be >= 1, got {cfg.horizon}")
-    if cfg.samples < 0:
-        raise UsageError(f"--samples must be >= 0, got {cfg.samples}")
-    for name, t in (("--target-temperature", cfg.target_temperature), ("--draft-temperature", cfg.draft_temperature)):
-        if t < 0:
-            raise UsageError(f"{name} must be >= 0 (0 means greedy), got {t}")
-    if cfg.layout not in LAYOUTS:
-        raise UsageError(f"unknown layout {cfg.layout!r}; choose one of {', '.join(LAYOUTS)}")
-    if cfg.backend not in BACKENDS:
-        raise UsageError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
-    for name, bias in (("--target-bias", cfg.target_bias), ("--draft-bias", cfg.draft_bias)):
-        for token in bias:
-            if not 0 <= token < cfg.vocab:
-                raise UsageError(f"{name}: token {token} is outside the vocabulary 0..{cfg.vocab - 1}")
-    sequences = cfg.vocab**cfg.effective_horizon
-    paths = cfg.vocab**cfg.k
-    if sequences > MAX_SEQUENCES or paths > MAX_DRAFT_PATHS:
-        raise UsageError(
-            f"case too large to enumerate: vocab^horizon = {cfg.vocab}^{cfg.effective_horizon} = {sequences} "
-            f"sequences and vocab^k = {cfg.vocab}^{cfg.k} = {paths} draft paths "
-            f"(limits {MAX_SEQUENCES} and {MAX_DRAFT_PATHS})"
-        )
 
 
 def build_rig(cfg: OracleConfig, lab: bool = False) -> Rig:
@@ -110,6 +107,18 @@ class Check:
     passed: bool
     figures: dict
     detail: str = ""
+    empirical: dict | None = None  # Monte Carlo frequencies, for the sequence table
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """What every check of one oracle run shares."""
+
+    cfg: OracleConfig
+    rig: Rig
+    horizon: int
+    reference: dict  # the target joint over V^H sequences
+    speculative: dict  # the exact speculative joint (one round, target completion)
 
 
 def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> tuple[Check, dict]:
@@ -126,101 +135,103 @@ def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> tup
         },
         "one speculative round, completed by target steps"
         if completion == "target"
-        else "speculative rounds to the horizon from each staged successor",
+        else "speculative rounds to the horizon from each published successor",
     ), joint
 
 
+def check_rounds(fx: Fixture) -> Check:
+    return _exact(fx.rig, fx.horizon, fx.reference, "rounds", "exact_joint_rounds")[0]
+
+
+def check_rational(fx: Fixture) -> Check:
+    cfg = fx.cfg
+    diff = rational_difference(cfg.vocab, cfg.k, fx.horizon, cfg.seed, prompt=fx.rig.prompt)
+    return Check("exact_rational", diff == 0, {"difference": str(diff)}, "Fraction tables, no processors")
+
+
+def check_monte_carlo(fx: Fixture) -> Check:
+    cfg = fx.cfg
+    mc = run_monte_carlo(fx.rig, fx.horizon, cfg.samples, cfg.seed)
+    worst_ratio, worst_dev, worst_bound = 0.0, 0.0, 0.0
+    for seq in set(fx.reference) | set(mc.empirical):
+        p = fx.reference.get(seq, 0.0)
+        dev = abs(mc.empirical.get(seq, 0.0) - p)
+        bound = bernstein_bound(p, cfg.samples, len(fx.reference))
+        if dev / bound > worst_ratio:
+            worst_ratio, worst_dev, worst_bound = dev / bound, dev, bound
+    return Check(
+        "monte_carlo",
+        worst_ratio <= 1.0 and not mc.accounting_errors,
+        {
+            "samples": cfg.samples,
+            "rounds": mc.rounds,
+            "max_abs_deviation": worst_dev,
+            "bound_at_worst_cell": worst_bound,
+            "worst_deviation_over_bound": worst_ratio,
+            "failure_probability": FAILURE_PROBABILITY,
+            "rng_accounting_errors": len(mc.accounting_errors),
+            "k_per_row": f"1..{cfg.k} mixed in one batch",
+        },
+        mc.accounting_errors[0] if mc.accounting_errors else "Bernstein bound per cell, union over cells",
+        empirical=mc.empirical,
+    )
+
+
+def check_coupling(fx: Fixture) -> Check:
+    rig = fx.rig
+    c = coupling_matrix(_first_row(rig.target, rig.target_policy, rig), _first_row(rig.draft, rig.draft_policy, rig))
+    return Check(
+        "coupling",
+        abs(c.diagonal - c.one_minus_tv) <= EXACT_TOLERANCE and c.column_error <= EXACT_TOLERANCE,
+        {
+            "diagonal": c.diagonal,
+            "one_minus_tv": c.one_minus_tv,
+            "column_sum_error": c.column_error,
+            "row_sum_error": c.row_error,
+            "matrix": [[round(x, 6) for x in row] for row in c.matrix.tolist()],
+        },
+        "position 1: rows X ~ q, columns Y ~ p",
+    )
+
+
+def check_layout_parity(fx: Fixture) -> Check:
+    cfg, rig = fx.cfg, fx.rig
+    other = next(name for name in LAYOUTS if name != cfg.layout)
+    other_rig = rig.but(layout_name=other)
+    layout_diff = max_abs_diff(fx.speculative, speculative_joint(other_rig, fx.horizon, "target"))
+    requests = min(cfg.samples, 256) or 64
+    trace_a = run_monte_carlo(rig, fx.horizon, requests, cfg.seed, audit=True, trace=True)
+    trace_b = run_monte_carlo(other_rig, fx.horizon, requests, cfg.seed, audit=True, trace=True)
+    same = trace_a.published_trace == trace_b.published_trace
+    audit_errors = trace_a.audit_errors + trace_b.audit_errors
+    return Check(
+        "layout_parity",
+        layout_diff <= EXACT_TOLERANCE and same and not audit_errors,
+        {
+            "layouts": [cfg.layout, other],
+            "exact_joint_max_abs_diff": layout_diff,
+            "requests": requests,
+            "published_successors_compared": len(trace_a.published_trace),
+            "identical_successors": same,
+            "audit_errors": len(audit_errors),
+        },
+        audit_errors[0] if audit_errors else "output, committed K/V identities and frontier after every round",
+    )
+
+
+CHECKS = (check_rounds, check_rational, check_monte_carlo, check_coupling, check_layout_parity)
+
+
 def run_oracle(cfg: OracleConfig) -> dict:
-    validate(cfg)
+    """Every check on the fixture of ``cfg`` (and the failure lab) -> one JSON-able report."""
     t_start = time.perf_counter()
     horizon = cfg.effective_horizon
     rig = build_rig(cfg)
     reference = target_joint(rig, horizon)
-    checks: list[Check] = []
-
-    exact_check, spec_joint = _exact(rig, horizon, reference, "target", "exact_joint")
-    checks.append(exact_check)
-    rounds_check, _ = _exact(rig, horizon, reference, "rounds", "exact_joint_rounds")
-    checks.append(rounds_check)
-
-    diff = rational_difference(cfg.vocab, cfg.k, horizon, cfg.seed, prompt=rig.prompt)
-    checks.append(Check("exact_rational", diff == 0, {"difference": str(diff)}, "Fraction tables, no processors"))
-
-    empirical = {}
-    if cfg.samples:
-        mc = run_monte_carlo(rig, horizon, cfg.samples, cfg.seed)
-        empirical = mc.empirical
-        cells = len(reference)
-        worst_ratio, worst_dev, worst_bound = 0.0, 0.0, 0.0
-        for seq in set(reference) | set(mc.empirical):
-            p = reference.get(seq, 0.0)
-            dev = abs(mc.empirical.get(seq, 0.0) - p)
-            bound = bernstein_bound(p, cfg.samples, cells)
-            if dev / bound > worst_ratio:
-                worst_ratio, worst_dev, worst_bound = dev / bound, dev, bound
-        checks.append(
-            Check(
-                "monte_carlo",
-                worst_ratio <= 1.0 and not mc.accounting_errors,
-                {
-                    "samples": cfg.samples,
-                    "rounds": mc.rounds,
-                    "max_abs_deviation": worst_dev,
-                    "bound_at_worst_cell": worst_bound,
-                    "worst_deviation_over_bound": worst_ratio,
-                    "failure_probability": FAILURE_PROBABILITY,
-                    "rng_accounting_errors": len(mc.accounting_errors),
-                    "k_per_row": f"1..{cfg.k} mixed in one batch",
-                },
-                mc.accounting_errors[0] if mc.accounting_errors else "Bernstein bound per cell, union over cells",
-            )
-        )
-
-    c = coupling_matrix(_first_row(rig.target, rig.target_policy, rig), _first_row(rig.draft, rig.draft_policy, rig))
-    coupling_ok = abs(c.diagonal - c.one_minus_tv) <= EXACT_TOLERANCE and c.column_error <= EXACT_TOLERANCE
-    checks.append(
-        Check(
-            "coupling",
-            coupling_ok,
-            {
-                "diagonal": c.diagonal,
-                "one_minus_tv": c.one_minus_tv,
-                "column_sum_error": c.column_error,
-                "row_sum_error": c.row_error,
-                "matrix": [[round(x, 6) for x in row] for row in c.matrix.tolist()],
-            },
-            "position 1: rows X ~ q, columns Y ~ p",
-        )
-    )
-
-    other = next(name for name in LAYOUTS if name != cfg.layout)
-    other_rig = rig.but(layout_name=other)
-    other_joint = speculative_joint(other_rig, horizon, "rounds")
-    layout_diff = max_abs_diff(spec_joint, other_joint)
-    parity_samples = min(cfg.samples, 256) or 64
-    trace_a = run_monte_carlo(rig, horizon, parity_samples, cfg.seed, audit=True, trace=True)
-    trace_b = run_monte_carlo(other_rig, horizon, parity_samples, cfg.seed, audit=True, trace=True)
-    same_successors = trace_a.published_trace == trace_b.published_trace
-    audit_errors = trace_a.audit_errors + trace_b.audit_errors
-    checks.append(
-        Check(
-            "layout_parity",
-            layout_diff <= EXACT_TOLERANCE and same_successors and not audit_errors,
-            {
-                "layouts": [cfg.layout, other],
-                "exact_joint_max_abs_diff": layout_diff,
-                "requests": parity_samples,
-                "published_successors_compared": len(trace_a.published_trace),
-                "identical_successors": same_successors,
-                "audit_errors": len(audit_errors),
-            },
-            audit_errors[0] if audit_errors else "output, committed K/V identities and frontier after every round",
-        )
-    )
-
-    checks.append(_backend_parity(rig, reference, horizon))
-    checks.append(_ngram_exact(rig, horizon))
-
+    exact, spec_joint = _exact(rig, horizon, reference, "target", "exact_joint")
+    fx = Fixture(cfg, rig, horizon, reference, spec_joint)
+    checks = [exact] + [check(fx) for check in CHECKS if check is not check_monte_carlo or cfg.samples]
+    checks += [_backend_parity(rig, reference, horizon), _ngram_exact(rig, horizon)]
     lab = run_lab(cfg) if cfg.lab else []
     if cfg.lab:
         checks.append(
@@ -231,18 +242,7 @@ def run_oracle(cfg: OracleConfig) -> dict:
                 "every known-wrong variant must be caught",
             )
         )
-
-    sequences = []
-    if len(reference) <= SEQUENCE_TABLE_LIMIT:
-        for seq in sorted(reference):
-            sequences.append(
-                {
-                    "tokens": list(seq),
-                    "target": reference[seq],
-                    "speculative": spec_joint.get(seq, 0.0),
-                    "monte_carlo": empirical.get(seq, 0.0) if cfg.samples else None,
-                }
-            )
+    empirical = next((c.empirical for c in checks if c.empirical is not None), None)
     return {
         "schema": SCHEMA,
         "passed": all(ch.passed for ch in checks),
@@ -259,11 +259,25 @@ def run_oracle(cfg: OracleConfig) -> dict:
             "draft_policy": rig.draft_policy.describe(),
             "lab": _lab_config(cfg),
         },
-        "checks": [asdict(ch) for ch in checks],
+        "checks": [{"name": c.name, "passed": c.passed, "figures": c.figures, "detail": c.detail} for c in checks],
         "failure_lab": lab,
-        "sequences": sequences,
+        "sequences": _sequence_table(reference, spec_joint, empirical),
         "elapsed_s": time.perf_counter() - t_start,
     }
+
+
+def _sequence_table(reference: dict, speculative: dict, empirical: dict | None) -> list[dict]:
+    if len(reference) > SEQUENCE_TABLE_LIMIT:
+        return []
+    return [
+        {
+            "tokens": list(seq),
+            "target": reference[seq],
+            "speculative": speculative.get(seq, 0.0),
+            "monte_carlo": None if empirical is None else empirical.get(seq, 0.0),
+        }
+        for seq in sorted(reference)
+    ]
 
 
 def _ngram_exact(rig: Rig, horizon: int) -> Check:

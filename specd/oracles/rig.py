@@ -1,7 +1,7 @@
-"""A rig: the engine's components for one oracle fixture.
+"""A rig: the engine's components for one oracle fixture (table models, policies, K, prompt).
 
-Failure-lab variants are rigs with exactly one component replaced; production
-code carries no switches for them.
+Failure-lab variants are rigs with exactly one component replaced through an
+extension point; production code carries no switches for them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The speedup ledger (0x05A-0x05F) as pure functions over frozen records.
+"""The speedup ledger as pure functions over frozen records.
 
 Units: time is measured in target decode steps at batch 1 (T_T(1) = 1).
 
@@ -14,7 +14,8 @@ Cost of one round for B requests with lookahead K at context L:
     T_V(K, B, L) = T(B (K + 1), L)        T_D(K, B) = K draft_cost (1 + draft_row_cost (B - 1))
     baseline step:  T(B, L) for B tokens
 
-Time per committed token = E[T_round] / E[G] (a ratio of expectations, 0x05C);
+Time per committed token = E[T_round] / E[G] (a ratio of expectations, the
+renewal-reward rate of a stationary sequence of rounds, not E[T / G]);
 speedup = T(B, L) E[G] / E[T_round]. With row_cost = state = queue = context = 0
 this is Leviathan et al.'s (1 - alpha^{K+1}) / ((1 - alpha)(1 + K c)).
 """
@@ -24,7 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from specd.sweeps.profile import AcceptanceProfile, EmptyRange, InvalidCost
+from specd.errors import EmptyRange, InvalidCost
+from specd.sweeps.profile import AcceptanceProfile
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ speedup beside the speedup measured by actually generating at each (K, B)."""
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -13,9 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput
-from specd.models.pipeline import Pipeline, PromptItem
+from specd.models.pipeline import Pipeline
+from specd.models.prompts import PromptItem
 from specd.sweeps.ledger import LedgerRow, MeasuredCosts, ModelShape, sweep
-from specd.sweeps.profile import AcceptanceProfile, _check_alpha
+from specd.sweeps.profile import AcceptanceProfile, check_alphas
 
 MEASURE_PROMPTS = (
     "What are three good habits for staying healthy?",
@@ -58,8 +58,10 @@ def _timed(fn: Callable[[], None], device: torch.device, warmup: int, repeats: i
 
 def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repeats: int) -> float:
     """Seconds for one call feeding ``rows`` tokens to each of ``batch`` requests at ``context``."""
-    cache = lm.new_cache(batch)
+    cache = lm.new_cache()
     prefix = tuple((7 * i + 3) % max(lm.vocab_size - 1, 2) for i in range(context))
+    for b in range(batch):
+        cache.open(b)
     lm.step(cache, [RowInput(b, prefix, tuple(range(context))) for b in range(batch)], logits_for=0)
     for b in range(batch):
         cache.commit(b, context)
@@ -87,48 +89,42 @@ def measure(
     texts = list(prompts or MEASURE_PROMPTS)
     items = [PromptItem(f"m{i}", t) for i, t in enumerate(texts)]
     context = int(statistics.mean(len(pipe.encode(it)) for it in items)) + max_new_tokens // 2
-    opts = pipe.options
-    pipe.options = dataclasses.replace(opts, max_new_tokens=max_new_tokens, k=max(ks))
-    try:
-        say(f"acceptance profile from {len(items)} prompts at K = {max(ks)}")
-        run = pipe.run(items, record_log=False)
-        profile = _profile_from_stats(run.result.stats.acceptance_by_position, max(ks))
-        state_per_round = run.result.stats.state_time / max(run.result.stats.rounds, 1)
+    say(f"acceptance profile from {len(items)} prompts at K = {max(ks)}")
+    run = pipe.run(items, k=max(ks), max_new_tokens=max_new_tokens, record_log=False)
+    profile = _profile_from_stats(run.stats.acceptance_by_position, max(ks))
+    state_per_round = run.stats.state_time / max(run.stats.rounds, 1)
 
-        draft_lm = getattr(pipe.proposer, "model", None)
-        unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
-        baseline, draft_step, verify = {}, {}, {}
-        for b in batches:
-            say(f"timing target and draft calls at batch {b}")
-            baseline[b] = time_call(pipe.target, b, context, 1, pipe.device, warmup, repeats) / unit
-            draft_step[b] = (
-                time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
-            )
-            for k in ks:
-                verify[(k, b)] = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / unit
-        costs = MeasuredCosts(draft_step, verify, baseline, state_cost=state_per_round / unit)
-        cfg = pipe.target.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        shape = ModelShape(
-            cfg.num_hidden_layers,
-            getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
-            head_dim,
-            torch.finfo(pipe.target.dtype).bits // 8,
+    draft_lm = getattr(pipe.proposer, "model", None)
+    unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
+    baseline, draft_step, verify = {}, {}, {}
+    for b in batches:
+        say(f"timing target and draft calls at batch {b}")
+        baseline[b] = time_call(pipe.target, b, context, 1, pipe.device, warmup, repeats) / unit
+        draft_step[b] = (
+            time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
         )
-        rows = sweep(profile, costs, ks, batches, context, shape=shape)
+        for k in ks:
+            verify[(k, b)] = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / unit
+    costs = MeasuredCosts(draft_step, verify, baseline, state_cost=state_per_round / unit)
+    cfg = pipe.target.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    shape = ModelShape(
+        cfg.num_hidden_layers,
+        getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
+        head_dim,
+        torch.finfo(pipe.target.dtype).bits // 8,
+    )
+    rows = sweep(profile, costs, ks, batches, context, shape=shape)
 
-        measured = {}
-        for b in batches:
-            batch_items = [PromptItem(f"b{i}", texts[i % len(texts)]) for i in range(b)]
-            base = pipe.run(batch_items, baseline=True, record_log=False).result.stats
-            for k in ks:
-                say(f"generating at K = {k}, batch {b}")
-                pipe.options = dataclasses.replace(pipe.options, k=k)
-                spec = pipe.run(batch_items, record_log=False).result.stats
-                measured[(k, b)] = (base.decode_time / base.emitted) / (spec.decode_time / spec.emitted)
-        return MeasuredSweep(profile, costs, rows, measured, unit)
-    finally:
-        pipe.options = opts
+    measured = {}
+    for b in batches:
+        batch_items = [PromptItem(f"b{i}", texts[i % len(texts)]) for i in range(b)]
+        base = pipe.run(batch_items, baseline=True, max_new_tokens=max_new_tokens, record_log=False).stats
+        for k in ks:
+            say(f"generating at K = {k}, batch {b}")
+            spec = pipe.run(batch_items, k=k, max_new_tokens=max_new_tokens, record_log=False).stats
+            measured[(k, b)] = (base.decode_time / base.emitted) / (spec.decode_time / spec.emitted)
+    return MeasuredSweep(profile, costs, rows, measured, unit)
 
 
 def _profile_from_stats(alpha_by_position: dict[int, float], k: int) -> AcceptanceProfile:
@@ -137,4 +133,4 @@ def _profile_from_stats(alpha_by_position: dict[int, float], k: int) -> Acceptan
     for j in range(1, k + 1):
         # Positions never reached (a draft that always fails early) inherit the last estimate.
         alphas.append(alpha_by_position.get(j, alphas[-1] if alphas else 0.0))
-    return AcceptanceProfile(_check_alpha(alphas), False, "measured")
+    return AcceptanceProfile(check_alphas(alphas), False, "measured")

@@ -1,4 +1,4 @@
-"""Acceptance profiles and the fixture validation of 0x05F.
+"""Acceptance profiles, and the validation of ledger fixtures.
 
 A profile gives the reach-conditioned acceptance alpha_j = Pr(draft j accepted |
 drafts 1..j-1 accepted) per position. It can be a constant, a per-position
@@ -11,31 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specd.errors import UsageError
-
-
-class InvalidFixture(UsageError):
-    code = "invalid_fixture"
-
-
-class AlphaOutOfRange(InvalidFixture):
-    code = "alpha_out_of_range"
-
-
-class NotReachConditioned(InvalidFixture):
-    code = "not_reach_conditioned"
-
-
-class OmitsTerminalToken(InvalidFixture):
-    code = "omits_terminal_token"
-
-
-class InvalidCost(InvalidFixture):
-    code = "invalid_cost"
-
-
-class EmptyRange(InvalidFixture):
-    code = "empty_range"
+from specd.errors import AlphaOutOfRange, InvalidFixture, NotReachConditioned, OmitsTerminalToken
 
 
 @dataclass(frozen=True)
@@ -54,15 +30,12 @@ class AcceptanceProfile:
             )
         return self.alphas[j - 1]
 
-    @property
-    def max_k(self) -> int | None:
-        return None if self.constant else len(self.alphas)
-
     def describe(self) -> dict:
         return {"source": self.source, "alphas": list(self.alphas), "constant": self.constant}
 
 
-def _check_alpha(values) -> tuple[float, ...]:
+def check_alphas(values) -> tuple[float, ...]:
+    """Every alpha_j a number in [0, 1]; at least one."""
     out = []
     for i, a in enumerate(values, 1):
         a = float(a)
@@ -75,7 +48,7 @@ def _check_alpha(values) -> tuple[float, ...]:
 
 
 def constant_profile(alpha: float) -> AcceptanceProfile:
-    return AcceptanceProfile(_check_alpha([alpha]), True, "constant")
+    return AcceptanceProfile(check_alphas([alpha]), True, "constant")
 
 
 def per_position_profile(alphas, rates: str = "reach_conditioned") -> AcceptanceProfile:
@@ -87,7 +60,7 @@ def per_position_profile(alphas, rates: str = "reach_conditioned") -> Acceptance
         )
     if rates != "reach_conditioned":
         raise InvalidFixture(f"unknown rate kind {rates!r}; use reach_conditioned")
-    return AcceptanceProfile(_check_alpha(alphas), False, "per-position")
+    return AcceptanceProfile(check_alphas(alphas), False, "per-position")
 
 
 def profile_from_trace(path: str) -> AcceptanceProfile:
@@ -100,7 +73,7 @@ def profile_from_trace(path: str) -> AcceptanceProfile:
     alphas = [overall["alpha"][j] for j in sorted(overall["alpha"])]
     if not alphas or any(a is None for a in alphas):
         raise InvalidFixture(f"{path}: no reached proposals at some position; cannot estimate alpha_j")
-    return AcceptanceProfile(_check_alpha(alphas), False, f"trace:{path}")
+    return AcceptanceProfile(check_alphas(alphas), False, f"trace:{path}")
 
 
 def profile_from_mapping(data: dict) -> AcceptanceProfile:

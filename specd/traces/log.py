@@ -24,13 +24,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from specd.errors import UsageError
+from specd.errors import BadTrace
 
 SCHEMA = "specd.trace/v1"
-
-
-class BadTrace(UsageError):
-    code = "bad_trace"
 
 
 def write_trace(

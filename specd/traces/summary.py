@@ -1,4 +1,4 @@
-"""Summaries of an acceptance log (pandas), per 0x05A.
+"""Summaries of an acceptance log (pandas): the accepted-prefix distribution, not one rate.
 
 - Pr(A = a), a = 0..K: share of full-K rounds (not clamped by the token budget)
   with exactly a accepted drafts;

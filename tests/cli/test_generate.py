@@ -4,15 +4,12 @@ import json
 
 import pytest
 
-from specd.cli.main import main  # noqa: F401
 from tests.helpers import run_cli
-from tests.hf_helpers import save_tiny_pair
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    target, draft = save_tiny_pair(tmp_path_factory.mktemp("tiny"), noise=0.15)
-    return str(target), str(draft)
+def models(tiny_models):
+    return tiny_models
 
 
 def run(args, capsys):
@@ -166,8 +163,8 @@ def test_stop_string_truncates_text(models, capsys):
     [
         (["--target", "/no/such/folder"], "model folder not found"),
         (["--target-gguf", "/no/such.gguf"], "GGUF file not found"),
-        (["-k", "0"], "-k must be >= 1"),
-        (["--temperature", "-0.5"], "--temperature must be >= 0"),
+        (["-k", "0"], "-k must be in 1..64"),
+        (["--temperature", "-0.5"], "--temperature must be a finite number >= 0"),
         (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
         (["--top-p", "0"], "--top-p must be in (0, 1]"),
         (["--device", "cuda"], "CUDA"),
@@ -212,3 +209,31 @@ def test_empty_prompt_and_tokenizer_mismatch(models, tmp_path, capsys):
     PreTrainedTokenizerFast(tokenizer_object=wl, unk_token="[UNK]").save_pretrained(other)
     code, _, err = run(["generate", "--target", models[0], "--draft", str(other), "-p", "hello"], capsys)
     assert code == 2 and "tokenizers differ" in err
+
+
+def test_json_tokens_are_cut_where_the_text_is_cut(models, capsys):
+    """--json: the tokens end with the one that completed the stop string; the text stops before it."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models[0])
+    decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+    base = ["generate", "--target", models[0], "--draft", models[1], "-p", "hello world", "-k", "6"]
+    _, out, _ = run([*base, "--max-new-tokens", "30", "--json"], capsys)
+    full = json.loads(out)["results"][0]
+    text = decode(full["tokens"])
+    stop = next(text[i : i + 3] for i in range(4, len(text) - 3) if text[i : i + 3].strip() and text[i] != " ")
+    code, out, _ = run([*base, "--max-new-tokens", "30", "--stop", stop, "--json"], capsys)
+    cut = json.loads(out)["results"][0]
+    tokens = cut["tokens"]
+    assert code == 0 and cut["finish_reason"] == "stop_string"
+    assert tokens == full["tokens"][: len(tokens)] and len(tokens) < len(full["tokens"])
+    assert stop in decode(tokens) and stop not in decode(tokens[:-1])  # nothing generated past the stop
+    assert cut["text"] == decode(tokens)[: decode(tokens).index(stop)]
+    assert cut["text"] == text[: text.index(stop)]
+
+
+def test_a_config_value_of_the_wrong_type_is_one_line_naming_the_file(models, tmp_path, capsys):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"target: {models[0]}\ndraft: {models[1]}\nk: two\nprompt: hi\n")
+    code, _, err = run(["generate", "--config", str(cfg)], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"{cfg}: k must be an integer, got 'two'" in err

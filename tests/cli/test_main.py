@@ -54,6 +54,7 @@ def test_verify_oracle_renders_tables(capsys):
     assert "exact_joint" in out and "failure_lab" in out and "PASSED" in out
 
 
+@pytest.mark.slow
 def test_console_script_exit_codes_from_a_real_process():
     proc = subprocess.run(
         [sys.executable, "-m", "specd.cli.main", "verify-oracle", "--vocab", "1"], capture_output=True, text=True

@@ -46,3 +46,17 @@ def test_json_plot_and_yaml_config(tmp_path, capsys):
 def test_bad_fixtures_exit_2_with_one_line(args, message, capsys):
     code, _, err = run(["sweep-k", *args], capsys)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--measure", "--alpha", "0.9"], "--alpha: analytic-only"),
+        (["--measure", "--draft-cost", "0.1", "--context", "5"], "--draft-cost, --context: analytic-only"),
+        (["--target", "some/model"], "--target: only used with --measure"),
+        (["--repeats", "3"], "--repeats: only used with --measure"),
+    ],
+)
+def test_flags_of_the_other_mode_are_refused_not_ignored(args, message, capsys):
+    code, _, err = run(["sweep-k", *args], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1

@@ -7,7 +7,8 @@ from specd.errors import CacheIdentityError
 
 
 def test_ledger_commits_a_prefix_and_counts_traffic():
-    cache = KVCache(1)
+    cache = KVCache()
+    cache.open(0)
     cache.stage(KVRows(0, (5, 6, 7), (0, 1, 2)))
     cache.commit(0, 2)
     assert cache.committed(0) == (5, 6) and cache.temporary(0) == ()
@@ -18,7 +19,8 @@ def test_ledger_commits_a_prefix_and_counts_traffic():
 
 
 def test_duplicate_or_shifted_positions_are_refused():
-    cache = KVCache(1)
+    cache = KVCache()
+    cache.open(0)
     cache.stage(KVRows(0, (5, 6), (0, 1)))
     cache.commit(0, 2)
     with pytest.raises(CacheIdentityError):
@@ -37,9 +39,21 @@ def test_table_rows_depend_only_on_prefix_not_query_order():
 
 def test_table_step_conditions_on_cache_plus_inputs():
     model = TableModel(4, seed=0)
-    cache = model.new_cache(1)
+    cache = model.new_cache()
+    cache.open(0)
     out = model.step(cache, [RowInput(0, (1, 2, 3), (0, 1, 2))])
     cache.commit(0, 2)
     again = model.step(cache, [RowInput(0, (3,), (2,))])
     assert (again.logits[0][0] == out.logits[0][2]).all()
     assert again.kv[0] == KVRows(0, (3,), (2,))
+
+
+def test_slots_open_once_and_close():
+    cache = KVCache()
+    cache.open(3)
+    with pytest.raises(CacheIdentityError):
+        cache.open(3)
+    cache.close(3)
+    assert not cache.is_open(3)
+    cache.open(3)  # a closed slot id may be opened again, empty
+    assert cache.committed(3) == ()

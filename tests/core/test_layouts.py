@@ -1,4 +1,4 @@
-"""The worked snapshot of 0x01C and layout equivalence, asserted by token identity."""
+"""The article's worked snapshot ("Worked Immutable Snapshot") and layout equivalence, by token identity."""
 
 import pytest
 import torch
@@ -16,9 +16,9 @@ DRAFTS = (8, 6, 2)
 def run_snapshot(layout: str):
     engine = table_engine(vocab=16, k=3, layout=layout)
     session = engine.start([Request("r", PROMPT, 8)])
-    state = session._materialize_frontiers(session.states())[0]
-    verified = session.verify([state], [DRAFTS], [3])
-    txn = engine.transaction_cls(state, engine.layout, engine.coordinate(state), frozenset(), None)
+    state = session.ready()[0]
+    verified = session.verify([state], [DRAFTS])
+    txn = engine.transaction_cls(state, engine.layout, frozenset(), None)
     txn.verified(DRAFTS, verified[0], 3)
     txn.decided(Outcome(accepted=2, terminal=11, is_bonus=False, sampled=True))
     successor = txn.stage()

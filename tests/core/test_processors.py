@@ -28,10 +28,10 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative():
     assert out.tolist() == [[1.0, -4.0, 2.0]]
 
 
-def test_stateful_state_clone_and_advance_do_not_mutate():
+def test_stateful_state_advance_does_not_mutate():
     policy = SamplingPolicy.build(repetition_penalty=1.5)
     s0 = policy.initial_state([1])
-    s1 = s0.clone().advance(2)
+    s1 = s0.advance(2)
     assert s0.states[0].seen == frozenset({1})
     assert s1.states[0].seen == frozenset({1, 2})
     assert s0.digest() != s1.digest()
@@ -59,7 +59,20 @@ def test_order_is_bias_penalty_temperature_topk_topp():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}, {"repetition_penalty": 0.0}]
+    "kwargs",
+    [
+        {"temperature": -0.1},
+        {"temperature": float("nan")},
+        {"temperature": float("inf")},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"top_p": float("nan")},
+        {"top_k": 0},
+        {"repetition_penalty": 0.0},
+        {"repetition_penalty": float("inf")},
+        {"logit_bias": {0: float("nan")}},
+        {"logit_bias": {1: float("-inf")}},
+    ],
 )
 def test_bad_policies_are_refused(kwargs):
     with pytest.raises(UsageError):

@@ -3,18 +3,19 @@ import itertools
 import pytest
 import torch
 
-from specd.core.sampler import (
-    RejectionSampler,
-    assemble,
-    greedy_verify,
-    rejection_sample,
-    sample_categorical,
-)
+from specd.core.sampler import RejectionSampler, sample_categorical
 from specd.errors import ImpossibleProposal
 
 
 def rows(values):
     return torch.tensor(values, dtype=torch.float64)
+
+
+def rejection_sample(p, q, draft, k_lens, accept_u, terminal_u):
+    """The whole rule for a batch -> (accepted int64[B], terminal tokens int64[B])."""
+    s = RejectionSampler()
+    decision = s.decide(p, q, draft, k_lens, accept_u)
+    return decision.accepted, s.sample_terminal(decision.terminal_rows, terminal_u)
 
 
 def test_impossible_proposal_is_an_error():
@@ -30,9 +31,8 @@ def test_p_equal_q_is_always_accepted():
     q = p[:, :3].clone()
     draft = torch.multinomial(q.reshape(-1, 5), 1, generator=gen).reshape(6, 3)
     u = torch.rand(6, 3, generator=gen, dtype=torch.float64) * (1 - 1e-12)
-    tokens, accepted = rejection_sample(p, q, draft, torch.full((6,), 3), u, torch.rand(6, dtype=torch.float64))
+    accepted, _ = rejection_sample(p, q, draft, torch.full((6,), 3), u, torch.rand(6, dtype=torch.float64))
     assert accepted.tolist() == [3] * 6
-    assert torch.equal(tokens[:, :3], draft)
 
 
 def test_correction_clamps_negative_residuals_and_normalizes():
@@ -61,22 +61,18 @@ def test_fixed_shape_padding_and_rows_with_different_k():
     for row, n in enumerate(k_lens.tolist()):
         draft[row, n:] = -1
         q[row, n:] = 0
-    tokens, accepted = rejection_sample(
+    accepted, terminal = rejection_sample(
         p, q, draft, k_lens, torch.rand(b, k, generator=gen, dtype=torch.float64), torch.rand(b, dtype=torch.float64)
     )
-    assert tokens.shape == (b, k + 1)
+    assert terminal.shape == (b,) and (terminal >= 0).all()
     for row in range(b):
-        a = accepted[row].item()
-        assert a <= k_lens[row].item()
-        assert torch.equal(tokens[row, :a], draft[row, :a])
-        assert tokens[row, a] >= 0
-        assert (tokens[row, a + 1 :] == -1).all()
+        assert accepted[row].item() <= k_lens[row].item()
     assert accepted[2] == 0  # k = 0: the bonus row p_1 is sampled
 
 
 def test_k_zero_row_samples_the_bonus_from_p1():
     p = rows([[[0.0, 1.0, 0.0]]])
-    tokens, accepted = rejection_sample(
+    accepted, terminal = rejection_sample(
         p,
         torch.zeros(1, 0, 3, dtype=torch.float64),
         torch.zeros(1, 0, dtype=torch.int64),
@@ -84,7 +80,7 @@ def test_k_zero_row_samples_the_bonus_from_p1():
         torch.zeros(1, 0, dtype=torch.float64),
         rows([0.99]),
     )
-    assert tokens.tolist() == [[1]] and accepted.tolist() == [0]
+    assert terminal.tolist() == [1] and accepted.tolist() == [0]
 
 
 def test_one_position_law_is_exactly_p():
@@ -109,26 +105,32 @@ def test_one_position_law_is_exactly_p():
     assert torch.allclose(law, p1, atol=1e-15)
 
 
-def test_greedy_verify_is_the_rule_on_one_hot_rows():
+@pytest.mark.parametrize("soft_q", [True, False])
+def test_greedy_decision_is_the_rule_on_point_mass_rows(soft_q):
+    """decide_greedy(argmax) == decide(onehot(argmax)) for every uniform: same Decision, no draw read."""
     gen = torch.Generator().manual_seed(2)
-    b, k, v = 32, 4, 3
+    b, k, v = 64, 4, 3
     argmax = torch.randint(0, v, (b, k + 1), generator=gen)
-    draft = torch.randint(0, v, (b, k), generator=gen)
     k_lens = torch.randint(0, k + 1, (b,), generator=gen)
+    if soft_q:
+        q = torch.softmax(torch.randn(b, k, v, generator=gen, dtype=torch.float64), -1)
+        draft = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, k)
+    else:  # a greedy draft: q is the point mass on its own argmax
+        draft = torch.randint(0, v, (b, k), generator=gen)
+        q = torch.nn.functional.one_hot(draft, v).to(torch.float64)
     for row, n in enumerate(k_lens.tolist()):
         draft[row, n:] = -1
-    q = torch.full((b, k, v), 1.0 / v, dtype=torch.float64)
+        q[row, n:] = 0
+    s = RejectionSampler()
+    greedy = s.decide_greedy(argmax, q, draft, k_lens)
     one_hot = torch.nn.functional.one_hot(argmax, v).to(torch.float64)
-    expected = rejection_sample(
-        one_hot,
-        q,
-        draft,
-        k_lens,
-        torch.rand(b, k, generator=gen, dtype=torch.float64),
-        torch.rand(b, generator=gen, dtype=torch.float64),
-    )
-    got = greedy_verify(argmax, draft, k_lens)
-    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    for _ in range(3):  # any uniforms: the point-mass rule never depends on them
+        general = s.decide(one_hot, q, draft, k_lens, torch.rand(b, k, generator=gen, dtype=torch.float64))
+        assert torch.equal(greedy.accepted, general.accepted) and torch.equal(greedy.is_bonus, general.is_bonus)
+        assert torch.equal(greedy.terminal_rows, general.terminal_rows)
+        assert torch.equal(greedy.ratios, general.ratios)
+    assert not greedy.uses_draws and general.uses_draws
+    assert 0 < greedy.accepted.sum() < k_lens.sum()  # both acceptances and rejections were exercised
 
 
 def test_inverse_cdf_never_picks_zero_mass_and_matches_probabilities():
@@ -139,12 +141,6 @@ def test_inverse_cdf_never_picks_zero_mass_and_matches_probabilities():
     grid = torch.arange(4000, dtype=torch.float64) / 4000
     picks = sample_categorical(row.expand(4000, 5), grid)
     assert (picks == 1).double().mean().item() == 0.25
-
-
-def test_assemble_pads_with_minus_one():
-    draft = torch.tensor([[5, 6, 7], [1, 2, -1]])
-    out = assemble(draft, torch.tensor([2, 0]), torch.tensor([9, 8]))
-    assert out.tolist() == [[5, 6, 9, -1], [8, -1, -1, -1]]
 
 
 def test_first_rejection_stops_even_if_later_tests_would_pass():

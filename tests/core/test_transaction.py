@@ -3,6 +3,7 @@ publication is idempotent."""
 
 import pytest
 
+from specd.core.round import speculative_round
 from specd.core.state import Request
 from specd.core.transaction import FAULT_POINTS, Outcome, Phase
 from specd.errors import StaleGeneration, TransactionStateError
@@ -16,7 +17,7 @@ class Boom(Exception):
 
 
 def snapshot(session):
-    proposer_cache = session.engine.proposer.cache
+    proposer_cache = session.draft_cache
     return [
         (
             s,
@@ -40,12 +41,12 @@ def test_failure_at_each_point_leaves_s0_and_retry_matches_clean_run(point, layo
 
     engine = table_engine(layout=layout)
     session = engine.start(REQUESTS)
-    session.round()  # a clean first round, so S_0 is mid-generation
+    speculative_round(session)  # a clean first round, so S_0 is mid-generation
     engine.fault_hook = hook
-    session._materialize_frontiers(session.states())
+    session.ready()
     before = snapshot(session)
     with pytest.raises(Boom):
-        session.round()
+        speculative_round(session)
     after = snapshot(session)
     assert after == before  # state vector, committed K/V identities, no temporary rows
     for state, *_ in after:
@@ -62,7 +63,7 @@ def test_failure_of_one_row_before_publish_keeps_other_rows_published():
     session = engine.start(REQUESTS)
     start = {s.request_id: s for s in session.states()}
     with pytest.raises(Boom):
-        session.round()
+        speculative_round(session)
     now = {s.request_id: s for s in session.states()}
     assert now["a"].generation == start["a"].generation + 1  # published before the fault
     assert now["b"] == start["b"] and now["c"] == start["c"]
@@ -73,8 +74,8 @@ def test_failure_of_one_row_before_publish_keeps_other_rows_published():
 def make_txn(engine, session, outcome):
     state = session.states()[0]
     drafts = (1, 2)
-    verified = session.verify([state], [drafts], [2])
-    txn = engine.transaction_cls(state, engine.layout, engine.coordinate(state), frozenset(), None)
+    verified = session.verify([state], [drafts])
+    txn = engine.transaction_cls(state, engine.layout, frozenset(), None)
     txn.verified(drafts, verified[0], 2)
     txn.decided(outcome)
     txn.stage()
@@ -108,10 +109,9 @@ def test_phases_must_run_in_order():
     engine = table_engine()
     session = engine.start([Request("a", (0, 1), 6)])
     state = session.states()[0]
-    txn = engine.transaction_cls(state, engine.layout, engine.coordinate(state), frozenset(), None)
+    txn = engine.transaction_cls(state, engine.layout, frozenset(), None)
     with pytest.raises(TransactionStateError):
         txn.stage()
     with pytest.raises(TransactionStateError):
         txn.publish(session.store)
-    txn.abort()
-    assert txn.phase is Phase.ABORTED
+    assert txn.abort() and txn.phase is Phase.ABORTED

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from specd.core.processors import SamplingPolicy
-from specd.errors import UsageError
-from specd.models.admission import TokenizerMismatch, admit
-from specd.models.loading import ModelLoadError, load, resolve_device, resolve_dtype
+from specd.errors import ModelLoadError, OutOfMemory, TokenizerMismatch, UsageError
+from specd.models.admission import admit
+from specd.models.loading import load, resolve_device, resolve_dtype
 from tests.hf_helpers import tiny_tokenizer
 
 
@@ -72,8 +72,6 @@ def test_loading_failures_are_one_typed_line(tmp_path):
 
 def test_out_of_memory_on_load_says_what_to_try(tmp_path, monkeypatch):
     import transformers
-
-    from specd.models.loading import OutOfMemory
 
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

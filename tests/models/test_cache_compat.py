@@ -18,14 +18,14 @@ def test_reads_and_writes_every_layer():
     kvs = cache_compat.get_kv(cache)
     assert len(kvs) == model.config.num_hidden_layers
     assert kvs[0][0].shape == (2, model.config.num_key_value_heads, 5, 16)
-    assert cache_compat.seq_length(cache) == 5
+    assert cache.get_seq_length() == 5
 
 
 def test_truncate_select_and_gather():
     _, cache = filled_cache()
     before = [(k.clone(), v.clone()) for k, v in cache_compat.get_kv(cache)]
     cache_compat.truncate(cache, 3)
-    assert cache_compat.seq_length(cache) == 3 and cache.get_seq_length() == 3
+    assert cache.get_seq_length() == 3
     assert torch.equal(cache_compat.get_kv(cache)[1][0], before[1][0][:, :, :3])
     cache_compat.select_batch(cache, torch.tensor([1]))
     assert torch.equal(cache_compat.get_kv(cache)[0][1], before[0][1][1:, :, :3])

@@ -54,19 +54,20 @@ def test_ngram_lookup_and_point_mass_q():
     assert ng.lookup((1, 2, 3, 9, 2), 2) == (3, 9)  # falls back to a 1-gram match
     assert ng.lookup((1, 2, 3), 2) == ()
     from specd.core.processors import PolicyState
-    from specd.core.rng import RngState
+    from specd.core.rng import RngState, stream_draws
     from specd.core.state import RequestState
 
     state = RequestState("x", 0, 5, (1, 2, 3, 1, 2), (), PolicyState(), PolicyState(), RngState(0, "x"), 0, 9, 3)
-    proposal = ng.propose([state], [3], "max_shift", torch.float64)
+    proposal = ng.propose([state], [3], None, stream_draws, "max_shift", torch.float64)
     assert proposal.drafts == ((3, 1, 2),) and not proposal.sampled
     assert torch.equal(proposal.q[0].argmax(-1), torch.tensor([3, 1, 2])) and (proposal.q.sum(-1) == 1).all()
 
 
+@pytest.mark.slow
 def test_ngram_under_sampling_matches_the_target_law(target):
     """Point-mass q: the joint of the first tokens through the real adapter equals the target's."""
     from specd.oracles.montecarlo import bernstein_bound
-    from tests.models.test_hf_engine import exact_joint
+    from tests.hf_helpers import exact_joint
 
     small = HFCausalLM(tiny_llama(6, seed=5, hidden=32), "t6")
     policy = SamplingPolicy.build(temperature=1.0)

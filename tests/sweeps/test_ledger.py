@@ -2,6 +2,14 @@ import math
 
 import pytest
 
+from specd.errors import (
+    AlphaOutOfRange,
+    EmptyRange,
+    InvalidCost,
+    InvalidFixture,
+    NotReachConditioned,
+    OmitsTerminalToken,
+)
 from specd.sweeps.ledger import (
     CostModel,
     ModelShape,
@@ -13,17 +21,7 @@ from specd.sweeps.ledger import (
     survival,
     sweep,
 )
-from specd.sweeps.profile import (
-    AlphaOutOfRange,
-    EmptyRange,
-    InvalidCost,
-    InvalidFixture,
-    NotReachConditioned,
-    OmitsTerminalToken,
-    constant_profile,
-    per_position_profile,
-    profile_from_mapping,
-)
+from specd.sweeps.profile import constant_profile, per_position_profile, profile_from_mapping
 
 PAPER = dict(row_cost=0.0, draft_row_cost=0.0, state_cost=0.0, queue_cost=0.0, context_cost=0.0)
 

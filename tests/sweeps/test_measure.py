@@ -5,10 +5,10 @@ import json
 import pytest
 
 from specd.cli.main import main
-from tests.cli.test_generate import models  # noqa: F401 - module fixture
 
 
-def test_measured_sweep_reports_predicted_and_measured_side_by_side(models, tmp_path, capsys):  # noqa: F811
+def test_measured_sweep_reports_predicted_and_measured_side_by_side(tiny_models, tmp_path, capsys):
+    models = tiny_models
     out = tmp_path / "m.csv"
     with pytest.raises(SystemExit) as exit_:
         main(

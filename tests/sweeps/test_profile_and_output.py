@@ -7,7 +7,7 @@ import pytest
 from specd.sweeps.ledger import CostModel, sweep
 from specd.sweeps.output import CSV_COLUMNS, row_dict, write_csv
 from specd.sweeps.profile import constant_profile, profile_from_trace
-from tests.traces.test_summary import synthetic_log
+from tests.helpers import synthetic_log
 
 
 def test_profile_estimated_from_a_trace_recovers_reach_conditioned_rates(tmp_path):

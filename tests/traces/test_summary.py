@@ -1,43 +1,8 @@
-import random
-
 import pytest
 
 from specd.traces.log import BadTrace, read_trace, write_trace
 from specd.traces.summary import summarize, to_table
-
-
-def synthetic_log(alphas, rounds=20000, seed=0):
-    """Rounds whose draft j is accepted with probability alphas[j-1] given it was reached."""
-    rng = random.Random(seed)
-    k = len(alphas)
-    proposals, rnds = [], []
-    for r in range(rounds):
-        a = 0
-        while a < k and rng.random() < alphas[a]:
-            a += 1
-        rid = f"req{r % 3}"
-        for j in range(1, k + 1):
-            proposals.append(
-                {
-                    "request_id": rid,
-                    "round_id": f"{rid}/{r}",
-                    "draft_index": j,
-                    "reached": j <= a + 1,
-                    "accepted": j <= a,
-                }
-            )
-        rnds.append(
-            {
-                "request_id": rid,
-                "round_id": f"{rid}/{r}",
-                "k": k,
-                "accepted": a,
-                "emitted": [0] * (a + 1),
-                "terminal_kind": "bonus" if a == k else "correction",
-            }
-        )
-    requests = [{"request_id": f"req{i}", "prompt": f"p{i}", "tag": "even" if i % 2 == 0 else "odd"} for i in range(3)]
-    return requests, proposals, rnds
+from tests.helpers import synthetic_log
 
 
 def test_reach_conditioned_rates_are_recovered():

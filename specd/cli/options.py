@@ -1,0 +1,149 @@
+"""Typer option aliases shared by the commands (one definition per flag), and the merge of
+flags with a YAML config into typed objects.
+
+``generate`` and ``trace run`` declare the same parameters with these aliases;
+``read_run`` turns the parsed parameters (plus the config file) into one typed
+``GenerateOptions`` and one ``RunArgs``, once, at the command boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from specd.cli.common import load_yaml_mapping
+from specd.errors import UsageError
+from specd.models.options import MAX_K, OPTION_FIELDS, GenerateOptions, from_sources
+
+# -- prompts ---------------------------------------------------------------------------
+PromptOpt = Annotated[list[str] | None, typer.Option("--prompt", "-p", help="A prompt (repeatable).")]
+PromptsFileOpt = Annotated[
+    str | None, typer.Option("--prompts-file", help='JSONL: one {"prompt": ..., "id"?, "tag"?} per line.')
+]
+# -- models -----------------------------------------------------------------------------
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target", help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct."
+    ),
+]
+DraftOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--draft", help="Draft: folder/hub id, self:bf16, self:fp16, self:layers=N or ngram:N (default self:bf16)."
+    ),
+]
+TargetGgufOpt = Annotated[str | None, typer.Option("--target-gguf", help="Target from a GGUF file (dequantized).")]
+DraftGgufOpt = Annotated[str | None, typer.Option("--draft-gguf", help="Draft from a GGUF file (dequantized).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda when present), cpu, cuda, cuda:N.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
+# -- decoding ----------------------------------------------------------------------------
+KOpt = Annotated[int, typer.Option("-k", "--k", help=f"Drafts per round K, 1..{MAX_K}.")]
+MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", help="Token budget per prompt (>= 1).")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Target temperature (finite, >= 0; 0 = greedy).")]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Target top-k (>= 1).")]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Target top-p in (0, 1].")]
+RepetitionPenaltyOpt = Annotated[
+    float | None, typer.Option("--repetition-penalty", help="Target repetition penalty (finite, > 0).")
+]
+DraftTemperatureOpt = Annotated[
+    float | None, typer.Option("--draft-temperature", help="Draft temperature (default: the target's).")
+]
+DraftTopKOpt = Annotated[int | None, typer.Option("--draft-top-k", help="Draft top-k (default: the target's).")]
+DraftTopPOpt = Annotated[float | None, typer.Option("--draft-top-p", help="Draft top-p (default: the target's).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every request's random streams.")]
+LayoutOpt = Annotated[str, typer.Option("--layout", help="replay_frontier or retained_frontier.")]
+BackendOpt = Annotated[str, typer.Option("--backend", help="Softmax backend: max_shift or online.")]
+ChatOpt = Annotated[
+    bool | None,
+    typer.Option("--chat/--no-chat", help="Wrap prompts in the chat template (default: on for the embedded model)."),
+]
+StopOpt = Annotated[list[str] | None, typer.Option("--stop", help="Stop string (repeatable).")]
+# -- the run ------------------------------------------------------------------------------
+ConfigOpt = Annotated[str | None, typer.Option("--config", help="YAML file with these options; flags override it.")]
+TraceOpt = Annotated[str | None, typer.Option("--trace", help="Write the acceptance log (JSONL) here.")]
+BaselineOpt = Annotated[bool, typer.Option("--baseline", help="Target-only decoding through the same engine.")]
+CompareOpt = Annotated[bool, typer.Option("--compare", help="Run target-only and speculative; report the speedup.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+RUN_FIELDS = {
+    "prompt": "strs",
+    "prompts_file": "str",
+    "baseline": "bool",
+    "compare": "bool",
+    "trace": "str",
+    "json": "bool",
+}
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """What a generation command does with the options: which prompts, which mode, where output goes."""
+
+    prompts: tuple[str, ...]
+    prompts_file: str | None
+    baseline: bool
+    compare: bool
+    as_json: bool
+    trace: str | None  # acceptance log path
+
+    def __post_init__(self) -> None:
+        if self.baseline and self.compare:
+            raise UsageError("--baseline and --compare are exclusive")
+        if self.trace and self.baseline:
+            raise UsageError("an acceptance log needs speculative decoding (drop --baseline)")
+
+    @property
+    def mode(self) -> str:
+        return "compare" if self.compare else ("target-only" if self.baseline else "speculative")
+
+
+def read_run(ctx: typer.Context, trace_param: str) -> tuple[GenerateOptions, RunArgs]:
+    """The command's parsed parameters and its --config file -> typed options and run arguments.
+
+    A flag typed on the command line wins over the file; the file wins over defaults.
+    ``trace_param`` names the parameter holding the acceptance-log path (--trace or --out).
+    """
+    params = dict(ctx.params)
+    params["json"] = params.pop("as_json")
+    params["trace"] = params.pop(trace_param)
+    config_path = params.get("config")
+    config = load_yaml_mapping(config_path, OPTION_FIELDS | set(RUN_FIELDS), "a config")
+    typed = {name for name in ctx.params if _typed_here(ctx, name)}
+    typed = {("json" if n == "as_json" else "trace" if n == trace_param else n) for n in typed}
+    options = from_sources(params, config, config_path, typed)
+    run = {}
+    for name, kind in RUN_FIELDS.items():
+        value = params.get(name)
+        if name in config and name not in typed:
+            value = _typed_config_value(config_path, name, kind, config[name])
+        run[name] = value
+    return options, RunArgs(
+        prompts=tuple(run["prompt"] or ()),
+        prompts_file=run["prompts_file"],
+        baseline=bool(run["baseline"]),
+        compare=bool(run["compare"]),
+        as_json=bool(run["json"]),
+        trace=run["trace"],
+    )
+
+
+def _typed_here(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+
+
+def _typed_config_value(path: str, name: str, kind: str, value):
+    if kind == "strs" and isinstance(value, str):
+        return (value,)
+    ok = {
+        "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
+        "str": isinstance(value, str),
+        "bool": isinstance(value, bool),
+    }[kind]
+    if not ok:
+        what = {"strs": "a string or a list of strings", "str": "a string", "bool": "true or false"}[kind]
+        raise UsageError(f"{path}: {name} must be {what}, got {value!r}")
+    return value

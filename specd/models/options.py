@@ -1,0 +1,180 @@
+"""The options of a generation run, typed once and validated once.
+
+``GenerateOptions`` is what ``generate``, ``trace run`` and ``sweep-k --measure``
+build from their flags and the YAML config (``from_sources``); every value is
+checked when the object is built, for type and range, with a message naming
+where the value came from (the flag, or the config file and key). Nothing
+downstream re-validates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from specd.core.layouts import LAYOUTS
+from specd.core.probability import BACKENDS
+from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
+from specd.errors import UsageError
+
+MAX_K = 64  # drafts per round; past this a draft is never the bottleneck worth widening
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+FLAGS = {
+    "target": "--target",
+    "draft": "--draft",
+    "target_gguf": "--target-gguf",
+    "draft_gguf": "--draft-gguf",
+    "k": "-k",
+    "max_new_tokens": "--max-new-tokens",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "repetition_penalty": "--repetition-penalty",
+    "draft_temperature": "--draft-temperature",
+    "draft_top_k": "--draft-top-k",
+    "draft_top_p": "--draft-top-p",
+    "seed": "--seed",
+    "layout": "--layout",
+    "backend": "--backend",
+    "device": "--device",
+    "dtype": "--dtype",
+    "chat": "--chat",
+    "stop": "--stop",
+}
+
+# The type each field takes (for values that arrive untyped, from YAML).
+_KINDS = {
+    "target": "str?",
+    "draft": "str?",
+    "target_gguf": "str?",
+    "draft_gguf": "str?",
+    "k": "int",
+    "max_new_tokens": "int",
+    "temperature": "float",
+    "top_k": "int?",
+    "top_p": "float?",
+    "repetition_penalty": "float?",
+    "draft_temperature": "float?",
+    "draft_top_k": "int?",
+    "draft_top_p": "float?",
+    "seed": "int",
+    "layout": "str",
+    "backend": "str",
+    "device": "str",
+    "dtype": "str",
+    "chat": "bool?",
+    "stop": "strs",
+}
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    target: str | None = None
+    draft: str | None = None
+    target_gguf: str | None = None
+    draft_gguf: str | None = None
+    k: int = 4
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    draft_temperature: float | None = None  # default: the target's
+    draft_top_k: int | None = None
+    draft_top_p: float | None = None
+    seed: int = 0
+    layout: str = "replay_frontier"
+    backend: str = "max_shift"
+    device: str = "auto"
+    dtype: str = "float32"
+    chat: bool | None = None  # None: on for the embedded instruct default, off otherwise
+    stop: tuple[str, ...] = ()
+    # Where each value came from, for messages: field -> "flag" | "<config path>" (absent: default).
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, kind in _KINDS.items():
+            object.__setattr__(self, name, self._typed(name, kind, getattr(self, name)))
+        check_temperature(self.temperature, self.where("temperature"))
+        if self.draft_temperature is not None:
+            check_temperature(self.draft_temperature, self.where("draft_temperature"))
+        for name in ("top_k", "draft_top_k"):
+            check_top_k(getattr(self, name), self.where(name))
+        for name in ("top_p", "draft_top_p"):
+            check_top_p(getattr(self, name), self.where(name))
+        check_penalty(self.repetition_penalty, self.where("repetition_penalty"))
+        if not 1 <= self.k <= MAX_K:
+            raise UsageError(f"{self.where('k')} must be in 1..{MAX_K}, got {self.k}")
+        if self.max_new_tokens < 1:
+            raise UsageError(f"{self.where('max_new_tokens')} must be >= 1, got {self.max_new_tokens}")
+        for name, choices in (("layout", tuple(LAYOUTS)), ("backend", BACKENDS), ("dtype", DTYPE_NAMES)):
+            if getattr(self, name) not in choices:
+                value = getattr(self, name)
+                raise UsageError(f"{self.where(name)}: unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        for model, gguf in (("target", "target_gguf"), ("draft", "draft_gguf")):
+            if getattr(self, model) and getattr(self, gguf):
+                raise UsageError(f"give {FLAGS[model]} or {FLAGS[gguf]}, not both")
+        if self.draft_gguf and not (self.target or self.target_gguf):
+            raise UsageError("--draft-gguf needs a --target or --target-gguf (the embedded default has its own draft)")
+        if any(not s for s in self.stop):
+            raise UsageError(f"{self.where('stop')}: a stop string must not be empty")
+        from specd.models.drafts import parse_draft
+
+        parse_draft(self.draft)
+
+    def where(self, name: str) -> str:
+        """How to name a field in a message: its flag, or the config file and key it came from."""
+        source = self.sources.get(name, "flag")
+        return FLAGS[name] if source == "flag" else f"{source}: {name}"
+
+    def _typed(self, name: str, kind: str, value):
+        """Refuse a value of the wrong type (YAML can hold anything); ints are fine where floats are."""
+        optional = kind.endswith("?")
+        base = kind.rstrip("?")
+        if value is None and optional:
+            return None
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+            "strs": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+        }[base]
+        if base == "strs" and isinstance(value, str):
+            return (value,)
+        if not ok:
+            what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
+                base, "a list of strings"
+            )
+            raise UsageError(f"{self.where(name)} must be {what}, got {value!r}")
+        if base == "float":
+            value = float(value)
+            if not math.isfinite(value):
+                raise UsageError(f"{self.where(name)} must be a finite number, got {value}")
+        return tuple(value) if base == "strs" else value
+
+    @property
+    def uses_default_model(self) -> bool:
+        return not (self.target or self.target_gguf)
+
+
+OPTION_FIELDS = frozenset(f.name for f in fields(GenerateOptions) if f.name != "sources")
+
+
+def from_sources(flags: Mapping, config: Mapping, config_path: str | None, typed_on_command_line: set[str]):
+    """Options from the command line's flags and a config file's keys: a flag typed on the
+    command line wins over the file, the file over the defaults."""
+    values, sources = {}, {}
+    for name in OPTION_FIELDS:
+        if name in typed_on_command_line or name not in config:
+            if name in flags:
+                values[name] = flags[name]
+                sources[name] = "flag"
+        else:
+            values[name] = config[name]
+            sources[name] = config_path or "config"
+    if values.get("stop") is None:
+        values["stop"] = ()
+    return GenerateOptions(**values, sources=sources)

@@ -1,0 +1,68 @@
+"""The round: one function, the only place the rule's decision is taken."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import specd
+from specd.core import round as round_module
+from specd.core.round import speculative_round
+from specd.core.sampler import RejectionSampler
+from specd.core.state import Request
+from tests.helpers import table_engine
+
+PACKAGE = Path(specd.__file__).parent
+DECISIONS = {"decide", "decide_greedy"}
+
+
+def calls_of(names: set[str]) -> list[tuple[str, str]]:
+    """(module path, enclosing function) of every call of a method named in ``names`` in the package."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names:
+                    found.append((str(path.relative_to(PACKAGE)), func.name))
+    return sorted(set(found))
+
+
+def test_the_round_function_is_the_only_caller_of_the_decision():
+    assert calls_of(DECISIONS) == [("core/round.py", "speculative_round")]
+    assert calls_of({"sample_terminal"}) == [("core/round.py", "speculative_round")]
+
+
+def test_the_scan_sees_calls_where_they_are():
+    """Guard against a vacuous scan: the rule's own internal calls are found where they are."""
+    assert ("core/sampler.py", "decide") in calls_of({"count_accepted"})
+
+
+def test_the_round_reads_top_to_bottom_in_one_short_function():
+    source = inspect.getsource(speculative_round)
+    steps = [source.index(f"# {n}. {name}") for n, name in enumerate(("propose", "verify", "decide", "commit"), 1)]
+    assert steps == sorted(steps)
+    assert len(source.splitlines()) <= 80
+
+
+def test_every_decision_goes_through_the_sampler(monkeypatch):
+    """Spy on the sampler class: a greedy and a sampled run both decide there, once per round."""
+    seen = []
+    for name in DECISIONS:
+        original = getattr(RejectionSampler, name)
+
+        def spy(self, *args, _original=original, _name=name, **kw):
+            seen.append(_name)
+            return _original(self, *args, **kw)
+
+        monkeypatch.setattr(RejectionSampler, name, spy)
+    for temperature, expected in ((0.0, "decide_greedy"), (1.0, "decide")):
+        seen.clear()
+        session = table_engine(target_temperature=temperature).start([Request("a", (0, 1), 6, seed=1)])
+        rounds = 0
+        while not session.done:
+            speculative_round(session)
+            rounds += 1
+        assert seen == [expected] * rounds
+    assert round_module.speculative_round is speculative_round
