@@ -48,7 +48,7 @@ def build(folder: Path) -> Path:
 
 
 def specd(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "specd.cli.main", *args, "--json"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "specd.cli", *args, "--json"], capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip()}
     return json.loads(out.stdout)

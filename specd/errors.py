@@ -8,6 +8,22 @@ here prints.
 
 from __future__ import annotations
 
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """A message fit for one terminal line: no ANSI codes or control characters, whitespace
+    collapsed, and if long, cut at the end of a sentence rather than in the middle of one."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _ANSI.sub("", text))
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(". ", 0, limit), text.rfind("; ", 0, limit))
+    return text[: cut + 1] if cut > limit // 3 else text[: limit - 3].rstrip() + "..."
+
 
 class SpecdError(Exception):
     """Base class: a failure with a one-line message and an exit code."""
@@ -95,9 +111,33 @@ class TokenizerMismatch(UsageError):
     code = "tokenizer_mismatch"
 
 
+class RemoteCodeRefused(UsageError):
+    """A model folder wants its own Python code run; only --trust-remote-code allows that."""
+
+    code = "remote_code_refused"
+
+
+class UnsafeWeights(UsageError):
+    """Weights stored as a pickle that torch's weights-only loader refuses (it holds code or objects)."""
+
+    code = "unsafe_weights"
+
+
 # -- files ----------------------------------------------------------------------------
 class BadTrace(UsageError):
     code = "bad_trace"
+
+
+class OutputPathError(UsageError):
+    """An output path that cannot take a regular file (a directory, a device, a missing or read-only folder)."""
+
+    code = "output_path"
+
+
+class WriteFailed(SpecdError):
+    """Writing an output failed part-way (a full disk); the previous file is unchanged."""
+
+    code = "write_failed"
 
 
 # -- the speedup ledger's fixtures -------------------------------------------------------

@@ -29,7 +29,7 @@ def run_cli(args, capsys):
     """Run the console entry point in-process -> (exit code, stdout, stderr)."""
     import pytest
 
-    from specd.cli.main import main
+    from specd.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(args)

@@ -16,13 +16,17 @@ CORPUS = [
 ] * 20
 
 
-def tiny_tokenizer():
+def tiny_tokenizer(eos: bool = True):
+    """A byte-level BPE tokenizer trained on a small corpus (300 tokens); without ``eos``,
+    it names no end-of-sequence token, so generation runs to its budget."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<s>", "</s>", "<pad>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>" if eos else None, pad_token="<pad>"
+    )
     tok.chat_template = (
         "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}assistant:{% endif %}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 
 from rich.console import Console
@@ -31,17 +33,14 @@ def parse_bias(items: list[str] | None, option: str) -> dict[int, float]:
 
 def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
     """A YAML file holding a mapping of known keys ('-' and '_' alike), or {} without a path."""
-    from pathlib import Path
-
     import yaml
+
+    from specd.files import read_text
 
     if not path:
         return {}
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(read_text(path, "config file", allow_empty=True)) or {}
     except yaml.YAMLError as err:
         raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -53,5 +52,29 @@ def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
     return data
 
 
+# Control characters (ESC among them, but not tab and newline) and bidirectional overrides
+# in text from files or models would act on the terminal instead of being shown.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, newlines: bool = True) -> str:
+    """Text safe to show on a terminal: control characters become visible escapes (\\x1b)."""
+    text = _UNPRINTABLE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text
+    )
+    return text if newlines else text.replace("\n", "\\n")
+
+
+def finite(value):
+    """The document with every NaN or infinity replaced by null: --json is always strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def print_json(document: dict) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(json.dumps(finite(document), indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")

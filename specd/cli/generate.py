@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specd.cli.common import print_json, stderr, stdout
+from specd.cli.common import print_json, printable, stderr, stdout
 from specd.cli.options import (
     BackendOpt,
     BaselineOpt,
@@ -39,6 +39,7 @@ from specd.cli.options import (
     TopKOpt,
     TopPOpt,
     TraceOpt,
+    TrustRemoteCodeOpt,
     read_run,
 )
 from specd.cli.render import stats_table
@@ -57,6 +58,7 @@ def generate(
     draft: DraftOpt = None,
     target_gguf: TargetGgufOpt = None,
     draft_gguf: DraftGgufOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
     k: KOpt = 4,
     max_new_tokens: MaxNewTokensOpt = 128,
     temperature: TemperatureOpt = 0.0,
@@ -87,7 +89,7 @@ def execute(options, run: RunArgs) -> None:
     """Load, generate in the run's mode, then render (text and a summary table, or one JSON document)."""
     items = prompt_items(run.prompts, run.prompts_file)
     if not run.as_json and stderr.is_terminal and not options.uses_default_model:
-        stderr.print(f"[dim]loading {escape(options.target or options.target_gguf)} ...[/]")
+        stderr.print(f"[dim]loading {escape(printable(options.target or options.target_gguf))} ...[/]")
     with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else nullcontext():
         pipe = Pipeline.build(
             options, with_draft=not run.baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]")
@@ -97,20 +99,23 @@ def execute(options, run: RunArgs) -> None:
     if run.compare:
         _warm_up(pipe, items)
         runs[TARGET_ONLY] = _run(pipe, items, True, False, run.as_json)
-        runs[SPECULATIVE] = _run(pipe, items, False, bool(run.trace), run.as_json)
+        runs[SPECULATIVE] = _run(pipe, items, False, run.trace is not None, run.as_json)
     else:
         mode = TARGET_ONLY if run.baseline else SPECULATIVE
-        runs[mode] = _run(pipe, items, run.baseline, bool(run.trace), run.as_json, stream=stream)
+        runs[mode] = _run(pipe, items, run.baseline, run.trace is not None, run.as_json, stream=stream)
     main_run = runs.get(SPECULATIVE) or runs[TARGET_ONLY]
-    if run.trace:
+    if not run.as_json:
+        for note in main_run.notes:
+            stderr.print(f"[dim]note: {escape(printable(note))}[/]")
+    if run.trace is not None:
         _write_trace(pipe, main_run, run.trace)
     if run.as_json:
         print_json(_document(pipe, runs, run.trace))
         return
     if not stream:
         for r in main_run.results:
-            stdout.rule(escape(f"{r.request_id}" + (f" [{r.tag}]" if r.tag else "")), style="dim")
-            stdout.print(r.text, markup=False, highlight=False)
+            stdout.rule(escape(printable(f"{r.request_id}" + (f" [{r.tag}]" if r.tag else ""), False)), style="dim")
+            stdout.print(printable(r.text), markup=False, highlight=False)
             stdout.print(f"[dim]({r.finish_reason})[/]")
     stdout.print(stats_table({name: r.stats for name, r in runs.items()}))
     if run.compare:
@@ -119,7 +124,7 @@ def execute(options, run: RunArgs) -> None:
             f"speedup (decode time per token, target-only / speculative): [bold]{_speedup(runs):.2f}x[/]"
             + (f"; outputs identical: {same}" if pipe.target_policy.greedy else "")
         )
-    if run.trace:
+    if run.trace is not None:
         stderr.print(f"[dim]acceptance log written to {escape(run.trace)}[/]")
 
 
@@ -127,7 +132,7 @@ def _run(pipe: Pipeline, items, baseline: bool, record: bool, quiet: bool, strea
     if stream:
 
         def on_text(request_id: str, delta: str) -> None:
-            sys.stdout.write(delta)
+            sys.stdout.write(printable(delta))
             sys.stdout.flush()
 
         result = pipe.run(items, baseline=baseline, record_log=record, on_text=on_text)
@@ -193,6 +198,7 @@ def _document(pipe: Pipeline, runs: dict[str, GenerationRun], trace: str | None)
         "manifest": pipe.manifest(baseline=main_name == TARGET_ONLY),
         "load_time_s": pipe.load_time,
         "results": _results(runs[main_name]),
+        "notes": list(runs[main_name].notes),
         "stats": {name: {**run.stats.as_dict(), "wall_time_s": run.wall_time} for name, run in runs.items()},
         "trace": trace,
     }

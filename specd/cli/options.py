@@ -15,6 +15,7 @@ import typer
 
 from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
+from specd.files import check_output
 from specd.models.options import MAX_K, OPTION_FIELDS, GenerateOptions, from_sources
 
 # -- prompts ---------------------------------------------------------------------------
@@ -37,6 +38,14 @@ DraftOpt = Annotated[
 ]
 TargetGgufOpt = Annotated[str | None, typer.Option("--target-gguf", help="Target from a GGUF file (dequantized).")]
 DraftGgufOpt = Annotated[str | None, typer.Option("--draft-gguf", help="Draft from a GGUF file (dequantized).")]
+TrustRemoteCodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code",
+        help="Run Python code shipped inside a model folder (its config's auto_map). Off by default: that code runs "
+        "with your permissions, so pass this only for models from a source you trust.",
+    ),
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda when present), cpu, cuda, cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
 # -- decoding ----------------------------------------------------------------------------
@@ -92,8 +101,10 @@ class RunArgs:
     def __post_init__(self) -> None:
         if self.baseline and self.compare:
             raise UsageError("--baseline and --compare are exclusive")
-        if self.trace and self.baseline:
+        if self.trace is not None and self.baseline:
             raise UsageError("an acceptance log needs speculative decoding (drop --baseline)")
+        if self.trace is not None:  # a bad output path is found before any model loads
+            check_output(self.trace, "acceptance log")
 
     @property
     def mode(self) -> str:

@@ -10,8 +10,10 @@ import typer
 from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
-from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, TargetOpt
+from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, TargetOpt, TrustRemoteCodeOpt
 from specd.errors import EmptyRange, InvalidCost, UsageError
+from specd.files import check_output
+from specd.models.options import MAX_K
 from specd.sweeps.ledger import CostModel, ModelShape, optimum, sweep
 from specd.sweeps.output import plot, row_dict, write_csv
 from specd.sweeps.profile import (
@@ -35,24 +37,32 @@ ANALYTIC_ONLY = (
     "kv_shape",
     "config",
 )
-MEASURED_ONLY = ("target", "draft", "device", "dtype", "max_new_tokens", "repeats")
+MEASURED_ONLY = ("target", "draft", "device", "dtype", "max_new_tokens", "repeats", "trust_remote_code")
 
 
-def parse_ints(text: str, option: str) -> list[int]:
-    """'1..8', '1-8' or '1,4,16' -> ints."""
+MAX_SWEEP_K = 256
+MAX_SWEEP_BATCH = 65536
+MAX_MEASURED_BATCH = 256  # measured mode generates a real batch of this many prompts at every K
+
+
+def parse_ints(text, option: str, limit: int) -> list[int]:
+    """'1..8', '1-8' or '1,4,16' -> ints in 1..limit (refused before any list is built)."""
     text = str(text).strip()
     if m := re.fullmatch(r"(\d+)\s*(?:\.\.|-)\s*(\d+)", text):
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:
             raise EmptyRange(f"{option} {text}: empty range")
-        return list(range(lo, hi + 1))
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {text!r}") from None
-    if not values:
-        raise EmptyRange(f"{option}: empty list")
-    return values
+        values = [lo, hi]
+    else:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {text!r}") from None
+        if not values:
+            raise EmptyRange(f"{option}: empty list")
+    if min(values) < 1 or max(values) > limit:
+        raise UsageError(f"{option} takes values in 1..{limit}; got {text!r}")
+    return list(range(values[0], values[1] + 1)) if m else values
 
 
 @dataclass(frozen=True)
@@ -68,8 +78,14 @@ class SweepResult:
 def sweep_k(
     ctx: typer.Context,
     out: str | None = typer.Option(None, "--out", "-o", help="Write one CSV row per (K, B) here."),
-    k: str = typer.Option("1..8", "--k", "-k", help="K range: 1..8 or a list 1,2,4."),
-    batch: str = typer.Option("1,4,16", "--batch", help="Batch sizes: a list 1,4,16 or a range."),
+    k: str = typer.Option(
+        "1..8", "--k", "-k", help=f"K range: 1..8 or a list 1,2,4 (at most {MAX_SWEEP_K}; {MAX_K} measured)."
+    ),
+    batch: str = typer.Option(
+        "1,4,16",
+        "--batch",
+        help=f"Batch sizes: a list 1,4,16 or a range (at most {MAX_SWEEP_BATCH}; {MAX_MEASURED_BATCH} measured).",
+    ),
     alpha: float | None = typer.Option(
         None, "--alpha", help=f"Constant reach-conditioned alpha (default {DEFAULT_ALPHA})."
     ),
@@ -96,18 +112,23 @@ def sweep_k(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = "float32",
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Measured mode: tokens per prompt."),
-    repeats: int = typer.Option(5, "--repeats", help="Measured mode: timing repeats after 2 warm-ups."),
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    repeats: int = typer.Option(5, "--repeats", help="Measured mode: timing repeats after 2 warm-ups (1..100)."),
 ) -> None:
     """The speedup ledger over K and batch: E[G], T_round, time per token, speedup, optimum K."""
     t0 = time.perf_counter()
     _refuse_other_mode_flags(ctx, measure)
-    ks, batches = parse_ints(k, "--k"), parse_ints(batch, "--batch")
+    for path, what in ((out, "CSV file"), (plot_path, "plot")):
+        if path is not None:  # before any work
+            check_output(path, what)
+    batch_limit = MAX_MEASURED_BATCH if measure else MAX_SWEEP_BATCH
+    ks, batches = parse_ints(k, "--k", MAX_K if measure else MAX_SWEEP_K), parse_ints(batch, "--batch", batch_limit)
     p = ctx.params
-    result = _measured(p, ks, batches) if measure else _analytic(p, ks, batches)
+    result = _measured(p, ks, batches) if measure else _analytic(p, ks, batches, k_given="k" in _typed(ctx))
     records = [row_dict(r, result.mode, result.measured.get((r.k, r.batch))) for r in result.rows]
-    if out:
+    if out is not None:
         write_csv(out, records)
-    if plot_path:
+    if plot_path is not None:
         plot(records, plot_path)
     optima = {}
     for b in sorted({r.batch for r in result.rows}):
@@ -136,10 +157,13 @@ def sweep_k(
         stdout.print(f"[dim]plot written to {plot_path}[/]")
 
 
+def _typed(ctx: typer.Context) -> set[str]:
+    return {n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
+
+
 def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
     """A flag of the other mode would be silently ignored: refuse it instead."""
-    typed = {n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
-    wrong = [n for n in (ANALYTIC_ONLY if measure else MEASURED_ONLY) if n in typed]
+    wrong = [n for n in (ANALYTIC_ONLY if measure else MEASURED_ONLY) if n in _typed(ctx)]
     if wrong:
         flags = ", ".join("--" + n.replace("_", "-") for n in wrong)
         if measure:
@@ -149,11 +173,14 @@ def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
         raise UsageError(f"{flags}: only used with --measure")
 
 
-def _analytic(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
-    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model."""
+def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> SweepResult:
+    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model.
+
+    Without --k, a per-position profile (from --alphas or a trace log) sets how far K goes.
+    """
     cost_fields = {name: p[name] for name in COST_FIELDS}
     context, stop = p["context"], p["stop_probability"]
-    profile_spec = None
+    profile_spec, cfg = None, {}
     if p["config"]:
         cfg = load_yaml_mapping(
             p["config"], {"profile", "cost", "k", "batch", "context", "stop_probability"}, "a sweep config"
@@ -166,8 +193,8 @@ def _analytic(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         if unknown:
             raise UsageError(f"{p['config']}: unknown cost field(s): {', '.join(sorted(unknown))}")
         cost_fields.update(cost_cfg)
-        ks = parse_ints(cfg["k"], "k") if "k" in cfg else ks
-        batches = parse_ints(cfg["batch"], "batch") if "batch" in cfg else batches
+        ks = parse_ints(cfg["k"], f"{p['config']}: k", MAX_SWEEP_K) if "k" in cfg else ks
+        batches = parse_ints(cfg["batch"], f"{p['config']}: batch", MAX_SWEEP_BATCH) if "batch" in cfg else batches
         context = cfg.get("context", context)
         stop = cfg.get("stop_probability", stop)
     if not isinstance(context, int) or isinstance(context, bool) or context < 0:
@@ -175,6 +202,8 @@ def _analytic(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
     if not isinstance(stop, (int, float)) or isinstance(stop, bool) or not 0.0 <= stop < 1.0:
         raise UsageError(f"--stop-probability must be in [0, 1), got {stop!r}")
     profile = _profile(p, profile_spec)
+    if not (k_given or profile.constant or (p["config"] and "k" in cfg)):
+        ks = [k for k in ks if k <= len(profile.alphas)]
     cost = CostModel(**{name: _number(v, name) for name, v in cost_fields.items()})
     rows = sweep(profile, cost, ks, batches, context, stop, _shape(p["kv_shape"]))
     return SweepResult("analytic", rows, profile, cost.describe(), {}, None)
@@ -207,12 +236,22 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
     from specd.models.pipeline import Pipeline
     from specd.sweeps.measure import measure
 
-    if p["repeats"] < 1:
-        raise UsageError(f"--repeats must be >= 1, got {p['repeats']}")
+    if not 1 <= p["repeats"] <= 100:
+        raise UsageError(f"--repeats must be in 1..100, got {p['repeats']}")
     options = GenerateOptions(
-        target=p["target"], draft=p["draft"], device=p["device"], dtype=p["dtype"], max_new_tokens=p["max_new_tokens"]
+        target=p["target"],
+        draft=p["draft"],
+        device=p["device"],
+        dtype=p["dtype"],
+        max_new_tokens=p["max_new_tokens"],
+        trust_remote_code=p["trust_remote_code"],
     )
     pipe = Pipeline.build(options, report=lambda m: stderr.print(f"[dim]{m}[/]"))
+    if pipe.context is not None and options.max_new_tokens >= pipe.context // 2:
+        raise UsageError(
+            f"--max-new-tokens {options.max_new_tokens} is too long to measure with a model that reads "
+            f"{pipe.context} positions; use at most {pipe.context // 2 - 1}"
+        )
     result = measure(
         pipe,
         ks,
@@ -232,10 +271,9 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
 
 
 def _number(value, name: str) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise InvalidCost(f"cost {name} = {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidCost(f"cost {name} = {value!r} is not a number")
+    return float(value)
 
 
 def _shape(text: str | None) -> ModelShape | None:
@@ -243,9 +281,12 @@ def _shape(text: str | None) -> ModelShape | None:
         return None
     try:
         parts = [int(x) for x in text.split(",")]
-        return ModelShape(*parts)
+        shape = ModelShape(*parts)
     except (ValueError, TypeError):
         raise UsageError(f"--kv-shape takes layers,kv_heads,head_dim[,bytes]; got {text!r}") from None
+    if min(parts) < 1:
+        raise UsageError(f"--kv-shape values must be >= 1; got {text!r}")
+    return shape
 
 
 def _gap(rows, measured) -> dict:

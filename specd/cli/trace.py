@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specd.cli.common import print_json, stdout
+from specd.cli.common import print_json, printable, stdout
 from specd.cli.generate import execute
 from specd.cli.options import (
     BackendOpt,
@@ -37,9 +36,11 @@ from specd.cli.options import (
     TemperatureOpt,
     TopKOpt,
     TopPOpt,
+    TrustRemoteCodeOpt,
     read_run,
 )
 from specd.errors import UsageError
+from specd.files import check_output, write_text_atomic
 from specd.traces.log import read_trace
 from specd.traces.summary import summarize, to_table
 
@@ -63,6 +64,7 @@ def run(
     draft: DraftOpt = None,
     target_gguf: TargetGgufOpt = None,
     draft_gguf: DraftGgufOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
     k: KOpt = 4,
     max_new_tokens: MaxNewTokensOpt = 128,
     temperature: TemperatureOpt = 0.0,
@@ -91,9 +93,13 @@ def run(
 def show(
     path: str = typer.Argument(..., help="An acceptance log written by `trace run` or `generate --trace`."),
     request: str | None = typer.Option(None, "--request", help="Only this request id."),
-    max_rounds: int | None = typer.Option(None, "--max-rounds", help="Show at most this many rounds per request."),
+    max_rounds: int | None = typer.Option(
+        None, "--max-rounds", help="Show at most this many rounds per request (>= 1)."
+    ),
 ) -> None:
     """Text coloured by origin, one line per round (Leviathan et al., Figure 1)."""
+    if max_rounds is not None and max_rounds < 1:
+        raise UsageError(f"--max-rounds must be >= 1, got {max_rounds}")
     header, requests, proposals, rounds = read_trace(path)
     by_round: dict[str, list[dict]] = {}
     for p in proposals:
@@ -105,26 +111,28 @@ def show(
     stdout.print(legend)
     known = {r["request_id"] for r in requests}
     if request is not None and request not in known:
-        raise UsageError(f"no request {request!r} in {path} (have: {', '.join(sorted(known))})")
+        have = ", ".join(sorted(known)[:20]) + (" ..." if len(known) > 20 else "")
+        raise UsageError(f"no request {request!r} in {path} (have: {have})")
     for req in requests:
         rid = req["request_id"]
         if request is not None and rid != request:
             continue
-        stdout.rule(escape(f"{rid}" + (f" [{req['tag']}]" if req.get("tag") else "")), style="dim")
-        stdout.print(Text(req.get("prompt", ""), style="dim"))
+        stdout.rule(escape(printable(f"{rid}" + (f" [{req['tag']}]" if req.get("tag") else ""), False)), style="dim")
+        stdout.print(Text(printable(req.get("prompt", "")), style="dim"))
         mine = [r for r in rounds if r["request_id"] == rid]
         for rnd in mine[:max_rounds] if max_rounds else mine:
             line = Text(f"{rnd['accepted']}/{rnd['k']} ", style="dim")
             props = sorted(by_round.get(rnd["round_id"], []), key=lambda p: p["draft_index"])
             emitted = rnd["emitted"]
-            for p in props:
-                text = p.get("draft_text", str(p["draft_token"]))
+            for p in props:  # token text from the log: escaped, one round per line
+                text = printable(p.get("draft_text", str(p.get("draft_token", "?"))), newlines=False)
                 if p["accepted"] and p["draft_index"] <= len(emitted):
                     line.append(text, style=STYLES["accepted"])
                 elif p["reached"]:
                     line.append(text, style=STYLES["rejected"])
             if rnd["terminal_kind"] in ("correction", "bonus"):
-                line.append(rnd.get("terminal_text", str(rnd["terminal_token"])), style=STYLES[rnd["terminal_kind"]])
+                text = printable(rnd.get("terminal_text", str(rnd.get("terminal_token", "?"))), newlines=False)
+                line.append(text, style=STYLES[rnd["terminal_kind"]])
             stdout.print(line)
 
 
@@ -136,12 +144,13 @@ def summarize_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Pr(A = a), survival s_j, reach-conditioned alpha_j and mean accepted length."""
+    if out is not None:
+        check_output(out, "summary CSV")
     header, requests, proposals, rounds = read_trace(path)
     summary = summarize(requests, proposals, rounds, by)
     table = to_table(summary)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out, index=False)
+    if out is not None:
+        write_text_atomic(out, table.to_csv(index=False), "summary CSV")
     if as_json:
         print_json({"schema": "specd.trace-summary/v1", "trace": path, **summary})
         return
@@ -149,12 +158,12 @@ def summarize_cmd(
     rich_table = Table(title=f"Acceptance summary by {summary['by']}", title_justify="left")
     rich_table.add_column("")
     for g in groups:
-        rich_table.add_column(str(g), justify="right")
+        rich_table.add_column(printable(str(g), newlines=False), justify="right")
     for col in table.columns[1:]:
         rich_table.add_row(_label(col), *[_fmt(v) for v in table[col].tolist()])
     stdout.print(rich_table)
     if out:
-        stdout.print(f"[dim]written to {out}[/]")
+        stdout.print(f"[dim]written to {escape(printable(out))}[/]")
 
 
 def _label(col: str) -> str:
@@ -170,6 +179,8 @@ def _label(col: str) -> str:
 
 
 def _fmt(value) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
         return "-" if value != value else f"{value:.3f}"
     return str(value)

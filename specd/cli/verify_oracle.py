@@ -6,15 +6,21 @@ import typer
 from rich.table import Table
 
 from specd.cli.common import parse_bias, print_json, stdout
-from specd.oracles.report import OracleConfig, run_oracle
+from specd.oracles.report import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES, OracleConfig, run_oracle
 
 
 def verify_oracle(
-    vocab: int = typer.Option(2, "--vocab", help="Vocabulary size V of the table models (>= 2)."),
+    vocab: int = typer.Option(
+        2, "--vocab", help=f"Vocabulary size V of the table models (>= 2; V^K <= {MAX_DRAFT_PATHS})."
+    ),
     k: int = typer.Option(3, "--k", "-k", help="Drafts per round K (>= 1)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random logit tables and the Monte Carlo streams."),
-    horizon: int | None = typer.Option(None, "--horizon", help="Tokens compared (default K + 1)."),
-    samples: int = typer.Option(2000, "--samples", help="Monte Carlo samples through the engine (0 skips)."),
+    horizon: int | None = typer.Option(
+        None, "--horizon", help=f"Tokens compared (default K + 1; V^horizon <= {MAX_SEQUENCES})."
+    ),
+    samples: int = typer.Option(
+        2000, "--samples", help=f"Monte Carlo samples through the engine (0 skips; at most {MAX_SAMPLES})."
+    ),
     target_temperature: float = typer.Option(1.0, "--target-temperature", help="Target temperature (0 = greedy)."),
     draft_temperature: float = typer.Option(0.7, "--draft-temperature", help="Draft temperature (0 = greedy)."),
     target_bias: list[str] | None = typer.Option(

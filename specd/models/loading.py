@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from specd.errors import ModelLoadError, OutOfMemory, UsageError
+from specd.errors import ModelLoadError, OutOfMemory, RemoteCodeRefused, UnsafeWeights, UsageError, one_line
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -48,18 +48,26 @@ def _oom(err: BaseException) -> bool:
     )
 
 
-def load(spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.device) -> Loaded:
-    """A model by local folder, hub id (local cache only when offline) or GGUF file."""
+def load(
+    spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.device, trust_remote_code: bool = False
+) -> Loaded:
+    """A model by local folder, hub id (local cache only when offline) or GGUF file.
+
+    A model folder is a security boundary: its own Python code (an ``auto_map`` in its
+    config) runs only with ``trust_remote_code``; weights come from safetensors or GGUF,
+    or from pickles that torch's weights-only loader accepts (plain tensors, no code).
+    Nothing is ever asked on stdin.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    kwargs: dict = {}
+    kwargs: dict = {"trust_remote_code": trust_remote_code}
     if gguf:
         path = Path(gguf)
         if not path.is_file():
-            raise ModelLoadError(f"GGUF file not found: {gguf}")
+            raise ModelLoadError(f"GGUF file not found: {gguf}" if not path.exists() else f"{gguf} is not a file")
         for package in ("gguf", "accelerate"):
             if importlib.util.find_spec(package) is None:
                 raise ModelLoadError(f"loading a GGUF file needs the '{package}' package: pip install 'specd[gguf]'")
@@ -71,25 +79,43 @@ def load(spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.d
         source = "folder" if os.path.isdir(spec) else "hub"
         if source == "hub" and (spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") > 1):
             raise ModelLoadError(f"model folder not found: {spec}")
+        if source == "hub" and os.path.exists(spec):
+            raise ModelLoadError(f"{spec} is a file; a model is a folder (or give --target-gguf for a GGUF file)")
     try:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, weights_only=True, **kwargs)
         model.to(device)
         model.eval()
     except Exception as err:  # noqa: BLE001 - every failure becomes one line
-        if _oom(err):
-            raise OutOfMemory(
-                f"out of memory loading {name} on {device}: try --dtype bfloat16 or float16, "
-                "--device cpu, or a smaller model"
-            ) from None
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        hint = " (no network here: a hub id must already be in the local Hugging Face cache)" if source == "hub" else ""
-        raise ModelLoadError(f"cannot load model {name!r}: {first}{hint}") from None
+        raise _load_error(err, name, source, device, "model") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
     except Exception as err:  # noqa: BLE001
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelLoadError(f"cannot load the tokenizer of {name!r}: {first}") from None
+        raise _load_error(err, name, source, device, "tokenizer") from None
     return Loaded(model, tokenizer, name, source)
+
+
+def _load_error(err: BaseException, name: str, source: str, device, what: str) -> Exception:
+    """The one-line error for a failed load, naming what to do about it."""
+    text = str(err)
+    if _oom(err):
+        return OutOfMemory(
+            f"out of memory loading {name} on {device}: "
+            "try --dtype bfloat16 or float16, --device cpu, or a smaller model"
+        )
+    if "trust_remote_code" in text or "custom code" in text:
+        return RemoteCodeRefused(
+            f"{name} asks to run its own Python code to load its {what} (an auto_map in its config); specd does "
+            "not run code from a model folder unless you pass --trust-remote-code, which runs that code with "
+            "your permissions: pass it only for a source you trust"
+        )
+    if "weights_only" in text or "Weights only load failed" in text or type(err).__name__ == "UnpicklingError":
+        return UnsafeWeights(
+            f"refused to load {name}: its weights are a pickle that torch's weights-only loader rejects (it holds "
+            "code or objects, not only tensors); use safetensors or GGUF weights"
+        )
+    hint = " (no network here: a hub id must already be in the local Hugging Face cache)" if source == "hub" else ""
+    detail = one_line(text) or type(err).__name__
+    return ModelLoadError(f"cannot load the {what} of {name!r}: {detail}{hint}")
 
 
 def weights_digest(model: torch.nn.Module) -> str:

@@ -42,6 +42,7 @@ FLAGS = {
     "dtype": "--dtype",
     "chat": "--chat",
     "stop": "--stop",
+    "trust_remote_code": "--trust-remote-code",
 }
 
 # The type each field takes (for values that arrive untyped, from YAML).
@@ -66,6 +67,7 @@ _KINDS = {
     "dtype": "str",
     "chat": "bool?",
     "stop": "strs",
+    "trust_remote_code": "bool",
 }
 
 
@@ -91,6 +93,7 @@ class GenerateOptions:
     dtype: str = "float32"
     chat: bool | None = None  # None: on for the embedded instruct default, off otherwise
     stop: tuple[str, ...] = ()
+    trust_remote_code: bool = False  # run Python code shipped in a model folder (never by default)
     # Where each value came from, for messages: field -> "flag" | "<config path>" (absent: default).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

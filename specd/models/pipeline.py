@@ -51,6 +51,7 @@ class GenerationRun:
     results: tuple[RequestResult, ...]
     engine: RunResult  # statistics, commits and acceptance log
     wall_time: float
+    notes: tuple[str, ...] = ()  # what the run changed about the request, in words (a clamped budget)
 
     @property
     def stats(self):
@@ -69,6 +70,7 @@ class Pipeline:
     eos_ids: frozenset[int]
     device: torch.device
     load_time: float
+    context: int | None  # positions the models can read (the smaller of target and draft); None: unknown
     _digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name
 
     @classmethod
@@ -94,12 +96,13 @@ class Pipeline:
                 "or --draft-gguf FILE (or use --baseline)"
             )
         draft_spec = parse_draft(opts.draft) if with_draft and not opts.draft_gguf else None
-        target = load(opts.target, opts.target_gguf, dtype, device)
+        target = load(opts.target, opts.target_gguf, dtype, device, opts.trust_remote_code)
         if default_model:
             target.name = MODEL_NAME
         loaded_draft = None
         if with_draft and (opts.draft_gguf or draft_spec.needs_model):
-            loaded_draft = load(draft_spec.value if draft_spec else None, opts.draft_gguf, dtype, device)
+            draft_name = draft_spec.value if draft_spec else None
+            loaded_draft = load(draft_name, opts.draft_gguf, dtype, device, opts.trust_remote_code)
         tok = target.tokenizer
         t_width = logit_width(target.model)
         d_width = logit_width(loaded_draft.model) if loaded_draft else t_width
@@ -125,6 +128,10 @@ class Pipeline:
             eos_ids(target.model, tok),
             device,
             time.perf_counter() - t0,
+            min(
+                (c for c in (context_length(target.model), context_length(getattr(draft_lm, "model", None))) if c),
+                default=None,
+            ),
         )
 
     def with_options(self, opts: GenerateOptions) -> Pipeline:
@@ -186,7 +193,7 @@ class Pipeline:
         """
         budget = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
         stops = self.options.stop
-        requests = [Request(i.request_id, self.encode(i), budget, seed=self.options.seed) for i in items]
+        requests, notes = self.requests(items, budget)
         engine = self.engine(baseline, self.options.k if k is None else k, record_log)
         t0 = time.perf_counter()
         session = engine.start(requests)
@@ -212,7 +219,29 @@ class Pipeline:
             results.append(
                 RequestResult(item.request_id, item.tag, item.text, state.prompt_len, text, tokens, state.finish_reason)
             )
-        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, tuple(results), engine_result, wall)
+        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, tuple(results), engine_result, wall, notes)
+
+    def requests(self, items: Sequence[PromptItem], budget: int) -> tuple[list[Request], tuple[str, ...]]:
+        """Encode every prompt; a prompt that fills the models' context is refused, and a budget
+        that would cross it is clamped (the request then ends with finish reason "length")."""
+        requests, notes = [], []
+        for item in items:
+            prompt = self.encode(item)
+            allowed = budget
+            if self.context is not None:
+                if len(prompt) >= self.context:
+                    raise UsageError(
+                        f"prompt {item.request_id!r} has {len(prompt)} tokens, but the model reads at most "
+                        f"{self.context} positions: nothing can be generated after it; shorten it"
+                    )
+                allowed = min(budget, self.context - len(prompt))
+                if allowed < budget:
+                    notes.append(
+                        f"{item.request_id}: generating at most {allowed} tokens, not {budget}: the prompt takes "
+                        f"{len(prompt)} of the model's {self.context} positions"
+                    )
+            requests.append(Request(item.request_id, prompt, allowed, seed=self.options.seed))
+        return requests, tuple(notes)
 
     def manifest(self, baseline: bool = False, k: int | None = None) -> dict:
         """What determines a run's output: models, policies, seed, K, budget, stops (trace headers, --json)."""
@@ -271,6 +300,18 @@ def policies(opts: GenerateOptions, space: EventSpace) -> tuple[SamplingPolicy, 
         real_vocab=mask,
     )
     return target, draft
+
+
+def context_length(model) -> int | None:
+    """Positions a model can read, from its config (None when it does not say)."""
+    if model is None:
+        return None
+    cfg = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def eos_ids(model, tokenizer) -> frozenset[int]:

@@ -6,9 +6,9 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from specd.errors import UsageError
+from specd.files import read_text
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,7 @@ def prompt_items(prompts: Sequence[str], prompts_file: str | None) -> list[Promp
     """
     raw: list[tuple[str, str | None, str | None]] = [(p, None, None) for p in prompts]
     if prompts_file:
-        path = Path(prompts_file)
-        if not path.is_file():
-            raise UsageError(f"prompts file not found: {prompts_file}")
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(read_text(prompts_file, "prompts file").splitlines(), 1):
             if not line.strip():
                 continue
             try:

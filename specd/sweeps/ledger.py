@@ -42,8 +42,8 @@ class CostModel:
     def __post_init__(self) -> None:
         for name in ("draft_cost", "row_cost", "draft_row_cost", "state_cost", "queue_cost", "context_cost"):
             value = getattr(self, name)
-            if value is None or (isinstance(value, float) and math.isnan(value)) or value < 0:
-                raise InvalidCost(f"cost {name} = {value} must be a non-negative number")
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InvalidCost(f"cost {name} = {value} must be a finite, non-negative number")
 
     def target_call(self, rows: int, context: int) -> float:
         return 1.0 + self.row_cost * (rows - 1) + self.context_cost * rows * context / 1000.0

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from pathlib import Path
 
+from specd.files import write_atomic, write_text_atomic
 from specd.sweeps.ledger import LedgerRow
 
 CSV_SCHEMA_VERSION = 1
@@ -66,21 +65,11 @@ def row_dict(row: LedgerRow, mode: str, measured: float | None = None) -> dict:
 
 def write_csv(path: str | Path, records: list[dict]) -> None:
     """Atomic: a temp file in the same folder, renamed over the target (no half file on interrupt)."""
-    path = Path(path)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(records)
-    parent = path.parent if str(path.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(buf.getvalue())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, buf.getvalue(), "CSV file")
 
 
 def plot(records: list[dict], path: str | Path) -> None:
@@ -93,7 +82,7 @@ def plot(records: list[dict], path: str | Path) -> None:
     except ImportError:
         from specd.errors import UsageError
 
-        raise UsageError("--plot needs matplotlib: pip install 'specd[plot]'") from None
+        raise UsageError("--plot needs matplotlib: pip install 'specd[plot]' (make install includes it)") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for batch in sorted({r["batch"] for r in records}):
         mine = sorted((r for r in records if r["batch"] == batch), key=lambda r: r["k"])
@@ -116,5 +105,7 @@ def plot(records: list[dict], path: str | Path) -> None:
     ax.set_title("specd sweep-k (circles: best K per batch size)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), "plot")
+    finally:
+        plt.close(fig)

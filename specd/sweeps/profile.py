@@ -36,8 +36,12 @@ class AcceptanceProfile:
 
 def check_alphas(values) -> tuple[float, ...]:
     """Every alpha_j a number in [0, 1]; at least one."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise InvalidFixture(f"alphas must be a list of numbers, got {values!r}")
     out = []
     for i, a in enumerate(values, 1):
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
+            raise AlphaOutOfRange(f"alpha_{i} = {a!r} is not a number")
         a = float(a)
         if math.isnan(a) or not 0.0 <= a <= 1.0:
             raise AlphaOutOfRange(f"alpha_{i} = {a} is outside [0, 1]")

@@ -19,12 +19,11 @@ Line types, in order of appearance:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specd.errors import BadTrace
+from specd.files import read_text, write_text_atomic
 
 SCHEMA = "specd.trace/v1"
 
@@ -38,7 +37,6 @@ def write_trace(
     token_text: Callable[[int], str] | None = None,
 ) -> int:
     """Write atomically (temp file + rename). Returns the number of lines."""
-    path = Path(path)
     lines = [{"type": "header", "schema": SCHEMA, "manifest": manifest}]
     lines += [{"type": "request", **r} for r in requests]
     for rec in acceptance:
@@ -51,47 +49,76 @@ def write_trace(
         if token_text:
             d["terminal_text"] = token_text(rec.terminal_token)
         lines.append(d)
-    parent = path.parent if str(path.parent) else Path(".")
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), "acceptance log")
     return len(lines)
 
 
+# Fields each line type must carry, and their types (None allowed where listed).
+_REQUIRED = {
+    "request": {"request_id": str},
+    "proposal": {"request_id": str, "round_id": str, "draft_index": int, "reached": bool, "accepted": bool},
+    "round": {"request_id": str, "round_id": str, "k": int, "accepted": int, "emitted": list, "terminal_kind": str},
+}
+_OPTIONAL = {
+    "prompt": (str,),
+    "tag": (str, type(None)),
+    "text": (str,),
+    "draft_text": (str,),
+    "terminal_text": (str,),
+    "draft_token": (int,),
+    "terminal_token": (int,),
+    "uniform": (int, float, type(None)),
+    "q_prob": (int, float),
+    "p_prob": (int, float),
+    "accept_ratio": (int, float),
+}
+TERMINAL_KINDS = ("correction", "bonus", "stop")
+
+
 def read_trace(path: str | Path) -> tuple[dict, list[dict], list[dict], list[dict]]:
-    """-> (header, requests, proposals, rounds). Refuses files that are not specd traces."""
-    path = Path(path)
-    if not path.is_file():
-        raise BadTrace(f"trace file not found: {path}")
-    header, requests, proposals, rounds = None, [], [], []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise BadTrace(f"{path}:{n}: not JSONL ({err.msg})") from None
-            kind = obj.get("type") if isinstance(obj, dict) else None
-            if n == 1:
-                if kind != "header" or obj.get("schema") != SCHEMA:
-                    raise BadTrace(f"{path}: not a specd trace (first line must be a {SCHEMA} header)")
-                header = obj
-            elif kind == "request":
-                requests.append(obj)
-            elif kind == "proposal":
-                proposals.append(obj)
-            elif kind == "round":
-                rounds.append(obj)
-            else:
-                raise BadTrace(f"{path}:{n}: unknown line type {kind!r}")
+    """-> (header, requests, proposals, rounds). Refuses, naming the line, files that are not
+    complete specd.trace/v1 logs: another schema, a truncated line, a row missing a field."""
+    text = read_text(path, "acceptance log", error=BadTrace)
+    header, rows = None, {"request": [], "proposal": [], "round": []}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise BadTrace(f"{path}:{n}: truncated or not JSON ({err.msg})") from None
+        kind = obj.get("type") if isinstance(obj, dict) else None
+        if header is None:
+            if kind != "header" or "schema" not in obj:
+                raise BadTrace(f"{path}: not a specd trace (the first line must be a {SCHEMA} header)")
+            if obj["schema"] != SCHEMA:
+                raise BadTrace(f"{path}: trace schema {obj['schema']!r} is not supported (this specd reads {SCHEMA})")
+            header = obj
+            continue
+        if kind not in rows:
+            raise BadTrace(f"{path}:{n}: unknown line type {kind!r}")
+        _check_row(path, n, kind, obj)
+        rows[kind].append(obj)
     if header is None:
         raise BadTrace(f"{path}: empty trace")
-    return header, requests, proposals, rounds
+    return header, rows["request"], rows["proposal"], rows["round"]
+
+
+def _check_row(path, n: int, kind: str, obj: dict) -> None:
+    for name, typ in _REQUIRED[kind].items():
+        value = obj.get(name)
+        if name not in obj or not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise BadTrace(f"{path}:{n}: {kind} line without a valid {name!r} ({typ.__name__} expected)")
+    for name, types in _OPTIONAL.items():
+        if name in obj and (not isinstance(obj[name], types) or isinstance(obj[name], bool)):
+            raise BadTrace(f"{path}:{n}: {kind} line has an invalid {name!r}: {obj[name]!r}")
+    if kind == "round":
+        if not 0 <= obj["accepted"] <= obj["k"] or obj["terminal_kind"] not in TERMINAL_KINDS:
+            raise BadTrace(
+                f"{path}:{n}: round line with accepted {obj['accepted']} of k {obj['k']}, "
+                f"terminal {obj['terminal_kind']!r}"
+            )
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in obj["emitted"]):
+            raise BadTrace(f"{path}:{n}: round line whose 'emitted' is not a list of token ids")
+    if kind == "proposal" and obj["draft_index"] < 1:
+        raise BadTrace(f"{path}:{n}: proposal line with draft_index {obj['draft_index']} (1-based)")

@@ -4,7 +4,6 @@ import sys
 
 import pytest
 
-from specd.cli.main import main  # noqa: F401
 from tests.helpers import run_cli
 
 
@@ -57,6 +56,6 @@ def test_verify_oracle_renders_tables(capsys):
 @pytest.mark.slow
 def test_console_script_exit_codes_from_a_real_process():
     proc = subprocess.run(
-        [sys.executable, "-m", "specd.cli.main", "verify-oracle", "--vocab", "1"], capture_output=True, text=True
+        [sys.executable, "-m", "specd.cli", "verify-oracle", "--vocab", "1"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and proc.stderr.strip() == "specd: error: --vocab must be >= 2, got 1"

@@ -3,7 +3,6 @@ import json
 
 import pytest
 
-from specd.cli.main import main  # noqa: F401
 from specd.sweeps.output import CSV_COLUMNS
 from tests.helpers import run_cli
 

