@@ -123,6 +123,19 @@ class UnsafeWeights(UsageError):
     code = "unsafe_weights"
 
 
+# -- samplers under test (verify-oracle --sampler) -------------------------------------------
+class SamplerUnavailable(UsageError):
+    """A shipped sampler adapter whose library is missing or lacks the function."""
+
+    code = "sampler_unavailable"
+
+
+class SamplerFailed(SpecdError):
+    """A sampler under test raised on an ordinary input, or returned something the protocol does not allow."""
+
+    code = "sampler_failed"
+
+
 # -- files ----------------------------------------------------------------------------
 class BadTrace(UsageError):
     code = "bad_trace"

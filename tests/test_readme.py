@@ -23,13 +23,20 @@ NOT_RUN = ("make ", "python benchmarks/")
 
 
 def readme_commands() -> list[str]:
-    commands = []
+    return [command for command, _ in readme_commands_and_codes()]
+
+
+def readme_commands_and_codes() -> list[tuple[str, int]]:
+    """(command, the exit code the README says it ends with: 0 unless its comment says "exits N")."""
+    out = []
     for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line and not line.startswith("#"):
-                commands.append(line)
-    return commands
+            command, _, comment = line.partition("  #")
+            command = command.strip()
+            if command and not command.startswith("#"):
+                code = re.search(r"exits (\d+)", comment)
+                out.append((command, int(code.group(1)) if code else 0))
+    return out
 
 
 def readme_files() -> dict[str, str]:
@@ -40,7 +47,7 @@ def test_the_readme_shows_commands_and_says_which_are_not_run():
     commands = readme_commands()
     assert sum(c.startswith("specd ") for c in commands) >= 15
     assert all(c.startswith(("specd ",) + NOT_RUN) for c in commands), commands
-    assert set(readme_files()) == {"prompts.jsonl", "run.yaml"}
+    assert set(readme_files()) == {"prompts.jsonl", "run.yaml", "my_sampler.py"}
 
 
 @pytest.mark.slow
@@ -57,7 +64,7 @@ def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch
     os.symlink(package_gguf(), tmp_path / "model.gguf")
     monkeypatch.chdir(tmp_path)
     ran = 0
-    for command in readme_commands():
+    for command, expected in readme_commands_and_codes():
         if command.startswith(NOT_RUN):
             continue
         t0 = time.perf_counter()
@@ -65,7 +72,7 @@ def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch
             main(shlex.split(command)[1:])
         err = capsys.readouterr().err
         print(f"{time.perf_counter() - t0:6.1f} s  {command}", file=sys.__stdout__)
-        assert exit_.value.code == 0, f"{command}\n{err[-2000:]}"
+        assert exit_.value.code == expected, f"{command}\n{err[-2000:]}"
         ran += 1
     assert ran == sum(c.startswith("specd ") for c in readme_commands())
     for produced in ("log.jsonl", "summary.csv", "results.csv", "sweep.png", "measured.csv", "measured.png"):

@@ -5,8 +5,15 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from specd.cli.common import parse_bias, print_json, stdout
-from specd.oracles.report import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES, OracleConfig, run_oracle
+from specd.cli.common import parse_bias, print_json, printable, stdout
+from specd.oracles.report import (
+    MAX_DRAFT_PATHS,
+    MAX_SAMPLES,
+    MAX_SEQUENCES,
+    OracleConfig,
+    run_oracle,
+    run_sampler_oracle,
+)
 
 
 def verify_oracle(
@@ -35,9 +42,17 @@ def verify_oracle(
     layout: str = typer.Option("replay_frontier", "--layout", help="replay_frontier or retained_frontier."),
     backend: str = typer.Option("max_shift", "--backend", help="Softmax backend: max_shift or online."),
     lab: bool = typer.Option(True, "--lab/--no-lab", help="Run the failure lab."),
+    sampler: str | None = typer.Option(
+        None,
+        "--sampler",
+        help="Check this sampler instead of specd's engine: a shipped adapter (specd, hf, hf-ensemble) or "
+        "module:attr, a function or class following the protocol in the README. module:attr is imported, "
+        "which runs that module's code: name only code you trust.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
 ) -> None:
-    """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo."""
+    """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
+    or, with --sampler, check any speculative sampler the same way."""
     cfg = OracleConfig(
         vocab=vocab,
         k=k,
@@ -53,9 +68,11 @@ def verify_oracle(
         backend=backend,
         lab=lab,
     )
-    report = run_oracle(cfg)
+    report = run_sampler_oracle(cfg, sampler) if sampler is not None else run_oracle(cfg)
     if as_json:
         print_json(report)
+    elif sampler is not None:
+        render_sampler(report)
     else:
         render(report)
     raise typer.Exit(0 if report["passed"] else 1)
@@ -108,3 +125,26 @@ def render(report: dict) -> None:
         stdout.print(lab)
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     stdout.print(f"{verdict} in {report['elapsed_s']:.2f} s of oracle work")
+
+
+def render_sampler(report: dict) -> None:
+    s, c = report["sampler"], report["config"]
+    stdout.print(
+        f"[bold]specd verify-oracle --sampler[/] {printable(s['spec'])}: {printable(s['description'])} "
+        f"(returns {s['returns']}); V={c['vocab']} K={c['k']} seed={c['seed']}"
+    )
+    checks = Table(title="Checks", title_justify="left")
+    for col in ("check", "result", "found", "figures"):
+        checks.add_column(col)
+    for ch in report["checks"]:
+        result = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}[ch["passed"]]
+        figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items()) or printable(ch["detail"])
+        checks.add_row(ch["name"], result, ", ".join(ch["findings"]) or "-", printable(figures))
+    stdout.print(checks)
+    if report["counterexample"]:
+        stdout.print("[bold]minimal counterexample[/]")
+        for key, value in report["counterexample"].items():
+            stdout.print(f"  {key}: {printable(str(value))}", markup=False, highlight=False)
+    verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
+    found = ", ".join(report["findings"]) or "nothing"
+    stdout.print(f"{verdict}; found: {found} ({report['elapsed_s']:.2f} s)")

@@ -213,11 +213,19 @@ class PolicyState:
     def advance(self, token: int) -> PolicyState:
         if not self.stateful:
             return self
-        return PolicyState(tuple(s.advance(token) if s is not None else None for s in self.states))
+        successor = object.__new__(PolicyState)  # same processors, so still stateful: skip __post_init__
+        successor.__dict__.update(states=tuple(s.advance(token) if s is not None else None for s in self.states))
+        successor.__dict__["stateful"] = True
+        return successor
 
     def digest(self) -> str:
-        canonical = repr(tuple(sorted(s.seen) if isinstance(s, RepetitionState) else s for s in self.states))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        """A short hash of the state (the commit record's processor hashes); computed once per state."""
+        cached = self.__dict__.get("_digest")
+        if cached is None:
+            canonical = repr(tuple(sorted(s.seen) if isinstance(s, RepetitionState) else s for s in self.states))
+            cached = hashlib.sha256(canonical.encode()).hexdigest()[:16]
+            self.__dict__["_digest"] = cached
+        return cached
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,11 @@ class ModelProposer(Proposer):
             committed = ()
         return state.output[len(committed) :]
 
+    def draw(self, q_rows: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+        """d_i from q_i: inverse CDF at the proposal uniform u float64[N] (argmax when the draft is
+        greedy, u None). q_rows float[N, V] -> int64[N]. The row drawn from is the row recorded as q."""
+        return q_rows.argmax(dim=-1) if u is None else sample_categorical(q_rows, u)
+
     def propose(self, states, ks, cache, draws, backend, dtype):
         b_total = len(states)
         k_max = max(ks, default=0)
@@ -131,11 +136,8 @@ class ModelProposer(Proposer):
             q_rows = self.policy.probabilities(
                 torch.stack([raw[b] for b in here]), [proc[b] for b in here], backend, dtype
             )
-            if sampled:
-                u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64)
-                tokens = sample_categorical(q_rows, u).tolist()
-            else:
-                tokens = q_rows.argmax(dim=-1).tolist()
+            u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
+            tokens = self.draw(q_rows, u).tolist()
             q[torch.tensor(here, device=q.device), i] = q_rows.to(q)
             for b, tok in zip(here, tokens):
                 drafts[b].append(tok)

@@ -47,6 +47,15 @@ class RngState:
         start = self.counter(stream)
         return [uniform(self.seed, self.request_id, stream, start + i) for i in range(n)]
 
+    def advance_all(self, proposal: int, acceptance: int, terminal: int) -> RngState:
+        """Advance the three streams at once (in STREAMS order)."""
+        if min(proposal, acceptance, terminal) < 0:
+            raise ValueError("cannot rewind a stream")
+        if not (proposal or acceptance or terminal):
+            return self
+        p, a, t = self.counters
+        return RngState(self.seed, self.request_id, (p + proposal, a + acceptance, t + terminal))
+
     def advance(self, stream: str, n: int) -> RngState:
         if n < 0:
             raise ValueError("cannot rewind a stream")

@@ -73,9 +73,7 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
 def batch_drafts(proposal: Proposal, ks: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> draft int64[B, K] padded with -1, k_lens int64[B], q float[B, K, V] (K = max k)."""
     k_max = max(ks, default=0)
-    draft = torch.full((len(ks), k_max), -1, dtype=torch.int64)
-    for b, d in enumerate(proposal.drafts):
-        if d:
-            draft[b, : len(d)] = torch.tensor(d)
+    padded = [list(d) + [-1] * (k_max - len(d)) for d in proposal.drafts]
+    draft = torch.tensor(padded, dtype=torch.int64).reshape(len(ks), k_max)
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
     return draft.to(device), k_lens, proposal.q[:, :k_max].to(device)

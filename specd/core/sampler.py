@@ -32,6 +32,7 @@ breaks the rule.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 
@@ -61,17 +62,59 @@ def token_probabilities(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tenso
 
 
 def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF sampling. rows float[B, V] (need not be normalized), u float[B] -> int64[B].
+    """Inverse-CDF sampling, exact. rows float[B, V] (any float dtype, need not be normalized),
+    u float64[B] in [0, 1) -> int64[B].
 
-    The chosen index always has positive mass: it is the first index whose
-    cumulative mass exceeds u * total, clamped to the last positive entry.
+    The token is the first index whose cumulative mass exceeds u * total; it always
+    has positive mass. The cumulative sums run in float64 (rows of any dtype convert
+    exactly), and where u * total lies within a few float64 steps of the chosen
+    interval's ends the choice is made again in exact rational arithmetic, so it
+    equals the exact rule for every uniform, u near 0 and near 1 included.
     """
-    cdf = rows.cumsum(dim=-1)
-    total = cdf[:, -1:]
-    target = u.to(device=rows.device, dtype=rows.dtype).unsqueeze(-1) * total
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    last_positive = (rows > 0).to(torch.int64).cumsum(-1).argmax(dim=-1)
-    return torch.minimum(idx, last_positive)
+    rows64 = rows.to(torch.float64)
+    cdf = rows64.cumsum(dim=-1)
+    total = cdf[:, -1]
+    target = u.to(device=rows.device, dtype=torch.float64) * total
+    last_positive = (rows64 > 0).to(torch.int64).cumsum(-1).argmax(dim=-1)
+    idx = torch.minimum(torch.searchsorted(cdf, target.unsqueeze(-1), right=True).squeeze(-1), last_positive)
+    lo = torch.where(idx > 0, cdf.gather(1, (idx - 1).clamp_min(0).unsqueeze(1)).squeeze(1), torch.zeros_like(total))
+    hi = cdf.gather(1, idx.unsqueeze(1)).squeeze(1)
+    slack = 4 * rows.shape[-1] * torch.finfo(torch.float64).eps * total  # bounds float64 error of cdf and target
+    near = ((target - lo).abs() <= slack) | ((hi - target).abs() <= slack)
+    if bool(near.any()):
+        for b in near.nonzero().flatten().tolist():
+            idx[b] = _exact_inverse_cdf(rows64[b].tolist(), float(u[b]))
+    return idx
+
+
+def _exact_inverse_cdf(row: list[float], u: float) -> int:
+    """The first index whose exact cumulative mass exceeds u * total, skipping zero-mass entries."""
+    masses = [Fraction(x) for x in row]
+    target = Fraction(u) * sum(masses)
+    below, last = Fraction(0), 0
+    for i, m in enumerate(masses):
+        if m > 0:
+            last = i
+            below += m
+            if below > target:
+                return i
+    return last
+
+
+def exact_less(u: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """u < num / den for every element, exactly. u float64, num and den of any float dtype
+    (den > 0 where it matters) -> bool. Decided in float64, and again in exact rational
+    arithmetic wherever u lies within two float64 steps of the rounded quotient."""
+    u64, num64, den64 = u.to(torch.float64), num.to(torch.float64), den.to(torch.float64)
+    ratio = num64 / torch.where(den64 > 0, den64, torch.ones_like(den64))
+    less = u64 < ratio
+    step = torch.nextafter(ratio, torch.full_like(ratio, float("inf"))) - ratio
+    near = (den64 > 0) & ((u64 - ratio).abs() <= 2 * step)
+    if bool(near.any()):
+        for i in near.nonzero().tolist():
+            i = tuple(i)
+            less[i] = Fraction(u64[i].item()) * Fraction(den64[i].item()) < Fraction(num64[i].item())
+    return less
 
 
 @dataclass(frozen=True)
@@ -79,7 +122,7 @@ class Decision:
     """Everything the rule decides for a batch before the terminal draw."""
 
     accepted: torch.Tensor  # int64[B]  accepted draft prefix length A
-    terminal_rows: torch.Tensor  # float[B, V] distribution of the terminal (correction or bonus) token
+    terminal_rows: torch.Tensor  # float64[B, V] the terminal (correction or bonus) token's law, up to normalization
     is_bonus: torch.Tensor  # bool[B]   A == k_len: the terminal is a bonus, else a correction
     ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding
     p_draft: torch.Tensor  # float[B, K] p_i(d_i)
@@ -93,36 +136,54 @@ class RejectionSampler:
     name = "rejection_sampler"
 
     def acceptance_ratios(self, p_draft: torch.Tensor, q_draft: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """p_draft, q_draft float[B, K], valid bool[B, K] -> min(1, p/q) float[B, K], 0 where invalid."""
+        """p_draft, q_draft float[B, K], valid bool[B, K] -> min(1, p/q) float64[B, K], 0 where invalid.
+
+        The ratio is reported (log, statistics); the decision itself is ``acceptance_tests``.
+        """
         if bool((valid & (q_draft <= 0)).any()):
             raise ImpossibleProposal("a proposed token has q(d) = 0: it cannot have been sampled from q")
-        ratio = torch.where(valid, p_draft / torch.where(valid, q_draft, torch.ones_like(q_draft)), 0.0)
+        p64, q64 = p_draft.to(torch.float64), q_draft.to(torch.float64)
+        ratio = torch.where(valid, p64 / torch.where(valid, q64, torch.ones_like(q64)), 0.0)
         return ratio.clamp(max=1.0)
 
-    def count_accepted(self, ratios: torch.Tensor, accept_u: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Length of the accepted prefix: stop at the first U_i >= ratio_i. -> int64[B]."""
-        passed = (accept_u.to(device=ratios.device, dtype=ratios.dtype) < ratios) & valid
+    def acceptance_tests(
+        self, p_draft: torch.Tensor, q_draft: torch.Tensor, accept_u: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """U_i < min(1, p_i(d_i) / q_i(d_i)) per draft -> bool[B, K], exactly, for every uniform and
+        row dtype: the uniform is never rounded to the rows' dtype (a float32 U of 1 - 2^-26
+        would round to 1.0 and refuse a sure accept); p >= q passes for every U < 1 without a
+        division; otherwise U < p/q is decided exactly (``exact_less``)."""
+        u = accept_u.to(device=p_draft.device, dtype=torch.float64)
+        sure = p_draft.to(torch.float64) >= q_draft.to(torch.float64)
+        return valid & (sure | exact_less(u, p_draft, q_draft))
+
+    def count_accepted(self, passed: torch.Tensor) -> torch.Tensor:
+        """Length of the accepted prefix: the first failed test stops the round. bool[B, K] -> int64[B]."""
         return passed.to(torch.int64).cumprod(dim=-1).sum(dim=-1)
 
     def correction_rows(self, p_rows: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:
-        """normalize([p - q]_+): p_rows, q_rows float[B, V] -> float[B, V].
+        """[p - q]_+, the correction's law up to normalization: p_rows, q_rows float[B, V] -> float64[B, V].
 
-        Negative residuals are clamped to 0; a residual whose mass is not
-        materially positive is never divided by (see ``residual_floor``).
+        Formed in float64, where the difference of two float32 (or bfloat16, float16)
+        rows is exact unless an entry of q is below 2^-29 of its p. Returned
+        unnormalized: sampling divides by the mass implicitly (inverse CDF of the
+        row), so no rounding from a division enters the draw. A residual whose mass
+        is not materially positive is never used: the row falls back to p (see
+        ``residual_floor``).
         """
-        residual = (p_rows - q_rows).clamp_min(0.0)
-        mass = residual.sum(dim=-1, keepdim=True)
-        usable = mass > residual_floor(p_rows.dtype)
-        return torch.where(usable, residual / torch.where(usable, mass, torch.ones_like(mass)), p_rows)
+        p64 = p_rows.to(torch.float64)
+        residual = (p64 - q_rows.to(torch.float64)).clamp_min(0.0)
+        usable = residual.sum(dim=-1, keepdim=True) > residual_floor(p_rows.dtype)
+        return torch.where(usable, residual, p64)
 
     def terminal_rows(self, p_at: torch.Tensor, q_at: torch.Tensor, is_bonus: torch.Tensor) -> torch.Tensor:
-        """The terminal token's law: p_{k+1} for a bonus, the correction for a rejection.
+        """The terminal token's law (up to normalization): p_{k+1} for a bonus, the correction for a rejection.
 
         p_at float[B, V] = p_{A+1}; q_at float[B, V] = q_{A+1} where a draft was
         rejected (for a bonus, the last draft's row q_k, which the rule never reads);
-        is_bonus bool[B].
+        is_bonus bool[B] -> float64[B, V].
         """
-        return torch.where(is_bonus.unsqueeze(-1), p_at, self.correction_rows(p_at, q_at))
+        return torch.where(is_bonus.unsqueeze(-1), p_at.to(torch.float64), self.correction_rows(p_at, q_at))
 
     def decide(
         self,
@@ -138,7 +199,7 @@ class RejectionSampler:
         p_draft = token_probabilities(p[:, :k_max], draft)
         q_draft = token_probabilities(q, draft)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
-        accepted = self.count_accepted(ratios, accept_u, valid)
+        accepted = self.count_accepted(self.acceptance_tests(p_draft, q_draft, accept_u, valid))
         rows = torch.arange(b, device=p.device)
         is_bonus = accepted >= k_lens
         p_at = p[rows, accepted]
@@ -159,9 +220,9 @@ class RejectionSampler:
         q_draft = token_probabilities(q, draft)
         p_draft = ((draft == target_argmax[:, :k_max]) & valid).to(q_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
-        accepted = self.count_accepted(ratios, torch.zeros_like(ratios), valid)
+        accepted = self.count_accepted((ratios >= 1) & valid)
         argmax_at = target_argmax.gather(1, accepted.unsqueeze(1)).squeeze(1)
-        point_mass = torch.zeros(b, q.shape[-1], dtype=q_draft.dtype, device=q.device)
+        point_mass = torch.zeros(b, q.shape[-1], dtype=torch.float64, device=q.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
         return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, False)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +44,7 @@ class DecodeSession:
         self.stats = StatsAccumulator()
         self.log = _Log()
         self.order: list[str] = []
+        self._live: dict[str, None] = {}  # unfinished request ids, in admission order
         self._next_slot = 0
         self._draft_calls_seen = engine.proposer.forward_calls
         self._t0 = time.perf_counter()
@@ -54,7 +55,7 @@ class DecodeSession:
     def admit(self, requests: Sequence[Request]) -> list[RequestState]:
         """New requests join the session: each gets a slot, and its prompt is prefilled."""
         vocab = self.engine.target.vocab_size
-        known = set(self.order)
+        known = set(self.store.ids())
         for r in requests:
             if r.request_id in known:
                 raise UsageError(f"request ids must be unique; {r.request_id!r} appears twice")
@@ -85,6 +86,7 @@ class DecodeSession:
             )
             self.store.add(state)
             self.order.append(r.request_id)
+            self._live[r.request_id] = None
             self.cache.open(slot)
             if self.draft_cache is not None:
                 self.draft_cache.open(slot)
@@ -102,7 +104,7 @@ class DecodeSession:
             for row in rows:
                 self.cache.commit(row.slot, len(row.tokens))
         for s in states:
-            self.store.replace_unpublished(replace(s, cache_tokens=s.output[:-1]), s.generation)
+            self.store.replace_unpublished(s.evolve(cache_tokens=s.output[:-1]), s.generation)
             if s.finished:
                 self._close(s.slot)
         self.stats.prefill_time += time.perf_counter() - t
@@ -112,7 +114,12 @@ class DecodeSession:
         return [self.store.get(i) for i in self.order]
 
     def live(self) -> list[RequestState]:
-        return [s for s in self.states() if not s.finished]
+        """The unfinished requests, in admission order (costs what is live, not what has finished)."""
+        states = [self.store.get(i) for i in self._live]
+        for s in states:
+            if s.finished:
+                del self._live[s.request_id]
+        return [s for s in states if not s.finished]
 
     @property
     def done(self) -> bool:
@@ -132,8 +139,8 @@ class DecodeSession:
         self.stats.target_rows += len(need)
         for (s, row), logits in zip(need, out.logits):
             self.cache.commit(s.slot, 1)
-            updated = replace(
-                s, cache_tokens=s.cache_tokens + row.tokens, retained_logits=logits[-1], generation=s.generation + 1
+            updated = s.evolve(
+                cache_tokens=s.cache_tokens + row.tokens, retained_logits=logits[-1], generation=s.generation + 1
             )
             self.store.replace_unpublished(updated, s.generation)
         return [self.store.get(s.request_id) for s in active]
@@ -191,13 +198,10 @@ class DecodeSession:
     def uniforms(self, active, ks: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
         """The round's acceptance uniforms float64[B, K] (1 past k: never read) and terminal uniforms float64[B]."""
         k_max = max(ks, default=0)
-        accept_u = torch.ones(len(active), k_max, dtype=torch.float64)
-        terminal_u = torch.empty(len(active), dtype=torch.float64)
-        for b, (s, k) in enumerate(zip(active, ks)):
-            if k:
-                accept_u[b, :k] = torch.tensor(self.draws(s, "acceptance", k), dtype=torch.float64)
-            terminal_u[b] = self.draws(s, "terminal", 1)[0]
-        return accept_u.to(device), terminal_u.to(device)
+        accept = [self.draws(s, "acceptance", k) + [1.0] * (k_max - k) for s, k in zip(active, ks)]
+        terminal = [self.draws(s, "terminal", 1)[0] for s in active]
+        accept_u = torch.tensor(accept, dtype=torch.float64).reshape(len(active), k_max)
+        return accept_u.to(device), torch.tensor(terminal, dtype=torch.float64, device=device)
 
     # -- what a round writes ------------------------------------------------------------
     def publish(self, txn: RoundTransaction) -> SpeculativeCommit:
@@ -299,7 +303,7 @@ class DecodeSession:
         s = self.store.get(request_id)
         if s.finished:
             return s
-        done = replace(s, finish_reason=reason, generation=s.generation + 1)
+        done = s.evolve(finish_reason=reason, generation=s.generation + 1)
         self.store.replace_unpublished(done, s.generation)
         self._close(s.slot)
         return done

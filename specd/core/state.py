@@ -47,6 +47,13 @@ class RequestState:
     # Layout state: raw p_1 retained from the call that materialized the frontier.
     retained_logits: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
+    def evolve(self, **changes) -> RequestState:
+        """A copy with ``changes``: dataclasses.replace without its per-call scan of the fields
+        (every round makes one per request)."""
+        new = object.__new__(RequestState)
+        new.__dict__.update(self.__dict__, **changes)
+        return new
+
     @property
     def generated(self) -> int:
         return len(self.output) - self.prompt_len

@@ -62,15 +62,12 @@ class TableModel:
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
-            prefix = cache.visible(row.slot)
-            out = []
-            for token in row.tokens:
-                prefix.append(token)
-                out.append(self.raw_logits(tuple(prefix)))
+            seen = tuple(cache.visible(row.slot))
+            n = len(row.tokens)
+            wanted = n if logits_for is None else min(logits_for, n)  # logits only where asked
+            out = [self.raw_logits(seen + row.tokens[: i + 1]) for i in range(n - wanted, n)]
             new_rows = KVRows(row.slot, row.tokens, row.positions)
             cache.stage(new_rows)
-            if logits_for is not None:
-                out = out[len(out) - min(logits_for, len(out)) :]
             logits.append(torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype))
             kv.append(new_rows)
         return StepOutput(logits, kv)

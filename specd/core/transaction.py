@@ -13,7 +13,7 @@ five points in FAULT_POINTS; a failure at any of them leaves S_0 authoritative.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
@@ -125,11 +125,12 @@ class RoundTransaction:
         target_proc = self.stage_processor(start.target_proc, self.stop.emitted)
         draft_proc = self.stage_processor(start.draft_proc, self.stop.emitted)
         reached = self.stop.accepted_emitted + (1 if self.stop.terminal_emitted and not outcome.is_bonus else 0)
-        rng = start.rng.advance("proposal", self.proposal_draws)
+        # Streams advance over reached events only (unreached draws are read again next round).
         if outcome.sampled:
-            rng = rng.advance("acceptance", reached).advance("terminal", 1 if self.stop.terminal_emitted else 0)
-        self.successor = replace(
-            start,
+            rng = start.rng.advance_all(self.proposal_draws, reached, 1 if self.stop.terminal_emitted else 0)
+        else:
+            rng = start.rng.advance_all(self.proposal_draws, 0, 0)
+        self.successor = start.evolve(
             output=output,
             cache_tokens=start.cache_tokens + committed_ids,
             target_proc=target_proc,
@@ -168,6 +169,8 @@ class RoundTransaction:
 
     def stage_processor(self, state: PolicyState, emitted: tuple[int, ...]) -> PolicyState:
         """Stateful processors advance over the published tokens only, never over rejected drafts."""
+        if not state.stateful:
+            return state
         for token in emitted:
             state = state.advance(token)
         return state
@@ -212,6 +215,9 @@ class RequestStore:
 
     def get(self, request_id: str) -> RequestState:
         return self._states[request_id]
+
+    def ids(self):
+        return self._states.keys()
 
     def states(self) -> list[RequestState]:
         return list(self._states.values())

@@ -32,6 +32,7 @@ def coupling_matrix(p: torch.Tensor, q: torch.Tensor, sampler: RejectionSampler 
     ratio = sampler.acceptance_ratios(p.unsqueeze(1), safe_q, valid).squeeze(1)
     ratio = torch.where(support, ratio, torch.zeros_like(ratio))
     residual = sampler.correction_rows(p.unsqueeze(0), q.unsqueeze(0))[0]
+    residual = residual / residual.sum()
     accept = torch.diag(q * ratio)
     reject = (q * (1 - ratio)).unsqueeze(1) * residual.unsqueeze(0)
     m = accept + reject

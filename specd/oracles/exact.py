@@ -269,6 +269,8 @@ def load_state(session, state: RequestState, copies: list[RequestState]) -> None
     target = session.engine.target
     rows = []
     for c in copies:
+        if session.cache.committed(c.slot) == state.cache_tokens:
+            continue  # admitting the prompt already built this cache
         session.cache.reset(c.slot)
         if state.cache_tokens:
             rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
@@ -277,8 +279,8 @@ def load_state(session, state: RequestState, copies: list[RequestState]) -> None
         for row in rows:
             session.cache.commit(row.slot, len(row.tokens))
     for c in copies:
-        moved = replace(state, request_id=c.request_id, slot=c.slot, rng=replace(state.rng, request_id=c.request_id))
-        session.store.add(moved)
+        rng = replace(state.rng, request_id=c.request_id)
+        session.store.add(state.evolve(request_id=c.request_id, slot=c.slot, rng=rng))
 
 
 def speculative_joint(rig: Rig, horizon: int, completion: str = "target") -> Joint:

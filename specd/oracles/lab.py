@@ -35,8 +35,10 @@ class CorrectionFromQ(RejectionSampler):
 
 
 class ContinueAfterRejection(RejectionSampler):
-    def count_accepted(self, ratios, accept_u, valid):
-        return ((accept_u.to(ratios) < ratios) & valid).to(torch.int64).sum(dim=-1)
+    """Counts every passed test, not the leading run."""
+
+    def count_accepted(self, passed):
+        return passed.to(torch.int64).sum(dim=-1)
 
 
 class BonusFromQ(RejectionSampler):
@@ -45,6 +47,24 @@ class BonusFromQ(RejectionSampler):
     def terminal_rows(self, p_at, q_at, is_bonus):
         usable = is_bonus & (q_at.sum(-1) > 0)  # a row with no drafts has no q_k
         return torch.where(usable.unsqueeze(-1), q_at, super().terminal_rows(p_at, q_at, is_bonus))
+
+
+class Float32UniformComparison(RejectionSampler):
+    """Rounds the 53-bit acceptance uniform to float32 before comparing it with a float32 ratio:
+    any U >= 1 - 2^-25 becomes 1.0 and a sure accept (ratio 1) is rejected."""
+
+    def acceptance_tests(self, p_draft, q_draft, accept_u, valid):
+        ratio = (p_draft.float() / torch.where(valid, q_draft.float(), torch.ones_like(q_draft.float()))).clamp(max=1)
+        return valid & (accept_u.float() < ratio)
+
+
+class LossyThreshold(RejectionSampler):
+    """Accepts a draft whenever the target gives it more than a fixed probability (no uniform, no q)."""
+
+    threshold = 0.3
+
+    def acceptance_tests(self, p_draft, q_draft, accept_u, valid):
+        return valid & (p_draft > self.threshold)
 
 
 # -- broken layouts ------------------------------------------------------------------
@@ -95,6 +115,41 @@ class RawLogitsAsQ(ModelProposer):
                 raw = self.model.raw_logits(state.output + drafts[:i]).unsqueeze(0)
                 q[b, i] = softmax(raw, backend, dtype)[0]
         return Proposal(proposal.drafts, q, proposal.sampled)
+
+
+class BFloat16RecordedQ(ModelProposer):
+    """Draws from float rows but records q rounded to bfloat16 (the row compared is not the row drawn from)."""
+
+    def propose(self, states, ks, cache, draws, backend, dtype):
+        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+        return Proposal(proposal.drafts, proposal.q.to(torch.bfloat16).to(proposal.q.dtype), proposal.sampled)
+
+
+class ArgmaxDraftsSoftQ(ModelProposer):
+    """Drafts greedily (argmax) but records the soft q it did not sample from."""
+
+    def draw(self, q_rows, u):
+        return q_rows.argmax(dim=-1)
+
+
+class KFromBatchConfidence(ModelProposer):
+    """Keeps one draft for the rows less confident in their first draft (max q_1) than the batch's
+    mean: each row's K, and so its draws and tokens, then depend on its batch-mates."""
+
+    def propose(self, states, ks, cache, draws, backend, dtype):
+        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+        live = [b for b, d in enumerate(proposal.drafts) if d]
+        if not live or proposal.q.shape[1] < 2:
+            return proposal
+        confidence = proposal.q[:, 0].amax(-1)
+        mean = confidence[torch.tensor(live)].mean()
+        cut = [b in live and confidence[b] < mean for b in range(len(states))]
+        q = proposal.q.clone()
+        for b, c in enumerate(cut):
+            if c:
+                q[b, 1:] = 0
+        drafts = tuple(d[:1] if c else d for d, c in zip(proposal.drafts, cut))
+        return Proposal(drafts, q, proposal.sampled)
 
 
 class NgramUniformQ(NgramProposer):
@@ -174,16 +229,47 @@ VARIANTS: tuple[Variant, ...] = (
         "frontier replayed into a cache that already holds it",
         lambda r: r.but(layout_factory=ReplayIntoRetainedCache),
     ),
+    # Bugs shipped by other engines (the README names them), each rebuilt on specd's engine.
+    Variant(
+        "q_recorded_in_bfloat16",
+        "q recorded in bfloat16 while the draft token was drawn from float rows (DeepSpec #31)",
+        lambda r: r.but(proposer_factory=lambda rig: BFloat16RecordedQ(rig.draft, rig.draft_policy)),
+    ),
+    Variant(
+        "argmax_drafts_with_soft_q",
+        "greedy (argmax) drafts recorded with the soft q they were not drawn from",
+        lambda r: r.but(proposer_factory=lambda rig: ArgmaxDraftsSoftQ(rig.draft, rig.draft_policy)),
+    ),
+    Variant(
+        "lossy_threshold_accept",
+        f"accept a draft whenever p(d) > {LossyThreshold.threshold}, with no uniform and no q",
+        lambda r: r.but(sampler_cls=LossyThreshold),
+    ),
+    Variant(
+        "k_from_batch_mean_confidence",
+        "K cut to 1 for rows less confident than the batch's mean draft confidence (rows depend on batch-mates)",
+        lambda r: r.but(proposer_factory=lambda rig: KFromBatchConfidence(rig.draft, rig.draft_policy)),
+    ),
+    Variant(
+        "float32_uniform_comparison",
+        "the 53-bit acceptance uniform rounded to float32 before the test (U >= 1 - 2^-25 rejects a sure accept)",
+        lambda r: r.but(sampler_cls=Float32UniformComparison),
+    ),
 )
 
 
-# Not applicable to prompt lookup: raw_draft_logits_as_q (no draft logits), and
-# processor_advanced_over_rejected (n-gram drafts are copied from the output, so a
-# seen-set state such as the repetition penalty already holds them: the variant is
-# harmless there, not a bug the oracle could or should flag).
-NGRAM_VARIANTS: tuple[Variant, ...] = tuple(
-    v for v in VARIANTS if v.name not in ("raw_draft_logits_as_q", "processor_advanced_over_rejected")
-) + (
+# Not applicable to prompt lookup: the proposer variants need a draft model's rows, which
+# the n-gram proposer has none of; and processor_advanced_over_rejected is harmless there
+# (n-gram drafts are copied from the output, so a seen-set state such as the repetition
+# penalty already holds them: not a bug the oracle could or should flag).
+MODEL_DRAFT_ONLY = (
+    "raw_draft_logits_as_q",
+    "processor_advanced_over_rejected",
+    "q_recorded_in_bfloat16",
+    "argmax_drafts_with_soft_q",
+    "k_from_batch_mean_confidence",
+)
+NGRAM_VARIANTS: tuple[Variant, ...] = tuple(v for v in VARIANTS if v.name not in MODEL_DRAFT_ONLY) + (
     Variant(
         "ngram_uniform_q",
         "n-gram draft recorded with a uniform q instead of its point mass",

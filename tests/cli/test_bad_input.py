@@ -497,7 +497,8 @@ def test_ctrl_c_prints_one_line_and_exits_130(endless_model, moment):
     """While torch is being imported, and in the middle of a run (once text has streamed)."""
     args = ["generate", "--target", endless_model, "--draft", "self:layers=1", "-p", "the quick brown fox"]
     args += ["--max-new-tokens", "1000"]
-    wait = (lambda proc: time.sleep(0.4)) if moment == "importing" else (lambda proc: proc.stdout.read(1))
+    # 1 s: past Python's own start-up even on a loaded machine, well inside importing torch (seconds)
+    wait = (lambda proc: time.sleep(1.0)) if moment == "importing" else (lambda proc: proc.stdout.read(1))
     code, err = interrupted(args, wait)
     assert code == 130 and err == "specd: error: interrupted\n", err
 

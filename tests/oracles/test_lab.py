@@ -29,3 +29,13 @@ def test_variants_replace_exactly_one_component(kind):
             if getattr(broken, name) is not getattr(base, name)
         ]
         assert len(changed) == 1, variant.name
+
+
+def test_the_bugs_other_engines_shipped_are_caught_by_name():
+    results = {r["variant"]: r["caught_by"] for r in run_lab(OracleConfig(vocab=3, k=2, layout="retained_frontier"))}
+    assert results["q_recorded_in_bfloat16"] == "exact_joint"
+    assert results["argmax_drafts_with_soft_q"] == "exact_joint"
+    assert results["raw_draft_logits_as_q"] == "exact_joint"
+    assert results["lossy_threshold_accept"] == "exact_joint"
+    assert results["k_from_batch_mean_confidence"] == "batch_invariance"  # a row alone vs in a batch
+    assert results["float32_uniform_comparison"] == "dtype_edges"  # invisible to float64 enumeration

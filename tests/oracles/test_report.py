@@ -27,6 +27,8 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "layout_parity",
         "backend_parity",
         "exact_joint_ngram",
+        "batch_invariance",
+        "dtype_edges",
         "failure_lab",
     }
 

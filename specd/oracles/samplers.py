@@ -1,0 +1,205 @@
+"""Samplers under test: the protocol any speculative sampler is checked through, and the
+shipped adapters (specd's own rule, Hugging Face's ``_speculative_sampling``).
+
+The protocol. A sampler is a callable (a function, or a class whose instances are
+callable, built with no arguments) taking one batch of rounds:
+
+    sampler(p, q, drafts, k_lens, accept_u, terminal_u)
+
+    p          float[B, K+1, V]    the target's rows p_1..p_{K+1} along each row's drafts
+    q          float[B, K, V]      the draft's rows q_1..q_K that drew the drafts (zeros past k)
+                                   (float64; dtype_edges also passes float32, bfloat16, float16)
+    drafts     int64[B, K]         the drafted tokens d_1..d_K (-1 past k)
+    k_lens     int64[B]            drafts per row (0: no drafts, a plain target step)
+    accept_u   float64[B, K]       the acceptance uniforms U_1..U_K in [0, 1)
+    terminal_u float64[B]          the uniform for the correction or bonus token
+
+and returning ``(accepted, terminal)``: accepted int64[B] is how many drafts each
+row keeps; terminal is either the token each row emits after them, drawn with
+terminal_u (int64[B]), or the distribution it is drawn from (float[B, V]). A
+mapping with keys ``accepted`` and ``terminal`` or ``terminal_rows`` works too.
+Raising is how a sampler refuses an input (an impossible draft with q(d) = 0).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from unittest import mock
+
+import torch
+
+from specd.errors import SamplerFailed, SamplerUnavailable, UsageError, one_line
+
+
+@dataclass(frozen=True)
+class SamplerResult:
+    accepted: list[int]
+    terminal: list[int] | None  # tokens drawn with the terminal uniforms, when the sampler gives tokens
+    terminal_rows: torch.Tensor | None  # float64[B, V] normalized, when it gives distributions
+
+
+class SamplerUnderTest:
+    """``input_rounding``: the relative change the rows may suffer on their way into the sampler
+    (0 when it takes the rows as given). Decisions within it of a boundary say nothing about
+    the sampler itself, and dtype_edges reports them as inconclusive."""
+
+    def __init__(self, name: str, fn: Callable, description: str, input_rounding: float = 0.0):
+        self.name = name
+        self.fn = fn
+        self.description = description
+        self.input_rounding = input_rounding
+
+    def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u) -> SamplerResult:
+        """Call the sampler on one batch. Whatever it raises comes back as SamplerFailed (the
+        checks decide what a refusal means), so a fault of the harness is never blamed on it."""
+        try:
+            out = self.fn(p, q, drafts, k_lens, accept_u, terminal_u)
+        except Exception as err:  # noqa: BLE001 - the sampler under test can fail in any way
+            raise SamplerFailed(f"sampler {self.name} raised {type(err).__name__}: {one_line(str(err), 200)}") from err
+        return normalize_result(self.name, out, drafts.shape[0], p.shape[-1])
+
+
+def normalize_result(name: str, out, batch: int, vocab: int) -> SamplerResult:
+    """Whatever shape of the protocol the sampler returned -> SamplerResult, or SamplerFailed."""
+    if isinstance(out, Mapping):
+        accepted, terminal = out.get("accepted"), out.get("terminal", out.get("terminal_rows"))
+    elif hasattr(out, "accepted") and hasattr(out, "terminal_rows"):  # e.g. specd's Decision
+        accepted, terminal = out.accepted, out.terminal_rows
+    elif isinstance(out, (tuple, list)) and len(out) == 2:
+        accepted, terminal = out
+    else:
+        raise SamplerFailed(f"sampler {name} returned {type(out).__name__}; expected (accepted, terminal)")
+    accepted = torch.as_tensor(accepted).reshape(-1)
+    terminal = torch.as_tensor(terminal)
+    if accepted.numel() != batch:
+        raise SamplerFailed(f"sampler {name} returned {accepted.numel()} accepted counts for a batch of {batch}")
+    if terminal.dim() == 2 and terminal.shape == (batch, vocab) and terminal.is_floating_point():
+        rows = terminal.to(torch.float64)
+        return SamplerResult(accepted.tolist(), None, rows / rows.sum(-1, keepdim=True))
+    if terminal.numel() == batch and not terminal.is_floating_point():
+        return SamplerResult(accepted.tolist(), terminal.reshape(-1).tolist(), None)
+    raise SamplerFailed(
+        f"sampler {name} returned a terminal of shape {tuple(terminal.shape)}; expected tokens [{batch}] "
+        f"or distributions [{batch}, {vocab}]"
+    )
+
+
+# -- specd's own rule ----------------------------------------------------------------------------
+def rule_sampler(rule=None) -> Callable:
+    """A ``RejectionSampler`` (specd's production rule, or a failure-lab variant of it) under the
+    protocol: its decision, then its terminal draw. This adapter and ``speculative_round`` are
+    the only places outside the rule's own module that call it."""
+    from specd.core.sampler import RejectionSampler
+
+    rule = rule or RejectionSampler()
+
+    def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
+        decision = rule.decide(p, q, drafts, k_lens, accept_u)
+        return decision.accepted, rule.sample_terminal(decision.terminal_rows, terminal_u)
+
+    return sampler
+
+
+# -- Hugging Face's assisted generation ------------------------------------------------------------
+def hf_function():
+    """transformers' ``_speculative_sampling``, or SamplerUnavailable naming what is missing."""
+    try:
+        import transformers
+        from transformers.generation.utils import _speculative_sampling
+    except ImportError:
+        raise SamplerUnavailable(
+            "the hf adapter needs transformers' _speculative_sampling, which the installed transformers lacks"
+        ) from None
+    return transformers.__version__, _speculative_sampling
+
+
+def hf_sampler(ensemble_weight: float | None = None) -> Callable:
+    """Drive transformers' ``_speculative_sampling`` with injected uniforms, without editing it.
+
+    It takes logits and draws its own randomness: log(p) and log(q) give back p and q
+    under its softmax; ``torch.rand_like`` is made to return the acceptance uniforms and
+    ``torch.multinomial`` to record the distribution it samples the terminal token from
+    (returned as the terminal). It is called as assisted generation calls it: the
+    sequence so far (a two-token prompt) followed by the drafts, one candidate length.
+    """
+    _, fn = hf_function()
+
+    def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
+        k = int(drafts.shape[1])
+        captured = {}
+
+        def rand_like(t, *args, **kwargs):
+            return accept_u[:, :k].to(dtype=t.dtype).reshape(t.shape)
+
+        def multinomial(rows, num_samples, *args, **kwargs):
+            captured["rows"] = rows.detach().clone()
+            return torch.zeros(rows.shape[0], num_samples, dtype=torch.long)
+
+        ids = torch.cat([torch.zeros(drafts.shape[0], 2, dtype=torch.long), drafts.clamp_min(0)], dim=1)
+        kwargs = {} if ensemble_weight is None else {"assistant_ensemble_weight": ensemble_weight}
+        logits_q, logits_p = q.to(torch.float64).log(), p.to(torch.float64).log()
+        with mock.patch.object(torch, "rand_like", rand_like), mock.patch.object(torch, "multinomial", multinomial):
+            _, n_matches = fn(ids, logits_q, k, logits_p, **kwargs)
+        return torch.as_tensor(n_matches).reshape(-1).expand(drafts.shape[0]), captured["rows"]
+
+    return sampler
+
+
+HF_INPUT_ROUNDING = 1e-15  # log then softmax moves a row by a few float64 steps
+SHIPPED = {
+    "specd": (rule_sampler, "specd's production rule (specd.core.sampler.RejectionSampler)", 0.0),
+    "hf": (
+        lambda: hf_sampler(),
+        "transformers' _speculative_sampling (assisted generation with do_sample)",
+        HF_INPUT_ROUNDING,
+    ),
+    "hf-ensemble": (
+        lambda: hf_sampler(0.5),
+        "transformers' _speculative_sampling with assistant_ensemble_weight=0.5 (a lossy mode)",
+        HF_INPUT_ROUNDING,
+    ),
+}
+
+
+def load_sampler(spec: str) -> SamplerUnderTest:
+    """A shipped adapter by name, or ``module:attr`` imported (importing runs that module's code)."""
+    if spec in SHIPPED:
+        build, description, rounding = SHIPPED[spec]
+        if spec.startswith("hf"):
+            version, _ = hf_function()
+            description += f", transformers {version}"
+        return SamplerUnderTest(spec, build(), description, rounding)
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--sampler takes module:attr or one of {', '.join(SHIPPED)}; got {spec!r}")
+    added = os.getcwd() not in sys.path  # a module beside the user, as `python -m` would find it
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - importing the user's module can fail in any way
+        raise UsageError(f"cannot import the sampler module {module_name!r}: {type(err).__name__}: {err}") from None
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if inspect.isclass(obj):
+        try:
+            obj = obj()
+        except Exception as err:  # noqa: BLE001
+            raise UsageError(
+                f"cannot build the sampler {spec} with no arguments: {type(err).__name__}: {err}"
+            ) from None
+    if not callable(obj):
+        raise UsageError(f"{spec} is not callable; a sampler is a function or a class with __call__")
+    doc = (inspect.getdoc(obj) or "").strip().splitlines()
+    return SamplerUnderTest(spec, obj, doc[0] if doc else spec)
