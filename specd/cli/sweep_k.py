@@ -37,7 +37,7 @@ ANALYTIC_ONLY = (
     "kv_shape",
     "config",
 )
-MEASURED_ONLY = ("target", "draft", "device", "dtype", "max_new_tokens", "repeats", "trust_remote_code")
+MEASURED_ONLY = ("target", "draft", "device", "dtype", "max_new_tokens", "repeats", "trust_remote_code", "ray")
 
 
 MAX_SWEEP_K = 256
@@ -113,6 +113,13 @@ def sweep_k(
     dtype: DtypeOpt = "float32",
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Measured mode: tokens per prompt."),
     trust_remote_code: TrustRemoteCodeOpt = False,
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Measured mode: one Ray task per (K, B) cell, each timed and normalized on its own worker "
+        "(--ray alone: a local Ray; HOST:PORT: a running cluster). Needs specd[ray].",
+    ),
     repeats: int = typer.Option(5, "--repeats", help="Measured mode: timing repeats after 2 warm-ups (1..100)."),
 ) -> None:
     """The speedup ledger over K and batch: E[G], T_round, time per token, speedup, optimum K."""
@@ -246,6 +253,10 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         max_new_tokens=p["max_new_tokens"],
         trust_remote_code=p["trust_remote_code"],
     )
+    if p["ray"] is not None:  # an unreachable cluster is refused before any model loads
+        from specd.models.distributed import connect
+
+        connect(p["ray"])
     pipe = Pipeline.build(options, report=lambda m: stderr.print(f"[dim]{m}[/]"))
     if pipe.context is not None and options.max_new_tokens >= pipe.context // 2:
         raise UsageError(
@@ -259,6 +270,7 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         max_new_tokens=options.max_new_tokens,
         repeats=p["repeats"],
         progress=lambda m: stderr.print(f"[dim]{m}[/]"),
+        ray_address=p["ray"],
     )
     return SweepResult(
         "measured",

@@ -13,8 +13,10 @@ from specd.cli.common import print_json, printable, stdout
 from specd.cli.generate import execute
 from specd.cli.options import (
     BackendOpt,
+    BatchSizeOpt,
     ChatOpt,
     ConfigOpt,
+    DeviceMapOpt,
     DeviceOpt,
     DraftGgufOpt,
     DraftOpt,
@@ -25,10 +27,13 @@ from specd.cli.options import (
     JsonOpt,
     KOpt,
     LayoutOpt,
+    MaxMemoryOpt,
     MaxNewTokensOpt,
     PromptOpt,
     PromptsFileOpt,
+    RayOpt,
     RepetitionPenaltyOpt,
+    ResumeOpt,
     SeedOpt,
     StopOpt,
     TargetGgufOpt,
@@ -78,15 +83,24 @@ def run(
     layout: LayoutOpt = "replay_frontier",
     backend: BackendOpt = "max_shift",
     device: DeviceOpt = "auto",
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
     dtype: DtypeOpt = "float32",
     chat: ChatOpt = None,
     stop: StopOpt = None,
     config: ConfigOpt = None,
+    results: Annotated[
+        str | None, typer.Option("--results", help="Also write one JSON line per request to this results file.")
+    ] = None,
+    resume: ResumeOpt = False,
+    batch_size: BatchSizeOpt = None,
+    ray: RayOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Generate speculatively (the options of `specd generate`) and write the acceptance log to --out."""
+    """Generate speculatively (the options of `specd generate`) and write the acceptance log to --out,
+    request by request."""
     ctx.params.update(baseline=False, compare=False)
-    execute(*read_run(ctx, "out"))
+    execute(*read_run(ctx, "out", "results"))
 
 
 @app.command("show")

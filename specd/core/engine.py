@@ -106,5 +106,18 @@ class SpeculativeEngine:
 
         return DecodeSession(self, requests, draws)
 
-    def run(self, requests: Sequence[Request], on_publish: PublishCallback | None = None) -> RunResult:
-        return self.start(requests).run(on_publish)
+    def run(
+        self,
+        requests: Sequence[Request],
+        on_publish: PublishCallback | None = None,
+        batch_size: int | None = None,
+        on_finish: Callable[[RequestState], None] | None = None,
+    ) -> RunResult:
+        """Every request to its end; with ``batch_size``, continuous batching: at most that many
+        decode together and the next join as others finish. A request's tokens do not depend on
+        the batch size (its random streams are its own)."""
+        if batch_size is not None and batch_size < 1:
+            raise UsageError(f"batch size must be >= 1, got {batch_size}")
+        session = self.start()
+        session.submit(requests)
+        return session.run(on_publish, batch_size, on_finish)

@@ -79,8 +79,13 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     idx = torch.minimum(torch.searchsorted(cdf, target.unsqueeze(-1), right=True).squeeze(-1), last_positive)
     lo = torch.where(idx > 0, cdf.gather(1, (idx - 1).clamp_min(0).unsqueeze(1)).squeeze(1), torch.zeros_like(total))
     hi = cdf.gather(1, idx.unsqueeze(1)).squeeze(1)
-    slack = 4 * rows.shape[-1] * torch.finfo(torch.float64).eps * total  # bounds float64 error of cdf and target
-    near = ((target - lo).abs() <= slack) | ((hi - target).abs() <= slack)
+    # A float64 prefix sum of n non-negative terms is within n * eps of its exact value (relative),
+    # in any summation order; u * total is within eps. Twice that is the slack. A prefix of zeros
+    # is exact (slack 0), so a one-hot row (greedy) never takes the rational path.
+    eps = torch.finfo(torch.float64).eps
+    slack_lo = 2 * eps * (idx.to(torch.float64) * lo + target)
+    slack_hi = 2 * eps * ((idx + 1).to(torch.float64) * hi + target)
+    near = ((target - lo).abs() < slack_lo) | ((hi - target).abs() < slack_hi)
     if bool(near.any()):
         for b in near.nonzero().flatten().tolist():
             idx[b] = _exact_inverse_cdf(rows64[b].tolist(), float(u[b]))

@@ -3,13 +3,17 @@
 The session owns what persists between rounds: the authoritative request store
 (states are replaced only by publication), the target's and the draft's K/V
 caches (one slot per request), the run statistics and the acceptance log.
-Requests join with ``admit`` (their prompts are prefilled) and leave when they
-finish (their cache slots close, so they stop costing work).
+
+Continuous batching: requests wait in a queue (``submit``) and join the batch
+(``fill``, which prefills their prompts) as finished ones leave; a finished
+request's cache rows are freed at once and reused by the next to join, so
+finishing costs no work proportional to the batch.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +33,9 @@ from specd.errors import UsageError
 
 
 @dataclass
-class _Log:
+class RequestLog:
+    """One request's acceptance log: a row per proposed token and one per round."""
+
     acceptance: list[AcceptanceRecord] = field(default_factory=list)
     rounds: list[RoundRecord] = field(default_factory=list)
 
@@ -38,13 +44,15 @@ class DecodeSession:
     def __init__(self, engine, requests: Sequence[Request] = (), draws: Draws = stream_draws):
         self.engine = engine
         self.draws = draws
-        self.store = RequestStore()
+        self.store = RequestStore(keep_commits=engine.config.record_log)
         self.cache = engine.target.new_cache()
         self.draft_cache = engine.proposer.new_cache()
         self.stats = StatsAccumulator()
-        self.log = _Log()
+        self.logs: dict[str, RequestLog] = {}  # by request id, while the engine records a log
         self.order: list[str] = []
         self._live: dict[str, None] = {}  # unfinished request ids, in admission order
+        self.waiting: deque[Request] = deque()  # submitted, not admitted yet
+        self._finished: list[str] = []  # finished since the last take_finished()
         self._next_slot = 0
         self._draft_calls_seen = engine.proposer.forward_calls
         self._t0 = time.perf_counter()
@@ -52,6 +60,26 @@ class DecodeSession:
             self.admit(requests)
 
     # -- requests join ----------------------------------------------------------------
+    def submit(self, requests: Sequence[Request]) -> None:
+        """Queue requests; ``fill`` admits them as the batch has room."""
+        self.waiting.extend(requests)
+
+    def fill(self, batch_size: int | None = None) -> list[RequestState]:
+        """Admit waiting requests until ``batch_size`` are live (all of them without a size)."""
+        room = len(self.waiting) if batch_size is None else batch_size - len(self._live)
+        joining = [self.waiting.popleft() for _ in range(min(max(room, 0), len(self.waiting)))]
+        return self.admit(joining) if joining else []
+
+    @property
+    def pending(self) -> bool:
+        """Requests still waiting or decoding."""
+        return bool(self.waiting) or not self.done
+
+    def take_finished(self) -> list[RequestState]:
+        """The requests that finished since the last call, in the order they finished."""
+        ids, self._finished = self._finished, []
+        return [self.store.get(i) for i in ids]
+
     def admit(self, requests: Sequence[Request]) -> list[RequestState]:
         """New requests join the session: each gets a slot, and its prompt is prefilled."""
         vocab = self.engine.target.vocab_size
@@ -107,6 +135,7 @@ class DecodeSession:
             self.store.replace_unpublished(s.evolve(cache_tokens=s.output[:-1]), s.generation)
             if s.finished:
                 self._close(s.slot)
+                self._retire(s.request_id)
         self.stats.prefill_time += time.perf_counter() - t
 
     # -- what a round reads -------------------------------------------------------------
@@ -115,11 +144,7 @@ class DecodeSession:
 
     def live(self) -> list[RequestState]:
         """The unfinished requests, in admission order (costs what is live, not what has finished)."""
-        states = [self.store.get(i) for i in self._live]
-        for s in states:
-            if s.finished:
-                del self._live[s.request_id]
-        return [s for s in states if not s.finished]
+        return [self.store.get(i) for i in self._live]
 
     @property
     def done(self) -> bool:
@@ -212,6 +237,7 @@ class DecodeSession:
             self.engine.proposer.settle(self.draft_cache, successor.slot, successor.output)
             if successor.finished:
                 self._close(successor.slot)
+                self._retire(successor.request_id)
         return txn.record
 
     def abort(self, txns: Sequence[RoundTransaction]) -> None:
@@ -243,9 +269,10 @@ class DecodeSession:
         """Close the books on a round that started at ``started`` (perf_counter): give back
         the cache rows of requests that finished, add its statistics and (when the
         engine records a log) one log row per proposed token and one per round."""
-        self.cache.compact()
-        if self.draft_cache is not None:
-            self.draft_cache.compact()
+        if not self.waiting:  # rows freed by finished requests are reused by the next ones to join
+            self.cache.compact()
+            if self.draft_cache is not None:
+                self.draft_cache.compact()
         self.stats.round_time += time.perf_counter() - started
         draft_calls = self.engine.proposer.forward_calls
         self.stats.draft_forwards += draft_calls - self._draft_calls_seen
@@ -260,9 +287,10 @@ class DecodeSession:
             s, a = txn.start, txn.outcome.accepted
             committed = len(txn.successor.output) - s.prompt_len
             uniforms = u[b] if u is not None else None
+            log = self.logs.setdefault(s.request_id, RequestLog())
             for i, token in enumerate(txn.drafts):
                 reached = i <= a
-                self.log.acceptance.append(
+                log.acceptance.append(
                     AcceptanceRecord(
                         request_id=s.request_id,
                         round_id=txn.round_id,
@@ -282,7 +310,7 @@ class DecodeSession:
                         committed_token_count=committed,
                     )
                 )
-            self.log.rounds.append(
+            log.rounds.append(
                 RoundRecord(
                     request_id=s.request_id,
                     round_id=txn.round_id,
@@ -306,7 +334,12 @@ class DecodeSession:
         done = s.evolve(finish_reason=reason, generation=s.generation + 1)
         self.store.replace_unpublished(done, s.generation)
         self._close(s.slot)
+        self._retire(request_id)
         return done
+
+    def _retire(self, request_id: str) -> None:
+        self._live.pop(request_id, None)
+        self._finished.append(request_id)
 
     def _close(self, slot: int) -> None:
         """A finished request stops costing work: its cache slots close."""
@@ -315,23 +348,40 @@ class DecodeSession:
             self.draft_cache.close(slot)
 
     # -- whole run ------------------------------------------------------------------------
-    def run(self, on_publish=None):
+    def run(self, on_publish=None, batch_size: int | None = None, on_finish=None):
+        """Rounds until every submitted request has finished, at most ``batch_size`` decoding at
+        once. on_publish(state, emitted) after each published round; on_finish(state) once per
+        request, as it finishes (a callback may end a request early with ``finish``)."""
         from specd.core.round import speculative_round
 
-        while not self.done:
+        while True:
+            self.fill(batch_size)
+            if self.done:
+                break
             for commit in speculative_round(self):
                 if on_publish is not None:
                     on_publish(self.store.get(commit.request_id), commit.emitted_token_ids)
+            for state in self.take_finished():
+                if on_finish is not None:
+                    on_finish(state)
+        for state in self.take_finished():  # requests that finished at admission (zero budget)
+            if on_finish is not None:
+                on_finish(state)
         return self.result()
+
+    def pop_log(self, request_id: str) -> RequestLog:
+        """Hand over (and forget) one request's log, e.g. to stream it out as the request finishes."""
+        return self.logs.pop(request_id, RequestLog())
 
     def result(self):
         from specd.core.engine import RunResult
 
         counts = self.cache.counts
+        logs = [self.logs[i] for i in self.order if i in self.logs]
         return RunResult(
             states=tuple(self.states()),
             stats=self.stats.freeze(counts.staged, counts.committed, counts.discarded, time.perf_counter() - self._t0),
             commits=tuple(self.store.commits),
-            acceptance=tuple(self.log.acceptance),
-            rounds=tuple(self.log.rounds),
+            acceptance=tuple(r for log in logs for r in log.acceptance),
+            rounds=tuple(r for log in logs for r in log.rounds),
         )

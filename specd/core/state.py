@@ -30,6 +30,50 @@ class Request:
 
 
 @dataclass(frozen=True)
+class History:
+    """What one request's published rounds did (its own acceptance, nobody else's).
+
+    reached[j-1] counts rounds whose draft j was tested (every earlier draft accepted);
+    accepted_at[j-1] those that accepted it: alpha_j = accepted_at / reached is the
+    reach-conditioned acceptance at position j. k_schedule is the number of drafts
+    proposed in each round, in order.
+    """
+
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    reached: tuple[int, ...] = ()
+    accepted_at: tuple[int, ...] = ()
+    k_schedule: tuple[int, ...] = ()
+
+    def after(self, k: int, accepted: int) -> History:
+        """The history once a round with ``k`` drafts accepted ``accepted`` of them."""
+        width = max(len(self.reached), k)
+        reached = list(self.reached) + [0] * (width - len(self.reached))
+        accepted_at = list(self.accepted_at) + [0] * (width - len(self.accepted_at))
+        for j in range(min(accepted + 1, k)):
+            reached[j] += 1
+        for j in range(accepted):
+            accepted_at[j] += 1
+        return History(
+            self.draft_tokens + k,
+            self.accepted_tokens + accepted,
+            tuple(reached),
+            tuple(accepted_at),
+            (*self.k_schedule, k),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": len(self.k_schedule),
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "reached_per_position": list(self.reached),
+            "accepted_per_position": list(self.accepted_at),
+            "k_schedule": list(self.k_schedule),
+        }
+
+
+@dataclass(frozen=True)
 class RequestState:
     request_id: str
     slot: int  # the request's row in every cache
@@ -44,6 +88,7 @@ class RequestState:
     k: int | None = None  # a fixed K for this request (None: the engine's K policy decides)
     rounds: int = 0  # published rounds
     finish_reason: str | None = None  # "eos" | "length" | "stop_string" | None
+    history: History = History()  # this request's own acceptance so far
     # Layout state: raw p_1 retained from the call that materialized the frontier.
     retained_logits: torch.Tensor | None = field(default=None, compare=False, repr=False)
 

@@ -78,6 +78,22 @@ class RunStats:
     kv_committed_rows: int
     kv_discarded_rows: int
 
+    @classmethod
+    def combine(cls, parts: list[RunStats]) -> RunStats:
+        """The statistics of several runs as one (counts and times add up: times are worker time)."""
+
+        def merged(name: str) -> dict[int, int]:
+            out: dict[int, int] = {}
+            for part in parts:
+                for key, n in getattr(part, name).items():
+                    out[key] = out.get(key, 0) + n
+            return dict(sorted(out.items()))
+
+        fields = {}
+        for name, value in vars(parts[0]).items() if parts else []:
+            fields[name] = merged(name) if isinstance(value, dict) else sum(getattr(p, name) for p in parts)
+        return cls(**fields) if parts else StatsAccumulator().freeze(0, 0, 0, 0.0)
+
     @property
     def mean_accepted_length(self) -> float:
         return self.emitted / self.rounds if self.rounds else 0.0

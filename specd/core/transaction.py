@@ -138,6 +138,7 @@ class RoundTransaction:
             rng=rng,
             generation=start.generation + 1,
             rounds=start.rounds + 1,
+            history=start.history.after(len(self.drafts), outcome.accepted),
             finish_reason=self.stop.finish_reason,
             retained_logits=None,
         )
@@ -203,11 +204,16 @@ class RoundTransaction:
 
 
 class RequestStore:
-    """Authoritative request states, published only through compare-and-swap."""
+    """Authoritative request states, published only through compare-and-swap.
 
-    def __init__(self) -> None:
+    It remembers each request's latest publication (publishing that round again returns
+    the same successor), and, when ``keep_commits``, every commit record of the run.
+    """
+
+    def __init__(self, keep_commits: bool = True) -> None:
         self._states: dict[str, RequestState] = {}
-        self._published: dict[str, tuple[SpeculativeCommit, RequestState]] = {}
+        self._published: dict[str, tuple[SpeculativeCommit, RequestState]] = {}  # request id -> latest
+        self.keep_commits = keep_commits
         self.commits: list[SpeculativeCommit] = []
 
     def add(self, state: RequestState) -> None:
@@ -232,8 +238,8 @@ class RequestStore:
         self._states[state.request_id] = state
 
     def publish(self, record: SpeculativeCommit, successor: RequestState) -> tuple[RequestState, bool]:
-        done = self._published.get(record.round_id)
-        if done is not None:
+        done = self._published.get(record.request_id)
+        if done is not None and done[0].round_id == record.round_id:
             if done[0] != record:
                 raise StaleGeneration(f"{record.round_id} was already published with a different outcome")
             return done[1], False
@@ -244,6 +250,7 @@ class RequestStore:
                 f"round expected {record.expected_generation}"
             )
         self._states[record.request_id] = successor
-        self._published[record.round_id] = (record, successor)
-        self.commits.append(record)
+        self._published[record.request_id] = (record, successor)
+        if self.keep_commits:
+            self.commits.append(record)
         return successor, True

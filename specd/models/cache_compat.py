@@ -89,6 +89,27 @@ def grow_batch(cache, rows: int) -> None:
     )
 
 
+def pad_positions(cache, extra: int) -> None:
+    """Append ``extra`` zero positions to every row (masked out by the caller)."""
+    set_kv(
+        cache,
+        [
+            (
+                torch.cat([k, k.new_zeros(*k.shape[:2], extra, k.shape[3])], dim=2),
+                torch.cat([v, v.new_zeros(*v.shape[:2], extra, v.shape[3])], dim=2),
+            )
+            for k, v in get_kv(cache)
+        ],
+    )
+
+
+def write_rows(cache, rows: torch.Tensor, source, length: int) -> None:
+    """Batch rows ``rows`` (int64[n]), positions [0, length), take the K/V of ``source``'s n rows."""
+    for (k, v), (sk, sv) in zip(get_kv(cache), get_kv(source)):
+        k[rows, :, :length] = sk[:, :, :length].to(k.dtype)
+        v[rows, :, :length] = sv[:, :, :length].to(v.dtype)
+
+
 def gather_positions(cache, index: torch.Tensor) -> None:
     """index int64[B, L']: new physical position j of row b takes old position index[b, j]."""
     kvs = get_kv(cache)

@@ -78,6 +78,16 @@ class OutputHead:
         return fn(flat).reshape(b, n, -1)
 
 
+def input_device(model) -> torch.device:
+    """Where a model's inputs go: its parameters' device, or for a model spread by a device map,
+    the first accelerator it uses (accelerate's hooks bring offloaded weights to it)."""
+    placed = getattr(model, "hf_device_map", None)
+    if placed:
+        gpus = [d for d in placed.values() if isinstance(d, int) or str(d).startswith("cuda")]
+        return torch.device(f"cuda:{gpus[0]}" if gpus and isinstance(gpus[0], int) else (gpus[0] if gpus else "cpu"))
+    return next(model.parameters()).device
+
+
 def logit_width(model) -> int:
     """Columns of the model's logit rows (the output embedding may be padded past the vocabulary)."""
     head = model.get_output_embeddings()
@@ -130,8 +140,11 @@ class HFCache(KVCache):
         self.temp_cols.pop(slot, None)
 
     def compact(self) -> None:
-        """Drop every free batch row (one copy of the cache)."""
-        if len(self._row) == len(self.rows):
+        """Drop the free batch rows once they are a quarter of the batch: one copy of the cache
+        per quarter of the batch that finished, so a finished request costs an amortized
+        constant, and at most a quarter of a step's rows are ones nobody reads."""
+        free = len(self.rows) - len(self._row)
+        if free == 0 or (self._row and 4 * free < len(self.rows)):
             return
         if not self._row:
             self.dyn, self.rows = None, []
@@ -144,6 +157,24 @@ class HFCache(KVCache):
         self.valid = self.valid.index_select(0, idx)
         self.rows = [self.rows[i] for i in keep]
         self._row = {s: i for i, s in enumerate(self.rows)}
+
+    def splice(self, other: HFCache) -> None:
+        """Take over the slots of ``other`` (a cache that only prefilled them): their temporary
+        K/V rows move into this cache's rows of the same slots, at physical columns from 0."""
+        length = other.valid.shape[1]
+        if length > self.valid.shape[1]:  # every row gets hole columns up to the new prompt's length
+            extra = length - self.valid.shape[1]
+            cache_compat.pad_positions(self.dyn, extra)
+            pad = torch.zeros(self.valid.shape[0], extra, dtype=torch.bool, device=self.device)
+            self.valid = torch.cat([self.valid, pad], dim=1)
+        mine = [self._row[slot] for slot in other.rows]
+        cache_compat.write_rows(self.dyn, torch.tensor(mine, device=self.device), other.dyn, length)
+        for slot, row in zip(other.rows, mine):
+            self.valid[row] = False
+            self.valid[row, :length] = other.valid[other.row_of(slot)]
+            self.temp_cols[slot] = list(other.temp_cols.get(slot, []))
+            temporary = other.temporary(slot)
+            self.stage(KVRows(slot, temporary, tuple(range(len(temporary)))))
 
     def commit(self, slot: int, keep: int) -> None:
         cols = self.temp_cols.pop(slot, [])
@@ -195,7 +226,7 @@ class HFCausalLM:
     def __init__(self, model, name: str, width: int | None = None, pad_id: int = 0):
         self.model = model
         self.name = name
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = width if width is not None else logit_width(model)
         self.pad_id = pad_id
@@ -212,7 +243,8 @@ class HFCausalLM:
         """Run the trunk and our own head when the model's logits are exactly lm_head(hidden)."""
         cfg = model.config
         plain = (
-            getattr(cfg, "model_type", None) in SPLIT_HEAD_MODEL_TYPES
+            not hasattr(model, "hf_device_map")  # accelerate's hooks move the weights: keep its forward
+            and getattr(cfg, "model_type", None) in SPLIT_HEAD_MODEL_TYPES
             and not getattr(cfg, "final_logit_softcapping", None)
             and getattr(cfg, "logit_scale", None) in (None, 1.0)
             and isinstance(getattr(model, "lm_head", None), torch.nn.Linear)
@@ -225,7 +257,36 @@ class HFCausalLM:
 
     @torch.no_grad()
     def step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
-        """``logits_for``: how many trailing rows of each input need logits (None: all, 0: none)."""
+        """``logits_for``: how many trailing rows of each input need logits (None: all, 0: none).
+
+        Requests that just joined a running batch (an empty slot, a whole prompt to feed) are
+        run in a call of their own and their K/V copied into their rows: fed together, every
+        other row would be padded by the length of their prompts.
+        """
+        fresh = [r for r in rows if len(r.tokens) > 1 and cache.length(r.slot) == 0]
+        if cache.dyn is not None and fresh:
+            rest = [r for r in rows if r not in fresh]
+            joined = self._prefill_apart(cache, fresh, logits_for)
+            out = self._step(cache, rest, logits_for) if rest else StepOutput([], [])
+            by_slot = {r.slot: i for i, r in enumerate(rest)}
+            by_slot_fresh = {r.slot: i for i, r in enumerate(fresh)}
+            logits = [
+                out.logits[by_slot[r.slot]] if r.slot in by_slot else joined.logits[by_slot_fresh[r.slot]] for r in rows
+            ]
+            kv = [out.kv[by_slot[r.slot]] if r.slot in by_slot else joined.kv[by_slot_fresh[r.slot]] for r in rows]
+            return StepOutput(logits, kv)
+        return self._step(cache, rows, logits_for)
+
+    def _prefill_apart(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:
+        """Run ``rows`` (empty slots) in a cache of their own, then copy their K/V into ``cache``."""
+        apart = HFCache(self.device)
+        for r in rows:
+            apart.open(r.slot)
+        out = self._step(apart, rows, logits_for)
+        cache.splice(apart)
+        return out
+
+    def _step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:
         self.forward_calls += 1
         cache.tidy()
         by_slot = {r.slot: r for r in rows}

@@ -49,14 +49,21 @@ def _oom(err: BaseException) -> bool:
 
 
 def load(
-    spec: str | None, gguf: str | None, dtype: torch.dtype, device: torch.device, trust_remote_code: bool = False
+    spec: str | None,
+    gguf: str | None,
+    dtype: torch.dtype,
+    device: torch.device,
+    trust_remote_code: bool = False,
+    device_map: str | None = None,
+    max_memory: dict | None = None,
 ) -> Loaded:
     """A model by local folder, hub id (local cache only when offline) or GGUF file.
 
     A model folder is a security boundary: its own Python code (an ``auto_map`` in its
     config) runs only with ``trust_remote_code``; weights come from safetensors or GGUF,
     or from pickles that torch's weights-only loader accepts (plain tensors, no code).
-    Nothing is ever asked on stdin.
+    Nothing is ever asked on stdin. With ``device_map="auto"`` accelerate spreads the model
+    over the devices (GPUs, then CPU, then a temporary folder on disk) within ``max_memory``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -81,9 +88,14 @@ def load(
             raise ModelLoadError(f"model folder not found: {spec}")
         if source == "hub" and os.path.exists(spec):
             raise ModelLoadError(f"{spec} is a file; a model is a folder (or give --target-gguf for a GGUF file)")
+    if device_map is not None:
+        if importlib.util.find_spec("accelerate") is None:
+            raise ModelLoadError("--device-map needs the 'accelerate' package: pip install 'specd[gguf]'")
+        kwargs.update(device_map=device_map, max_memory=max_memory, offload_folder=offload_folder())
     try:
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, weights_only=True, **kwargs)
-        model.to(device)
+        if device_map is None:
+            model.to(device)
         model.eval()
     except Exception as err:  # noqa: BLE001 - every failure becomes one line
         raise _load_error(err, name, source, device, "model") from None
@@ -92,6 +104,21 @@ def load(
     except Exception as err:  # noqa: BLE001
         raise _load_error(err, name, source, device, "tokenizer") from None
     return Loaded(model, tokenizer, name, source)
+
+
+_OFFLOAD: list[str] = []
+
+
+def offload_folder() -> str:
+    """A temporary folder for weights accelerate offloads to disk, removed when the process exits."""
+    if not _OFFLOAD:
+        import atexit
+        import shutil
+        import tempfile
+
+        _OFFLOAD.append(tempfile.mkdtemp(prefix="specd-offload-"))
+        atexit.register(shutil.rmtree, _OFFLOAD[0], True)
+    return _OFFLOAD[0]
 
 
 def _load_error(err: BaseException, name: str, source: str, device, what: str) -> Exception:
@@ -119,11 +146,21 @@ def _load_error(err: BaseException, name: str, source: str, device, what: str) -
 
 
 def weights_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter's name, shape, dtype and bytes."""
+    """sha256 over every parameter's name, shape, dtype and bytes. A model spread by a device map
+    has weights on disk (meta tensors in memory): its weight files are hashed instead."""
     import hashlib
 
     h = hashlib.sha256()
-    for pname, p in sorted(model.state_dict().items()):
+    state = model.state_dict()
+    if any(t.is_meta for t in state.values()):
+        folder = Path(getattr(model.config, "_name_or_path", "") or ".")
+        for path in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+            h.update(path.name.encode())
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        return "files:" + h.hexdigest()
+    for pname, p in sorted(state.items()):
         h.update(f"{pname}:{tuple(p.shape)}:{p.dtype}".encode())
         t = p.detach().to("cpu").contiguous()
         h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes())

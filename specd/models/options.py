@@ -10,6 +10,7 @@ downstream re-validates.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
@@ -43,6 +44,8 @@ FLAGS = {
     "chat": "--chat",
     "stop": "--stop",
     "trust_remote_code": "--trust-remote-code",
+    "device_map": "--device-map",
+    "max_memory": "--max-memory",
 }
 
 # The type each field takes (for values that arrive untyped, from YAML).
@@ -68,6 +71,8 @@ _KINDS = {
     "chat": "bool?",
     "stop": "strs",
     "trust_remote_code": "bool",
+    "device_map": "str?",
+    "max_memory": "str?",
 }
 
 
@@ -94,6 +99,8 @@ class GenerateOptions:
     chat: bool | None = None  # None: on for the embedded instruct default, off otherwise
     stop: tuple[str, ...] = ()
     trust_remote_code: bool = False  # run Python code shipped in a model folder (never by default)
+    device_map: str | None = None  # "auto": spread a model too big for one device (accelerate)
+    max_memory: str | None = None  # with device_map: "cpu=30GiB,0=70GiB", the most each device may hold
     # Where each value came from, for messages: field -> "flag" | "<config path>" (absent: default).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -123,9 +130,20 @@ class GenerateOptions:
             raise UsageError("--draft-gguf needs a --target or --target-gguf (the embedded default has its own draft)")
         if any(not s for s in self.stop):
             raise UsageError(f"{self.where('stop')}: a stop string must not be empty")
+        if self.device_map not in (None, "auto"):
+            raise UsageError(f"{self.where('device_map')} takes auto, got {self.device_map!r}")
+        if self.max_memory is not None and self.device_map is None:
+            raise UsageError("--max-memory needs --device-map auto")
+        if self.max_memory is not None:
+            parse_max_memory(self.max_memory, self.where("max_memory"))
         from specd.models.drafts import parse_draft
 
-        parse_draft(self.draft)
+        spec = parse_draft(self.draft)
+        if self.device_map and spec is not None and spec.kind in ("self-dtype", "self-layers"):
+            raise UsageError(
+                f"--draft {self.draft} is built from the target, which --device-map spreads over devices "
+                "(accelerate's hooks own its forward); give a separate draft model or ngram:N"
+            )
 
     def where(self, name: str) -> str:
         """How to name a field in a message: its flag, or the config file and key it came from."""
@@ -161,6 +179,19 @@ class GenerateOptions:
     @property
     def uses_default_model(self) -> bool:
         return not (self.target or self.target_gguf)
+
+
+def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
+    """'cpu=30GiB,0=70GiB' -> {"cpu": "30GiB", 0: "70GiB"} (device: cpu, disk or a GPU index)."""
+    out: dict = {}
+    for part in text.split(","):
+        device, sep, size = part.strip().partition("=")
+        if not sep or not size or not (device in ("cpu", "disk", "mps") or device.isdigit()):
+            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {text!r}")
+        if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
+            raise UsageError(f"{where}: {size!r} is not a size like 512MiB or 30GiB")
+        out[int(device) if device.isdigit() else device] = size.strip()
+    return out
 
 
 OPTION_FIELDS = frozenset(f.name for f in fields(GenerateOptions) if f.name != "sources")

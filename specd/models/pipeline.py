@@ -19,16 +19,17 @@ import torch
 from specd.core.engine import EngineConfig, RunResult, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import Proposer
-from specd.core.state import Request, RequestState
+from specd.core.session import RequestLog
+from specd.core.state import History, Request, RequestState
 from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import build_proposer, parse_draft
 from specd.models.embedded import MODEL_NAME, ensure_default_model
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
-from specd.models.options import GenerateOptions
+from specd.models.options import GenerateOptions, parse_max_memory
 from specd.models.prompts import PromptItem
-from specd.models.text import IncrementalText, cut_at_stop
+from specd.models.text import IncrementalText, cut_at_stop, stop_index
 
 DEFAULT_DRAFT = "self:bf16"
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
@@ -43,6 +44,19 @@ class RequestResult:
     text: str  # cut before a stop string
     tokens: tuple[int, ...]  # generated tokens, ending with the one that completed a stop string
     finish_reason: str | None
+    history: History  # this request's rounds: drafts, acceptances by position, K per round
+
+    def as_dict(self) -> dict:
+        """The request's line in the results file and in --json (no timing: it is deterministic)."""
+        return {
+            "id": self.request_id,
+            "tag": self.tag,
+            "prompt": self.prompt,
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "finish_reason": self.finish_reason,
+            "acceptance": self.history.as_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -96,13 +110,15 @@ class Pipeline:
                 "or --draft-gguf FILE (or use --baseline)"
             )
         draft_spec = parse_draft(opts.draft) if with_draft and not opts.draft_gguf else None
-        target = load(opts.target, opts.target_gguf, dtype, device, opts.trust_remote_code)
+        memory = parse_max_memory(opts.max_memory) if opts.max_memory else None
+        placement = dict(trust_remote_code=opts.trust_remote_code, device_map=opts.device_map, max_memory=memory)
+        target = load(opts.target, opts.target_gguf, dtype, device, **placement)
         if default_model:
             target.name = MODEL_NAME
         loaded_draft = None
         if with_draft and (opts.draft_gguf or draft_spec.needs_model):
             draft_name = draft_spec.value if draft_spec else None
-            loaded_draft = load(draft_name, opts.draft_gguf, dtype, device, opts.trust_remote_code)
+            loaded_draft = load(draft_name, opts.draft_gguf, dtype, device, **placement)
         tok = target.tokenizer
         t_width = logit_width(target.model)
         d_width = logit_width(loaded_draft.model) if loaded_draft else t_width
@@ -166,6 +182,15 @@ class Pipeline:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def token_text(self, token: int) -> str:
+        """One token's text as the tokenizer writes it alone (for acceptance logs)."""
+        return self.tokenizer.decode([token])
+
+    @property
+    def default_batch_size(self) -> int:
+        """Requests decoding together when the user does not say: more on a GPU."""
+        return 128 if self.device.type == "cuda" else 64
+
     def engine(self, baseline: bool, k: int, record_log: bool) -> SpeculativeEngine:
         o = self.options
         config = EngineConfig(k=k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log)
@@ -183,43 +208,63 @@ class Pipeline:
         k: int | None = None,
         max_new_tokens: int | None = None,
         record_log: bool = True,
+        batch_size: int | None = None,
         on_text: Callable[[str, str], None] | None = None,
         on_publish: Callable[[RequestState, tuple[int, ...]], None] | None = None,
+        on_finish: Callable[[RequestResult, RequestLog], None] | None = None,
     ) -> GenerationRun:
         """Generate for every item; ``k`` and ``max_new_tokens`` default to the options'.
 
-        on_text(request_id, new_text) streams text as it completes; on_publish(state, emitted)
-        is called after every published round (progress).
+        batch_size: at most this many requests decode together (continuous batching; None:
+        all at once). on_text(request_id, new_text) streams text as it completes;
+        on_publish(state, emitted) follows every published round (progress); on_finish(result,
+        log) is called once per request, as it finishes, with its acceptance log.
         """
         budget = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
         stops = self.options.stop
         requests, notes = self.requests(items, budget)
         engine = self.engine(baseline, self.options.k if k is None else k, record_log)
-        t0 = time.perf_counter()
-        session = engine.start(requests)
+        by_id = {i.request_id: i for i in items}
         texts = {r.request_id: IncrementalText(self.decode, stops) for r in requests}
+        results: dict[str, RequestResult] = {}
+        t0 = time.perf_counter()
+        session = engine.start()
+        session.submit(requests)
+
+        hold = max((len(s) for s in stops), default=1) - 1  # streamed text never shows a stop string's start
+        shown = dict.fromkeys(texts, 0)
 
         def published(state: RequestState, emitted: tuple[int, ...]) -> None:
             text = texts[state.request_id]
             delta = text.push(emitted)
             if text.stop_in(delta) and not state.finished:
                 state = session.finish(state.request_id, "stop_string")
-            if on_text is not None and delta:
-                on_text(state.request_id, delta)
+            if on_text is not None:
+                end = stop_index(text.text, stops) if state.finished else len(text.text) - hold
+                if end > shown[state.request_id]:
+                    on_text(state.request_id, text.text[shown[state.request_id] : end])
+                    shown[state.request_id] = end
             if on_publish is not None:
                 on_publish(state, emitted)
 
-        engine_result = session.run(published)
+        def finished(state: RequestState) -> None:
+            item = by_id[state.request_id]
+            text, tokens = cut_at_stop(state.new_tokens, self.decode, stops)
+            result = RequestResult(
+                item.request_id, item.tag, item.text, state.prompt_len, text, tokens, state.finish_reason, state.history
+            )
+            results[item.request_id] = result
+            texts.pop(state.request_id, None)
+            log = session.pop_log(state.request_id) if on_finish is not None else None
+            if on_finish is not None:
+                on_finish(result, log)
+
+        engine_result = session.run(published, batch_size, finished)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
-        results = []
-        for item, state in zip(items, engine_result.states):
-            text, tokens = cut_at_stop(state.new_tokens, self.decode, stops)
-            results.append(
-                RequestResult(item.request_id, item.tag, item.text, state.prompt_len, text, tokens, state.finish_reason)
-            )
-        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, tuple(results), engine_result, wall, notes)
+        ordered = tuple(results[i.request_id] for i in items)
+        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, engine_result, wall, notes)
 
     def requests(self, items: Sequence[PromptItem], budget: int) -> tuple[list[Request], tuple[str, ...]]:
         """Encode every prompt; a prompt that fills the models' context is refused, and a budget

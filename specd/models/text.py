@@ -65,3 +65,8 @@ def cut_at_stop(tokens: Sequence[int], decode: Decode, stops: Sequence[str]) -> 
         else:
             lo = mid + 1
     return text[: min(found)], tuple(tokens[:lo])
+
+
+def stop_index(text: str, stops: Sequence[str]) -> int:
+    """Where the first stop string begins in ``text`` (len(text) if none does)."""
+    return min((i for s in stops if (i := text.find(s)) >= 0), default=len(text))

@@ -75,6 +75,52 @@ def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repe
     return _timed(call, device, warmup, repeats)
 
 
+@dataclass(frozen=True)
+class BatchTimes:
+    """Timings at one batch size, all on one worker, in units of that worker's batch-1 target step."""
+
+    unit: float  # seconds of one target decode step at batch 1
+    baseline: float  # one target decode step at this batch size
+    draft_step: float  # one draft step at this batch size
+    base_time_per_token: float  # seconds per token of target-only generation at this batch size
+
+
+def time_batch(pipe: Pipeline, b: int, context: int, texts, max_new_tokens: int, warmup: int, repeats: int):
+    unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
+    draft_lm = getattr(pipe.proposer, "model", None)
+    draft = time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
+    base = pipe.run(_batch_items(texts, b), baseline=True, max_new_tokens=max_new_tokens, record_log=False).stats
+    return BatchTimes(
+        unit,
+        time_call(pipe.target, b, context, 1, pipe.device, warmup, repeats) / unit,
+        draft,
+        base.decode_time / base.emitted,
+    )
+
+
+def time_cell(
+    pipe: Pipeline,
+    k: int,
+    b: int,
+    context: int,
+    texts,
+    max_new_tokens: int,
+    warmup: int,
+    repeats: int,
+    batch: BatchTimes | None = None,
+) -> tuple[BatchTimes, float, float]:
+    """One (K, B) cell: -> (the batch's timings, the verification call in units, the measured speedup).
+    Without ``batch`` it is timed here too, so a cell run on its own worker is normalized there."""
+    batch = batch or time_batch(pipe, b, context, texts, max_new_tokens, warmup, repeats)
+    verify = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
+    spec = pipe.run(_batch_items(texts, b), k=k, max_new_tokens=max_new_tokens, record_log=False).stats
+    return batch, verify, batch.base_time_per_token / (spec.decode_time / spec.emitted)
+
+
+def _batch_items(texts, b: int) -> list[PromptItem]:
+    return [PromptItem(f"b{i}", texts[i % len(texts)]) for i in range(b)]
+
+
 def measure(
     pipe: Pipeline,
     ks: list[int],
@@ -84,7 +130,10 @@ def measure(
     warmup: int = 2,
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
+    ray_address: str | None = None,
 ) -> MeasuredSweep:
+    """The acceptance profile from a run at the largest K, then every (K, B) cell timed and generated.
+    With ``ray_address``, each cell is one task on a Ray actor, timed and normalized on its own worker."""
     say = progress or (lambda _msg: None)
     texts = list(prompts or MEASURE_PROMPTS)
     items = [PromptItem(f"m{i}", t) for i, t in enumerate(texts)]
@@ -93,19 +142,25 @@ def measure(
     run = pipe.run(items, k=max(ks), max_new_tokens=max_new_tokens, record_log=False)
     profile = _profile_from_stats(run.stats.acceptance_by_position, max(ks))
     state_per_round = run.stats.state_time / max(run.stats.rounds, 1)
-
-    draft_lm = getattr(pipe.proposer, "model", None)
-    unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
-    baseline, draft_step, verify = {}, {}, {}
-    for b in batches:
-        say(f"timing target and draft calls at batch {b}")
-        baseline[b] = time_call(pipe.target, b, context, 1, pipe.device, warmup, repeats) / unit
-        draft_step[b] = (
-            time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
-        )
-        for k in ks:
-            verify[(k, b)] = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / unit
-    costs = MeasuredCosts(draft_step, verify, baseline, state_cost=state_per_round / unit)
+    args = (context, texts, max_new_tokens, warmup, repeats)
+    cells: dict[tuple[int, int], tuple[BatchTimes, float, float]] = {}
+    if ray_address is not None:
+        cells = _cells_on_ray(pipe, ks, batches, args, ray_address, say)
+    else:
+        for b in batches:
+            say(f"timing target and draft calls at batch {b}")
+            batch = time_batch(pipe, b, *args)
+            for k in ks:
+                say(f"generating at K = {k}, batch {b}")
+                cells[(k, b)] = time_cell(pipe, k, b, *args, batch=batch)
+    first = {b: next(cells[(k, b)][0] for k in ks) for b in batches}
+    unit = first[batches[0]].unit
+    costs = MeasuredCosts(
+        {b: first[b].draft_step for b in batches},
+        {kb: cell[1] for kb, cell in cells.items()},
+        {b: first[b].baseline for b in batches},
+        state_cost=state_per_round / unit,
+    )
     cfg = pipe.target.model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     shape = ModelShape(
@@ -115,16 +170,20 @@ def measure(
         torch.finfo(pipe.target.dtype).bits // 8,
     )
     rows = sweep(profile, costs, ks, batches, context, shape=shape)
+    return MeasuredSweep(profile, costs, rows, {kb: cell[2] for kb, cell in cells.items()}, unit)
 
-    measured = {}
-    for b in batches:
-        batch_items = [PromptItem(f"b{i}", texts[i % len(texts)]) for i in range(b)]
-        base = pipe.run(batch_items, baseline=True, max_new_tokens=max_new_tokens, record_log=False).stats
-        for k in ks:
-            say(f"generating at K = {k}, batch {b}")
-            spec = pipe.run(batch_items, k=k, max_new_tokens=max_new_tokens, record_log=False).stats
-            measured[(k, b)] = (base.decode_time / base.emitted) / (spec.decode_time / spec.emitted)
-    return MeasuredSweep(profile, costs, rows, measured, unit)
+
+def _cells_on_ray(pipe: Pipeline, ks, batches, args, address: str, say) -> dict:
+    """One task per (K, B) cell on the cluster's actors, each cell timed on the worker that runs it."""
+    from specd.models.distributed import actors, connect
+
+    ray = connect(address)
+    _, pool = actors(ray, pipe.options, baseline=False)
+    say(f"{len(ks) * len(batches)} cells on {len(pool)} Ray actors")
+    refs = {}
+    for i, (k, b) in enumerate((k, b) for b in batches for k in ks):
+        refs[(k, b)] = pool[i % len(pool)].call.remote(time_cell, k, b, *args)
+    return dict(zip(refs, ray.get(list(refs.values()))))
 
 
 def _profile_from_stats(alpha_by_position: dict[int, float], k: int) -> AcceptanceProfile:

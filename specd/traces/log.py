@@ -1,12 +1,14 @@
 """The acceptance-log file format, schema ``specd.trace/v1`` (JSONL, one object per line).
 
-Line types, in order of appearance:
+A header line first, then one group of lines per request: its ``proposal`` and
+``round`` lines, then its ``request`` line (written as the request finishes; see
+specd/models/results.py). Line types:
 
 - ``header`` (first line): {"type": "header", "schema": "specd.trace/v1", "manifest": {...}}
   where manifest carries the run coordinate: model names and weight digests,
   dtype, device, torch/transformers versions, both policies, layout, K, seed.
 - ``request``: {"type": "request", "request_id", "prompt", "tag", "prompt_tokens",
-  "text", "finish_reason"}
+  "text", "tokens", "finish_reason", "acceptance"}
 - ``proposal`` (one per proposed draft token): request_id, round_id, round_index,
   draft_index (1-based), position, draft_token, draft_text, q_prob, p_prob,
   accept_ratio, uniform (null if not reached or greedy), reached, accepted,
@@ -19,38 +21,35 @@ Line types, in order of appearance:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specd.errors import BadTrace
-from specd.files import read_text, write_text_atomic
+from specd.files import read_text
 
 SCHEMA = "specd.trace/v1"
 
 
-def write_trace(
-    path: str | Path,
-    manifest: dict,
-    requests: Iterable[dict],
-    acceptance: Iterable,
-    rounds: Iterable,
-    token_text: Callable[[int], str] | None = None,
-) -> int:
-    """Write atomically (temp file + rename). Returns the number of lines."""
-    lines = [{"type": "header", "schema": SCHEMA, "manifest": manifest}]
-    lines += [{"type": "request", **r} for r in requests]
-    for rec in acceptance:
-        d = rec.as_dict()
-        if token_text:
-            d["draft_text"] = token_text(rec.draft_token)
-        lines.append(d)
-    for rec in rounds:
-        d = rec.as_dict()
-        if token_text:
-            d["terminal_text"] = token_text(rec.terminal_token)
-        lines.append(d)
-    write_text_atomic(path, "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), "acceptance log")
-    return len(lines)
+def request_lines(result, log, token_text) -> list[dict]:
+    """One request's acceptance-log lines (specd.trace/v1): proposals, rounds, then its request line."""
+    lines = []
+    for rec in log.acceptance:
+        lines.append({**rec.as_dict(), "draft_text": token_text(rec.draft_token)})
+    for rec in log.rounds:
+        lines.append({**rec.as_dict(), "terminal_text": token_text(rec.terminal_token)})
+    lines.append(
+        {
+            "type": "request",
+            "request_id": result.request_id,
+            "prompt": result.prompt,
+            "tag": result.tag,
+            "prompt_tokens": result.prompt_tokens,
+            "text": result.text,
+            "tokens": list(result.tokens),
+            "finish_reason": result.finish_reason,
+            "acceptance": result.history.as_dict(),
+        }
+    )
+    return lines
 
 
 # Fields each line type must carry, and their types (None allowed where listed).

@@ -154,3 +154,40 @@ def test_first_rejection_stops_even_if_later_tests_would_pass():
     p_draft, q_draft = rows([[1.0, 0.1, 1.0]]), rows([[0.5, 0.5, 0.5]])
     passed = s.acceptance_tests(p_draft, q_draft, rows([[0.5, 0.5, 0.0]]), torch.ones(1, 3, dtype=torch.bool))
     assert passed.tolist() == [[True, False, True]] and s.count_accepted(passed).item() == 1
+
+
+def test_inverse_cdf_equals_the_rational_rule_at_every_interval_end(monkeypatch):
+    """Uniforms on both sides of each exact cumulative boundary (the places float64 sums misplace)."""
+    from fractions import Fraction
+
+    import specd.core.sampler as sampler
+
+    gen = torch.Generator().manual_seed(5)
+    row = torch.rand(1, 300, generator=gen, dtype=torch.float64) * (torch.rand(1, 300, generator=gen) > 0.3)
+    masses = [Fraction(x) for x in row[0].tolist()]
+    total = sum(masses)
+    cums, boundaries = Fraction(0), []
+    for m in masses[:60]:
+        cums += m
+        boundaries.append(cums / total)
+    us = []
+    for b in boundaries:
+        n = (b * 2**53).__floor__()
+        us += [Fraction(m, 2**53) for m in (n - 1, n, n + 1) if 0 <= m < 2**53]
+
+    def rule(u: Fraction) -> int:
+        below = Fraction(0)
+        for i, m in enumerate(masses):
+            below += m
+            if m > 0 and below > u * total:
+                return i
+        raise AssertionError
+
+    picks = sample_categorical(row.expand(len(us), 300), torch.tensor([float(u) for u in us], dtype=torch.float64))
+    assert picks.tolist() == [rule(u) for u in us]
+
+    # A one-hot row (the greedy terminal) at u = 0 is exact in float64: no rational work.
+    monkeypatch.setattr(sampler, "_exact_inverse_cdf", lambda *_: (_ for _ in ()).throw(AssertionError("slow path")))
+    one_hot = torch.zeros(3, 49152)
+    one_hot[torch.arange(3), torch.tensor([5, 0, 49151])] = 1.0
+    assert sample_categorical(one_hot, torch.zeros(3, dtype=torch.float64)).tolist() == [5, 0, 49151]

@@ -117,3 +117,53 @@ def test_sampled_joint_through_the_adapter_matches_the_target(layout):
     assert abs(sum(reference.values()) - 1) < 1e-9
     worst = max(abs(counts.get(seq, 0) / n - p) / bernstein_bound(p, n, vocab**horizon) for seq, p in reference.items())
     assert worst <= 1.0
+
+
+PROMPT_SET = [
+    Request(f"q{i}", tuple((i * 7 + j) % 60 + 1 for j in range(1 + i % 9)), 4 + (i * 5) % 17, seed=i) for i in range(24)
+]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_continuous_batching_gives_the_same_tokens_at_every_batch_size(pair, temperature):
+    policy = SamplingPolicy.build(temperature=temperature)
+    expected = spec(pair, 3, target_policy=policy, draft_policy=policy).run(PROMPT_SET).new_tokens()
+    for batch_size in (1, 3, 16):
+        got = spec(pair, 3, target_policy=policy, draft_policy=policy).run(PROMPT_SET, batch_size=batch_size)
+        assert got.new_tokens() == expected, batch_size
+
+
+def test_requests_joining_a_running_batch_get_exact_caches(pair, monkeypatch):
+    """A joining prompt is prefilled apart and spliced into a freed row; every committed cache
+    equals a fresh prefill of its tokens after every round."""
+    monkeypatch.setattr(hf_module, "COMPACT_MIN_POSITIONS", 8)
+    policy = SamplingPolicy.build(temperature=1.0)
+    engine = spec(pair, 3, target_policy=policy, draft_policy=policy)
+    session = engine.start()
+    session.submit(PROMPT_SET[:10])
+    checked, joined = 0, 0
+    while session.pending:
+        joined += len(session.fill(4))
+        speculative_round(session)
+        for s in session.live():
+            got = session.cache.committed_kv(s.slot)
+            for (gk, gv), (wk, wv) in zip(got, fresh_prefill_kv(pair[0], s.cache_tokens)):
+                assert torch.allclose(gk, wk, atol=1e-5) and torch.allclose(gv, wv, atol=1e-5)
+            checked += 1
+        assert len(session.cache.rows) <= 4  # freed rows are reused, the batch never grows past its size
+    assert joined == 10 and checked > 20
+
+
+def test_a_finished_request_frees_its_row_without_copying_the_cache(pair, monkeypatch):
+    calls = []
+    real = hf_module.cache_compat.select_batch
+    monkeypatch.setattr(hf_module.cache_compat, "select_batch", lambda *a: calls.append(1) or real(*a))
+    engine = spec(pair, 2)
+    requests = [Request(f"f{i}", (i + 1, i + 2), 3 if i == 0 else 30, seed=i) for i in range(8)]
+    session = engine.start(requests)
+    while not session.store.get("f0").finished:
+        speculative_round(session)
+    assert calls == [] and session.cache.rows.count(None) == 1  # 1 of 8 rows free: no copy
+    session.submit([Request("joiner", (5, 6, 7), 5)])
+    session.fill(8)
+    assert session.cache.rows.count(None) == 0 and len(session.cache.rows) == 8  # the joiner took the free row

@@ -53,7 +53,7 @@ def test_the_engine_accepts_a_ratio_one_draft_at_u_one_minus_2_pow_30():
     draws = lambda state, stream, n: [ONE_MINUS_2_30 if stream == "acceptance" else 0.5] * n  # noqa: E731
     session = engine.start([Request("r", (0, 1), 4)], draws=draws)
     speculative_round(session)
-    (rec,) = session.log.acceptance
+    (rec,) = session.logs["r"].acceptance
     assert rec.accept_ratio == 1.0 and rec.uniform == ONE_MINUS_2_30 and rec.accepted
 
 

@@ -1,6 +1,8 @@
+import json
+
 import pytest
 
-from specd.traces.log import BadTrace, read_trace, write_trace
+from specd.traces.log import SCHEMA, BadTrace, read_trace
 from specd.traces.summary import summarize, to_table
 from tests.helpers import synthetic_log
 
@@ -39,7 +41,8 @@ def test_grouping_by_a_column_and_table_columns():
 
 def test_log_round_trip_and_refusals(tmp_path):
     path = tmp_path / "log.jsonl"
-    write_trace(path, {"k": 2}, [{"request_id": "a"}], [], [])
+    header = {"type": "header", "schema": SCHEMA, "manifest": {"k": 2}}
+    path.write_text(json.dumps(header) + "\n" + json.dumps({"type": "request", "request_id": "a"}) + "\n")
     header, requests, proposals, rounds = read_trace(path)
     assert header["schema"] == "specd.trace/v1" and requests == [{"type": "request", "request_id": "a"}]
     bad = tmp_path / "bad.jsonl"

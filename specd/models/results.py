@@ -1,0 +1,232 @@
+"""Files written request by request: the results file and the acceptance log of a prompt set.
+
+Both are JSONL with a header line first (its ``manifest`` says what determines the
+output) and then one group of lines per finished request (for results, one
+``result`` line; for the acceptance log, its ``request``, ``proposal`` and ``round``
+lines). A group is appended and flushed as soon as its request finishes and every
+earlier request of the prompt set has been written; a request that finishes early
+waits in memory, so the file lists requests in input order and a run's file does
+not depend on the batch size or on how many processes ran it. If the run stops
+(Ctrl-C, an error), every finished request still waiting is written (out of order)
+before it ends, so nothing finished is lost.
+
+``--resume`` reads the file back: a torn last line (a write cut off) is dropped, the
+header's manifest must equal this run's on every field that determines output
+(a named one-line error otherwise), and the requests already written are skipped.
+When a resumed run completes, the file is rewritten once in input order, so it is
+byte-identical to an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from specd.errors import ResumeMismatch, UsageError
+from specd.files import check_output, write_text_atomic
+from specd.traces.log import SCHEMA as TRACE_SCHEMA
+from specd.traces.log import request_lines
+
+RESULTS_SCHEMA = "specd.results/v1"
+
+# Manifest fields that decide what a request generates (batch size and layout do not).
+OUTPUT_FIELDS = (
+    "target",
+    "draft",
+    "dtype",
+    "device",
+    "torch",
+    "transformers",
+    "target_policy",
+    "draft_policy",
+    "backend",
+    "k",
+    "seed",
+    "max_new_tokens",
+    "stop",
+    "chat",
+    "event_space",
+    "eos_ids",
+)
+
+
+def manifest_difference(recorded: dict, current: dict) -> tuple[str, object, object] | None:
+    """The first output-determining field where two manifests differ: (field, recorded, current)."""
+    for name in OUTPUT_FIELDS:
+        a, b = recorded.get(name), current.get(name)
+        if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
+            return name, a, b
+    return None
+
+
+def _dumps(obj: dict) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+class RequestLines:
+    """A JSONL file written one request at a time, in input order (see the module docstring)."""
+
+    def __init__(
+        self, path: str, what: str, schema: str, marker: str, manifest: dict, order: Sequence[str], resume: bool
+    ):
+        """``marker``: the type of the line that ends a request's group (a group without it was cut off)."""
+        self.path, self.what, self.schema, self.marker = path, what, schema, marker
+        self.order = list(order)
+        self.position = {rid: i for i, rid in enumerate(self.order)}
+        self.header = {"type": "header", "schema": schema, "manifest": manifest}
+        self.groups: dict[str, list[str]] = {}  # request id -> its lines, for a rewrite in order
+        self.waiting: dict[str, list[str]] = {}  # finished, not written yet
+        self.notes: list[str] = []
+        check_output(path, what)
+        if resume and Path(path).exists():
+            self._load(manifest)
+        else:
+            write_text_atomic(path, _dumps(self.header), what)
+        self.file_order = list(self.groups)  # ids in the order their lines stand in the file
+        self._next = 0
+        self._advance()
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the whole run
+
+    @property
+    def done(self) -> set[str]:
+        """Request ids already in the file."""
+        return set(self.groups)
+
+    def _load(self, manifest: dict) -> None:
+        path = self.path
+        raw = Path(path).read_bytes()
+        lines = raw.split(b"\n")
+        complete = lines[:-1]  # whatever follows the last newline was cut off mid-write
+        if lines[-1]:
+            self.notes.append(f"{path}: dropped a torn last line ({len(lines[-1])} bytes) left by an interrupted run")
+        try:
+            parsed = [json.loads(line) for line in complete if line.strip()]
+        except json.JSONDecodeError as err:
+            raise UsageError(f"--resume: {path} is corrupt ({err.msg}); it is not a file specd wrote") from None
+        if not parsed or parsed[0].get("type") != "header" or parsed[0].get("schema") != self.schema:
+            raise ResumeMismatch(f"--resume: {path} is not a {self.schema} file")
+        difference = manifest_difference(parsed[0].get("manifest", {}), manifest)
+        if difference is not None:
+            name, was, now = difference
+            raise ResumeMismatch(
+                f"--resume: {path} was written by another run: its {name} is {_short(was)}, this run's is "
+                f"{_short(now)}; resume with the same options, or write to a new file"
+            )
+        group_lines: dict[str, list[str]] = {}
+        finished: set[str] = set()
+        for obj in parsed[1:]:
+            rid = obj.get("request_id", obj.get("id"))
+            if not isinstance(rid, str):
+                raise UsageError(f"--resume: {path} has a line with no request id; it is not a file specd wrote")
+            group_lines.setdefault(rid, []).append(_dumps(obj))
+            if obj.get("type") == self.marker:
+                finished.add(rid)
+        cut = [rid for rid in group_lines if rid not in finished]
+        if cut:
+            self.notes.append(f"{path}: dropped the lines of {len(cut)} request(s) cut off before they were complete")
+        strangers = [rid for rid in finished if rid not in self.position]
+        if strangers:
+            raise ResumeMismatch(
+                f"--resume: {path} holds requests that are not in this prompt set (e.g. {strangers[0]!r}); "
+                "resume with the same prompts"
+            )
+        self.groups = {rid: g for rid, g in group_lines.items() if rid in finished}
+        if lines[-1] or cut:  # rewrite without the torn tail (atomic), so appends start on a clean line
+            body = "".join(line for rid, group in group_lines.items() if rid in finished for line in group)
+            write_text_atomic(path, _dumps(parsed[0]) + body, self.what)
+
+    def add(self, request_id: str, objects: Iterable[dict]) -> None:
+        """A finished request's lines: written now if every earlier request is, else kept until then.
+        A request already in the file (resumed) is not written twice."""
+        if request_id in self.groups:
+            return
+        self.waiting[request_id] = [_dumps(obj) for obj in objects]
+        self._advance()
+
+    def _advance(self) -> None:
+        while self._next < len(self.order):
+            rid = self.order[self._next]
+            if rid in self.groups and rid not in self.waiting:
+                self._next += 1  # already in the file (resumed)
+                continue
+            if rid not in self.waiting:
+                return
+            self._write(rid, self.waiting.pop(rid))
+            self._next += 1
+
+    def _write(self, rid: str, lines: list[str]) -> None:
+        self._fh.write("".join(lines))
+        self._fh.flush()
+        self.groups[rid] = lines
+        self.file_order.append(rid)
+
+    def close(self) -> None:
+        """Write whatever finished and still waits (out of order if the run stopped early); once
+        every request of the prompt set is in, put the file in input order."""
+        for rid, lines in list(self.waiting.items()):
+            self._write(rid, lines)
+        self.waiting.clear()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        complete = all(rid in self.groups for rid in self.order)
+        if complete and self.file_order != [rid for rid in self.order if rid in self.groups]:
+            body = "".join(line for rid in self.order for line in self.groups[rid])
+            write_text_atomic(self.path, _dumps(self.header) + body, self.what)
+
+
+def _short(value, limit: int = 80) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class PromptSetFiles:
+    """The results file and the acceptance log of one prompt set, streamed per request.
+
+    Opening them (with ``resume``) decides what is left to run: the requests complete
+    in every file given. ``on_finish`` is the pipeline's callback; ``close`` must run
+    whatever happens (it writes what finished and still waits).
+    """
+
+    def __init__(self, items, manifest: dict, results: str | None, trace: str | None, resume: bool, token_text):
+
+        ids = [i.request_id for i in items]
+        self.token_text = token_text
+        self.results = (
+            RequestLines(results, "results file", RESULTS_SCHEMA, "result", manifest, ids, resume) if results else None
+        )
+        self.trace = (
+            RequestLines(trace, "acceptance log", TRACE_SCHEMA, "request", manifest, ids, resume) if trace else None
+        )
+        files = [f for f in (self.results, self.trace) if f is not None]
+        done = set.intersection(*(f.done for f in files)) if files else set()
+        self._check_prompts(items)
+        self.todo = [i for i in items if i.request_id not in done]
+        self.already = len(items) - len(self.todo)
+        self.notes = [n for f in files for n in f.notes]
+
+    def _check_prompts(self, items) -> None:
+        """A resumed request must be the same prompt under the same id."""
+        texts = {i.request_id: i.text for i in items}
+        for f in (self.results, self.trace):
+            if f is None:
+                continue
+            for rid, lines in f.groups.items():
+                prompt = json.loads(lines[-1]).get("prompt")
+                if prompt != texts[rid]:
+                    raise ResumeMismatch(
+                        f"--resume: {f.path} holds request {rid!r} with another prompt than this prompt set's; "
+                        "resume with the same prompts"
+                    )
+
+    def on_finish(self, result, log) -> None:
+        if self.trace is not None:
+            self.trace.add(result.request_id, request_lines(result, log, self.token_text))
+        if self.results is not None:
+            self.results.add(result.request_id, [{"type": "result", **result.as_dict()}])
+
+    def close(self) -> None:
+        for f in (self.trace, self.results):
+            if f is not None:
+                f.close()

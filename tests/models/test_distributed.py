@@ -1,0 +1,167 @@
+"""Prompt sets over Ray: the same files as a local run, and nothing lost when an actor dies."""
+
+import importlib.util
+import json
+import time
+
+import pytest
+
+from specd.errors import UsageError
+from tests.helpers import run_cli
+
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+
+PROMPTS = [f"the quick brown fox {word}" for word in ("jumps", "sleeps", "runs", "waits", "hides", "eats")] * 3
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    from specd.models.distributed import connect
+
+    ray = connect("local", num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def prompt_set(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "id": f"r{i}"}) + "\n" for i, p in enumerate(PROMPTS)))
+    return path
+
+
+def args(tiny_models, prompt_set, out, trace, *extra):
+    return [
+        "generate",
+        "--target",
+        tiny_models[0],
+        "--draft",
+        tiny_models[1],
+        "--prompts-file",
+        str(prompt_set),
+        "--max-new-tokens",
+        "16",
+        "--temperature",
+        "0.9",
+        "--out",
+        str(out),
+        "--trace",
+        str(trace),
+        *extra,
+    ]
+
+
+def request_events(path):
+    return [
+        (x["request_id"], x["tokens"], x["acceptance"])
+        for x in map(json.loads, path.read_text().splitlines()[1:])
+        if x["type"] == "request"
+    ]
+
+
+@needs_ray
+@pytest.mark.slow
+def test_a_prompt_set_on_ray_writes_the_local_runs_results(ray_local, tiny_models, prompt_set, tmp_path, capsys):
+    local = (tmp_path / "local.jsonl", tmp_path / "local-trace.jsonl")
+    assert run_cli(args(tiny_models, prompt_set, *local, "--batch-size", "4"), capsys)[0] == 0
+    on_ray = (tmp_path / "ray.jsonl", tmp_path / "ray-trace.jsonl")
+    code, _, err = run_cli(args(tiny_models, prompt_set, *on_ray, "--ray"), capsys)
+    assert code == 0, err
+    assert on_ray[0].read_bytes() == local[0].read_bytes()
+    assert request_events(on_ray[1]) == request_events(local[1])
+
+
+@needs_ray
+@pytest.mark.slow
+def test_a_killed_actor_loses_nothing_and_duplicates_nothing(ray_local, tiny_models, prompt_set, tmp_path, capsys):
+    from specd.models.distributed import run_on_ray
+    from specd.models.options import GenerateOptions
+    from specd.models.pipeline import Pipeline
+    from specd.models.prompts import prompt_items
+
+    options = GenerateOptions(target=tiny_models[0], draft=tiny_models[1], max_new_tokens=16, temperature=0.9)
+    pipe = Pipeline.build(options)
+    items = prompt_items([], str(prompt_set))
+    expected = [r.as_dict() for r in pipe.run(items).results]
+    killed, finished = [], []
+
+    def kill_one(busy):  # after the first chunk, kill an actor that is busy with another
+        if not killed and busy:
+            ray_local.kill(busy[0])
+            killed.append(busy[0])
+
+    out = run_on_ray(
+        ray_local,
+        options,
+        items,
+        baseline=False,
+        k=None,
+        max_new_tokens=None,
+        record_log=False,
+        batch_size=None,
+        manifest=pipe.manifest(),
+        on_finish=lambda result, log: finished.append(result.request_id),
+        after_chunk=kill_one,
+    )
+    assert killed and out.retried_chunks >= 1
+    assert sorted(finished) == sorted(i.request_id for i in items)  # each once: nothing lost, nothing twice
+    assert [r.as_dict() for r in out.results] == expected
+
+
+@needs_ray
+def test_sweep_cells_run_on_ray_actors(ray_local, tiny_models, capsys):
+    code, out, err = run_cli(
+        [
+            "sweep-k",
+            "--measure",
+            "--target",
+            tiny_models[0],
+            "--draft",
+            tiny_models[1],
+            "--k",
+            "1..2",
+            "--batch",
+            "1,2",
+            "--max-new-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--ray",
+            "--json",
+        ],
+        capsys,
+    )
+    doc = json.loads(out)
+    assert code == 0, err
+    assert len(doc["rows"]) == 4 and all(r["measured_speedup"] > 0 for r in doc["rows"])
+
+
+def test_without_ray_the_flag_says_how_to_get_it(monkeypatch, tiny_models, capsys):
+    import specd.models.distributed as distributed
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        distributed.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    code, _, err = run_cli(["generate", "--target", tiny_models[0], "--draft", "ngram:2", "-p", "hi", "--ray"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "pip install 'specd[ray]'" in err
+
+
+@needs_ray
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "not-an-address"])
+def test_an_unreachable_cluster_is_one_line_within_seconds(tiny_models, capsys, address):
+    t0 = time.perf_counter()
+    code, _, err = run_cli(
+        ["generate", "--target", tiny_models[0], "--draft", "ngram:2", "-p", "hi", "--ray", address], capsys
+    )
+    assert code == 2 and err.count("\n") == 1 and time.perf_counter() - t0 < 10
+    assert "Ray" in err or "--ray" in err
+
+
+def test_the_connect_check_refuses_a_bad_address_shape():
+    from specd.models.distributed import connect
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed")
+    with pytest.raises(UsageError, match="HOST:PORT"):
+        connect("nohostport")

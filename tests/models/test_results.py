@@ -1,0 +1,107 @@
+"""Results files and acceptance logs written request by request, in input order, resumable."""
+
+import json
+
+import pytest
+
+from specd.errors import ResumeMismatch, UsageError
+from specd.models.results import RESULTS_SCHEMA, RequestLines, manifest_difference
+
+MANIFEST = {"target": {"identity": "t"}, "seed": 0, "k": 4, "target_policy": {"greedy": True}}
+ORDER = ["a", "b", "c", "d"]
+
+
+def lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def result(rid):
+    return [{"type": "result", "id": rid, "prompt": rid.upper()}]
+
+
+def test_requests_are_written_in_input_order_as_the_prefix_finishes(tmp_path):
+    path = tmp_path / "r.jsonl"
+    f = RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False)
+    f.add("b", result("b"))
+    assert [x.get("id") for x in lines(path)] == [None]  # b waits for a
+    f.add("a", result("a"))
+    assert [x.get("id") for x in lines(path)] == [None, "a", "b"]  # written and flushed at once
+    f.add("d", result("d"))
+    f.add("c", result("c"))
+    f.close()
+    assert [x.get("id") for x in lines(path)] == [None, "a", "b", "c", "d"]
+    assert lines(path)[0] == {"type": "header", "schema": RESULTS_SCHEMA, "manifest": MANIFEST}
+
+
+def test_a_stopped_run_writes_what_finished_and_a_resumed_one_ends_in_input_order(tmp_path):
+    path = tmp_path / "r.jsonl"
+    f = RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False)
+    f.add("c", result("c"))  # finished, but a and b are not: it waits
+    f.close()  # the run stops (Ctrl-C): c must not be lost
+    assert [x.get("id") for x in lines(path)] == [None, "c"]
+    with path.open("a") as fh:
+        fh.write('{"type": "result", "id": "a", "pro')  # a torn line from a write cut off
+    g = RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=True)
+    assert g.done == {"c"} and "torn last line" in g.notes[0]
+    for rid in ("b", "a", "c", "d"):  # c again: already in the file, not written twice
+        g.add(rid, result(rid))
+    g.close()
+    expected = tmp_path / "e.jsonl"
+    h = RequestLines(str(expected), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False)
+    for rid in ORDER:
+        h.add(rid, result(rid))
+    h.close()
+    assert path.read_bytes() == expected.read_bytes()
+
+
+def test_a_group_cut_off_before_its_last_line_is_dropped(tmp_path):
+    path = tmp_path / "t.jsonl"
+    header = {"type": "header", "schema": "specd.trace/v1", "manifest": MANIFEST}
+    body = [{"type": "round", "request_id": "a"}, {"type": "request", "request_id": "a", "prompt": "A"}]
+    body += [{"type": "round", "request_id": "b"}]  # b's request line never came
+    path.write_text("".join(json.dumps(x) + "\n" for x in [header, *body]))
+    f = RequestLines(str(path), "acceptance log", "specd.trace/v1", "request", MANIFEST, ORDER, resume=True)
+    f.close()
+    assert f.done == {"a"} and "cut off" in f.notes[0]
+    assert [x.get("request_id") for x in lines(path)] == [None, "a", "a"]
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"seed": 1}, "seed"),
+        ({"k": 8}, "k"),
+        ({"target": {"identity": "other"}}, "target"),
+        ({"target_policy": {"greedy": False}}, "target_policy"),
+    ],
+)
+def test_resuming_another_runs_file_is_refused_naming_the_field(tmp_path, change, field):
+    path = tmp_path / "r.jsonl"
+    RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False).close()
+    with pytest.raises(ResumeMismatch, match=f"its {field} is"):
+        RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", {**MANIFEST, **change}, ORDER, resume=True)
+    assert manifest_difference(MANIFEST, {**MANIFEST, "layout": "retained_frontier"}) is None  # not an output field
+
+
+@pytest.mark.parametrize(
+    "text,error,message",
+    [
+        ('{"type": "header", "schema": "specd.results/v1", "manifest": {}}\nnot json\n{}\n', UsageError, "corrupt"),
+        ('{"type": "header", "schema": "something/v9"}\n', ResumeMismatch, "is not a specd.results/v1 file"),
+        ("", ResumeMismatch, "is not a specd.results/v1 file"),
+    ],
+)
+def test_a_corrupt_file_is_one_line(tmp_path, text, error, message):
+    path = tmp_path / "r.jsonl"
+    path.write_text(text)
+    with pytest.raises(error, match=message):
+        RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=True)
+
+
+def test_requests_not_in_the_prompt_set_are_refused(tmp_path):
+    path = tmp_path / "r.jsonl"
+    f = RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ["z"], resume=False)
+    f.add("z", result("z"))
+    f.close()
+    with pytest.raises(ResumeMismatch, match="not in this prompt set"):
+        RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=True)
