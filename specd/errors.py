@@ -147,6 +147,12 @@ class ResumeMismatch(UsageError):
     code = "resume_mismatch"
 
 
+class KScheduleMismatch(UsageError):
+    """--k-schedule replays a schedule that does not fit this run (another prompt, model or budget)."""
+
+    code = "k_schedule_mismatch"
+
+
 class OutputPathError(UsageError):
     """An output path that cannot take a regular file (a directory, a device, a missing or read-only folder)."""
 

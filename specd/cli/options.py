@@ -63,7 +63,32 @@ MaxMemoryOpt = Annotated[
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (cuda when present), cpu, cuda, cuda:N.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
 # -- decoding ----------------------------------------------------------------------------
-KOpt = Annotated[int, typer.Option("-k", "--k", help=f"Drafts per round K, 1..{MAX_K}.")]
+KOpt = Annotated[
+    str,
+    typer.Option(
+        "-k",
+        "--k",
+        help=f"Drafts per round: auto (chosen per request and round from its acceptance and the measured "
+        f"costs; K = 0 when drafting does not pay) or a fixed K in 1..{MAX_K}.",
+    ),
+]
+KMaxOpt = Annotated[int, typer.Option("--k-max", help=f"The largest K that -k auto may choose, 1..{MAX_K}.")]
+DraftStopOpt = Annotated[
+    float,
+    typer.Option(
+        "--draft-stop",
+        help="Stop drafting where the draft's largest probability at the next position is below P, in [0, 1) "
+        "(0: never).",
+    ),
+]
+KScheduleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--k-schedule",
+        help="Replay the K schedules recorded in FILE (a --json document, a results file or an acceptance log), "
+        "reproducing a sampled -k auto run token for token.",
+    ),
+]
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", help="Token budget per prompt (>= 1).")]
 TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Target temperature (finite, >= 0; 0 = greedy).")]
 TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Target top-k (>= 1).")]
@@ -193,6 +218,8 @@ def read_run(ctx: typer.Context, trace_param: str, results_param: str) -> tuple[
         if name in config and name not in typed:
             value = _typed_config_value(config_path, name, kind, config[name])
         run[name] = value
+    given = typed | set(config)
+    _check_k_flags(options, given, bool(run["baseline"]))
     return options, RunArgs(
         prompts=tuple(run["prompt"] or ()),
         prompts_file=run["prompts_file"],
@@ -205,6 +232,17 @@ def read_run(ctx: typer.Context, trace_param: str, results_param: str) -> tuple[
         batch_size=run["batch_size"],
         ray=run["ray"],
     )
+
+
+def _check_k_flags(options: GenerateOptions, given: set[str], baseline: bool) -> None:
+    """The K flags that make no sense together, named (``given``: typed, or in the config)."""
+    k_flags = [n for n in ("k", "k_max", "draft_stop", "k_schedule") if n in given]
+    if baseline and k_flags:
+        raise UsageError(f"{options.where(k_flags[0])} needs a draft: target-only decoding (--baseline) drafts nothing")
+    if options.k_schedule is not None and "k" in given:
+        raise UsageError("give -k or --k-schedule, not both (the schedule says K for every round)")
+    if "k_max" in given and not options.auto_k:
+        raise UsageError(f"{options.where('k_max')} bounds -k auto; with a fixed -k {options.k} it has no effect")
 
 
 def _typed_here(ctx: typer.Context, name: str) -> bool:

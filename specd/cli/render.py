@@ -22,11 +22,20 @@ def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary"
     row("request rounds", lambda s: str(s.rounds))
     row("mean accepted length", lambda s: f"{s.mean_accepted_length:.2f}")
     row("acceptance by position", lambda s: " ".join(f"{a:.2f}" for a in s.acceptance_by_position.values()) or "-")
+    row("K chosen (rounds)", _k_histogram)
+    row("share of rounds at K = 0", lambda s: f"{100 * s.share_k0:.0f}%")
+    row("vLLM: mean acceptance length", lambda s: f"{s.mean_acceptance_length:.2f}" if s.num_drafts else "-")
+    row("vLLM: draft acceptance rate", lambda s: f"{100 * s.acceptance_rate:.1f}%" if s.proposed else "-")
+    row("vLLM: drafts / draft tokens / accepted", lambda s: f"{s.num_drafts} / {s.proposed} / {s.accepted}")
     row("draft / verify / state", lambda s: _split(s))
     row("prefill", lambda s: f"{s.prefill_time:.2f} s")
     row("target / draft forwards", lambda s: f"{s.target_forwards} / {s.draft_forwards}")
     row("K/V rows temp / committed", lambda s: f"{s.kv_temporary_rows} / {s.kv_committed_rows}")
     return table
+
+
+def _k_histogram(s: RunStats) -> str:
+    return " ".join(f"{k}:{n}" for k, n in s.k_hist.items()) or "-"
 
 
 def _split(s: RunStats) -> str:

@@ -132,7 +132,7 @@ def sweep_k(
     ks, batches = parse_ints(k, "--k", MAX_K if measure else MAX_SWEEP_K), parse_ints(batch, "--batch", batch_limit)
     p = ctx.params
     result = _measured(p, ks, batches) if measure else _analytic(p, ks, batches, k_given="k" in _typed(ctx))
-    records = [row_dict(r, result.mode, result.measured.get((r.k, r.batch))) for r in result.rows]
+    records = [row_dict(r, result.mode, result.measured.get(cell_key(r))) for r in result.rows]
     if out is not None:
         write_csv(out, records)
     if plot_path is not None:
@@ -140,7 +140,13 @@ def sweep_k(
     optima = {}
     for b in sorted({r.batch for r in result.rows}):
         best, interior = optimum(result.rows, b)
-        optima[str(b)] = {"k": best.k, "speedup": best.speedup, "interior": interior}
+        auto = next((r for r in result.rows if r.batch == b and r.policy == "auto"), None)
+        optima[str(b)] = {
+            "k": best.k,
+            "speedup": best.speedup,
+            "interior": interior,
+            "auto_k": auto.k if auto else None,
+        }
     gap = _gap(result.rows, result.measured) if result.measured else None
     if as_json:
         print_json(
@@ -162,6 +168,11 @@ def sweep_k(
         stdout.print(f"[dim]{len(records)} rows written to {out}[/]")
     if plot_path:
         stdout.print(f"[dim]plot written to {plot_path}[/]")
+
+
+def cell_key(row) -> tuple:
+    """A row's key in the measured cells: (K, B), or ("auto", B) for the -k auto row."""
+    return (row.k if row.policy == "fixed" else "auto", row.batch)
 
 
 def _typed(ctx: typer.Context) -> set[str]:
@@ -212,7 +223,7 @@ def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> Swee
     if not (k_given or profile.constant or (p["config"] and "k" in cfg)):
         ks = [k for k in ks if k <= len(profile.alphas)]
     cost = CostModel(**{name: _number(v, name) for name, v in cost_fields.items()})
-    rows = sweep(profile, cost, ks, batches, context, stop, _shape(p["kv_shape"]))
+    rows = sweep(profile, cost, ks, batches, context, stop, _shape(p["kv_shape"]), auto=True)
     return SweepResult("analytic", rows, profile, cost.describe(), {}, None)
 
 
@@ -302,12 +313,12 @@ def _shape(text: str | None) -> ModelShape | None:
 
 
 def _gap(rows, measured) -> dict:
-    diffs = [(r.speedup - measured[(r.k, r.batch)], r) for r in rows if (r.k, r.batch) in measured]
+    diffs = [(r.speedup - measured[cell_key(r)], r) for r in rows if cell_key(r) in measured]
     worst = max(diffs, key=lambda d: abs(d[0]))
     return {
         "mean_predicted_minus_measured": sum(d for d, _ in diffs) / len(diffs),
         "max_abs_gap": abs(worst[0]),
-        "at": {"k": worst[1].k, "batch": worst[1].batch},
+        "at": {"k": worst[1].k if worst[1].policy == "fixed" else "auto", "batch": worst[1].batch},
     }
 
 
@@ -324,7 +335,7 @@ def _render(result: SweepResult, optima: dict, gap: dict | None) -> None:
     table.add_column("")
     for r in result.rows:
         cells = [
-            str(r.k),
+            str(r.k) if r.policy == "fixed" else f"auto ({r.k})",
             str(r.batch),
             f"{r.expected_accepted:.2f}",
             f"{r.expected_progress:.2f}",
@@ -335,14 +346,16 @@ def _render(result: SweepResult, optima: dict, gap: dict | None) -> None:
             f"{r.speedup:.3f}",
         ]
         if measured:
-            m = measured.get((r.k, r.batch))
+            m = measured.get(cell_key(r))
             cells.append("-" if m is None else f"{m:.3f}")
         cells += [f"{r.discarded_kv_rows:.2f}", "[bold green]best[/]" if r.optimal else ""]
         table.add_row(*cells)
     stdout.print(table)
     for b, o in optima.items():
         where = "interior optimum" if o["interior"] else "at the edge of the K range swept"
-        stdout.print(f"B = {b}: best K = {o['k']} (speedup {o['speedup']:.3f}, {where})")
+        stdout.print(
+            f"B = {b}: best K = {o['k']} (speedup {o['speedup']:.3f}, {where}); -k auto settles on K = {o['auto_k']}"
+        )
     if gap:
         stdout.print(
             f"[bold]predicted - measured speedup:[/] mean {gap['mean_predicted_minus_measured']:+.3f}, "

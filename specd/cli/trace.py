@@ -20,12 +20,15 @@ from specd.cli.options import (
     DeviceOpt,
     DraftGgufOpt,
     DraftOpt,
+    DraftStopOpt,
     DraftTemperatureOpt,
     DraftTopKOpt,
     DraftTopPOpt,
     DtypeOpt,
     JsonOpt,
+    KMaxOpt,
     KOpt,
+    KScheduleOpt,
     LayoutOpt,
     MaxMemoryOpt,
     MaxNewTokensOpt,
@@ -70,7 +73,10 @@ def run(
     target_gguf: TargetGgufOpt = None,
     draft_gguf: DraftGgufOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
-    k: KOpt = 4,
+    k: KOpt = "auto",
+    k_max: KMaxOpt = 8,
+    draft_stop: DraftStopOpt = 0.0,
+    k_schedule: KScheduleOpt = None,
     max_new_tokens: MaxNewTokensOpt = 128,
     temperature: TemperatureOpt = 0.0,
     top_k: TopKOpt = None,
@@ -185,10 +191,14 @@ def _label(col: str) -> str:
         ("pr_a_", "Pr(A = {})"),
         ("survival_", "s_{} = Pr(A >= {})"),
         ("alpha_", "alpha_{} (reached)"),
+        ("num_accepted_tokens_pos_", "vLLM num_accepted_tokens_per_pos[{}]"),
+        ("rounds_k_", "rounds at K = {}"),
     ):
         if col.startswith(prefix):
             n = col[len(prefix) :]
             return label.format(n, n)
+    if col.startswith("num_") or col in ("mean_acceptance_length", "draft_acceptance_rate"):
+        return f"vLLM {col}"
     return col.replace("_", " ")
 
 

@@ -9,6 +9,7 @@ these components (the failure lab breaks exactly one of them per variant; users
 plug in their own proposers and samplers):
 
 - ``proposer``: ``Proposer.propose`` / ``settle`` (specd.core.proposer);
+- ``k_policy``: ``KPolicy.choose`` / ``observe``, how many drafts a request asks for (specd.core.kpolicy);
 - ``sampler``: the methods of ``RejectionSampler`` (specd.core.sampler);
 - ``layout``: the methods of ``FrontierLayout`` (specd.core.layouts);
 - ``transaction_cls``: ``RoundTransaction.stage_processor`` (specd.core.transaction).
@@ -21,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from specd.core.kpolicy import FixedK, KPolicy
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy
@@ -70,10 +72,13 @@ class SpeculativeEngine:
         layout: FrontierLayout | None = None,
         transaction_cls: type[RoundTransaction] = RoundTransaction,
         fault_hook: FaultHook | None = None,
+        k_policy: KPolicy | None = None,
     ):
+        """``k_policy``: how many drafts each request asks for per round (default: ``config.k``)."""
         if config.k < 0:
             raise UsageError(f"k must be >= 0, got {config.k}")
         check_backend(config.backend)
+        self.k_policy = k_policy or FixedK(config.k)
         self.target = target
         self.proposer = proposer if proposer is not None else NullProposer(target.vocab_size)
         if self.proposer.vocab_size != target.vocab_size:
@@ -91,14 +96,14 @@ class SpeculativeEngine:
     @classmethod
     def baseline(cls, target, target_policy: SamplingPolicy, config: EngineConfig = EngineConfig(), **kw):
         """Target-only decoding through the same loop (k = 0, no proposer)."""
-        return cls(target, None, target_policy, replace(config, k=0), **kw)
+        return cls(target, None, target_policy, replace(config, k=0), **{**kw, "k_policy": None})
 
     def k_for(self, state: RequestState) -> int:
-        """Drafts to ask for this round: the request's own K or the engine's, within its budget.
+        """Drafts to ask for this round: the request's own K, else the K policy's, within its budget.
 
         The last token of a budget is always a terminal token, so at most remaining - 1 drafts.
         """
-        k = self.config.k if state.k is None else state.k
+        k = self.k_policy.choose(state) if state.k is None else state.k
         return max(0, min(k, state.remaining - 1))
 
     def start(self, requests: Sequence[Request] = (), draws: Draws = stream_draws):

@@ -15,6 +15,7 @@ it in. Three sources:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,10 @@ class Proposal:
     drafts: tuple[tuple[int, ...], ...]  # per row, len k_b
     q: torch.Tensor  # float[B, K, V] the rows each d_i was drawn from (zeros past k_b)
     sampled: bool  # draws were taken from the proposal stream
+    # The draft model's first call of the round: the most tokens it fed one row (more than 2 when
+    # the draft cache catches up on output it did not see, e.g. after K = 0 rounds) and its seconds.
+    first_call_tokens: int = 0
+    first_call_seconds: float = 0.0
 
 
 class Proposer:
@@ -66,6 +71,11 @@ class Proposer:
     def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
         """Align the cache with the published output (None: the round aborted)."""
 
+    def step_seconds(self, batch: int) -> float:
+        """Seconds one draft step takes for ``batch`` rows on this machine (a proposer without a
+        model: nothing to time)."""
+        return 0.0
+
 
 class NullProposer(Proposer):
     identity = "none"
@@ -87,9 +97,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class ModelProposer(Proposer):
-    def __init__(self, model: CausalLM, policy: SamplingPolicy):
+    """``draft_stop`` P: a row stops drafting at the first position where the draft's largest
+    probability is below P (its confidence: the largest entry of q, or of the softmax of the
+    processed logits when the draft is greedy and q is a point mass). That decision reads the
+    draft's own row only, before the draft is drawn, so K stays a stopping time (exact)."""
+
+    def __init__(self, model: CausalLM, policy: SamplingPolicy, draft_stop: float = 0.0):
+        if not 0.0 <= draft_stop < 1.0:
+            raise UsageError(f"--draft-stop must be in [0, 1), got {draft_stop}")
         self.model = model
         self.policy = policy
+        self.draft_stop = draft_stop
         self.identity = model.identity
         self.vocab_size = model.vocab_size
 
@@ -113,6 +131,13 @@ class ModelProposer(Proposer):
         greedy, u None). q_rows float[N, V] -> int64[N]. The row drawn from is the row recorded as q."""
         return q_rows.argmax(dim=-1) if u is None else sample_categorical(q_rows, u)
 
+    def confidence(self, raw_rows: torch.Tensor, q_rows: torch.Tensor, states) -> torch.Tensor:
+        """The draft's largest probability per row, float[N]: max q, or for a greedy draft (q a
+        point mass) the max of the softmax of its processed logits."""
+        if not self.policy.greedy:
+            return q_rows.max(dim=-1).values
+        return torch.softmax(self.policy.logits(raw_rows, states).float(), dim=-1).max(dim=-1).values
+
     def propose(self, states, ks, cache, draws, backend, dtype):
         b_total = len(states)
         k_max = max(ks, default=0)
@@ -129,13 +154,26 @@ class ModelProposer(Proposer):
             tokens = self.pending(cache, states[b])
             start = cache.length(states[b].slot)
             rows.append(RowInput(states[b].slot, tokens, tuple(range(start, start + len(tokens)))))
+        started = time.perf_counter()
         out = self.model.step(cache, rows, logits_for=1)
         raw = {b: logits[-1] for b, logits in zip(live, out.logits)}
+        first_call = (max(len(r.tokens) for r in rows), time.perf_counter() - started)
+        ks = list(ks)
         for i in range(k_max):
             here = [b for b in live if ks[b] > i]
-            q_rows = self.policy.probabilities(
-                torch.stack([raw[b] for b in here]), [proc[b] for b in here], backend, dtype
-            )
+            if not here:
+                break
+            raw_rows = torch.stack([raw[b] for b in here])
+            q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], backend, dtype)
+            if self.draft_stop > 0:
+                sure = self.confidence(raw_rows, q_rows, [proc[b] for b in here]) >= self.draft_stop
+                for b in (b for b, keep in zip(here, sure.tolist()) if not keep):
+                    ks[b] = i  # this row's draft ends before position i + 1
+                keep_idx = sure.nonzero().flatten()
+                here = [here[j] for j in keep_idx.tolist()]
+                if not here:
+                    break
+                q_rows = q_rows[keep_idx.to(q_rows.device)]
             u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
             tokens = self.draw(q_rows, u).tolist()
             q[torch.tensor(here, device=q.device), i] = q_rows.to(q)
@@ -147,7 +185,25 @@ class ModelProposer(Proposer):
                 step_rows = [RowInput(states[b].slot, (drafts[b][-1],), (cache.length(states[b].slot),)) for b in feed]
                 out = self.model.step(cache, step_rows, logits_for=1)
                 raw.update({b: logits[-1] for b, logits in zip(feed, out.logits)})
-        return Proposal(tuple(tuple(d) for d in drafts), q, sampled)
+        return Proposal(tuple(tuple(d) for d in drafts), q, sampled, *first_call)
+
+    def step_seconds(self, batch: int) -> float:
+        """One draft step for ``batch`` rows, timed on a scratch cache holding a two-token context
+        (nothing of the run's caches is touched; these calls are not counted as the run's forwards)."""
+        calls = self.model.forward_calls if hasattr(self.model, "forward_calls") else None
+        cache = self.model.new_cache()
+        for slot in range(batch):
+            cache.open(slot)
+        self.model.step(cache, [RowInput(slot, (1, 2), (0, 1)) for slot in range(batch)], logits_for=0)
+        for slot in range(batch):
+            cache.commit(slot, 2)
+        started = time.perf_counter()
+        out = self.model.step(cache, [RowInput(slot, (3,), (2,)) for slot in range(batch)], logits_for=1)
+        float(out.logits[0][-1, 0])  # waits for the device
+        seconds = time.perf_counter() - started
+        if calls is not None:
+            self.model.forward_calls = calls
+        return seconds
 
     def settle(self, cache, slot, output):
         if output is None:

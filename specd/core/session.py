@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specd.core.kpolicy import RoundTiming
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.proposer import Proposal
@@ -55,6 +56,9 @@ class DecodeSession:
         self._finished: list[str] = []  # finished since the last take_finished()
         self._next_slot = 0
         self._draft_calls_seen = engine.proposer.forward_calls
+        self._marks = (0.0, 0.0)  # draft and verify time when the last round closed its books
+        device = getattr(engine.target, "device", None)
+        self._sync = torch.cuda.synchronize if getattr(device, "type", None) == "cuda" else None
         self._t0 = time.perf_counter()
         if requests:
             self.admit(requests)
@@ -242,6 +246,8 @@ class DecodeSession:
 
     def abort(self, txns: Sequence[RoundTransaction]) -> None:
         """Roll back every unpublished row: S_0 stays authoritative and temporary K/V rows go."""
+        self._marks = (self.stats.draft_time, self.stats.verify_time)  # an aborted round's time is no cost sample
+        self._draft_calls_seen = self.engine.proposer.forward_calls
         for txn in txns:
             if txn.abort():
                 slot = txn.start.slot
@@ -251,11 +257,14 @@ class DecodeSession:
 
     @contextmanager
     def timed(self, what: str):
-        """Adds the block's wall time to the run statistics (draft or verify)."""
+        """Adds the block's wall time to the run statistics (draft or verify); on CUDA the
+        device is synchronized first, so the time is the work's, not its launch's."""
         t = time.perf_counter()
         try:
             yield
         finally:
+            if self._sync is not None:
+                self._sync()
             setattr(self.stats, f"{what}_time", getattr(self.stats, f"{what}_time") + time.perf_counter() - t)
 
     def end_round(
@@ -273,12 +282,30 @@ class DecodeSession:
             self.cache.compact()
             if self.draft_cache is not None:
                 self.draft_cache.compact()
-        self.stats.round_time += time.perf_counter() - started
+        round_seconds = time.perf_counter() - started
+        self.stats.round_time += round_seconds
         draft_calls = self.engine.proposer.forward_calls
-        self.stats.draft_forwards += draft_calls - self._draft_calls_seen
+        steps = draft_calls - self._draft_calls_seen
+        self.stats.draft_forwards += steps
         self._draft_calls_seen = draft_calls
         for txn in txns:
             self.stats.add_round(len(txn.drafts), txn.outcome.accepted, len(txn.stop.emitted))
+        draft_s, verify_s = self.stats.draft_time - self._marks[0], self.stats.verify_time - self._marks[1]
+        self._marks = (self.stats.draft_time, self.stats.verify_time)
+        self.engine.k_policy.observe(
+            RoundTiming(
+                batch=len(txns),
+                draft_seconds=draft_s,
+                draft_steps=steps,
+                draft_first_tokens=proposal.first_call_tokens,
+                draft_first_seconds=proposal.first_call_seconds,
+                draft_rows=sum(1 for txn in txns if txn.drafts),
+                max_k=max((len(txn.drafts) for txn in txns), default=0),
+                verify_seconds=verify_s,
+                verify_rows=sum(len(txn.drafts) + 1 for txn in txns),
+                other_seconds=max(0.0, round_seconds - draft_s - verify_s),
+            )
+        )
         if not self.engine.config.record_log:
             return
         p_d, q_d, ratio = decision.p_draft.tolist(), decision.q_draft.tolist(), decision.ratios.tolist()

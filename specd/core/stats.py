@@ -1,5 +1,19 @@
-"""Run statistics. "Mean accepted length" = emitted tokens per round, counting the
-correction/bonus token (E[G] = E[A] + 1 without stops)."""
+"""Run statistics, in specd's terms and in the names vLLM's spec-decode metrics use.
+
+specd's own:
+- mean accepted length: emitted tokens per request-round, counting the correction
+  or bonus token (E[G] = E[A] + 1 without stops), K = 0 rounds included;
+- alpha_j, reach-conditioned: rounds that accepted draft j / rounds that reached it
+  (every earlier draft accepted).
+vLLM's (a "draft" is one request-round that proposed at least one token):
+- num_drafts, num_draft_tokens, num_accepted_tokens;
+- num_accepted_tokens_per_pos[j-1]: drafts that accepted position j (not reach-conditioned:
+  per-position acceptance rate = num_accepted_tokens_per_pos / num_drafts);
+- mean acceptance length = 1 + num_accepted_tokens / num_drafts (counts the bonus token,
+  K = 0 rounds left out);
+- draft acceptance rate = num_accepted_tokens / num_draft_tokens.
+Also the K chosen per request-round (histogram) and the share of rounds with K = 0.
+"""
 
 from __future__ import annotations
 
@@ -22,9 +36,11 @@ class StatsAccumulator:
     accepted_hist: dict[int, int] = field(default_factory=dict)  # A -> rounds
     reached: dict[int, int] = field(default_factory=dict)  # position j (1-based) -> rounds reaching it
     accepted_at: dict[int, int] = field(default_factory=dict)  # position j -> rounds accepting d_j
+    k_hist: dict[int, int] = field(default_factory=dict)  # K proposed -> request-rounds
 
     def add_round(self, k: int, accepted: int, emitted: int) -> None:
         self.rounds += 1
+        self.k_hist[k] = self.k_hist.get(k, 0) + 1
         self.proposed += k
         self.accepted += accepted
         self.emitted += emitted
@@ -51,6 +67,7 @@ class StatsAccumulator:
             accepted_hist=dict(sorted(self.accepted_hist.items())),
             reached=dict(sorted(self.reached.items())),
             accepted_at=dict(sorted(self.accepted_at.items())),
+            k_hist=dict(sorted(self.k_hist.items())),
             kv_temporary_rows=kv_staged,
             kv_committed_rows=kv_committed,
             kv_discarded_rows=kv_discarded,
@@ -74,6 +91,7 @@ class RunStats:
     accepted_hist: dict[int, int]
     reached: dict[int, int]
     accepted_at: dict[int, int]
+    k_hist: dict[int, int]
     kv_temporary_rows: int
     kv_committed_rows: int
     kv_discarded_rows: int
@@ -109,6 +127,20 @@ class RunStats:
         return {j: self.accepted_at.get(j, 0) / n for j, n in self.reached.items() if n}
 
     @property
+    def num_drafts(self) -> int:
+        """Request-rounds that proposed at least one token (vLLM's num_drafts)."""
+        return sum(n for k, n in self.k_hist.items() if k > 0)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """vLLM's: 1 + accepted / num_drafts (K = 0 rounds left out)."""
+        return 1 + self.accepted / self.num_drafts if self.num_drafts else None
+
+    @property
+    def share_k0(self) -> float:
+        return self.k_hist.get(0, 0) / self.rounds if self.rounds else 0.0
+
+    @property
     def decode_time(self) -> float:
         return self.draft_time + self.verify_time + self.state_time
 
@@ -126,6 +158,16 @@ class RunStats:
             "acceptance_rate": self.acceptance_rate,
             "acceptance_by_position": {str(j): a for j, a in self.acceptance_by_position.items()},
             "accepted_histogram": {str(a): n for a, n in self.accepted_hist.items()},
+            "k_histogram": {str(k): n for k, n in self.k_hist.items()},
+            "share_k0": self.share_k0,
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.proposed,
+            "num_accepted_tokens": self.accepted,
+            "num_accepted_tokens_per_pos": [
+                self.accepted_at.get(j, 0) for j in range(1, max(self.k_hist, default=0) + 1)
+            ],
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "draft_acceptance_rate": self.acceptance_rate if self.proposed else None,
             "target_forwards": self.target_forwards,
             "target_rows": self.target_rows,
             "draft_forwards": self.draft_forwards,

@@ -78,18 +78,20 @@ def build_proposer(
     target: HFCausalLM,
     policy: SamplingPolicy,
     loaded_draft: HFCausalLM | None = None,
+    draft_stop: float = 0.0,
 ) -> Proposer:
+    """``draft_stop``: see ModelProposer (an n-gram draft's q is a point mass: it never stops early)."""
     if spec.kind == "model":
-        return ModelProposer(loaded_draft, policy)
+        return ModelProposer(loaded_draft, policy, draft_stop)
     if spec.kind == "ngram":
         return NgramProposer(int(spec.value), target.vocab_size)
     if spec.kind == "self-dtype":
         dtype = spec.value
         model = copy.deepcopy(target.model).to(dtype)
         name = f"self:{'bf16' if dtype == torch.bfloat16 else 'fp16'}({target.name})"
-        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy)
+        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy, draft_stop)
     if spec.kind == "self-layers":
         model = early_exit_model(target.model, int(spec.value))
         name = f"self:layers={spec.value}({target.name})"
-        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy)
+        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy, draft_stop)
     raise UsageError(f"unknown draft kind {spec.kind}")

@@ -28,6 +28,9 @@ FLAGS = {
     "target_gguf": "--target-gguf",
     "draft_gguf": "--draft-gguf",
     "k": "-k",
+    "k_max": "--k-max",
+    "draft_stop": "--draft-stop",
+    "k_schedule": "--k-schedule",
     "max_new_tokens": "--max-new-tokens",
     "temperature": "--temperature",
     "top_k": "--top-k",
@@ -54,7 +57,10 @@ _KINDS = {
     "draft": "str?",
     "target_gguf": "str?",
     "draft_gguf": "str?",
-    "k": "int",
+    "k": "k",
+    "k_max": "int",
+    "draft_stop": "float",
+    "k_schedule": "str?",
     "max_new_tokens": "int",
     "temperature": "float",
     "top_k": "int?",
@@ -82,7 +88,10 @@ class GenerateOptions:
     draft: str | None = None
     target_gguf: str | None = None
     draft_gguf: str | None = None
-    k: int = 4
+    k: int | str = "auto"  # drafts per round, or "auto": chosen per request and round (specd.sweeps.autok)
+    k_max: int = 8  # the largest K auto may choose
+    draft_stop: float = 0.0  # stop drafting where the draft's largest probability is below this (0: never)
+    k_schedule: str | None = None  # a file whose recorded K schedules are replayed
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_k: int | None = None
@@ -115,8 +124,12 @@ class GenerateOptions:
         for name in ("top_p", "draft_top_p"):
             check_top_p(getattr(self, name), self.where(name))
         check_penalty(self.repetition_penalty, self.where("repetition_penalty"))
-        if not 1 <= self.k <= MAX_K:
-            raise UsageError(f"{self.where('k')} must be in 1..{MAX_K}, got {self.k}")
+        if self.k != "auto" and not 1 <= self.k <= MAX_K:
+            raise UsageError(f"{self.where('k')} must be auto or in 1..{MAX_K}, got {self.k}")
+        if not 1 <= self.k_max <= MAX_K:
+            raise UsageError(f"{self.where('k_max')} must be in 1..{MAX_K}, got {self.k_max}")
+        if not 0.0 <= self.draft_stop < 1.0:
+            raise UsageError(f"{self.where('draft_stop')} must be in [0, 1), got {self.draft_stop}")
         if self.max_new_tokens < 1:
             raise UsageError(f"{self.where('max_new_tokens')} must be >= 1, got {self.max_new_tokens}")
         for name, choices in (("layout", tuple(LAYOUTS)), ("backend", BACKENDS), ("dtype", DTYPE_NAMES)):
@@ -156,6 +169,14 @@ class GenerateOptions:
         base = kind.rstrip("?")
         if value is None and optional:
             return None
+        if base == "k":  # an integer or the word auto (a flag's text arrives as a string)
+            if isinstance(value, str) and value.strip().lower() == "auto":
+                return "auto"
+            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+                return int(value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            raise UsageError(f"{self.where(name)} must be auto or an integer, got {value!r}")
         ok = {
             "int": isinstance(value, int) and not isinstance(value, bool),
             "float": isinstance(value, (int, float)) and not isinstance(value, bool),
@@ -175,6 +196,10 @@ class GenerateOptions:
             if not math.isfinite(value):
                 raise UsageError(f"{self.where(name)} must be a finite number, got {value}")
         return tuple(value) if base == "strs" else value
+
+    @property
+    def auto_k(self) -> bool:
+        return self.k == "auto"
 
     @property
     def uses_default_model(self) -> bool:

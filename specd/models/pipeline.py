@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specd.core.engine import EngineConfig, RunResult, SpeculativeEngine
+from specd.core.kpolicy import FixedK, KPolicy, ScheduleK
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import Proposer
 from specd.core.session import RequestLog
@@ -29,7 +30,9 @@ from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
 from specd.models.options import GenerateOptions, parse_max_memory
 from specd.models.prompts import PromptItem
+from specd.models.results import load_k_schedules
 from specd.models.text import IncrementalText, cut_at_stop, stop_index
+from specd.sweeps.autok import AutoK, OnlineCosts
 
 DEFAULT_DRAFT = "self:bf16"
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
@@ -85,6 +88,8 @@ class Pipeline:
     device: torch.device
     load_time: float
     context: int | None  # positions the models can read (the smaller of target and draft); None: unknown
+    # This machine's measured costs (target call, draft step), shared by every -k auto run of these models.
+    costs: OnlineCosts = field(default_factory=OnlineCosts, compare=False, repr=False)
     _digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name
 
     @classmethod
@@ -132,7 +137,7 @@ class Pipeline:
         proposer = None
         if with_draft:
             spec = draft_spec or parse_draft("model")  # a --draft-gguf model
-            proposer = build_proposer(spec, target_lm, draft_policy, draft_lm)
+            proposer = build_proposer(spec, target_lm, draft_policy, draft_lm, opts.draft_stop)
         return cls(
             opts,
             target_lm,
@@ -155,7 +160,7 @@ class Pipeline:
         target_policy, draft_policy = policies(opts, self.space)
         proposer = self.proposer
         if proposer is not None and hasattr(proposer, "model"):
-            proposer = type(proposer)(proposer.model, draft_policy)
+            proposer = type(proposer)(proposer.model, draft_policy, opts.draft_stop)
         return dataclasses.replace(
             self,
             options=dataclasses.replace(opts, chat=self.options.chat),
@@ -191,21 +196,31 @@ class Pipeline:
         """Requests decoding together when the user does not say: more on a GPU."""
         return 128 if self.device.type == "cuda" else 64
 
-    def engine(self, baseline: bool, k: int, record_log: bool) -> SpeculativeEngine:
+    def engine(self, baseline: bool, k: int | str, record_log: bool, batch: int = 1) -> SpeculativeEngine:
+        """``k``: a fixed K or "auto"; ``batch``: the requests the run decodes together (auto reads
+        its costs at that batch size)."""
         o = self.options
-        config = EngineConfig(k=k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log)
+        config = EngineConfig(
+            k=0 if k == "auto" else k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log
+        )
         if baseline:
             return SpeculativeEngine.baseline(self.target, self.target_policy, config)
         if self.proposer is None:
             raise UsageError("this pipeline was built without a draft: only target-only runs")
-        return SpeculativeEngine(self.target, self.proposer, self.target_policy, config)
+        if o.k_schedule is not None:
+            policy: KPolicy = ScheduleK(load_k_schedules(o.k_schedule))
+        elif k == "auto":
+            policy = AutoK(o.k_max, batch, self.costs, self.proposer.step_seconds)
+        else:
+            policy = FixedK(k, self.costs)  # its timings are facts about the machine too
+        return SpeculativeEngine(self.target, self.proposer, self.target_policy, config, k_policy=policy)
 
     def run(
         self,
         items: Sequence[PromptItem],
         *,
         baseline: bool = False,
-        k: int | None = None,
+        k: int | str | None = None,
         max_new_tokens: int | None = None,
         record_log: bool = True,
         batch_size: int | None = None,
@@ -223,7 +238,8 @@ class Pipeline:
         budget = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
         stops = self.options.stop
         requests, notes = self.requests(items, budget)
-        engine = self.engine(baseline, self.options.k if k is None else k, record_log)
+        together = min(batch_size or len(requests), len(requests)) or 1
+        engine = self.engine(baseline, self.options.k if k is None else k, record_log, together)
         by_id = {i.request_id: i for i in items}
         texts = {r.request_id: IncrementalText(self.decode, stops) for r in requests}
         results: dict[str, RequestResult] = {}
@@ -319,6 +335,9 @@ class Pipeline:
             "layout": o.layout,
             "backend": o.backend,
             "k": 0 if baseline else (o.k if k is None else k),
+            "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
+            "draft_stop": None if baseline else o.draft_stop,
+            "k_schedule": None if baseline else o.k_schedule,
             "seed": o.seed,
             "max_new_tokens": o.max_new_tokens,
             "stop": list(o.stop),

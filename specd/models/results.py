@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from specd.errors import ResumeMismatch, UsageError
-from specd.files import check_output, write_text_atomic
+from specd.files import check_output, read_text, write_text_atomic
 from specd.traces.log import SCHEMA as TRACE_SCHEMA
 from specd.traces.log import request_lines
 
@@ -230,3 +230,38 @@ class PromptSetFiles:
         for f in (self.trace, self.results):
             if f is not None:
                 f.close()
+
+
+def load_k_schedules(path: str) -> dict[str, tuple[int, ...]]:
+    """Request id -> the K of each of its rounds, from a ``generate --json`` document, a results
+    file or an acceptance log (every request carries ``acceptance.k_schedule``)."""
+    text = read_text(path, "K schedule file")
+    try:
+        whole = json.loads(text)
+        objects = whole.get("results", []) if isinstance(whole, dict) else []
+    except json.JSONDecodeError:
+        objects = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    objects.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise UsageError(f"--k-schedule {path}:{n}: not JSON") from None
+    schedules: dict[str, tuple[int, ...]] = {}
+    for obj in objects:
+        if not isinstance(obj, dict) or obj.get("type") not in (None, "result", "request"):
+            continue
+        rid = obj.get("id", obj.get("request_id"))
+        acceptance = obj.get("acceptance")
+        schedule = acceptance.get("k_schedule") if isinstance(acceptance, dict) else None
+        if rid is None or schedule is None:
+            continue
+        if not isinstance(schedule, list) or not all(type(k) is int and k >= 0 for k in schedule):
+            raise UsageError(f"--k-schedule {path}: request {rid!r} has a k_schedule that is not a list of K >= 0")
+        schedules[str(rid)] = tuple(schedule)
+    if not schedules:
+        raise UsageError(
+            f"--k-schedule {path}: no recorded K schedule in it (give a generate --json document, a results file "
+            "or an acceptance log)"
+        )
+    return schedules

@@ -136,6 +136,7 @@ class Enumerator:
         self._memo: dict = {}
         self._target_memo: dict = {}
         self.rounds_enumerated = 0
+        self.k_seen: set[int] = set()  # drafts production proposed, over every round enumerated
 
     # -- running production on injected uniforms ----------------------------------------
     def run_cells(self, state: RequestState, points: list[dict[str, tuple[float, ...]]]):
@@ -154,6 +155,7 @@ class Enumerator:
         load_state(session, state, copies)
         commits = speculative_round(session)
         self.rounds_enumerated += 1
+        self.k_seen.update(len(c.draft_token_ids) for c in commits)
         return [(c, session.store.get(c.request_id)) for c in commits]
 
     # -- one round ---------------------------------------------------------------------
@@ -248,7 +250,8 @@ class Enumerator:
             if key not in self._target_memo:
                 self._target_memo[key] = target_joint(self.rig, h, prefix=state.output, ref=self.ref)
             return self._target_memo[key]
-        key = (state.output, state.cache_tokens, state.target_proc, state.draft_proc, h)
+        # The history is part of the state a round reads: a K policy may choose from it.
+        key = (state.output, state.cache_tokens, state.target_proc, state.draft_proc, state.history, h)
         if key in self._memo:
             return self._memo[key]
         out: Joint = defaultdict(float)

@@ -152,6 +152,49 @@ class KFromBatchConfidence(ModelProposer):
         return Proposal(drafts, q, proposal.sampled)
 
 
+class KAfterTargetP(ModelProposer):
+    """Chooses K after looking at the round's target rows: cuts each draft before the first token
+    the target gives less probability than the draft did (so no rejection can happen)."""
+
+    def __init__(self, rig: Rig):
+        from specd.oracles.exact import Reference
+
+        super().__init__(rig.draft, rig.draft_policy)
+        self.reference = Reference(rig)
+
+    def propose(self, states, ks, cache, draws, backend, dtype):
+        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+        keep = []
+        for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
+            cut = len(drafts)
+            for i, token in enumerate(drafts):
+                if self.reference.p(state.output + drafts[:i])[token] < proposal.q[b, i, token].item():
+                    cut = i
+                    break
+            keep.append(cut)
+        return _truncated(proposal, keep)
+
+
+class StopOnAcceptanceUniform(ModelProposer):
+    """Stops drafting before the first position whose acceptance uniform is >= 1/2 (it read the
+    uniform the acceptance test will use): the drafts tested are the ones likely to pass."""
+
+    def propose(self, states, ks, cache, draws, backend, dtype):
+        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+        keep = []
+        for state, drafts in zip(states, proposal.drafts):
+            u = draws(state, "acceptance", len(drafts))
+            keep.append(next((i for i, x in enumerate(u) if x >= 0.5), len(drafts)))
+        return _truncated(proposal, keep)
+
+
+def _truncated(proposal: Proposal, keep: list[int]) -> Proposal:
+    q = proposal.q.clone()
+    for b, n in enumerate(keep):
+        q[b, n:] = 0
+    return Proposal(tuple(d[:n] for d, n in zip(proposal.drafts, keep)), q, proposal.sampled)
+
+
 class NgramUniformQ(NgramProposer):
     """Records q as uniform instead of the point mass the lookup really is."""
 
@@ -251,6 +294,16 @@ VARIANTS: tuple[Variant, ...] = (
         lambda r: r.but(proposer_factory=lambda rig: KFromBatchConfidence(rig.draft, rig.draft_policy)),
     ),
     Variant(
+        "k_after_target_p",
+        "K chosen after looking at the round's target rows: each draft cut before the first token with p < q",
+        lambda r: r.but(proposer_factory=KAfterTargetP),
+    ),
+    Variant(
+        "draft_stop_reads_acceptance_uniform",
+        "drafting stopped before the first position whose acceptance uniform is >= 1/2",
+        lambda r: r.but(proposer_factory=lambda rig: StopOnAcceptanceUniform(rig.draft, rig.draft_policy)),
+    ),
+    Variant(
         "float32_uniform_comparison",
         "the 53-bit acceptance uniform rounded to float32 before the test (U >= 1 - 2^-25 rejects a sure accept)",
         lambda r: r.but(sampler_cls=Float32UniformComparison),
@@ -268,6 +321,8 @@ MODEL_DRAFT_ONLY = (
     "q_recorded_in_bfloat16",
     "argmax_drafts_with_soft_q",
     "k_from_batch_mean_confidence",
+    "k_after_target_p",
+    "draft_stop_reads_acceptance_uniform",
 )
 NGRAM_VARIANTS: tuple[Variant, ...] = tuple(v for v in VARIANTS if v.name not in MODEL_DRAFT_ONLY) + (
     Variant(

@@ -20,12 +20,14 @@ from specd.core.table_model import TableModel
 from specd.errors import SamplerFailed, SpecdError, UsageError
 from specd.oracles import sampler_checks as sc
 from specd.oracles.coupling import coupling_matrix
-from specd.oracles.exact import max_abs_diff, speculative_joint, target_joint
+from specd.oracles.exact import Enumerator, Reference, max_abs_diff, speculative_joint, target_joint
 from specd.oracles.lab import NGRAM_VARIANTS, VARIANTS, ngram_rig
 from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
 from specd.oracles.rational import rational_difference
 from specd.oracles.rig import Rig
 from specd.oracles.samplers import SamplerUnderTest, load_sampler, rule_sampler
+from specd.sweeps.autok import AutoK, FixedCosts
+from specd.sweeps.ledger import CostModel
 
 SCHEMA = "specd.verify-oracle/v1"
 EXACT_TOLERANCE = 1e-12
@@ -35,6 +37,10 @@ MAX_DRAFT_PATHS = 20_000
 MAX_SAMPLES = 200_000  # a batch of this many requests through the engine: about a minute
 SEQUENCE_TABLE_LIMIT = 32
 LAB_MC_SAMPLES = 64
+# -k auto's rule under costs that do not move (so the enumeration is deterministic): a draft step
+# of 0.15 target steps and 0.05 per extra verified row make K = 0, 1 and 2 each the best for some
+# acceptance history.
+AUTO_COSTS = FixedCosts(CostModel(draft_cost=0.15, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02))
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,48 @@ def check_rounds(fx: Fixture) -> Check:
     return _exact(fx.rig, fx.horizon, fx.reference, "rounds", "exact_joint_rounds")[0]
 
 
+def check_auto_k(fx: Fixture) -> Check:
+    """-k auto's rule (K from the request's own past acceptances, fixed costs) with --draft-stop
+    (the draft cut where its own q is flat), over several rounds, in both layouts."""
+    stop = _median_confidence(fx.rig, fx.horizon)
+    figures, ok = {"tolerance": EXACT_TOLERANCE, "draft_stop": stop}, True
+    k_seen: set[int] = set()
+    for layout in LAYOUTS:
+        rig = fx.rig.but(
+            layout_name=layout,
+            draft_stop=stop,
+            k_policy_factory=lambda r: AutoK(max(r.k, 2), 1, AUTO_COSTS),
+        )
+        enumerator = Enumerator(rig, fx.horizon, "rounds")
+        check = exact_check(layout, fx.reference, enumerator.joint(), "")
+        figures[f"max_abs_diff_{layout}"] = check.figures["max_abs_diff"]
+        figures[f"total_mass_{layout}"] = check.figures["total_mass"]
+        ok &= check.passed
+        k_seen |= enumerator.k_seen
+    figures["k_values_seen"] = sorted(k_seen)
+    varied = len(k_seen) >= 2  # a policy that never changed K would prove nothing about data-dependent K
+    return Check(
+        "exact_joint_auto_k",
+        ok and varied,
+        figures,
+        "K per round from the request's acceptance history (the ledger with fixed costs) and drafts stopped by "
+        "the draft's own confidence, speculative rounds to the horizon"
+        + ("" if varied else f"; K never varied (saw {sorted(k_seen)}): nothing data-dependent was checked"),
+    )
+
+
+def _median_confidence(rig: Rig, horizon: int) -> float:
+    """A --draft-stop that cuts about half the drafts: the median of the draft's largest probability
+    over every output within the horizon."""
+    ref = Reference(rig)
+    outputs, frontier = [rig.prompt], [rig.prompt]
+    for _ in range(horizon - 1):
+        frontier = [o + (x,) for o in frontier for x in range(rig.vocab)]
+        outputs += frontier
+    values = sorted(max(ref.q(o)) for o in outputs)
+    return min(values[len(values) // 2], 0.999)
+
+
 def check_rational(fx: Fixture) -> Check:
     cfg = fx.cfg
     diff = rational_difference(cfg.vocab, cfg.k, fx.horizon, cfg.seed, prompt=fx.rig.prompt)
@@ -267,6 +315,7 @@ def check_dtype_edges(fx: Fixture) -> Check:
 
 CHECKS = (
     check_rounds,
+    check_auto_k,
     check_rational,
     check_monte_carlo,
     check_coupling,

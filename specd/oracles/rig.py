@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
+from specd.core.kpolicy import KPolicy
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.processors import PolicyState, SamplingPolicy
 from specd.core.proposer import ModelProposer, Proposer
@@ -36,6 +37,8 @@ class Rig:
     proposer_factory: Callable[[Rig], Proposer] | None = None  # default: ModelProposer(draft, draft_policy)
     transaction_cls: type[RoundTransaction] = RoundTransaction
     eos_ids: frozenset[int] = field(default_factory=frozenset)
+    k_policy_factory: Callable[[Rig], KPolicy] | None = None  # default: the fixed K above
+    draft_stop: float = 0.0  # the model proposer's --draft-stop
 
     @property
     def vocab(self) -> int:
@@ -61,12 +64,13 @@ class Rig:
             sampler=self.sampler_cls(),
             layout=self.layout(),
             transaction_cls=self.transaction_cls,
+            k_policy=self.k_policy_factory(self) if self.k_policy_factory else None,
         )
 
     def proposer(self) -> Proposer:
         if self.proposer_factory is not None:
             return self.proposer_factory(self)
-        return ModelProposer(self.draft, self.draft_policy)
+        return ModelProposer(self.draft, self.draft_policy, self.draft_stop)
 
     def but(self, **changes) -> Rig:
         return replace(self, **changes)

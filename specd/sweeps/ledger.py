@@ -125,6 +125,7 @@ class LedgerRow:
     discarded_kv_rows: float  # K - E[A] per request per round
     temporary_kv_bytes_per_token: float | None
     optimal: bool = False
+    policy: str = "fixed"  # "auto": the row -k auto converges to (the best K in 0..K max, chosen)
 
 
 def survival(profile: AcceptanceProfile, k: int) -> list[float]:
@@ -146,6 +147,16 @@ def expected_progress(profile: AcceptanceProfile, k: int, stop_probability: floa
     return sum(s[i - 1] * keep ** (i - 1) for i in range(1, k + 2))
 
 
+def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
+    """E[T_round(K)] = T_D(K, B) + T_V(K, B, L) + T_S + T_Q (K = 0: a plain target step plus T_S + T_Q)."""
+    return cost.draft_time(k, batch) + cost.verify_time(k, batch, context) + cost.state_cost + cost.queue_cost
+
+
+def progress_rate(profile: AcceptanceProfile, cost, k: int, batch: int = 1, context: int = 0) -> float:
+    """E[G(K)] / E[T_round(K)]: committed tokens per unit time, what -k auto maximizes over K."""
+    return expected_progress(profile, k) / round_time(cost, k, batch, context)
+
+
 def ledger_row(
     profile: AcceptanceProfile,
     cost: CostModel,
@@ -160,7 +171,7 @@ def ledger_row(
     e_g = expected_progress(profile, k, stop_probability)
     t_d = cost.draft_time(k, batch)
     t_v = cost.verify_time(k, batch, context)
-    round_time = t_d + t_v + cost.state_cost + cost.queue_cost
+    t_round = round_time(cost, k, batch, context)
     baseline = cost.baseline_time(batch, context)
     temp_bytes = None
     if shape is not None:
@@ -177,10 +188,10 @@ def ledger_row(
         verify_time=t_v,
         state_time=cost.state_cost,
         queue_time=cost.queue_cost,
-        round_time=round_time,
-        time_per_token=round_time / e_g,
+        round_time=t_round,
+        time_per_token=t_round / e_g,
         baseline_time_per_token=baseline,
-        speedup=baseline * e_g / round_time,
+        speedup=baseline * e_g / t_round,
         discarded_kv_rows=k - e_a,
         temporary_kv_bytes_per_token=temp_bytes,
     )
@@ -200,24 +211,30 @@ def sweep(
     context: int = 0,
     stop_probability: float = 0.0,
     shape: ModelShape | None = None,
+    auto: bool = False,
 ) -> list[LedgerRow]:
-    """Every (K, B); the best K per batch size is marked ``optimal``."""
+    """Every (K, B); the best K per batch size is marked ``optimal``. With ``auto``, after each
+    batch size's rows, the row -k auto (K max = the largest K swept) settles on once it knows
+    the profile: the K of 0 (target-only steps) and the swept ones with the highest speedup."""
     ks, batches = list(ks), list(batches)
     if not ks or not batches:
         raise EmptyRange("the K range and the batch list must not be empty")
     if min(ks) < 1 or min(batches) < 1:
         raise EmptyRange("K and batch sizes must be >= 1")
-    rows = [ledger_row(profile, cost, k, b, context, stop_probability, shape) for b in batches for k in ks]
     out = []
     for b in batches:
-        mine = [r for r in rows if r.batch == b]
+        mine = [ledger_row(profile, cost, k, b, context, stop_probability, shape) for k in ks]
         best = max(mine, key=lambda r: r.speedup)
         out.extend(r if r is not best else replace(r, optimal=True) for r in mine)
+        if auto:
+            off = ledger_row(profile, cost, 0, b, context, stop_probability, shape)
+            chosen = max([off, *mine], key=lambda r: (r.speedup, -r.k))
+            out.append(replace(chosen, policy="auto", optimal=False))
     return out
 
 
 def optimum(rows: list[LedgerRow], batch: int) -> tuple[LedgerRow, bool]:
     """(best row for ``batch``, whether it is interior to the K range swept)."""
-    mine = sorted((r for r in rows if r.batch == batch), key=lambda r: r.k)
+    mine = sorted((r for r in rows if r.batch == batch and r.policy == "fixed"), key=lambda r: r.k)
     best = next(r for r in mine if r.optimal)
     return best, mine[0].k < best.k < mine[-1].k

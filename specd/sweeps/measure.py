@@ -100,7 +100,7 @@ def time_batch(pipe: Pipeline, b: int, context: int, texts, max_new_tokens: int,
 
 def time_cell(
     pipe: Pipeline,
-    k: int,
+    k: int | str,
     b: int,
     context: int,
     texts,
@@ -109,10 +109,13 @@ def time_cell(
     repeats: int,
     batch: BatchTimes | None = None,
 ) -> tuple[BatchTimes, float, float]:
-    """One (K, B) cell: -> (the batch's timings, the verification call in units, the measured speedup).
-    Without ``batch`` it is timed here too, so a cell run on its own worker is normalized there."""
+    """One (K, B) cell: -> (the batch's timings, the verification call in units (None for K = auto),
+    the measured speedup). Without ``batch`` it is timed here too, so a cell run on its own worker is
+    normalized there."""
     batch = batch or time_batch(pipe, b, context, texts, max_new_tokens, warmup, repeats)
-    verify = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
+    verify = (
+        None if k == "auto" else time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
+    )
     spec = pipe.run(_batch_items(texts, b), k=k, max_new_tokens=max_new_tokens, record_log=False).stats
     return batch, verify, batch.base_time_per_token / (spec.decode_time / spec.emitted)
 
@@ -150,14 +153,16 @@ def measure(
         for b in batches:
             say(f"timing target and draft calls at batch {b}")
             batch = time_batch(pipe, b, *args)
-            for k in ks:
+            for k in [*ks, "auto"]:
                 say(f"generating at K = {k}, batch {b}")
                 cells[(k, b)] = time_cell(pipe, k, b, *args, batch=batch)
     first = {b: next(cells[(k, b)][0] for k in ks) for b in batches}
     unit = first[batches[0]].unit
+    verify = {kb: cell[1] for kb, cell in cells.items() if cell[1] is not None}
+    verify.update({(0, b): first[b].baseline for b in batches})  # K = 0 (auto's target-only step)
     costs = MeasuredCosts(
         {b: first[b].draft_step for b in batches},
-        {kb: cell[1] for kb, cell in cells.items()},
+        verify,
         {b: first[b].baseline for b in batches},
         state_cost=state_per_round / unit,
     )
@@ -169,7 +174,7 @@ def measure(
         head_dim,
         torch.finfo(pipe.target.dtype).bits // 8,
     )
-    rows = sweep(profile, costs, ks, batches, context, shape=shape)
+    rows = sweep(profile, costs, ks, batches, context, shape=shape, auto=True)
     return MeasuredSweep(profile, costs, rows, {kb: cell[2] for kb, cell in cells.items()}, unit)
 
 
@@ -181,7 +186,7 @@ def _cells_on_ray(pipe: Pipeline, ks, batches, args, address: str, say) -> dict:
     _, pool = actors(ray, pipe.options, baseline=False)
     say(f"{len(ks) * len(batches)} cells on {len(pool)} Ray actors")
     refs = {}
-    for i, (k, b) in enumerate((k, b) for b in batches for k in ks):
+    for i, (k, b) in enumerate((k, b) for b in batches for k in [*ks, "auto"]):
         refs[(k, b)] = pool[i % len(pool)].call.remote(time_cell, k, b, *args)
     return dict(zip(refs, ray.get(list(refs.values()))))
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from specd.files import write_atomic, write_text_atomic
 from specd.sweeps.ledger import LedgerRow
 
-CSV_SCHEMA_VERSION = 1
+CSV_SCHEMA_VERSION = 2  # 2: the policy column and the -k auto rows
 CSV_COLUMNS = (
-    "schema_version",  # 1
+    "schema_version",  # 2
     "mode",  # analytic | measured
-    "k",
+    "k",  # for a policy=auto row: the K auto chooses (0: target-only steps)
     "batch",
     "context",
     "expected_accepted",  # E[A]
@@ -31,7 +31,8 @@ CSV_COLUMNS = (
     "measured_speedup",  # empty unless --measure
     "discarded_kv_rows",  # K - E[A]
     "temporary_kv_bytes_per_token",  # empty unless model shapes are known
-    "optimal",  # 1 on the best K of each batch size
+    "optimal",  # 1 on the best fixed K of each batch size
+    "policy",  # fixed | auto (one auto row per batch size)
 )
 
 
@@ -60,6 +61,7 @@ def row_dict(row: LedgerRow, mode: str, measured: float | None = None) -> dict:
         if row.temporary_kv_bytes_per_token is None
         else row.temporary_kv_bytes_per_token,
         "optimal": int(row.optimal),
+        "policy": row.policy,
     }
 
 
@@ -85,7 +87,7 @@ def plot(records: list[dict], path: str | Path) -> None:
         raise UsageError("--plot needs matplotlib: pip install 'specd[plot]' (make install includes it)") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for batch in sorted({r["batch"] for r in records}):
-        mine = sorted((r for r in records if r["batch"] == batch), key=lambda r: r["k"])
+        mine = sorted((r for r in records if r["batch"] == batch and r["policy"] == "fixed"), key=lambda r: r["k"])
         ks = [r["k"] for r in mine]
         line = ax.plot(ks, [r["predicted_speedup"] for r in mine], marker="o", ms=3, label=f"B={batch} predicted")[0]
         if any(r["measured_speedup"] != "" for r in mine):
@@ -99,10 +101,14 @@ def plot(records: list[dict], path: str | Path) -> None:
             )
         best = next(r for r in mine if r["optimal"])
         ax.scatter([best["k"]], [best["predicted_speedup"]], s=90, facecolors="none", edgecolors=line.get_color())
+        for auto in (r for r in records if r["batch"] == batch and r["policy"] == "auto"):
+            ax.scatter([auto["k"]], [auto["predicted_speedup"]], marker="*", s=80, color=line.get_color())
+            if auto["measured_speedup"] != "":
+                ax.scatter([auto["k"]], [auto["measured_speedup"]], marker="*", s=80, color="black")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("K (drafts per round)")
     ax.set_ylabel("speedup over target-only")
-    ax.set_title("specd sweep-k (circles: best K per batch size)")
+    ax.set_title("specd sweep-k (circles: best K per batch size; stars: -k auto)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:

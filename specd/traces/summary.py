@@ -7,8 +7,13 @@
   (every earlier draft accepted) - never averaged over unreachable suffixes;
 - mean accepted length: emitted tokens per round, counting the correction/bonus.
 
-Rounds with k = 0 (target-only) carry no proposal and are left out of the
-acceptance figures.
+Rounds with k = 0 (target-only, or -k auto switching speculation off) carry no
+proposal and are left out of the acceptance figures; with K varying (-k auto),
+Pr(A = a) and survival are over the rounds at the largest K. Beside these, vLLM's
+counters (defined in specd.core.stats): num_drafts, num_draft_tokens,
+num_accepted_tokens, num_accepted_tokens_per_pos, mean acceptance length (1 +
+accepted / drafts), draft acceptance rate; and the K chosen per round (histogram)
+with the share of rounds at K = 0.
 """
 
 from __future__ import annotations
@@ -28,10 +33,40 @@ def frames(requests: list[dict], proposals: list[dict], rounds: list[dict]) -> t
     return props, rnds
 
 
+def vllm_counters(rnds: pd.DataFrame) -> dict:
+    """vLLM's spec-decode counters and the K histogram, over every round of the group."""
+    if rnds.empty:
+        return {
+            "num_drafts": 0,
+            "num_draft_tokens": 0,
+            "num_accepted_tokens": 0,
+            "num_accepted_tokens_per_pos": [],
+            "mean_acceptance_length": None,
+            "draft_acceptance_rate": None,
+            "k_histogram": {},
+            "share_k0": None,
+        }
+    spec = rnds[rnds["k"] > 0]
+    drafts, tokens, accepted = len(spec), int(spec["k"].sum()), int(spec["accepted"].sum())
+    k_max = int(rnds["k"].max())
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": tokens,
+        "num_accepted_tokens": accepted,
+        "num_accepted_tokens_per_pos": [int((spec["accepted"] >= j).sum()) for j in range(1, k_max + 1)],
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "draft_acceptance_rate": accepted / tokens if tokens else None,
+        "k_histogram": {int(k): int(n) for k, n in rnds["k"].value_counts().sort_index().items()},
+        "share_k0": float((rnds["k"] == 0).mean()),
+    }
+
+
 def summarize_group(props: pd.DataFrame, rnds: pd.DataFrame) -> dict:
+    counters = vllm_counters(rnds)
     spec = rnds[rnds["k"] > 0] if not rnds.empty else rnds
     if spec.empty:
         return {
+            **counters,
             "rounds": 0,
             "rounds_full_k": 0,
             "k_max": 0,
@@ -55,6 +90,7 @@ def summarize_group(props: pd.DataFrame, rnds: pd.DataFrame) -> dict:
             alpha[j] = float(at["accepted"].mean()) if len(at) else None
     emitted = spec["emitted"].map(len)
     return {
+        **counters,
         "rounds": len(spec),
         "rounds_full_k": n,
         "k_max": k_max,
@@ -93,7 +129,17 @@ def to_table(summary: dict) -> pd.DataFrame:
             "k_max": s["k_max"],
             "mean_accepted_length": s["mean_accepted_length"],
             "mean_accepted_drafts": s.get("mean_accepted_drafts"),
+            "num_drafts": s["num_drafts"],
+            "num_draft_tokens": s["num_draft_tokens"],
+            "num_accepted_tokens": s["num_accepted_tokens"],
+            "mean_acceptance_length": s["mean_acceptance_length"],
+            "draft_acceptance_rate": s["draft_acceptance_rate"],
+            "share_k0": s["share_k0"],
         }
+        for j, v in enumerate(s["num_accepted_tokens_per_pos"], 1):
+            row[f"num_accepted_tokens_pos_{j}"] = v
+        for k, v in s["k_histogram"].items():
+            row[f"rounds_k_{k}"] = v
         for a, v in s["pr_a"].items():
             row[f"pr_a_{a}"] = v
         for j, v in s["survival"].items():

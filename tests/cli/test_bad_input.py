@@ -194,8 +194,8 @@ def test_a_rewritten_output_keeps_its_mode(tmp_path, log, capsys):
 @pytest.mark.parametrize(
     "yaml_text,message",
     [
-        ("k: two", "k must be an integer, got 'two'"),
-        ("k: 2.7", "k must be an integer, got 2.7"),
+        ("k: two", "k must be auto or an integer, got 'two'"),
+        ("k: 2.7", "k must be auto or an integer, got 2.7"),
         ("temperature: [1, 2]", "temperature must be a number"),
         ("top_p: .nan", "top_p must be a finite number"),
         ("prompt: 5\n", "prompt must be a string or a list of strings"),
@@ -248,7 +248,7 @@ def test_sweep_config_values(tmp_path, capsys, yaml_text, message):
         (["generate", "--repetition-penalty", "inf"], "--repetition-penalty must be a finite number"),
         (["generate", "--repetition-penalty", "-1"], "--repetition-penalty must be a finite number > 0"),
         (["generate", "--draft-temperature", "-inf"], "--draft-temperature must be a finite number"),
-        (["generate", "-k", "1000000000"], "-k must be in 1..64"),
+        (["generate", "-k", "1000000000"], "-k must be auto or in 1..64"),
         (["generate", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
         (["verify-oracle", "--target-bias", "0=nan"], "finite number"),
         (["verify-oracle", "--repetition-penalty", "nan"], "--repetition-penalty must be a finite number"),

@@ -163,7 +163,7 @@ def test_stop_string_truncates_text(models, capsys):
     [
         (["--target", "/no/such/folder"], "model folder not found"),
         (["--target-gguf", "/no/such.gguf"], "GGUF file not found"),
-        (["-k", "0"], "-k must be in 1..64"),
+        (["-k", "0"], "-k must be auto or in 1..64"),
         (["--temperature", "-0.5"], "--temperature must be a finite number >= 0"),
         (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
         (["--top-p", "0"], "--top-p must be in (0, 1]"),
@@ -236,4 +236,4 @@ def test_a_config_value_of_the_wrong_type_is_one_line_naming_the_file(models, tm
     cfg = tmp_path / "run.yaml"
     cfg.write_text(f"target: {models[0]}\ndraft: {models[1]}\nk: two\nprompt: hi\n")
     code, _, err = run(["generate", "--config", str(cfg)], capsys)
-    assert code == 2 and err.count("\n") == 1 and f"{cfg}: k must be an integer, got 'two'" in err
+    assert code == 2 and err.count("\n") == 1 and f"{cfg}: k must be auto or an integer, got 'two'" in err

@@ -16,7 +16,11 @@ def test_bare_sweep_writes_the_csv(tmp_path, capsys):
     code, text, _ = run(["sweep-k", "--out", str(out)], capsys)
     assert code == 0 and "best K" in text
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 8 * 3 and tuple(rows[0]) == CSV_COLUMNS
+    assert len(rows) == (8 + 1) * 3 and tuple(rows[0]) == CSV_COLUMNS  # K = 1..8 and the auto row per batch
+    auto = [r for r in rows if r["policy"] == "auto"]
+    for r in auto:  # auto settles on the best of K = 0 (target-only) and the swept K
+        mine = [float(x["predicted_speedup"]) for x in rows if x["batch"] == r["batch"]]
+        assert float(r["predicted_speedup"]) == max(mine)
 
 
 def test_json_plot_and_yaml_config(tmp_path, capsys):
@@ -25,7 +29,7 @@ def test_json_plot_and_yaml_config(tmp_path, capsys):
     png = tmp_path / "s.png"
     code, text, _ = run(["sweep-k", "--config", str(cfg), "--plot", str(png), "--json"], capsys)
     doc = json.loads(text)
-    assert code == 0 and doc["schema"] == "specd.sweep-k/v1" and len(doc["rows"]) == 8
+    assert code == 0 and doc["schema"] == "specd.sweep-k/v1" and len(doc["rows"]) == 10
     assert doc["cost"]["draft_cost"] == 0.1 and set(doc["optima"]) == {"1", "8"}
     assert png.read_bytes()[:4] == b"\x89PNG"
 

@@ -11,10 +11,10 @@ from specd.models.options import GenerateOptions, from_sources
 @pytest.mark.parametrize(
     "config,message",
     [
-        ({"k": "two"}, "run.yaml: k must be an integer, got 'two'"),
-        ({"k": 2.7}, "run.yaml: k must be an integer, got 2.7"),
-        ({"k": True}, "run.yaml: k must be an integer"),
-        ({"k": 0}, "run.yaml: k must be in 1..64"),
+        ({"k": "two"}, "run.yaml: k must be auto or an integer, got 'two'"),
+        ({"k": 2.7}, "run.yaml: k must be auto or an integer, got 2.7"),
+        ({"k": True}, "run.yaml: k must be auto or an integer"),
+        ({"k": 0}, "run.yaml: k must be auto or in 1..64"),
         ({"temperature": [1]}, "run.yaml: temperature must be a number"),
         ({"temperature": math.nan}, "run.yaml: temperature must be a finite number"),
         ({"top_p": 1.5}, "run.yaml: top_p must be in (0, 1]"),

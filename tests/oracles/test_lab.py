@@ -25,7 +25,7 @@ def test_variants_replace_exactly_one_component(kind):
         broken = variant.build(base)
         changed = [
             name
-            for name in ("sampler_cls", "layout_factory", "proposer_factory", "transaction_cls")
+            for name in ("sampler_cls", "layout_factory", "proposer_factory", "transaction_cls", "k_policy_factory")
             if getattr(broken, name) is not getattr(base, name)
         ]
         assert len(changed) == 1, variant.name
@@ -39,3 +39,6 @@ def test_the_bugs_other_engines_shipped_are_caught_by_name():
     assert results["lossy_threshold_accept"] == "exact_joint"
     assert results["k_from_batch_mean_confidence"] == "batch_invariance"  # a row alone vs in a batch
     assert results["float32_uniform_comparison"] == "dtype_edges"  # invisible to float64 enumeration
+    # K rules that are not stopping times of the draft process
+    assert results["k_after_target_p"] == "exact_joint"
+    assert results["draft_stop_reads_acceptance_uniform"] == "exact_joint"

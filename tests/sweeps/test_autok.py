@@ -1,0 +1,238 @@
+"""-k auto: the policy's choices from a request's history and the costs, its probes, its
+exactness (any K it picks keeps the law), and its independence from batch-mates."""
+
+import pytest
+
+from specd.core.kpolicy import RoundTiming
+from specd.core.processors import SamplingPolicy
+from specd.core.state import History
+from specd.errors import UsageError
+from specd.oracles.exact import Enumerator, max_abs_diff, target_joint
+from specd.sweeps.autok import (
+    PROBE_AFTER,
+    PROBE_AFTER_MAX,
+    AutoK,
+    FixedCosts,
+    OnlineCosts,
+    probe_due,
+    request_profile,
+)
+from specd.sweeps.ledger import CostModel, ledger_row, progress_rate
+from tests.helpers import rig
+
+CHEAP = FixedCosts(CostModel(draft_cost=0.05, row_cost=0.02, draft_row_cost=0.0, state_cost=0.01))
+USELESS = FixedCosts(CostModel(draft_cost=2.0, row_cost=0.1, draft_row_cost=0.0, state_cost=0.01))
+
+
+class State:
+    """What AutoK reads of a request: its history and remaining budget."""
+
+    def __init__(self, history=History(), remaining=100):
+        self.history, self.remaining = history, remaining
+
+
+def timing(**changes):
+    base = dict(
+        batch=1,
+        draft_seconds=0.0,
+        draft_steps=0,
+        draft_first_tokens=0,
+        draft_first_seconds=0.0,
+        draft_rows=0,
+        max_k=0,
+        verify_seconds=0.04,
+        verify_rows=1,
+        other_seconds=0.001,
+    )
+    return RoundTiming(**{**base, **changes})
+
+
+def history(*rounds):
+    h = History()
+    for k, accepted in rounds:
+        h = h.after(k, accepted)
+    return h
+
+
+def test_the_choice_maximizes_the_ledgers_progress_per_time():
+    policy = AutoK(8, 1, CHEAP)
+    h = history(*[(4, 4)] * 10)  # every draft accepted so far
+    k = policy.choose(State(h))
+    profile = request_profile(h, 8)
+    rates = [progress_rate(profile, CHEAP.model, j) for j in range(9)]
+    assert k == max(range(9), key=lambda j: rates[j]) and k >= 6
+    # the same rate as the ledger's own row (one formula): E[G] / E[T_round]
+    row = ledger_row(profile, CHEAP.model, k)
+    assert rates[k] == pytest.approx(row.expected_progress / row.round_time)
+
+
+def test_rejections_lower_k_and_a_hopeless_draft_goes_to_zero():
+    good, bad = history(*[(4, 4)] * 6), history(*[(4, 0)] * 6)
+    policy = AutoK(8, 1, CHEAP)
+    assert policy.choose(State(bad)) < policy.choose(State(good))
+    assert AutoK(8, 1, USELESS).choose(State(good)) == 0  # a draft step costing 2 target steps never pays
+
+
+def test_the_budget_caps_k():
+    assert AutoK(8, 1, CHEAP).choose(State(history(*[(4, 4)] * 6), remaining=3)) <= 2
+    assert AutoK(8, 1, CHEAP).choose(State(remaining=1)) == 0
+
+
+def test_probes_come_back_after_zero_runs_with_a_doubling_wait():
+    assert not probe_due((1,) + (0,) * (PROBE_AFTER - 1)) and probe_due((1,) + (0,) * PROBE_AFTER)
+    failed_once = (1,) + (0,) * PROBE_AFTER + (1,) + (0,) * PROBE_AFTER
+    assert not probe_due(failed_once) and probe_due((1,) + (0,) * PROBE_AFTER + (1,) + (0,) * (2 * PROBE_AFTER))
+    paid = (0,) * PROBE_AFTER + (1, 2, 3) + (0,) * PROBE_AFTER  # the probe brought speculation back
+    assert probe_due(paid)
+    # a policy at K = 0 on a draft that could pay probes; one that cannot pay even at alpha = 1 does
+    # not, except a re-timing round every PROBE_AFTER_MAX rounds
+    mid = FixedCosts(CostModel(draft_cost=0.5, row_cost=0.1, draft_row_cost=0.0, state_cost=0.01))
+    rejected = history(*([(1, 0)] * 3 + [(0, 0)] * PROBE_AFTER))
+    assert AutoK(8, 1, mid).choose(State(rejected)) >= 1
+    assert AutoK(8, 1, USELESS).choose(State(rejected)) == 0
+    long_off = history(*([(1, 0)] * 3 + [(0, 0)] * PROBE_AFTER_MAX))
+    assert AutoK(8, 1, USELESS).choose(State(long_off)) == 2
+
+
+def test_a_fresh_request_drafts_once_before_its_prior_can_rule_drafting_out():
+    mid = FixedCosts(CostModel(draft_cost=0.6, row_cost=0.06, draft_row_cost=0.0, state_cost=0.03))
+    policy = AutoK(8, 1, mid)
+    assert progress_rate(request_profile(History(), 8), mid.model, 0) > max(
+        progress_rate(request_profile(History(), 8), mid.model, k) for k in range(1, 9)
+    )  # the Beta(1, 1) prior alone says K = 0 ...
+    assert policy.choose(State()) >= 1  # ... but a request that never drafted tries
+
+
+def test_online_costs_time_the_first_round_plainly_then_the_draft_once():
+    costs = OnlineCosts()
+    timed = []
+    policy = AutoK(4, 1, costs, time_draft_step=lambda rows: timed.append(rows) or 0.02)
+    assert policy.choose(State()) == 0 and not timed  # nothing measured: a plain target step
+    costs.observe(timing())
+    k = policy.choose(State())
+    assert timed == [1] and costs.timed_draft and k >= 1
+    policy.choose(State())
+    assert timed == [1]  # timed once, then from the rounds
+
+
+def test_a_catch_up_call_is_not_a_draft_step():
+    costs = OnlineCosts()
+    # first call fed 30 tokens (the draft caught up on its prompt): one step only, no sample
+    common = dict(draft_rows=1, verify_seconds=0.05)
+    costs.observe(
+        timing(
+            draft_seconds=0.5,
+            draft_steps=1,
+            draft_first_tokens=30,
+            draft_first_seconds=0.5,
+            max_k=1,
+            verify_rows=2,
+            **common,
+        )
+    )
+    assert not costs.timed_draft
+    # two steps: the second is an ordinary step
+    costs.observe(
+        timing(
+            draft_seconds=0.56,
+            draft_steps=2,
+            draft_first_tokens=30,
+            draft_first_seconds=0.5,
+            max_k=2,
+            verify_rows=3,
+            **common,
+        )
+    )
+    assert list(costs.draft) == [(1, pytest.approx(0.06))]
+    # ordinary first call (two tokens): both steps count
+    costs.observe(
+        timing(
+            draft_seconds=0.08,
+            draft_steps=2,
+            draft_first_tokens=2,
+            draft_first_seconds=0.04,
+            max_k=2,
+            verify_rows=3,
+            **common,
+        )
+    )
+    assert costs.draft[-1] == (1, pytest.approx(0.04))
+
+
+def test_online_costs_fit_the_target_call_by_row_count():
+    costs = OnlineCosts()
+    for rows, seconds in [(1, 0.010), (1, 0.011), (5, 0.014), (5, 0.015), (9, 0.018)]:
+        costs.observe(
+            timing(
+                draft_seconds=0.01,
+                draft_steps=1,
+                draft_first_tokens=1,
+                draft_rows=1,
+                max_k=1,
+                verify_seconds=seconds,
+                verify_rows=rows,
+            )
+        )
+    ledger = costs.ledger_costs(1, 8)
+    assert ledger.verify[(0, 1)] == pytest.approx(1.0, abs=0.05)  # units: a one-row call
+    assert ledger.verify[(8, 1)] == pytest.approx(1.7, abs=0.1)
+    assert costs.ledger_costs(1, 8) is ledger  # read once per round
+
+
+@pytest.mark.parametrize("k_max", [0, 65])
+def test_k_max_out_of_range_is_refused(k_max):
+    with pytest.raises(UsageError, match="--k-max"):
+        AutoK(k_max)
+
+
+@pytest.mark.parametrize("layout", ["replay_frontier", "retained_frontier"])
+def test_auto_k_and_draft_stop_keep_the_target_law_over_rounds(layout):
+    """Exact enumeration, K from each path's own acceptance history and drafts cut by the draft's
+    confidence: the joint over the horizon equals the target's."""
+    r = rig(3, 3, layout=layout)
+    costs = FixedCosts(CostModel(draft_cost=0.15, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02))
+    auto = r.but(draft_stop=0.6, k_policy_factory=lambda x: AutoK(3, 1, costs))
+    enumerator = Enumerator(auto, 4, "rounds")
+    assert max_abs_diff(target_joint(r, 4), enumerator.joint()) <= 1e-12
+    assert len(enumerator.k_seen) >= 2  # K really varied
+
+
+def test_greedy_output_does_not_depend_on_k(hf_pair):
+    from specd.core.engine import EngineConfig, SpeculativeEngine
+    from specd.core.proposer import ModelProposer
+    from specd.core.state import Request
+
+    greedy = SamplingPolicy.build(temperature=0)
+    target, draft = hf_pair
+    requests = [Request("a", (3, 4), 20), Request("b", (5, 6, 7, 8), 20), Request("c", (9,), 16)]
+    expected = SpeculativeEngine.baseline(target, greedy).run(requests).new_tokens()
+    for costs in (CHEAP, USELESS, OnlineCosts()):
+        proposer = ModelProposer(draft, greedy, draft_stop=0.3)
+        engine = SpeculativeEngine(target, proposer, greedy, EngineConfig(), k_policy=AutoK(6, 3, costs))
+        assert engine.run(requests).new_tokens() == expected
+        alone = [engine.run([r]).new_tokens()[0] for r in requests]
+        assert alone == expected
+
+
+def test_a_requests_sampled_tokens_do_not_depend_on_its_batch_mates(hf_pair):
+    """Given the same costs, K is the request's own business: in a batch or alone, same draws, same tokens."""
+    from specd.core.engine import EngineConfig, SpeculativeEngine
+    from specd.core.proposer import ModelProposer
+    from specd.core.state import Request
+
+    sampler = SamplingPolicy.build(temperature=1.0)
+    target, draft = hf_pair
+    requests = [Request(f"r{i}", (3 + i, 4, 5 + 2 * i), 24, seed=7) for i in range(5)]
+    costs = FixedCosts(CostModel(draft_cost=0.2, row_cost=0.05, draft_row_cost=0.0, state_cost=0.01))
+
+    def engine():
+        return SpeculativeEngine(
+            target, ModelProposer(draft, sampler, draft_stop=0.2), sampler, EngineConfig(), k_policy=AutoK(6, 4, costs)
+        )
+
+    together = engine().run(requests)
+    alone = [engine().run([r]) for r in requests]
+    assert together.new_tokens() == [a.new_tokens()[0] for a in alone]
+    schedules = [s.history.k_schedule for s in together.states]
+    assert schedules == [a.states[0].history.k_schedule for a in alone]
+    assert len({k for s in schedules for k in s}) >= 2  # the schedule really moved
