@@ -29,6 +29,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from statistics import median
 
 import torch
 
@@ -83,7 +84,8 @@ def run_system(name, pipe, assistant, item, ids, max_new):
         run = pipe.run([item], baseline=True, record_log=False)
     elif name == "auto":
         run = dataclasses.replace(pipe, costs=OnlineCosts()).run([item], k="auto", record_log=False)
-        run_system.k_hist.update(run.stats.k_hist)
+        for k, n in run.stats.k_hist.items():
+            run_system.k_hist[k] += n
     else:
         run = pipe.run([item], k=int(name[2:]), record_log=False)
     return run.results[0].tokens, time.perf_counter() - t
@@ -107,6 +109,7 @@ def one_way(way: str, args) -> dict:
         burner.start()
         time.sleep(1.0)
     tokens, seconds, wrong = defaultdict(int), defaultdict(float), []
+    block_rates = []  # per (prompt, repeat): every system's tokens/s, measured back to back
     try:
         order = list(SYSTEMS)
         for rep in range(args.repeats):
@@ -114,12 +117,14 @@ def one_way(way: str, args) -> dict:
                 ids = encoded[item.request_id]
                 reference = None
                 order = order[1:] + order[:1]  # rotate: no system always runs first or after another
-                outs = {}
+                outs, rates = {}, {}
                 for name in order:
                     out, wall = run_system(name, pipe, assistant, item, ids, args.max_new_tokens)
                     outs[name] = out
+                    rates[name] = len(out) / wall
                     tokens[(name, item.tag)] += len(out)
                     seconds[(name, item.tag)] += wall
+                block_rates.append({"tag": item.tag, "repeat": rep, "tokens_per_s": rates})
                 reference = outs["HF greedy"]
                 wrong += [(name, item.tag, rep) for name, out in outs.items() if out != reference]
                 print(f"  [{way}] repeat {rep + 1}, {item.tag} done", flush=True)
@@ -131,6 +136,7 @@ def one_way(way: str, args) -> dict:
         "way": way,
         "draft": pipe.proposer.identity,
         "tokens_per_s": {f"{n}|{tag}": r for (n, tag), r in rate.items()},
+        "blocks": block_rates,
         "mismatches": wrong,
         "auto_k_histogram": dict(sorted(run_system.k_hist.items())),
         "ceiling": ceiling(pipe),
@@ -155,8 +161,8 @@ def ceiling(pipe: Pipeline) -> dict:
         cm = dataclasses.replace(cm, state_cost=measured.state_cost)
         return max(progress_rate(perfect, cm, k) for k in range(1, 9)) / progress_rate(perfect, cm, 0)
 
-    lo, hi = 0.0, d
-    for _ in range(40):  # the draft step cost at which the perfect-acceptance ceiling is 1.5x
+    lo, hi = 0.0, 2.0  # at() falls as the draft step grows; a draft step of 2 target steps never pays
+    for _ in range(40):  # the largest draft step cost at which the perfect-acceptance ceiling is 1.5x
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if at(mid) >= 1.5 else (lo, mid)
     return {
@@ -169,32 +175,43 @@ def ceiling(pipe: Pipeline) -> dict:
     }
 
 
-def report(results: list[dict]) -> None:
+def report(results: list[dict], as_json: bool) -> None:
     print()
     for res in results:
         r = res["tokens_per_s"]
         print(f"way: {res['way']} (draft {res['draft']}); auto chose K: {res['auto_k_histogram']}")
+        print("  tokens/s, end to end, pooled over repeats")
         head = f"  {'category':9s}" + "".join(f"{s:>21s}" for s in SYSTEMS)
         print(head)
         for tag, _ in PROMPTS:
             print(f"  {tag:9s}" + "".join(f"{r[f'{s}|{tag}']:21.2f}" for s in SYSTEMS))
-        print(f"  {'ratios':9s} auto/max(target-only, best K)  auto/target-only  auto/HF assisted  auto/HF greedy")
-        for tag, _ in PROMPTS:
-            auto = r[f"auto|{tag}"]
-            best = max(r[f"target-only|{tag}"], *(r[f"K={k}|{tag}"] for k in FIXED_KS))
-            print(
-                f"  {tag:9s} {auto / best:29.3f} {auto / r[f'target-only|{tag}']:17.3f} "
-                f"{auto / r[f'HF assisted default|{tag}']:17.3f} {auto / r[f'HF greedy|{tag}']:15.3f}"
-            )
+        print(
+            f"  {'ratios':9s} auto/max(target-only, best K)  auto/target-only  auto/HF assisted  auto/HF greedy"
+            "   (median over repeats of ratios measured back to back)"
+        )
+        for tag in [t for t, _ in PROMPTS] + ["all"]:
+            blocks = [b["tokens_per_s"] for b in res["blocks"] if tag in ("all", b["tag"])]
+            cells = [
+                median(b["auto"] / max(b["target-only"], *(b[f"K={k}"] for k in FIXED_KS)) for b in blocks),
+                median(b["auto"] / b["target-only"] for b in blocks),
+                median(b["auto"] / b["HF assisted default"] for b in blocks),
+                median(b["auto"] / b["HF greedy"] for b in blocks),
+            ]
+            print(f"  {tag:9s} {cells[0]:29.3f} {cells[1]:17.3f} {cells[2]:17.3f} {cells[3]:15.3f}")
         c = res["ceiling"]
         print(
             f"  ceiling from measured costs: draft step {c['draft_step_in_target_steps']:.3f} target steps, "
             f"9-row verification {c['verify_9_rows_in_target_steps']:.3f}; with every draft accepted the best K "
             f"({c['best_k_at_perfect_acceptance']}) gives {c['ceiling_speedup']:.3f}x over target-only; 1.5x needs "
-            f"a draft step of at most {c['draft_step_for_1.5x']} target steps"
+            + (
+                f"a draft step of at most {c['draft_step_for_1.5x']:.3f} target steps"
+                if c["draft_step_for_1.5x"] is not None
+                else "more than even a free draft step gives"
+            )
         )
         print(f"  token mismatches against HF greedy: {len(res['mismatches'])}")
-    print(json.dumps(results, indent=1, default=str))
+    if as_json:
+        print(json.dumps(results, indent=1, default=str))
 
 
 def main() -> int:
@@ -202,11 +219,12 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--ways", default="quiet,contention,useless")
+    ap.add_argument("--json", action="store_true", help="also print every measured figure as JSON")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     print(f"torch threads={torch.get_num_threads()}, {len(PROMPTS)} prompts, {args.max_new_tokens} tokens", flush=True)
     results = [one_way(way, args) for way in args.ways.split(",")]
-    report(results)
+    report(results, args.json)
     return 0 if all(not r["mismatches"] for r in results) else 1
 
 

@@ -75,5 +75,6 @@ def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch
         assert exit_.value.code == expected, f"{command}\n{err[-2000:]}"
         ran += 1
     assert ran == sum(c.startswith("specd ") for c in readme_commands())
-    for produced in ("log.jsonl", "summary.csv", "results.csv", "sweep.png", "measured.csv", "measured.png"):
+    produced_files = ("log.jsonl", "summary.csv", "results.csv", "sweep.png", "measured.csv", "measured.png")
+    for produced in (*produced_files, "tagged.jsonl", "acceptance.png"):
         assert (tmp_path / produced).stat().st_size > 0, produced

@@ -28,6 +28,7 @@ from specd.cli.options import (
     DraftTopKOpt,
     DraftTopPOpt,
     DtypeOpt,
+    GenerationConfigOpt,
     JsonOpt,
     KMaxOpt,
     KOpt,
@@ -52,7 +53,7 @@ from specd.cli.options import (
     TrustRemoteCodeOpt,
     read_run,
 )
-from specd.cli.render import stats_table
+from specd.cli.render import policy_table, stats_table
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline
 from specd.models.prompts import prompt_items
 from specd.models.results import PromptSetFiles
@@ -74,7 +75,8 @@ def generate(
     draft_stop: DraftStopOpt = 0.0,
     k_schedule: KScheduleOpt = None,
     max_new_tokens: MaxNewTokensOpt = 128,
-    temperature: TemperatureOpt = 0.0,
+    temperature: TemperatureOpt = None,
+    generation_config: GenerationConfigOpt = "auto",
     top_k: TopKOpt = None,
     top_p: TopPOpt = None,
     repetition_penalty: RepetitionPenaltyOpt = None,
@@ -163,6 +165,7 @@ def execute(options, run: RunArgs) -> None:
             stdout.rule(escape(printable(f"{r.request_id}" + (f" [{r.tag}]" if r.tag else ""), False)), style="dim")
             stdout.print(printable(r.text), markup=False, highlight=False)
             stdout.print(f"[dim]({r.finish_reason})[/]")
+    stdout.print(policy_table(pipe.sampling_doc(baseline=run.baseline)))
     stdout.print(stats_table({name: r.stats for name, r in runs.items()}))
     if run.compare:
         same = _identical(runs)

@@ -90,8 +90,23 @@ KScheduleOpt = Annotated[
     ),
 ]
 MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", help="Token budget per prompt (>= 1).")]
-TemperatureOpt = Annotated[float, typer.Option("--temperature", help="Target temperature (finite, >= 0; 0 = greedy).")]
-TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Target top-k (>= 1).")]
+TemperatureOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        help="Target temperature (finite, >= 0; 0 = greedy). Default: the model's generation config "
+        "(--generation-config auto), else greedy.",
+    ),
+]
+GenerationConfigOpt = Annotated[
+    str,
+    typer.Option(
+        "--generation-config",
+        help="auto: sampling values you do not give come from the target's generation_config.json as Hugging "
+        "Face's generate() resolves them (top_k 50 when sampling); none: ignore the file (greedy unless asked).",
+    ),
+]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Target top-k (>= 1; 0 = off, as in Hugging Face).")]
 TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Target top-p in (0, 1].")]
 RepetitionPenaltyOpt = Annotated[
     float | None, typer.Option("--repetition-penalty", help="Target repetition penalty (finite, > 0).")

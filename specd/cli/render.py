@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+import re
+from pathlib import Path
 
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from specd.cli.common import printable
 from specd.core.stats import RunStats
 
 
@@ -32,6 +39,45 @@ def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary"
     row("target / draft forwards", lambda s: f"{s.target_forwards} / {s.draft_forwards}")
     row("K/V rows temp / committed", lambda s: f"{s.kv_temporary_rows} / {s.kv_committed_rows}")
     return table
+
+
+def policy_table(sampling: dict) -> Group:
+    """The effective sampling values, target and draft, each with where it came from, and a line
+    saying what the model's generation config set."""
+    generation = sampling["generation_config"]
+    sets = ", ".join(f"{k}={v}" for k, v in generation["values"].items()) or "no sampling value"
+    if generation["mode"] == "auto":
+        said = f"generation_config.json sets {sets}: {_home(generation['file'])}"
+    else:
+        said = "generation config not read"
+    table = Table(title=f"Sampling (--generation-config {generation['mode']})", title_justify="left")
+    roles = [r for r in ("target", "draft") if r in sampling]
+    table.add_column("")
+    for role in roles:
+        table.add_column(role)
+    for name in ("temperature", "top_k", "top_p", "repetition_penalty"):
+        cells = []
+        for role in roles:
+            setting = sampling[role].get(name)
+            if setting is None:
+                cells.append("-")
+                continue
+            value = setting["value"]
+            shown = "greedy" if name == "temperature" and value == 0 else ("off" if value is None else f"{value:g}")
+            cells.append(f"{shown} [dim]({escape(printable(_short(setting['source']), newlines=False))})[/]")
+        table.add_row(name, *cells)
+    return Group(table, Text(printable(said, newlines=False), style="dim"))
+
+
+def _short(source: str) -> str:
+    """A value's source; a generation config file by its name only (the caption holds its path)."""
+    return re.sub(r"\S*generation_config\.json", "generation_config.json", source)
+
+
+def _home(path: str) -> str:
+    """A path with the home directory written as ~."""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + "/") else path
 
 
 def _k_histogram(s: RunStats) -> str:

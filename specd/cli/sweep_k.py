@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
-from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, TargetOpt, TrustRemoteCodeOpt
+from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, GenerationConfigOpt, TargetOpt, TrustRemoteCodeOpt
 from specd.errors import EmptyRange, InvalidCost, UsageError
 from specd.files import check_output
 from specd.models.options import MAX_K
@@ -37,7 +37,17 @@ ANALYTIC_ONLY = (
     "kv_shape",
     "config",
 )
-MEASURED_ONLY = ("target", "draft", "device", "dtype", "max_new_tokens", "repeats", "trust_remote_code", "ray")
+MEASURED_ONLY = (
+    "target",
+    "draft",
+    "device",
+    "dtype",
+    "max_new_tokens",
+    "repeats",
+    "trust_remote_code",
+    "ray",
+    "generation_config",
+)
 
 
 MAX_SWEEP_K = 256
@@ -113,6 +123,7 @@ def sweep_k(
     dtype: DtypeOpt = "float32",
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Measured mode: tokens per prompt."),
     trust_remote_code: TrustRemoteCodeOpt = False,
+    generation_config: GenerationConfigOpt = "auto",
     ray: str | None = typer.Option(
         None,
         "--ray",
@@ -263,6 +274,7 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         dtype=p["dtype"],
         max_new_tokens=p["max_new_tokens"],
         trust_remote_code=p["trust_remote_code"],
+        generation_config=p["generation_config"],
     )
     if p["ray"] is not None:  # an unreachable cluster is refused before any model loads
         from specd.models.distributed import connect

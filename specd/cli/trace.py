@@ -25,6 +25,7 @@ from specd.cli.options import (
     DraftTopKOpt,
     DraftTopPOpt,
     DtypeOpt,
+    GenerationConfigOpt,
     JsonOpt,
     KMaxOpt,
     KOpt,
@@ -47,6 +48,7 @@ from specd.cli.options import (
     TrustRemoteCodeOpt,
     read_run,
 )
+from specd.cli.render import policy_table
 from specd.errors import UsageError
 from specd.files import check_output, write_text_atomic
 from specd.traces.log import read_trace
@@ -78,7 +80,8 @@ def run(
     draft_stop: DraftStopOpt = 0.0,
     k_schedule: KScheduleOpt = None,
     max_new_tokens: MaxNewTokensOpt = 128,
-    temperature: TemperatureOpt = 0.0,
+    temperature: TemperatureOpt = None,
+    generation_config: GenerationConfigOpt = "auto",
     top_k: TopKOpt = None,
     top_p: TopPOpt = None,
     repetition_penalty: RepetitionPenaltyOpt = None,
@@ -161,16 +164,27 @@ def summarize_cmd(
     path: str = typer.Argument(..., help="An acceptance log."),
     by: str | None = typer.Option(None, "--by", help="Group by a column: request_id (default), prompt, tag."),
     out: str | None = typer.Option(None, "--out", help="Write the summary table as CSV."),
+    plot_path: str | None = typer.Option(
+        None,
+        "--plot",
+        help="Draw acceptance by position (alpha_j and the per-position rate, 95% intervals) and the "
+        "accepted-length histogram to this PNG; with --by, one line per group. Needs matplotlib.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Pr(A = a), survival s_j, reach-conditioned alpha_j and mean accepted length."""
-    if out is not None:
-        check_output(out, "summary CSV")
+    for target, what in ((out, "summary CSV"), (plot_path, "plot")):
+        if target is not None:
+            check_output(target, what)
     header, requests, proposals, rounds = read_trace(path)
     summary = summarize(requests, proposals, rounds, by)
     table = to_table(summary)
     if out is not None:
         write_text_atomic(out, table.to_csv(index=False), "summary CSV")
+    if plot_path is not None:
+        from specd.traces.plot import plot_summary
+
+        plot_summary(summary, plot_path, grouped=by is not None)
     if as_json:
         print_json({"schema": "specd.trace-summary/v1", "trace": path, **summary})
         return
@@ -181,9 +195,13 @@ def summarize_cmd(
         rich_table.add_column(printable(str(g), newlines=False), justify="right")
     for col in table.columns[1:]:
         rich_table.add_row(_label(col), *[_fmt(v) for v in table[col].tolist()])
+    sampling = header.get("manifest", {}).get("sampling")
+    if isinstance(sampling, dict) and "generation_config" in sampling:  # logs written before it lack this
+        stdout.print(policy_table(sampling))
     stdout.print(rich_table)
-    if out:
-        stdout.print(f"[dim]written to {escape(printable(out))}[/]")
+    for written in (out, plot_path):
+        if written:
+            stdout.print(f"[dim]written to {escape(printable(written))}[/]")
 
 
 def _label(col: str) -> str:

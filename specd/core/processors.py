@@ -40,8 +40,9 @@ def check_temperature(value, name: str = "temperature") -> None:
 
 
 def check_top_k(value, name: str = "top-k") -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise UsageError(f"{name} must be an integer >= 1, got {value}")
+    """An integer >= 0; 0 (like None) means no top-k filter, as in Hugging Face."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {value}")
 
 
 def check_top_p(value, name: str = "top-p") -> None:
@@ -262,7 +263,7 @@ class SamplingPolicy:
         greedy = temperature == 0
         if not greedy and temperature != 1.0:
             procs.append(Temperature(float(temperature)))
-        if top_k is not None:
+        if top_k:  # None or 0: no filter (Hugging Face's top_k=0)
             procs.append(TopK(int(top_k)))
         if top_p is not None and top_p < 1.0:
             procs.append(TopP(float(top_p)))

@@ -41,6 +41,7 @@ class TableModel:
                 self._rows[tuple(prefix)] = torch.as_tensor(row, dtype=dtype)
             self.identity = f"table:{name}:V={vocab_size}:explicit"
         self._explicit = table is not None
+        self._blocks: dict[tuple[tuple[int, ...], int], torch.Tensor] = {}
         self.forward_calls = 0
 
     def raw_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
@@ -62,12 +63,17 @@ class TableModel:
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
-            seen = tuple(cache.visible(row.slot))
+            context = tuple(cache.visible(row.slot)) + tuple(row.tokens)
             n = len(row.tokens)
             wanted = n if logits_for is None else min(logits_for, n)  # logits only where asked
-            out = [self.raw_logits(seen + row.tokens[: i + 1]) for i in range(n - wanted, n)]
+            key = (context, wanted)
+            block = self._blocks.get(key)
+            if block is None:  # a table row block is a pure function of the context: built once, read only
+                out = [self.raw_logits(context[: len(context) - n + i + 1]) for i in range(n - wanted, n)]
+                block = torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype)
+                self._blocks[key] = block
             new_rows = KVRows(row.slot, row.tokens, row.positions)
             cache.stage(new_rows)
-            logits.append(torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype))
+            logits.append(block)
             kv.append(new_rows)
         return StepOutput(logits, kv)

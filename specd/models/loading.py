@@ -56,6 +56,7 @@ def load(
     trust_remote_code: bool = False,
     device_map: str | None = None,
     max_memory: dict | None = None,
+    read_generation_config: bool = True,
 ) -> Loaded:
     """A model by local folder, hub id (local cache only when offline) or GGUF file.
 
@@ -64,6 +65,8 @@ def load(
     or from pickles that torch's weights-only loader accepts (plain tensors, no code).
     Nothing is ever asked on stdin. With ``device_map="auto"`` accelerate spreads the model
     over the devices (GPUs, then CPU, then a temporary folder on disk) within ``max_memory``.
+    Without ``read_generation_config`` the folder's generation_config.json is not opened: the
+    model's generation config is built from its config.json (--generation-config none).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -93,7 +96,13 @@ def load(
             raise ModelLoadError("--device-map needs the 'accelerate' package: pip install 'specd[gguf]'")
         kwargs.update(device_map=device_map, max_memory=max_memory, offload_folder=offload_folder())
     try:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, weights_only=True, **kwargs)
+        model_kwargs = {}
+        if not read_generation_config:
+            from transformers import AutoConfig, GenerationConfig
+
+            config = AutoConfig.from_pretrained(where, **kwargs)
+            model_kwargs["generation_config"] = GenerationConfig.from_model_config(config)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, weights_only=True, **kwargs, **model_kwargs)
         if device_map is None:
             model.to(device)
         model.eval()

@@ -18,6 +18,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
 from specd.errors import UsageError
+from specd.models.generation_config import check_mode
 
 MAX_K = 64  # drafts per round; past this a draft is never the bottleneck worth widening
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -33,6 +34,7 @@ FLAGS = {
     "k_schedule": "--k-schedule",
     "max_new_tokens": "--max-new-tokens",
     "temperature": "--temperature",
+    "generation_config": "--generation-config",
     "top_k": "--top-k",
     "top_p": "--top-p",
     "repetition_penalty": "--repetition-penalty",
@@ -62,7 +64,8 @@ _KINDS = {
     "draft_stop": "float",
     "k_schedule": "str?",
     "max_new_tokens": "int",
-    "temperature": "float",
+    "temperature": "float?",
+    "generation_config": "str",
     "top_k": "int?",
     "top_p": "float?",
     "repetition_penalty": "float?",
@@ -93,7 +96,8 @@ class GenerateOptions:
     draft_stop: float = 0.0  # stop drafting where the draft's largest probability is below this (0: never)
     k_schedule: str | None = None  # a file whose recorded K schedules are replayed
     max_new_tokens: int = 128
-    temperature: float = 0.0
+    temperature: float | None = None  # None: from the generation config (auto) or greedy (none)
+    generation_config: str = "auto"  # auto: unset sampling values as Hugging Face resolves them; none: ignore
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
@@ -116,7 +120,9 @@ class GenerateOptions:
     def __post_init__(self) -> None:
         for name, kind in _KINDS.items():
             object.__setattr__(self, name, self._typed(name, kind, getattr(self, name)))
-        check_temperature(self.temperature, self.where("temperature"))
+        if self.temperature is not None:
+            check_temperature(self.temperature, self.where("temperature"))
+        check_mode(self.generation_config, self.where("generation_config"))
         if self.draft_temperature is not None:
             check_temperature(self.draft_temperature, self.where("draft_temperature"))
         for name in ("top_k", "draft_top_k"):
@@ -157,6 +163,14 @@ class GenerateOptions:
                 f"--draft {self.draft} is built from the target, which --device-map spreads over devices "
                 "(accelerate's hooks own its forward); give a separate draft model or ngram:N"
             )
+
+    def given(self, name: str) -> tuple[object, str] | None:
+        """(value, where it came from) when the user set ``name`` (a flag or the config file), else None."""
+        value = getattr(self, name)
+        if value is None:
+            return None
+        source = self.sources.get(name, "flag")
+        return value, "flag" if source == "flag" else source
 
     def where(self, name: str) -> str:
         """How to name a field in a message: its flag, or the config file and key it came from."""

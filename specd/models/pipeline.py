@@ -26,6 +26,7 @@ from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import build_proposer, parse_draft
 from specd.models.embedded import MODEL_NAME, ensure_default_model
+from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
 from specd.models.options import GenerateOptions, parse_max_memory
@@ -88,6 +89,8 @@ class Pipeline:
     device: torch.device
     load_time: float
     context: int | None  # positions the models can read (the smaller of target and draft); None: unknown
+    generation: GenerationDefaults = GenerationDefaults("none")  # the target's generation config, as read
+    sampling: dict = field(default_factory=dict)  # "target"/"draft" -> field -> Setting (value, source)
     # This machine's measured costs (target call, draft step), shared by every -k auto run of these models.
     costs: OnlineCosts = field(default_factory=OnlineCosts, compare=False, repr=False)
     _digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name
@@ -116,8 +119,17 @@ class Pipeline:
             )
         draft_spec = parse_draft(opts.draft) if with_draft and not opts.draft_gguf else None
         memory = parse_max_memory(opts.max_memory) if opts.max_memory else None
-        placement = dict(trust_remote_code=opts.trust_remote_code, device_map=opts.device_map, max_memory=memory)
+        placement = dict(
+            trust_remote_code=opts.trust_remote_code,
+            device_map=opts.device_map,
+            max_memory=memory,
+            read_generation_config=opts.generation_config == "auto",
+        )
+        # A local folder's generation_config.json is read (and refused if broken) before anything loads.
+        generation = read_folder(opts.generation_config, opts.target) if opts.target else None
         target = load(opts.target, opts.target_gguf, dtype, device, **placement)
+        if generation is None:
+            generation = from_model(opts.generation_config, target.model, target.name)
         if default_model:
             target.name = MODEL_NAME
         loaded_draft = None
@@ -133,7 +145,7 @@ class Pipeline:
         draft_lm = (
             HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
         )
-        target_policy, draft_policy = policies(opts, space)
+        target_policy, draft_policy, sampling = policies(opts, space, generation)
         proposer = None
         if with_draft:
             spec = draft_spec or parse_draft("model")  # a --draft-gguf model
@@ -153,11 +165,13 @@ class Pipeline:
                 (c for c in (context_length(target.model), context_length(getattr(draft_lm, "model", None))) if c),
                 default=None,
             ),
+            generation,
+            sampling if with_draft else {"target": sampling["target"]},
         )
 
     def with_options(self, opts: GenerateOptions) -> Pipeline:
         """The same loaded models under other sampling options (a new pipeline; this one is unchanged)."""
-        target_policy, draft_policy = policies(opts, self.space)
+        target_policy, draft_policy, sampling = policies(opts, self.space, self.generation)
         proposer = self.proposer
         if proposer is not None and hasattr(proposer, "model"):
             proposer = type(proposer)(proposer.model, draft_policy, opts.draft_stop)
@@ -167,6 +181,7 @@ class Pipeline:
             target_policy=target_policy,
             draft_policy=draft_policy if self.draft_policy is not None else None,
             proposer=proposer,
+            sampling=sampling if self.draft_policy is not None else {"target": sampling["target"]},
         )
 
     def encode(self, item: PromptItem) -> tuple[int, ...]:
@@ -304,6 +319,12 @@ class Pipeline:
             requests.append(Request(item.request_id, prompt, allowed, seed=self.options.seed))
         return requests, tuple(notes)
 
+    def sampling_doc(self, baseline: bool = False) -> dict:
+        """Every effective sampling value and where it came from, and the generation config read."""
+        roles = ("target",) if baseline or "draft" not in self.sampling else ("target", "draft")
+        doc = {role: {k: s.as_dict() for k, s in self.sampling[role].items()} for role in roles}
+        return {**doc, "generation_config": self.generation.describe()}
+
     def manifest(self, baseline: bool = False, k: int | None = None) -> dict:
         """What determines a run's output: models, policies, seed, K, budget, stops (trace headers, --json)."""
         import transformers
@@ -332,6 +353,7 @@ class Pipeline:
             "transformers": transformers.__version__,
             "target_policy": self.target_policy.describe(),
             "draft_policy": None if baseline else self.draft_policy.describe(),
+            "sampling": self.sampling_doc(baseline),
             "layout": o.layout,
             "backend": o.backend,
             "k": 0 if baseline else (o.k if k is None else k),
@@ -347,23 +369,20 @@ class Pipeline:
         }
 
 
-def policies(opts: GenerateOptions, space: EventSpace) -> tuple[SamplingPolicy, SamplingPolicy]:
-    """The target's and the draft's sampling policies (the draft's values default to the target's)."""
+def policies(
+    opts: GenerateOptions, space: EventSpace, generation: GenerationDefaults
+) -> tuple[SamplingPolicy, SamplingPolicy, dict]:
+    """The target's and the draft's sampling policies, and every effective value with its source
+    (specd.models.generation_config: the user's values, else the generation config's, else defaults;
+    the draft's default to the target's)."""
     mask = space.real_vocab if space.width > space.real_vocab else None
-    target = SamplingPolicy.build(
-        temperature=opts.temperature,
-        top_k=opts.top_k,
-        top_p=opts.top_p,
-        repetition_penalty=opts.repetition_penalty,
-        real_vocab=mask,
-    )
-    draft = SamplingPolicy.build(
-        temperature=opts.temperature if opts.draft_temperature is None else opts.draft_temperature,
-        top_k=opts.top_k if opts.draft_top_k is None else opts.draft_top_k,
-        top_p=opts.top_p if opts.draft_top_p is None else opts.draft_top_p,
-        real_vocab=mask,
-    )
-    return target, draft
+    given = {name: v for name in FIELDS if (v := opts.given(name)) is not None}
+    target = resolve(given, generation)
+    draft_given = {name: v for name in ("temperature", "top_k", "top_p") if (v := opts.given(f"draft_{name}"))}
+    draft = resolve_draft(draft_given, target)
+    target_policy = SamplingPolicy.build(**{name: setting.value for name, setting in target.items()}, real_vocab=mask)
+    draft_policy = SamplingPolicy.build(**{name: setting.value for name, setting in draft.items()}, real_vocab=mask)
+    return target_policy, draft_policy, {"target": target, "draft": draft}
 
 
 def context_length(model) -> int | None:

@@ -75,6 +75,9 @@ def summarize_group(props: pd.DataFrame, rnds: pd.DataFrame) -> dict:
             "pr_a": {},
             "survival": {},
             "alpha": {},
+            "reached": {},
+            "accepted_at": {},
+            "accepted_histogram": {},
         }
     k_max = int(spec["k"].max())
     full = spec[spec["k"] == k_max]  # rounds clamped by the budget cannot reach A = k_max
@@ -82,12 +85,13 @@ def summarize_group(props: pd.DataFrame, rnds: pd.DataFrame) -> dict:
     accepted = full["accepted"]
     pr_a = {a: float((accepted == a).sum() / n) for a in range(k_max + 1)}
     survival = {j: float((accepted >= j).sum() / n) for j in range(1, k_max + 1)}
-    alpha = {}
+    alpha, reached_at, accepted_at = {}, {}, {}
     if not props.empty:
         reached = props[props["reached"]]
         for j in range(1, k_max + 1):
             at = reached[reached["draft_index"] == j]
             alpha[j] = float(at["accepted"].mean()) if len(at) else None
+            reached_at[j], accepted_at[j] = len(at), int(at["accepted"].sum())
     emitted = spec["emitted"].map(len)
     return {
         **counters,
@@ -99,6 +103,9 @@ def summarize_group(props: pd.DataFrame, rnds: pd.DataFrame) -> dict:
         "pr_a": pr_a,
         "survival": survival,
         "alpha": alpha,
+        "reached": reached_at,  # proposals tested at position j: alpha_j's denominator
+        "accepted_at": accepted_at,  # and accepted there: its numerator
+        "accepted_histogram": {int(a): int(n) for a, n in spec["accepted"].value_counts().sort_index().items()},
     }
 
 
@@ -147,4 +154,7 @@ def to_table(summary: dict) -> pd.DataFrame:
         for j, v in s["alpha"].items():
             row[f"alpha_{j}"] = v
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    counts = [c for c in frame.columns if c.startswith("rounds_k_")]
+    frame[counts] = frame[counts].fillna(0).astype(int)  # a group that never chose that K: 0 rounds
+    return frame

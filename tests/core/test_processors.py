@@ -67,7 +67,8 @@ def test_order_is_bias_penalty_temperature_topk_topp():
         {"top_p": 0.0},
         {"top_p": 1.5},
         {"top_p": float("nan")},
-        {"top_k": 0},
+        {"top_k": -1},
+        {"top_k": 2.5},
         {"repetition_penalty": 0.0},
         {"repetition_penalty": float("inf")},
         {"logit_bias": {0: float("nan")}},
@@ -77,3 +78,7 @@ def test_order_is_bias_penalty_temperature_topk_topp():
 def test_bad_policies_are_refused(kwargs):
     with pytest.raises(UsageError):
         SamplingPolicy.build(**kwargs)
+
+
+def test_top_k_zero_is_no_filter_as_in_hugging_face():
+    assert SamplingPolicy.build(temperature=0.7, top_k=0) == SamplingPolicy.build(temperature=0.7)

@@ -44,7 +44,7 @@ def test_flags_typed_on_the_command_line_win_over_the_file_which_wins_over_defau
         ({"target": "a", "target_gguf": "b.gguf"}, "give --target or --target-gguf, not both"),
         ({"target": "a", "draft": "b", "draft_gguf": "c.gguf"}, "give --draft or --draft-gguf, not both"),
         ({"repetition_penalty": -1.0}, "--repetition-penalty must be a finite number > 0"),
-        ({"draft_top_k": 0}, "--draft-top-k must be an integer >= 1"),
+        ({"draft_top_k": -1}, "--draft-top-k must be an integer >= 0 (0: off)"),
         ({"stop": ("",)}, "a stop string must not be empty"),
         ({"max_new_tokens": 0}, "--max-new-tokens must be >= 1"),
     ],

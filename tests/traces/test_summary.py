@@ -54,3 +54,14 @@ def test_log_round_trip_and_refusals(tmp_path):
         read_trace(bad)
     with pytest.raises(BadTrace, match="not found"):
         read_trace(tmp_path / "missing.jsonl")
+
+
+def test_k_counts_are_whole_numbers_and_zero_where_a_group_never_chose_that_k():
+    requests, proposals, rounds = synthetic_log([0.5, 0.5], rounds=30)
+    odd = next(r for r in rounds if r["request_id"] == "req1")
+    odd["k"] = 0  # one K = 0 round, in the odd group only: a plain target step
+    odd["accepted"], odd["emitted"], odd["terminal_kind"] = 0, [0], "bonus"
+    proposals = [p for p in proposals if p["round_id"] != odd["round_id"]]
+    table = to_table(summarize(requests, proposals, rounds, by="tag")).set_index("group")
+    assert table.loc["odd", "rounds_k_0"] == 1 and table.loc["even", "rounds_k_0"] == 0
+    assert table["rounds_k_0"].dtype.kind == "i" and table.loc["overall", "rounds_k_2"] == 29

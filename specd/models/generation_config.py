@@ -1,0 +1,156 @@
+"""Sampling defaults from the model's ``generation_config.json``, resolved as Hugging Face's
+``generate()`` resolves them.
+
+With ``--generation-config auto`` (the default, as vLLM's), every sampling value the
+user did not give (by flag or in the YAML config) comes from the target's
+``generation_config.json`` exactly as ``generate()`` would take it when called with no
+sampling arguments: ``do_sample`` (default false); when sampling, ``temperature``
+(default 1.0), ``top_k`` (default 50, Hugging Face's own) and ``top_p`` (default 1.0,
+off); ``repetition_penalty`` (default 1.0, off) for greedy and sampling alike. A value
+the user gives wins: ``--temperature T`` with T > 0 means sampling (do_sample true), 0
+means greedy; ``--top-k 0`` turns top-k off (as in Hugging Face). With ``none`` the
+file is not read: greedy unless asked, no top-k, no top-p. The draft's values default
+to the target's effective ones. Every effective value carries its source.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specd.errors import UsageError
+from specd.files import read_text
+
+MODES = ("auto", "none")
+FILE_NAME = "generation_config.json"
+# What generate() uses for a value neither the call nor the model's file sets (transformers 5).
+HF_DEFAULTS = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0}
+HF_DEFAULT = "Hugging Face default"
+SPECD_DEFAULT = "specd default"
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """The sampling values a model's generation config sets (only those it sets), and where from."""
+
+    mode: str  # auto | none
+    values: Mapping[str, object] = field(default_factory=dict)
+    where: str = FILE_NAME
+
+    def describe(self) -> dict:
+        return {"mode": self.mode, "file": self.where, "values": dict(self.values)}
+
+
+def check_mode(mode: str, where: str = "--generation-config") -> str:
+    if mode not in MODES:
+        raise UsageError(f"{where} takes auto or none, got {mode!r}")
+    return mode
+
+
+def _checked(values: dict, where: str) -> dict:
+    """Only the sampling keys, each of the type and range generate() accepts, or one line naming it."""
+    out = {}
+    for key in HF_DEFAULTS:
+        value = values.get(key)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = {
+            "do_sample": isinstance(value, bool),
+            "temperature": number and math.isfinite(value) and value >= 0,
+            "top_k": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            "top_p": number and 0 < value <= 1,
+            "repetition_penalty": number and math.isfinite(value) and value > 0,
+        }[key]
+        if not ok:
+            raise UsageError(f"{where}: {key} = {value!r} is not a valid value for {key}")
+        out[key] = value
+    return out
+
+
+def read_folder(mode: str, folder: str | Path) -> GenerationDefaults | None:
+    """From a local model folder's file (read strictly, before the model loads). None: not a folder."""
+    if mode == "none":
+        return GenerationDefaults("none", {}, "not read (--generation-config none)")
+    path = Path(folder) / FILE_NAME
+    if not Path(folder).is_dir():
+        return None
+    if not path.exists():
+        return GenerationDefaults("auto", {}, f"{path} (absent)")
+    text = read_text(path, "generation config")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(
+            f"{path}: not JSON ({err.msg} at line {err.lineno}); fix it or use --generation-config none"
+        ) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a generation config must be a JSON object; use --generation-config none to skip it")
+    return GenerationDefaults("auto", _checked(data, str(path)), str(path))
+
+
+def from_model(mode: str, model, name: str) -> GenerationDefaults:
+    """From a loaded model's generation_config (a hub id in the local cache, a GGUF file)."""
+    if mode == "none":
+        return GenerationDefaults("none", {}, "not read (--generation-config none)")
+    config = getattr(model, "generation_config", None)
+    values = config.to_dict() if config is not None else {}
+    return GenerationDefaults("auto", _checked(values, f"{name}: generation_config"), f"{name}: generation_config")
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: object  # None: off
+    source: str
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "source": self.source}
+
+
+FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty")
+
+
+def resolve(given: Mapping[str, tuple[object, str]], defaults: GenerationDefaults) -> dict[str, Setting]:
+    """The target's effective sampling values. ``given``: field -> (value, where it came from) for
+    each value the user gave. temperature 0 is greedy; top_k, top_p, repetition_penalty None: off."""
+    file = defaults.values
+    out: dict[str, Setting] = {}
+
+    def from_file(key: str) -> Setting:
+        if key in file:
+            return Setting(file[key], defaults.where)
+        return Setting(HF_DEFAULTS[key], HF_DEFAULT)
+
+    if "temperature" in given:
+        out["temperature"] = Setting(*given["temperature"])
+    elif defaults.mode == "none":
+        out["temperature"] = Setting(0.0, SPECD_DEFAULT)
+    else:
+        sample = from_file("do_sample")
+        why = f"{sample.source}: do_sample false" if "do_sample" in file else f"{HF_DEFAULT}: do_sample false"
+        out["temperature"] = from_file("temperature") if sample.value else Setting(0.0, why)
+    sampling = out["temperature"].value != 0
+    for key, off in (("top_k", 0), ("top_p", 1.0), ("repetition_penalty", 1.0)):
+        if key in given:
+            setting = Setting(*given[key])
+        elif defaults.mode == "none" or (key != "repetition_penalty" and not sampling):
+            setting = Setting(None, SPECD_DEFAULT if defaults.mode == "none" else "not used when greedy")
+        else:
+            setting = from_file(key)
+        out[key] = Setting(None if setting.value == off else setting.value, setting.source)
+    return out
+
+
+def resolve_draft(given: Mapping[str, tuple[object, str]], target: Mapping[str, Setting]) -> dict[str, Setting]:
+    """The draft's: its own flags, else the target's effective values (the draft has no penalty)."""
+    out = {}
+    for key in ("temperature", "top_k", "top_p"):
+        if key in given:
+            value, source = given[key]
+            out[key] = Setting(None if key == "top_k" and value == 0 else value, source)
+        else:
+            out[key] = Setting(target[key].value, "as the target")
+    return out
