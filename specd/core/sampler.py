@@ -95,7 +95,12 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def _exact_inverse_cdf(row: list[float], u: float) -> int:
     """The first index whose exact cumulative mass exceeds u * total, skipping zero-mass entries."""
     masses = [Fraction(x) for x in row]
-    target = Fraction(u) * sum(masses)
+    return first_index_above(masses, Fraction(u) * sum(masses))
+
+
+def first_index_above(masses: list[Fraction], target: Fraction) -> int:
+    """The first index whose cumulative mass exceeds ``target``, skipping zero-mass entries
+    (u near 1: the last index with mass). Exact: masses and target are Fractions."""
     below, last = Fraction(0), 0
     for i, m in enumerate(masses):
         if m > 0:

@@ -33,6 +33,7 @@ from fractions import Fraction
 
 import torch
 
+from specd.core.sampler import first_index_above
 from specd.errors import SamplerFailed
 from specd.oracles.exact import PROBES, Reference, max_abs_diff, probe
 from specd.oracles.samplers import SamplerResult, SamplerUnderTest
@@ -445,14 +446,8 @@ def terminal_uniforms(law: list[Fraction]) -> list[float]:
 
 
 def _exact_token(law: list[Fraction], u: float) -> int:
-    target, below, last = Fraction(u), Fraction(0), 0
-    for i, m in enumerate(law):
-        if m > 0:
-            last = i
-            below += m
-            if below > target:
-                return i
-    return last
+    """The token a normalized law gives for uniform u (the rule's inverse CDF, target u itself)."""
+    return first_index_above(law, Fraction(u))
 
 
 # -- degenerate cases ---------------------------------------------------------------------------
