@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
+import sys
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
@@ -83,3 +86,19 @@ def synthetic_log(alphas, rounds=20000, seed=0):
         )
     requests = [{"request_id": f"req{i}", "prompt": f"p{i}", "tag": "even" if i % 2 == 0 else "odd"} for i in range(3)]
     return requests, proposals, rnds
+
+
+def interrupted(args, when) -> tuple[int, str]:
+    """Start ``specd ARGS`` in a child process, wait with ``when(proc)``, send Ctrl-C (SIGINT)
+    -> (exit code, stderr)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specd.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    when(proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err

@@ -8,7 +8,6 @@ with no traceback, and (for outputs) the state of the file before and after.
 import errno
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import interrupted, run_cli
 
 TINY = ["--max-new-tokens", "4", "-p", "hello world"]
 
@@ -475,20 +474,6 @@ def endless_model(tmp_path_factory):
     tiny_llama(len(tok), seed=0, eos=None).save_pretrained(folder)
     tok.save_pretrained(folder)
     return str(folder)
-
-
-def interrupted(args, when):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specd.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    when(proc)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    return proc.returncode, err
 
 
 @pytest.mark.slow

@@ -1,14 +1,11 @@
 """Prompt sets: results streamed per request, resumable, the same at any batch size."""
 
 import json
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import interrupted, run_cli
 
 PROMPTS = [
     "the quick brown fox",
@@ -86,19 +83,14 @@ def test_ctrl_c_keeps_every_finished_request_and_resume_finishes_the_rest(tiny_m
     assert code == 0, err
     out, trace = tmp_path / "r.jsonl", tmp_path / "t.jsonl"
     args = generate(tiny_models, prompt_set, "--out", str(out), "--trace", str(trace), "--batch-size", "2")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specd.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err.endswith("specd: error: interrupted\n")
+
+    def three_lines_written(proc):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
+            time.sleep(0.05)
+
+    code, err = interrupted(args, three_lines_written)
+    assert code == 130 and err.endswith("specd: error: interrupted\n")
     partial = [json.loads(x) for x in out.read_text().splitlines()]  # a valid file: every line parses
     assert 3 <= len(partial) < len(PROMPTS) + 1
     code, out_text, err = run_cli([*args, "--resume", "--json"], capsys)
