@@ -13,7 +13,7 @@ import sys
 import typer
 
 from specd import __version__
-from specd.cli import generate, sweep_k, trace, verify_oracle
+from specd.cli import exit_interrupted, generate, sweep_k, trace, verify_oracle
 from specd.errors import SpecdError, one_line
 
 app = typer.Typer(
@@ -75,7 +75,7 @@ def run(argv: list[str] | None = None) -> None:
     except SpecdError as err:
         fail(str(err), err.exit_code)
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        exit_interrupted()
     except BrokenPipeError:
         sys.exit(1)
     except Exception as err:
@@ -90,12 +90,12 @@ def run(argv: list[str] | None = None) -> None:
         if "Exit" in kinds:
             sys.exit(getattr(err, "exit_code", 0))
         if "Abort" in kinds:
-            fail("interrupted", 130)
+            exit_interrupted()
         if "ClickException" in kinds:
             fail(err.format_message(), getattr(err, "exit_code", 1))
         if os.environ.get("SPECD_DEBUG"):
             raise
         fail(f"internal error: {type(err).__name__}: {err} (set SPECD_DEBUG=1 for the traceback)", 1)
     if result == 130:
-        fail("interrupted", 130)
+        exit_interrupted()
     sys.exit(result if isinstance(result, int) else 0)

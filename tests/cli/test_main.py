@@ -1,6 +1,8 @@
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,36 @@ def test_console_script_exit_codes_from_a_real_process():
         [sys.executable, "-m", "specd.cli", "verify-oracle", "--vocab", "1"], capture_output=True, text=True
     )
     assert proc.returncode == 2 and proc.stderr.strip() == "specd: error: --vocab must be >= 2, got 1"
+
+
+# A Ctrl-C that lands inside code run by exec() of a string (dataclasses make their methods
+# that way, so importing torch or specd is full of them) once made `python -m specd.cli`
+# die by SIGINT (-2) after printing its line: CPython remembered the caught interrupt.
+INTERRUPT_INSIDE_EXEC = {
+    "importing": """
+import sys
+class InterruptImport:
+    def find_spec(self, name, path, target=None):
+        if name == "specd.cli.app":
+            exec("raise KeyboardInterrupt")
+sys.meta_path.insert(0, InterruptImport())
+""",
+    "running": """
+import specd.cli.app
+def interrupt(**kwargs):
+    exec("raise KeyboardInterrupt")
+specd.cli.app.app = interrupt
+""",
+}
+
+
+@pytest.mark.parametrize("moment", list(INTERRUPT_INSIDE_EXEC))
+def test_ctrl_c_inside_exec_still_exits_130_under_python_m(tmp_path, moment):
+    source = INTERRUPT_INSIDE_EXEC[moment] + "from specd.cli import main\nmain(['verify-oracle'])\n"
+    (tmp_path / "interrupted_entry.py").write_text(source)
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), repo])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "interrupted_entry"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert (proc.returncode, proc.stderr) == (130, "specd: error: interrupted\n")
