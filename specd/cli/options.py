@@ -16,7 +16,7 @@ import typer
 from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
 from specd.files import check_output
-from specd.models.options import MAX_K, OPTION_FIELDS, GenerateOptions, from_sources
+from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, MAX_K, OPTION_FIELDS, GenerateOptions, from_sources
 
 # -- prompts ---------------------------------------------------------------------------
 PromptOpt = Annotated[list[str] | None, typer.Option("--prompt", "-p", help="A prompt (repeatable).")]
@@ -131,12 +131,14 @@ BaselineOpt = Annotated[bool, typer.Option("--baseline", help="Target-only decod
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Run target-only and speculative; report the speedup.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
+MAX_BATCH_SIZE = 4096
 BatchSizeOpt = Annotated[
     int | None,
     typer.Option(
         "--batch-size",
         help=f"At most this many requests decode together; the next join as others finish (continuous "
-        f"batching; 1..{4096}). Default: 64 on CPU, 128 on CUDA. Outputs do not depend on it.",
+        f"batching; 1..{MAX_BATCH_SIZE}). Default: {BATCH_SIZE_CPU} on CPU, {BATCH_SIZE_CUDA} on CUDA. "
+        "Outputs do not depend on it.",
     ),
 ]
 ResumeOpt = Annotated[
@@ -157,7 +159,6 @@ RayOpt = Annotated[
     ),
 ]
 
-MAX_BATCH_SIZE = 4096
 
 # YAML keys of a generation run besides the options; the file paths by their library names.
 RUN_FIELDS = {

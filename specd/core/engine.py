@@ -99,12 +99,10 @@ class SpeculativeEngine:
         return cls(target, None, target_policy, replace(config, k=0), **{**kw, "k_policy": None})
 
     def k_for(self, state: RequestState) -> int:
-        """Drafts to ask for this round: the request's own K, else the K policy's, within its budget.
-
-        The last token of a budget is always a terminal token, so at most remaining - 1 drafts.
-        """
+        """Drafts to ask for this round: the request's own K, else the K policy's, within its
+        budget (``RequestState.draft_budget``)."""
         k = self.k_policy.choose(state) if state.k is None else state.k
-        return max(0, min(k, state.remaining - 1))
+        return max(0, min(k, state.draft_budget))
 
     def start(self, requests: Sequence[Request] = (), draws: Draws = stream_draws):
         from specd.core.session import DecodeSession

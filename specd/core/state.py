@@ -29,6 +29,12 @@ class Request:
     k: int | None = None
 
 
+def positions_reached(k: int, accepted: int) -> int:
+    """How many of a round's ``k`` drafts the acceptance test read: draft j is tested only when
+    every earlier draft was accepted, so drafts 1..min(accepted + 1, k)."""
+    return min(accepted + 1, k)
+
+
 @dataclass(frozen=True)
 class History:
     """What one request's published rounds did (its own acceptance, nobody else's).
@@ -50,7 +56,7 @@ class History:
         width = max(len(self.reached), k)
         reached = list(self.reached) + [0] * (width - len(self.reached))
         accepted_at = list(self.accepted_at) + [0] * (width - len(self.accepted_at))
-        for j in range(min(accepted + 1, k)):
+        for j in range(positions_reached(k, accepted)):
             reached[j] += 1
         for j in range(accepted):
             accepted_at[j] += 1
@@ -106,6 +112,12 @@ class RequestState:
     @property
     def remaining(self) -> int:
         return self.max_new_tokens - self.generated
+
+    @property
+    def draft_budget(self) -> int:
+        """The most drafts a round may ask for: the last token of a budget is always a terminal
+        token (correction or bonus), so remaining - 1."""
+        return max(0, self.remaining - 1)
 
     @property
     def finished(self) -> bool:

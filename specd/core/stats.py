@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specd.core.state import positions_reached
+
 
 @dataclass
 class StatsAccumulator:
@@ -45,7 +47,7 @@ class StatsAccumulator:
         self.accepted += accepted
         self.emitted += emitted
         self.accepted_hist[accepted] = self.accepted_hist.get(accepted, 0) + 1
-        for j in range(1, min(accepted + 1, k) + 1):
+        for j in range(1, positions_reached(k, accepted) + 1):
             self.reached[j] = self.reached.get(j, 0) + 1
         for j in range(1, accepted + 1):
             self.accepted_at[j] = self.accepted_at.get(j, 0) + 1

@@ -21,6 +21,7 @@ from specd.errors import UsageError
 from specd.models.generation_config import check_mode
 
 MAX_K = 64  # drafts per round; past this a draft is never the bottleneck worth widening
+BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 FLAGS = {

@@ -29,7 +29,7 @@ from specd.models.embedded import MODEL_NAME, ensure_default_model
 from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
-from specd.models.options import GenerateOptions, parse_max_memory
+from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOptions, parse_max_memory
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
 from specd.models.text import IncrementalText, cut_at_stop, stop_index
@@ -209,7 +209,7 @@ class Pipeline:
     @property
     def default_batch_size(self) -> int:
         """Requests decoding together when the user does not say: more on a GPU."""
-        return 128 if self.device.type == "cuda" else 64
+        return BATCH_SIZE_CUDA if self.device.type == "cuda" else BATCH_SIZE_CPU
 
     def engine(self, baseline: bool, k: int | str, record_log: bool, batch: int = 1) -> SpeculativeEngine:
         """``k``: a fixed K or "auto"; ``batch``: the requests the run decodes together (auto reads

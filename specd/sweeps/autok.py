@@ -36,11 +36,11 @@ from collections import deque
 from specd.core.kpolicy import KPolicy, RoundTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
-from specd.sweeps.ledger import CostModel, MeasuredCosts, progress_rate
+from specd.sweeps.ledger import CostModel, MeasuredCosts, best_k, progress_rate
 from specd.sweeps.profile import AcceptanceProfile
 
 MAX_K_AUTO = 64
-COLD_K = 2  # no draft step timed and no way to time one: a round of two drafts times it
+TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
 PROBE_AFTER = 4  # K = 0 rounds before a probe; doubles after each probe that did not pay
 PROBE_AFTER_MAX = 128  # also: K = 0 rounds before re-timing a draft too slow to ever pay
 PRIOR = (1.0, 1.0)  # Beta(a, b) for a request's pooled acceptance rate
@@ -224,25 +224,24 @@ class AutoK(KPolicy):
         self.costs.observe(timing)
 
     def choose(self, state: RequestState) -> int:
-        cap = max(0, min(self.k_max, state.remaining - 1))
+        cap = min(self.k_max, state.draft_budget)
         if cap == 0 or not self.costs.timed_target:  # the run's first round times a plain target step
             return 0
         if not self.costs.timed_draft:
             if self.time_draft_step is None:
-                return min(COLD_K, cap)
+                return min(TIMING_K, cap)
             self.costs.record_draft_step(self.batch, self.time_draft_step(self.batch))
         costs = self.costs.ledger_costs(self.batch, self.k_max)
         profile = request_profile(state.history, self.k_max)
-        rates = [progress_rate(profile, costs, k, self.batch) for k in range(cap + 1)]
-        best = max(range(cap + 1), key=lambda k: (rates[k], -k))
+        best = best_k(profile, costs, range(cap + 1), self.batch)
         if best > 0:
             return best
         schedule = state.history.k_schedule
         if self.could_pay(costs, cap) and (not any(schedule) or probe_due(schedule)):
             # A request that never drafted tries at once: its prior is no evidence against its draft.
-            return max(range(1, cap + 1), key=lambda k: (rates[k], -k))
+            return best_k(profile, costs, range(1, cap + 1), self.batch)
         if trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # even perfect acceptance would lose: re-time
-            return min(2, cap)
+            return min(TIMING_K, cap)
         return 0
 
     def could_pay(self, costs, cap: int) -> bool:

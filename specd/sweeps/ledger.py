@@ -152,9 +152,18 @@ def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
     return cost.draft_time(k, batch) + cost.verify_time(k, batch, context) + cost.state_cost + cost.queue_cost
 
 
-def progress_rate(profile: AcceptanceProfile, cost, k: int, batch: int = 1, context: int = 0) -> float:
+def progress_rate(
+    profile: AcceptanceProfile, cost, k: int, batch: int = 1, context: int = 0, stop_probability: float = 0.0
+) -> float:
     """E[G(K)] / E[T_round(K)]: committed tokens per unit time, what -k auto maximizes over K."""
-    return expected_progress(profile, k) / round_time(cost, k, batch, context)
+    return expected_progress(profile, k, stop_probability) / round_time(cost, k, batch, context)
+
+
+def best_k(
+    profile: AcceptanceProfile, cost, ks, batch: int = 1, context: int = 0, stop_probability: float = 0.0
+) -> int:
+    """-k auto's choice: the K in ``ks`` with the highest progress rate, the smaller K on a tie."""
+    return max(ks, key=lambda k: (progress_rate(profile, cost, k, batch, context, stop_probability), -k))
 
 
 def ledger_row(
@@ -227,9 +236,12 @@ def sweep(
         best = max(mine, key=lambda r: r.speedup)
         out.extend(r if r is not best else replace(r, optimal=True) for r in mine)
         if auto:
-            off = ledger_row(profile, cost, 0, b, context, stop_probability, shape)
-            chosen = max([off, *mine], key=lambda r: (r.speedup, -r.k))
-            out.append(replace(chosen, policy="auto", optimal=False))
+            chosen = best_k(profile, cost, [0, *ks], b, context, stop_probability)
+            if chosen == 0:  # target-only steps: not a swept K, its own row
+                row = ledger_row(profile, cost, 0, b, context, stop_probability, shape)
+            else:
+                row = mine[ks.index(chosen)]
+            out.append(replace(row, policy="auto", optimal=False))
     return out
 
 

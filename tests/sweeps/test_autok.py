@@ -5,7 +5,7 @@ import pytest
 
 from specd.core.kpolicy import RoundTiming
 from specd.core.processors import SamplingPolicy
-from specd.core.state import History
+from specd.core.state import History, RequestState
 from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, max_abs_diff, target_joint
 from specd.sweeps.autok import (
@@ -29,6 +29,8 @@ class State:
 
     def __init__(self, history=History(), remaining=100):
         self.history, self.remaining = history, remaining
+
+    draft_budget = RequestState.draft_budget  # the real rule, read off ``remaining``
 
 
 def timing(**changes):
