@@ -152,7 +152,7 @@ class DecodeSession:
 
     @property
     def done(self) -> bool:
-        return not self.live()
+        return not self._live
 
     def ready(self) -> list[RequestState]:
         """The live requests at round start; layouts that keep the frontier cached get it

@@ -91,6 +91,7 @@ class Pipeline:
     context: int | None  # positions the models can read (the smaller of target and draft); None: unknown
     generation: GenerationDefaults = GenerationDefaults("none")  # the target's generation config, as read
     sampling: dict = field(default_factory=dict)  # "target"/"draft" -> field -> Setting (value, source)
+    k_schedules: dict | None = None  # --k-schedule's file, read once: request id -> K per round
     # This machine's measured costs (target call, draft step), shared by every -k auto run of these models.
     costs: OnlineCosts = field(default_factory=OnlineCosts, compare=False, repr=False)
     _digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name
@@ -102,6 +103,7 @@ class Pipeline:
         """Load target (and draft), admit their tokenizers, build both policies."""
         device = resolve_device(opts.device)
         dtype = resolve_dtype(opts.dtype)
+        schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         default_model = opts.uses_default_model
         if default_model:
@@ -167,6 +169,7 @@ class Pipeline:
             ),
             generation,
             sampling if with_draft else {"target": sampling["target"]},
+            schedules,
         )
 
     def with_options(self, opts: GenerateOptions) -> Pipeline:
@@ -182,6 +185,7 @@ class Pipeline:
             draft_policy=draft_policy if self.draft_policy is not None else None,
             proposer=proposer,
             sampling=sampling if self.draft_policy is not None else {"target": sampling["target"]},
+            k_schedules=load_k_schedules(opts.k_schedule) if opts.k_schedule else None,
         )
 
     def encode(self, item: PromptItem) -> tuple[int, ...]:
@@ -222,8 +226,8 @@ class Pipeline:
             return SpeculativeEngine.baseline(self.target, self.target_policy, config)
         if self.proposer is None:
             raise UsageError("this pipeline was built without a draft: only target-only runs")
-        if o.k_schedule is not None:
-            policy: KPolicy = ScheduleK(load_k_schedules(o.k_schedule))
+        if self.k_schedules is not None:
+            policy: KPolicy = ScheduleK(self.k_schedules)
         elif k == "auto":
             policy = AutoK(o.k_max, batch, self.costs, self.proposer.step_seconds)
         else:
