@@ -101,6 +101,8 @@ class RunStats:
     @classmethod
     def combine(cls, parts: list[RunStats]) -> RunStats:
         """The statistics of several runs as one (counts and times add up: times are worker time)."""
+        if not parts:
+            return StatsAccumulator().freeze(0, 0, 0, 0.0)
 
         def merged(name: str) -> dict[int, int]:
             out: dict[int, int] = {}
@@ -110,9 +112,9 @@ class RunStats:
             return dict(sorted(out.items()))
 
         fields = {}
-        for name, value in vars(parts[0]).items() if parts else []:
+        for name, value in vars(parts[0]).items():
             fields[name] = merged(name) if isinstance(value, dict) else sum(getattr(p, name) for p in parts)
-        return cls(**fields) if parts else StatsAccumulator().freeze(0, 0, 0, 0.0)
+        return cls(**fields)
 
     @property
     def mean_accepted_length(self) -> float:

@@ -122,10 +122,10 @@ class RayRun:
     retried_chunks: int
 
 
-def actors(ray, options, baseline: bool, count: int | None = None):
-    """One actor per CPU of the cluster (or ``count``), each with one thread and one pipeline."""
+def actors(ray, options, baseline: bool):
+    """One actor per CPU of the cluster, each with one thread and one pipeline."""
     remote = ray.remote(num_cpus=1, max_restarts=0)(Worker)
-    n = count or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    n = max(1, int(ray.cluster_resources().get("CPU", 1)))
     return remote, [remote.remote(options, baseline, 1) for _ in range(n)]
 
 

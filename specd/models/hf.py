@@ -82,10 +82,12 @@ def input_device(model) -> torch.device:
     """Where a model's inputs go: its parameters' device, or for a model spread by a device map,
     the first accelerator it uses (accelerate's hooks bring offloaded weights to it)."""
     placed = getattr(model, "hf_device_map", None)
-    if placed:
-        gpus = [d for d in placed.values() if isinstance(d, int) or str(d).startswith("cuda")]
-        return torch.device(f"cuda:{gpus[0]}" if gpus and isinstance(gpus[0], int) else (gpus[0] if gpus else "cpu"))
-    return next(model.parameters()).device
+    if not placed:
+        return next(model.parameters()).device
+    gpus = [d for d in placed.values() if isinstance(d, int) or str(d).startswith("cuda")]
+    if not gpus:
+        return torch.device("cpu")
+    return torch.device(f"cuda:{gpus[0]}" if isinstance(gpus[0], int) else gpus[0])
 
 
 def logit_width(model) -> int:
@@ -268,13 +270,10 @@ class HFCausalLM:
             rest = [r for r in rows if r not in fresh]
             joined = self._prefill_apart(cache, fresh, logits_for)
             out = self._step(cache, rest, logits_for) if rest else StepOutput([], [])
-            by_slot = {r.slot: i for i, r in enumerate(rest)}
-            by_slot_fresh = {r.slot: i for i, r in enumerate(fresh)}
-            logits = [
-                out.logits[by_slot[r.slot]] if r.slot in by_slot else joined.logits[by_slot_fresh[r.slot]] for r in rows
-            ]
-            kv = [out.kv[by_slot[r.slot]] if r.slot in by_slot else joined.kv[by_slot_fresh[r.slot]] for r in rows]
-            return StepOutput(logits, kv)
+            # each input row's output: (the call that ran it, its index there)
+            where = {r.slot: (joined, i) for i, r in enumerate(fresh)} | {r.slot: (out, i) for i, r in enumerate(rest)}
+            parts = [where[r.slot] for r in rows]
+            return StepOutput([o.logits[i] for o, i in parts], [o.kv[i] for o, i in parts])
         return self._step(cache, rows, logits_for)
 
     def _prefill_apart(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:

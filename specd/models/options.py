@@ -168,10 +168,7 @@ class GenerateOptions:
     def given(self, name: str) -> tuple[object, str] | None:
         """(value, where it came from) when the user set ``name`` (a flag or the config file), else None."""
         value = getattr(self, name)
-        if value is None:
-            return None
-        source = self.sources.get(name, "flag")
-        return value, "flag" if source == "flag" else source
+        return None if value is None else (value, self.sources.get(name, "flag"))
 
     def where(self, name: str) -> str:
         """How to name a field in a message: its flag, or the config file and key it came from."""
