@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem  # noqa: E402
-from specd.sweeps.autok import OnlineCosts  # noqa: E402
-from specd.sweeps.ledger import CostModel, progress_rate  # noqa: E402
-from specd.sweeps.profile import AcceptanceProfile  # noqa: E402
+from specd.policy.autok import OnlineCosts  # noqa: E402
+from specd.policy.ledger import CostModel, progress_rate  # noqa: E402
+from specd.policy.profile import AcceptanceProfile  # noqa: E402
 
 PROMPTS = [
     ("chat", "What are three good habits for staying healthy?"),

@@ -121,7 +121,7 @@ def main() -> int:
                 out_d, td, st = specd_generate(pipe, it, False, k)
                 tokens[("d", k, rep)] += len(out_d)
                 seconds[("d", k, rep)] += td
-                accepted_len[k].append(st.mean_accepted_length)
+                accepted_len[k].append(st.figures()["mean_accepted_length"])
                 share[k].append(st.state_time / st.decode_time if st.decode_time else 0.0)
                 if out_d != ref:
                     mismatches.append((f"d(K={k})", it.request_id, rep))

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from specd.models import cache_compat
+
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
     "speculative decoding drafts tokens and the target verifies them",
@@ -99,3 +101,14 @@ def exact_joint(model, prompt, horizon, policy):
             if probs[i, x] > 0
         }
     return joint
+
+
+def committed_kv(cache, slot: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer (keys, values) float[kv_heads, n, head_dim] of an HFCache slot's committed rows, in order
+    (read from the cache's own physical layout: its valid mask and its transformers cache)."""
+    row = cache.row_of(slot)
+    cols = cache.valid[row].nonzero().squeeze(1)
+    committed = len(cache.committed(slot))
+    assert cols.numel() == committed + len(cache.temp_cols.get(slot, [])), "valid mask and ledger disagree"
+    cols = cols[:committed]
+    return [(k[row][:, cols], v[row][:, cols]) for k, v in cache_compat.get_kv(cache.dyn)]

@@ -13,7 +13,11 @@ import sys
 import typer
 
 from specd import __version__
-from specd.cli import exit_interrupted, generate, sweep_k, trace, verify_oracle
+from specd.cli.generate import generate
+from specd.cli.interrupt import exit_interrupted
+from specd.cli.sweep_k import sweep_k
+from specd.cli.trace import app as trace_app
+from specd.cli.verify_oracle import verify_oracle
 from specd.errors import SpecdError, one_line
 
 app = typer.Typer(
@@ -24,10 +28,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.command("generate")(generate.generate)
-app.command("verify-oracle")(verify_oracle.verify_oracle)
-app.command("sweep-k")(sweep_k.sweep_k)
-app.add_typer(trace.app, name="trace")
+app.command("generate")(generate)
+app.command("verify-oracle")(verify_oracle)
+app.command("sweep-k")(sweep_k)
+app.add_typer(trace_app, name="trace")
 
 
 def version_callback(value: bool) -> None:

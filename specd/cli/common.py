@@ -10,6 +10,7 @@ import sys
 from rich.console import Console
 
 from specd.errors import UsageError
+from specd.files import read_text
 
 stdout = Console(highlight=False, soft_wrap=False)
 if not stdout.is_terminal:  # piped or captured: wide enough that tables keep their headers
@@ -34,8 +35,6 @@ def parse_bias(items: list[str] | None, option: str) -> dict[int, float]:
 def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
     """A YAML file holding a mapping of known keys ('-' and '_' alike), or {} without a path."""
     import yaml
-
-    from specd.files import read_text
 
     if not path:
         return {}

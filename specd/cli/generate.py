@@ -54,6 +54,9 @@ from specd.cli.options import (
     read_run,
 )
 from specd.cli.render import policy_table, stats_table
+from specd.core.records import RunResult
+from specd.core.stats import RunStats
+from specd.models.distributed import connect, run_on_ray
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline
 from specd.models.prompts import prompt_items
 from specd.models.results import PromptSetFiles
@@ -113,8 +116,6 @@ def execute(options, run: RunArgs) -> None:
     """Load, generate in the run's mode, then render (text and a summary table, or one JSON document)."""
     items = prompt_items(run.prompts, run.prompts_file)
     if run.ray is not None:  # a wrong cluster address is found before any model loads
-        from specd.models.distributed import connect
-
         connect(run.ray)
     if not run.as_json and stderr.is_terminal and not options.uses_default_model:
         stderr.print(f"[dim]loading {escape(printable(options.target or options.target_gguf))} ...[/]")
@@ -216,10 +217,6 @@ def _run(
 
 def _run_on_ray(pipe: Pipeline, options, items, run: RunArgs, files) -> GenerationRun:
     """The prompt set over Ray actors; the files are written here, in the driver."""
-    from specd.core.engine import RunResult
-    from specd.core.stats import RunStats
-    from specd.models.distributed import connect, run_on_ray
-
     t0 = time.perf_counter()
     ray = connect(run.ray)
     out = run_on_ray(

@@ -20,20 +20,28 @@ def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary"
     for name in columns:
         table.add_column(name, justify="right")
 
+    figures = {name: s.figures() for name, s in columns.items()}
+
     def row(label, fn):
         table.add_row(label, *[fn(s) for s in columns.values()])
+
+    def fig(label, fn):
+        table.add_row(label, *[fn(f) for f in figures.values()])
 
     row("tokens generated", lambda s: str(s.emitted))
     row("decode tokens/s", lambda s: f"{s.tokens_per_second:.1f}")
     row("time per output token", lambda s: f"{1000 * s.decode_time / s.emitted:.1f} ms" if s.emitted else "-")
-    row("request rounds", lambda s: str(s.rounds))
-    row("mean accepted length", lambda s: f"{s.mean_accepted_length:.2f}")
-    row("acceptance by position", lambda s: " ".join(f"{a:.2f}" for a in s.acceptance_by_position.values()) or "-")
-    row("K chosen (rounds)", _k_histogram)
-    row("share of rounds at K = 0", lambda s: f"{100 * s.share_k0:.0f}%")
-    row("vLLM: mean acceptance length", lambda s: f"{s.mean_acceptance_length:.2f}" if s.num_drafts else "-")
-    row("vLLM: draft acceptance rate", lambda s: f"{100 * s.acceptance_rate:.1f}%" if s.proposed else "-")
-    row("vLLM: drafts / draft tokens / accepted", lambda s: f"{s.num_drafts} / {s.proposed} / {s.accepted}")
+    fig("request rounds", lambda f: str(f["rounds"]))
+    fig("mean accepted length", lambda f: _num(f["mean_accepted_length"]))
+    fig("acceptance by position", lambda f: " ".join(_num(a) for a in f["acceptance_by_position"].values()) or "-")
+    fig("K chosen (rounds)", lambda f: " ".join(f"{k}:{n}" for k, n in f["k_histogram"].items()) or "-")
+    fig("share of rounds at K = 0", lambda f: f"{100 * f['share_k0']:.0f}%" if f["rounds"] else "-")
+    fig("vLLM: mean acceptance length", lambda f: _num(f["mean_acceptance_length"]))
+    fig("vLLM: draft acceptance rate", lambda f: _num(f["draft_acceptance_rate"], percent=True))
+    fig(
+        "vLLM: drafts / draft tokens / accepted",
+        lambda f: f"{f['num_drafts']} / {f['num_draft_tokens']} / {f['num_accepted_tokens']}",
+    )
     row("draft / verify / state", lambda s: _split(s))
     row("prefill", lambda s: f"{s.prefill_time:.2f} s")
     row("target / draft forwards", lambda s: f"{s.target_forwards} / {s.draft_forwards}")
@@ -80,8 +88,11 @@ def _home(path: str) -> str:
     return "~" + path[len(home) :] if path.startswith(home + "/") else path
 
 
-def _k_histogram(s: RunStats) -> str:
-    return " ".join(f"{k}:{n}" for k, n in s.k_hist.items()) or "-"
+def _num(value: float | None, percent: bool = False) -> str:
+    """A figure for the table: "-" where it is undefined (no round drafted, no round reached it)."""
+    if value is None:
+        return "-"
+    return f"{100 * value:.1f}%" if percent else f"{value:.2f}"
 
 
 def _split(s: RunStats) -> str:

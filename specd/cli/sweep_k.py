@@ -13,15 +13,15 @@ from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
 from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, GenerationConfigOpt, TargetOpt, TrustRemoteCodeOpt
 from specd.errors import EmptyRange, InvalidCost, UsageError
 from specd.files import check_output
-from specd.models.options import MAX_K
-from specd.sweeps.ledger import CostModel, ModelShape, optimum, sweep
+from specd.models.distributed import connect
+from specd.models.options import MAX_K, GenerateOptions
+from specd.models.pipeline import Pipeline
+from specd.policy.ledger import CostModel
+from specd.policy.profile import constant_profile, per_position_profile
+from specd.sweeps.ledger import ModelShape, optimum, sweep
+from specd.sweeps.measure import measure
 from specd.sweeps.output import plot, row_dict, write_csv
-from specd.sweeps.profile import (
-    constant_profile,
-    per_position_profile,
-    profile_from_mapping,
-    profile_from_trace,
-)
+from specd.sweeps.profile import profile_from_mapping, profile_from_trace
 
 SCHEMA = "specd.sweep-k/v1"
 DEFAULT_ALPHA = 0.8
@@ -261,10 +261,6 @@ def _profile(p: dict, from_config):
 
 def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
     """Time the real models, measure the profile, and generate at every (K, B)."""
-    from specd.models.options import GenerateOptions
-    from specd.models.pipeline import Pipeline
-    from specd.sweeps.measure import measure
-
     if not 1 <= p["repeats"] <= 100:
         raise UsageError(f"--repeats must be in 1..100, got {p['repeats']}")
     options = GenerateOptions(
@@ -277,8 +273,6 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         generation_config=p["generation_config"],
     )
     if p["ray"] is not None:  # an unreachable cluster is refused before any model loads
-        from specd.models.distributed import connect
-
         connect(p["ray"])
     pipe = Pipeline.build(options, report=lambda m: stderr.print(f"[dim]{m}[/]"))
     if pipe.context is not None and options.max_new_tokens >= pipe.context // 2:

@@ -52,6 +52,7 @@ from specd.cli.render import policy_table
 from specd.errors import UsageError
 from specd.files import check_output, write_text_atomic
 from specd.traces.log import read_trace
+from specd.traces.plot import plot_summary
 from specd.traces.summary import summarize, to_table
 
 app = typer.Typer(help="Per-token acceptance logs and their summaries.", no_args_is_help=True)
@@ -176,14 +177,12 @@ def summarize_cmd(
     for target, what in ((out, "summary CSV"), (plot_path, "plot")):
         if target is not None:
             check_output(target, what)
-    header, requests, proposals, rounds = read_trace(path)
-    summary = summarize(requests, proposals, rounds, by)
+    header, requests, _, rounds = read_trace(path)
+    summary = summarize(requests, rounds, by)
     table = to_table(summary)
     if out is not None:
         write_text_atomic(out, table.to_csv(index=False), "summary CSV")
     if plot_path is not None:
-        from specd.traces.plot import plot_summary
-
         plot_summary(summary, plot_path, grouped=by is not None)
     if as_json:
         print_json({"schema": "specd.trace-summary/v1", "trace": path, **summary})

@@ -63,6 +63,9 @@ class KVCache:
     def compact(self) -> None:
         """Give back the storage of closed slots (physical caches; the ledger has none)."""
 
+    def tidy(self) -> None:
+        """Between rounds: drop physical storage no row uses (physical caches; the ledger has none)."""
+
     def is_open(self, slot: int) -> bool:
         return slot in self._committed
 

@@ -1,12 +1,21 @@
-"""Acceptance-log rows: emitted by the engine as data, never printed.
+"""What a run records, as data (never printed): acceptance-log rows, a round's timing, the result.
 
-One ``AcceptanceRecord`` per proposed token and one ``RoundRecord`` per round.
-``specd.traces.log`` serializes them under the versioned schema ``specd.trace/v1``.
+One ``AcceptanceRecord`` per proposed token and one ``RoundRecord`` per round
+(``specd.traces.log`` serializes them under the versioned schema ``specd.trace/v1``);
+one ``RoundTiming`` per round, which the engine publishes to its observers (the
+measured costs of -k auto); a ``RunResult`` per run. ``round_records`` and
+``round_timing`` are pure functions of a finished round's transactions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+import torch
+
+from specd.core.state import RequestState
+from specd.core.stats import RunStats
 
 
 @dataclass(frozen=True)
@@ -46,3 +55,101 @@ class RoundRecord:
 
     def as_dict(self) -> dict:
         return {"type": "round", **asdict(self), "emitted": list(self.emitted)}
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    """What one round cost on this machine (seconds, wall clock, device-synchronized)."""
+
+    batch: int  # requests in the round
+    draft_seconds: float  # the proposer's whole turn
+    draft_steps: int  # draft forward calls (0 for a proposer without a model)
+    draft_first_tokens: int  # the most tokens the first draft call fed a row (> 2: catching up)
+    draft_first_seconds: float  # that call's seconds (without a device sync: an estimate on CUDA)
+    draft_rows: int  # requests that drafted (k > 0)
+    max_k: int  # the longest draft in the round
+    verify_seconds: float  # the target call(s)
+    verify_rows: int  # tokens the verification call fed, all requests together
+    other_seconds: float  # the rest of the round: sampling, staging, publication, cache commit
+
+
+@dataclass(frozen=True)
+class RunResult:
+    states: tuple[RequestState, ...]  # final state per request, in request order
+    stats: RunStats
+    commits: tuple  # SpeculativeCommit per published round, when the run keeps a log
+    acceptance: tuple[AcceptanceRecord, ...]
+    rounds: tuple[RoundRecord, ...]
+
+    def new_tokens(self) -> list[tuple[int, ...]]:
+        return [s.new_tokens for s in self.states]
+
+
+def round_timing(
+    txns: Sequence, proposal, draft_seconds: float, verify_seconds: float, seconds: float, draft_steps: int
+) -> RoundTiming:
+    """A published round's costs: ``txns`` its transactions, ``proposal`` what the proposer returned,
+    the seconds of its draft and verify blocks and of the whole round, and the draft's forward calls."""
+    return RoundTiming(
+        batch=len(txns),
+        draft_seconds=draft_seconds,
+        draft_steps=draft_steps,
+        draft_first_tokens=proposal.first_call_tokens,
+        draft_first_seconds=proposal.first_call_seconds,
+        draft_rows=sum(1 for txn in txns if txn.drafts),
+        max_k=max((len(txn.drafts) for txn in txns), default=0),
+        verify_seconds=verify_seconds,
+        verify_rows=sum(len(txn.drafts) + 1 for txn in txns),
+        other_seconds=max(0.0, seconds - draft_seconds - verify_seconds),
+    )
+
+
+def round_records(
+    txns: Sequence, decision, accept_u: torch.Tensor | None
+) -> list[tuple[str, list[AcceptanceRecord], RoundRecord]]:
+    """A published round's log: per request (id, one AcceptanceRecord per proposed token, its RoundRecord).
+    ``decision``: the rule's Decision for the batch; ``accept_u`` float64[B, K] (None when greedy)."""
+    p_d, q_d, ratio = decision.p_draft.tolist(), decision.q_draft.tolist(), decision.ratios.tolist()
+    u = accept_u.tolist() if accept_u is not None else None
+    out = []
+    for b, txn in enumerate(txns):
+        s, a = txn.start, txn.outcome.accepted
+        committed = len(txn.successor.output) - s.prompt_len
+        acceptance = []
+        for i, token in enumerate(txn.drafts):
+            reached = i <= a
+            acceptance.append(
+                AcceptanceRecord(
+                    request_id=s.request_id,
+                    round_id=txn.round_id,
+                    round_index=s.rounds,
+                    draft_index=i + 1,
+                    position=len(s.output) + i,
+                    draft_token=token,
+                    q_prob=q_d[b][i],
+                    p_prob=p_d[b][i],
+                    accept_ratio=ratio[b][i],
+                    uniform=u[b][i] if (reached and u is not None) else None,
+                    reached=reached,
+                    accepted=i < a,
+                    correction_distribution_id=(
+                        f"residual[p{i + 1}-q{i + 1}]@{txn.round_id}" if reached and i == a else None
+                    ),
+                    committed_token_count=committed,
+                )
+            )
+        record = RoundRecord(
+            request_id=s.request_id,
+            round_id=txn.round_id,
+            round_index=s.rounds,
+            k=len(txn.drafts),
+            accepted=a,
+            terminal_kind=txn.record.terminal_kind,
+            terminal_token=txn.outcome.terminal,
+            emitted=txn.stop.emitted,
+            start_position=len(s.output),
+            committed_token_count=committed,
+            finish_reason=txn.successor.finish_reason,
+        )
+        out.append((s.request_id, acceptance, record))
+    return out

@@ -1,18 +1,33 @@
-"""One speculative round, top to bottom: propose -> verify -> decide -> commit.
+"""One speculative round, top to bottom (propose -> verify -> decide -> commit), and the
+loop over rounds.
 
-This is the only place a round happens; every command (generate, trace,
-sweep-k --measure, the oracle's enumeration and Monte Carlo) runs this function.
+This is the only place a round happens, and every write a round makes is here:
+the frontier's K/V row (retained layout), the temporary draft and target rows, the
+staged successor (its output, which K/V rows it keeps, its processor states and
+its stream counters), the compare-and-swap publication, and the caches following
+what was published. Every command (generate, trace, sweep-k --measure, the
+oracle's enumeration and Monte Carlo) runs ``speculative_round``.
+
+The helpers below it only read: the verification call's rows, the target's
+processed rows and the round's uniforms.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 import torch
 
+from specd.core.layouts import Verified
 from specd.core.proposer import Proposal
+from specd.core.records import RunResult, round_records, round_timing
 from specd.core.session import DecodeSession
-from specd.core.transaction import Outcome, SpeculativeCommit
+from specd.core.state import RequestState
+from specd.core.stops import StopStrings, apply_stops
+from specd.core.transaction import Outcome, RoundTransaction, SpeculativeCommit
+
+PublishCallback = Callable[[RequestState, tuple[int, ...]], None]
 
 
 def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
@@ -24,50 +39,240 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
     K/V rows are dropped), and a retry re-reads the same draws, because stream
     counters move only at publication.
     """
-    eng = session.engine
-    started = time.perf_counter()
-    active = session.ready()  # live requests; the retained layout materializes their frontiers first
+    eng, clock = session.engine, RoundClock(session.sync)
+    active = materialize_frontiers(session, clock)  # writes the frontier's K/V row (retained layout)
     if not active:
         return []
     ks = [eng.k_for(s) for s in active]
-    txns = [eng.transaction_cls(s, eng.layout, eng.config.eos_ids, eng.fault_hook) for s in active]
+    txns = [eng.transaction_cls(s, eng.layout) for s in active]
+    draft_calls = eng.proposer.forward_calls
     try:
-        # 1. propose: each row drafts up to k tokens and reports the q rows it drew them from.
-        with session.timed("draft"):
+        # 1. propose: each row drafts up to k tokens (temporary rows in the draft cache) and reports
+        #    the q rows it drew them from.
+        with clock.timed("draft"):
             proposal = eng.proposer.propose(
                 active, ks, session.draft_cache, session.draws, eng.config.backend, eng.config.prob_dtype
             )
         ks = [len(d) for d in proposal.drafts]  # a proposer may offer fewer drafts than asked
+        draft_calls = eng.proposer.forward_calls - draft_calls
 
-        # 2. verify: one target call scores every row's drafts (and the bonus position).
-        with session.timed("verify"):
-            verified = session.verify(active, proposal.drafts)
+        # 2. verify: one target call scores every row's drafts and the bonus position (its K/V rows
+        #    stay temporary in the target cache).
+        with clock.timed("verify"):
+            verified = verify(session, active, proposal.drafts)
         for txn, drafts, v in zip(txns, proposal.drafts, verified):
             txn.verified(drafts, v, len(drafts) if proposal.sampled else 0)
 
         # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
-        p = session.target_rows(active, verified, proposal.drafts)
+        p = target_rows(eng, active, verified, proposal.drafts)
         draft, k_lens, q = batch_drafts(proposal, ks, p.device)
-        if eng.target_policy.greedy:  # p_i is a point mass on the argmax: no uniform is read
+        greedy = eng.target_policy.greedy  # p_i is a point mass on the argmax: no uniform is read
+        if greedy:
             decision = eng.sampler.decide_greedy(p, q, draft, k_lens)
             accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=p.device)
         else:
-            accept_u, terminal_u = session.uniforms(active, ks, p.device)
+            accept_u, terminal_u = uniforms(session, active, ks, p.device)
             decision = eng.sampler.decide(p, q.to(p.dtype), draft, k_lens, accept_u)
         terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
         for txn, a, t, bonus in zip(txns, decision.accepted.tolist(), terminal.tolist(), decision.is_bonus.tolist()):
-            txn.decided(Outcome(a, t, bonus, decision.uses_draws))
+            txn.decided(Outcome(a, t, bonus))
 
-        # 4. commit: stage every successor (stops, K/V rows to keep, processors, stream counters),
-        #    then publish each by compare-and-swap; the caches follow what was published.
+        # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
+        #    the caches keep exactly the rows of what was published.
         for txn in txns:
-            txn.stage()
-        commits = [session.publish(txn) for txn in txns]
+            stage(txn, eng.config.eos_ids, uniforms_read=not greedy)
+        commits = []
+        for txn in txns:
+            successor, new = txn.publish(session.store)
+            if new:
+                session.cache.commit(successor.slot, txn.kv_keep)  # accepted rows become history, the rest go
+                eng.proposer.settle(session.draft_cache, successor.slot, successor.output)
+                if successor.finished:
+                    session.retire(successor)
+            commits.append(txn.record)
     except BaseException:
-        session.abort(txns)
+        session.abort(txns)  # S_0 stays; temporary target and draft rows are dropped
         raise
-    session.end_round(txns, proposal, decision, accept_u, started)
+    session.compact()
+    timing = round_timing(txns, proposal, clock.draft, clock.verify, clock.elapsed(), draft_calls)
+    session.stats.add_round_counts(txns, timing)
+    eng.publish_timing(timing)
+    if eng.config.record_log:
+        for request_id, acceptance, record in round_records(txns, decision, accept_u):
+            log = session.log(request_id)
+            log.acceptance.extend(acceptance)
+            log.rounds.append(record)
     return commits
+
+
+def stage(txn: RoundTransaction, eos_ids: frozenset[int], uniforms_read: bool) -> None:
+    """Assemble S_1 for one request without touching S_0: stops, the K/V rows it keeps, its
+    output, processor states and stream counters. ``uniforms_read``: the rule read acceptance
+    and terminal uniforms (not greedy)."""
+    start, outcome = txn.start, txn.outcome
+    stop = apply_stops(txn.drafts[: outcome.accepted], outcome.terminal, eos_ids, start.remaining)
+    kv_keep = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(txn.temporary_rows))
+    # Streams advance over reached events only (unreached draws are read again next round).
+    reached = stop.accepted_emitted + (1 if stop.terminal_emitted and not outcome.is_bonus else 0)
+    if not uniforms_read:
+        reached = 0
+    terminal_draws = 1 if stop.terminal_emitted and uniforms_read else 0
+    successor = start.evolve(
+        output=start.output + stop.emitted,
+        cache_tokens=start.cache_tokens + txn.temporary_rows[:kv_keep],
+        target_proc=txn.stage_processor(start.target_proc, stop.emitted),
+        draft_proc=txn.stage_processor(start.draft_proc, stop.emitted),
+        rng=start.rng.advance_all(txn.proposal_draws, reached, terminal_draws),
+        generation=start.generation + 1,
+        rounds=start.rounds + 1,
+        history=start.history.after(len(txn.drafts), outcome.accepted),
+        finish_reason=stop.finish_reason,
+        retained_logits=None,
+    )
+    txn.staged(stop, kv_keep, successor, reached)
+
+
+def decode(
+    session: DecodeSession,
+    on_publish: PublishCallback | None = None,
+    batch_size: int | None = None,
+    on_finish: Callable[[RequestState], None] | None = None,
+    stop_strings: StopStrings | None = None,
+) -> RunResult:
+    """Rounds until every submitted request has finished, at most ``batch_size`` decoding at
+    once. After each published round a request whose text now holds one of ``stop_strings``
+    ends (finish reason "stop_string"), then on_publish(state, emitted); on_finish(state) once
+    per request, as it finishes."""
+    while True:
+        session.fill(batch_size)
+        if session.done:
+            break
+        for commit in speculative_round(session):
+            state = session.store.get(commit.request_id)
+            if stop_strings is not None and stop_strings.push(state.request_id, commit.emitted_token_ids):
+                state = session.finish(state.request_id, "stop_string")
+            if on_publish is not None:
+                on_publish(state, commit.emitted_token_ids)
+        for state in session.take_finished():
+            if on_finish is not None:
+                on_finish(state)
+    for state in session.take_finished():  # requests that finished at admission (zero budget)
+        if on_finish is not None:
+            on_finish(state)
+    return session.result()
+
+
+class RoundClock:
+    """Wall time of a round and of its draft and verify blocks (device-synchronized on CUDA)."""
+
+    def __init__(self, sync: Callable[[], None] | None):
+        self.sync = sync
+        self.started = time.perf_counter()
+        self.draft = self.verify = 0.0
+
+    def timed(self, block: str):
+        return _Timed(self, block)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+class _Timed:
+    def __init__(self, clock: RoundClock, block: str):
+        self.clock, self.block = clock, block
+
+    def __enter__(self):
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc):
+        if self.clock.sync is not None:
+            self.clock.sync()
+        seconds = time.perf_counter() - self.t
+        if self.block == "draft":
+            self.clock.draft += seconds
+        else:
+            self.clock.verify += seconds
+
+
+# -- what a round reads ---------------------------------------------------------------------
+def materialize_frontiers(session: DecodeSession, clock: RoundClock) -> list[RequestState]:
+    """The live requests at round start. A layout that keeps the frontier cached (retained) gets
+    it materialized first by one ordinary target step, which commits its K/V row and yields p_1."""
+    active = session.live()
+    layout = session.engine.layout
+    need = [(s, row) for s in active if (row := layout.frontier_input(s)) is not None]
+    if not need:
+        return active
+    with clock.timed("verify"):
+        out = session.engine.target.step(session.cache, [row for _, row in need], logits_for=1)
+    session.stats.count_target_call(len(need))
+    for (s, row), logits in zip(need, out.logits):
+        session.cache.commit(s.slot, 1)
+        updated = s.evolve(
+            cache_tokens=s.cache_tokens + row.tokens, retained_logits=logits[-1], generation=s.generation + 1
+        )
+        session.store.replace_unpublished(updated, s.generation)
+    return [session.store.get(s.request_id) for s in active]
+
+
+def verify(session: DecodeSession, active: Sequence[RequestState], drafts) -> list[Verified]:
+    """One target call for the batch -> per-row Verified (its rows stay temporary in the cache)."""
+    layout = session.engine.layout
+    inputs = [layout.verification_input(s, d) for s, d in zip(active, drafts)]
+    call = [row for row in inputs if row is not None]
+    out = session.engine.target.step(session.cache, call) if call else None
+    if call:
+        session.stats.count_target_call(sum(len(r.tokens) for r in call))
+    by_slot = {row.slot: i for i, row in enumerate(call)}
+    verified = []
+    for s, d in zip(active, drafts):
+        i = by_slot.get(s.slot)
+        logits = out.logits[i] if i is not None else None
+        kv = out.kv[i] if i is not None else None
+        verified.append(layout.extract(logits, kv, s, len(d)))
+    return verified
+
+
+def target_rows(engine, active, verified: Sequence[Verified], drafts) -> torch.Tensor:
+    """The target's processed rows, each at its own logical prefix (the target policy's
+    processor state advanced over the drafts before it).
+
+    -> the argmax ids int64[B, K+1] when the target policy is greedy, else p float[B, K+1, V].
+    """
+    policy = engine.target_policy
+    k_max = max((len(d) for d in drafts), default=0)
+    states, idx_b, idx_i = [], [], []
+    for b, (s, d) in enumerate(zip(active, drafts)):
+        st = s.target_proc
+        for i in range(len(d) + 1):
+            states.append(st)
+            idx_b.append(b)
+            idx_i.append(i)
+            if i < len(d):
+                st = st.advance(d[i])
+    raw = torch.cat([v.p_raw for v in verified])
+    if raw.dtype in (torch.float16, torch.bfloat16):
+        raw = raw.float()
+    ib = torch.tensor(idx_b, device=raw.device)
+    ii = torch.tensor(idx_i, device=raw.device)
+    if policy.greedy:
+        argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=raw.device)
+        argmax[ib, ii] = policy.logits(raw, states).argmax(dim=-1)
+        return argmax
+    cfg = engine.config
+    probs = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype)
+    p = torch.zeros(len(active), k_max + 1, probs.shape[-1], dtype=probs.dtype, device=probs.device)
+    p[ib, ii] = probs
+    return p
+
+
+def uniforms(session: DecodeSession, active, ks: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The round's acceptance uniforms float64[B, K] (1 past k: never read) and terminal uniforms float64[B]."""
+    k_max = max(ks, default=0)
+    accept = [session.draws(s, "acceptance", k) + [1.0] * (k_max - k) for s, k in zip(active, ks)]
+    terminal = [session.draws(s, "terminal", 1)[0] for s in active]
+    accept_u = torch.tensor(accept, dtype=torch.float64).reshape(len(active), k_max)
+    return accept_u.to(device), torch.tensor(terminal, dtype=torch.float64, device=device)
 
 
 def batch_drafts(proposal: Proposal, ks: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -137,7 +137,6 @@ class Decision:
     ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding
     p_draft: torch.Tensor  # float[B, K] p_i(d_i)
     q_draft: torch.Tensor  # float[B, K] q_i(d_i)
-    uses_draws: bool  # False for greedy: no acceptance or terminal uniform was read
 
 
 class RejectionSampler:
@@ -215,7 +214,7 @@ class RejectionSampler:
         p_at = p[rows, accepted]
         q_index = torch.where(is_bonus, k_lens - 1, accepted).clamp(0, max(k_max - 1, 0))
         q_at = q[rows, q_index] if k_max else p_at
-        return Decision(accepted, self.terminal_rows(p_at, q_at, is_bonus), is_bonus, ratios, p_draft, q_draft, True)
+        return Decision(accepted, self.terminal_rows(p_at, q_at, is_bonus), is_bonus, ratios, p_draft, q_draft)
 
     def decide_greedy(
         self, target_argmax: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor
@@ -234,7 +233,7 @@ class RejectionSampler:
         argmax_at = target_argmax.gather(1, accepted.unsqueeze(1)).squeeze(1)
         point_mass = torch.zeros(b, q.shape[-1], dtype=torch.float64, device=q.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
-        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, False)
+        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft)
 
     def sample_terminal(self, terminal_rows: torch.Tensor, terminal_u: torch.Tensor) -> torch.Tensor:
         """terminal_rows float[B, V], terminal_u float64[B] -> the correction/bonus tokens int64[B]."""

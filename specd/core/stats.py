@@ -1,18 +1,26 @@
-"""Run statistics, in specd's terms and in the names vLLM's spec-decode metrics use.
+"""Run statistics: the raw counters, kept once, and every figure derived from them, defined once.
+
+Raw counters (``RoundCounts``, per request-round): K proposed, drafts accepted A,
+tokens emitted; per position j, the rounds that reached draft j (every earlier draft
+accepted) and those that accepted it. ``acceptance_figures`` derives every figure
+from them, for ``generate``, ``trace summarize`` (which rebuilds the counters from a
+log's round rows), ``sweep-k --measure`` and the oracle alike:
 
 specd's own:
 - mean accepted length: emitted tokens per request-round, counting the correction
-  or bonus token (E[G] = E[A] + 1 without stops), K = 0 rounds included;
-- alpha_j, reach-conditioned: rounds that accepted draft j / rounds that reached it
-  (every earlier draft accepted).
-vLLM's (a "draft" is one request-round that proposed at least one token):
+  or bonus token (E[G] = E[A] + 1 without stops), K = 0 rounds included (a K = 0
+  round emits one token);
+- acceptance_by_position alpha_j, reach-conditioned: rounds that accepted draft j /
+  rounds that reached it (None where no round reached it);
+- accepted_histogram: rounds that drafted (K >= 1) by A, K = 0 rounds left out;
+- k_histogram: request-rounds by the K chosen; share_k0 and rounds_k0: the rounds at K = 0.
+vLLM's (a "draft" is one request-round that proposed at least one token, so K = 0
+rounds are left out of all of these):
 - num_drafts, num_draft_tokens, num_accepted_tokens;
 - num_accepted_tokens_per_pos[j-1]: drafts that accepted position j (not reach-conditioned:
   per-position acceptance rate = num_accepted_tokens_per_pos / num_drafts);
-- mean acceptance length = 1 + num_accepted_tokens / num_drafts (counts the bonus token,
-  K = 0 rounds left out);
+- mean acceptance length = 1 + num_accepted_tokens / num_drafts (counts the bonus token);
 - draft acceptance rate = num_accepted_tokens / num_draft_tokens.
-Also the K chosen per request-round (histogram) and the share of rounds with K = 0.
 """
 
 from __future__ import annotations
@@ -23,19 +31,14 @@ from specd.core.state import positions_reached
 
 
 @dataclass
-class StatsAccumulator:
+class RoundCounts:
+    """The raw per-round counters of a run (or of a log's rounds), summed."""
+
     rounds: int = 0
     proposed: int = 0
     accepted: int = 0
     emitted: int = 0
-    target_forwards: int = 0
-    target_rows: int = 0
-    draft_forwards: int = 0
-    draft_time: float = 0.0
-    verify_time: float = 0.0
-    round_time: float = 0.0  # whole rounds; state time = round - draft - verify
-    prefill_time: float = 0.0
-    accepted_hist: dict[int, int] = field(default_factory=dict)  # A -> rounds
+    accepted_hist: dict[int, int] = field(default_factory=dict)  # A -> rounds with K >= 1
     reached: dict[int, int] = field(default_factory=dict)  # position j (1-based) -> rounds reaching it
     accepted_at: dict[int, int] = field(default_factory=dict)  # position j -> rounds accepting d_j
     k_hist: dict[int, int] = field(default_factory=dict)  # K proposed -> request-rounds
@@ -46,11 +49,69 @@ class StatsAccumulator:
         self.proposed += k
         self.accepted += accepted
         self.emitted += emitted
-        self.accepted_hist[accepted] = self.accepted_hist.get(accepted, 0) + 1
+        if k > 0:
+            self.accepted_hist[accepted] = self.accepted_hist.get(accepted, 0) + 1
         for j in range(1, positions_reached(k, accepted) + 1):
             self.reached[j] = self.reached.get(j, 0) + 1
         for j in range(1, accepted + 1):
             self.accepted_at[j] = self.accepted_at.get(j, 0) + 1
+
+
+def acceptance_figures(c) -> dict:
+    """Every figure derived from the raw counters ``c`` (a RoundCounts or RunStats), each defined
+    once (see the module docstring). Position-keyed figures run over j = 1..the largest K."""
+    k_top = max(c.k_hist, default=0)
+    positions = range(1, k_top + 1)
+    drafts = sum(n for k, n in c.k_hist.items() if k > 0)
+    rounds_k0 = c.k_hist.get(0, 0)
+    return {
+        "rounds": c.rounds,
+        "rounds_k0": rounds_k0,
+        "proposed_tokens": c.proposed,
+        "accepted_tokens": c.accepted,
+        "emitted_tokens": c.emitted,
+        "mean_accepted_length": c.emitted / c.rounds if c.rounds else None,
+        "acceptance_by_position": {
+            j: (c.accepted_at.get(j, 0) / c.reached[j] if c.reached.get(j) else None) for j in positions
+        },
+        "reached_per_position": {j: c.reached.get(j, 0) for j in positions},
+        "accepted_per_position": {j: c.accepted_at.get(j, 0) for j in positions},
+        "accepted_histogram": dict(sorted(c.accepted_hist.items())),
+        "k_histogram": dict(sorted(c.k_hist.items())),
+        "share_k0": rounds_k0 / c.rounds if c.rounds else None,
+        "num_drafts": drafts,
+        "num_draft_tokens": c.proposed,
+        "num_accepted_tokens": c.accepted,
+        "num_accepted_tokens_per_pos": [c.accepted_at.get(j, 0) for j in positions],
+        "mean_acceptance_length": 1 + c.accepted / drafts if drafts else None,
+        "draft_acceptance_rate": c.accepted / c.proposed if c.proposed else None,
+    }
+
+
+@dataclass
+class StatsAccumulator(RoundCounts):
+    """A run's counters as it goes: the round counts, forward calls and times."""
+
+    target_forwards: int = 0
+    target_rows: int = 0
+    draft_forwards: int = 0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    round_time: float = 0.0  # whole rounds; state time = round - draft - verify
+    prefill_time: float = 0.0
+
+    def count_target_call(self, rows: int) -> None:
+        self.target_forwards += 1
+        self.target_rows += rows
+
+    def add_round_counts(self, txns, timing) -> None:
+        """A published round: each request's (K, A, emitted) and the round's RoundTiming."""
+        for txn in txns:
+            self.add_round(len(txn.drafts), txn.outcome.accepted, len(txn.stop.emitted))
+        self.draft_forwards += timing.draft_steps
+        self.draft_time += timing.draft_seconds
+        self.verify_time += timing.verify_seconds
+        self.round_time += timing.draft_seconds + timing.verify_seconds + timing.other_seconds
 
     def freeze(self, kv_staged: int, kv_committed: int, kv_discarded: int, wall_time: float) -> RunStats:
         return RunStats(
@@ -116,33 +177,8 @@ class RunStats:
             fields[name] = merged(name) if isinstance(value, dict) else sum(getattr(p, name) for p in parts)
         return cls(**fields)
 
-    @property
-    def mean_accepted_length(self) -> float:
-        return self.emitted / self.rounds if self.rounds else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted drafts / proposed drafts (per proposal, not reach-conditioned)."""
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def acceptance_by_position(self) -> dict[int, float]:
-        """alpha_j, reach-conditioned: accepted at j / rounds that reached j (every earlier draft accepted)."""
-        return {j: self.accepted_at.get(j, 0) / n for j, n in self.reached.items() if n}
-
-    @property
-    def num_drafts(self) -> int:
-        """Request-rounds that proposed at least one token (vLLM's num_drafts)."""
-        return sum(n for k, n in self.k_hist.items() if k > 0)
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """vLLM's: 1 + accepted / num_drafts (K = 0 rounds left out)."""
-        return 1 + self.accepted / self.num_drafts if self.num_drafts else None
-
-    @property
-    def share_k0(self) -> float:
-        return self.k_hist.get(0, 0) / self.rounds if self.rounds else 0.0
+    def figures(self) -> dict:
+        return acceptance_figures(self)
 
     @property
     def decode_time(self) -> float:
@@ -154,24 +190,7 @@ class RunStats:
 
     def as_dict(self) -> dict:
         return {
-            "rounds": self.rounds,
-            "proposed_tokens": self.proposed,
-            "accepted_tokens": self.accepted,
-            "emitted_tokens": self.emitted,
-            "mean_accepted_length": self.mean_accepted_length,
-            "acceptance_rate": self.acceptance_rate,
-            "acceptance_by_position": {str(j): a for j, a in self.acceptance_by_position.items()},
-            "accepted_histogram": {str(a): n for a, n in self.accepted_hist.items()},
-            "k_histogram": {str(k): n for k, n in self.k_hist.items()},
-            "share_k0": self.share_k0,
-            "num_drafts": self.num_drafts,
-            "num_draft_tokens": self.proposed,
-            "num_accepted_tokens": self.accepted,
-            "num_accepted_tokens_per_pos": [
-                self.accepted_at.get(j, 0) for j in range(1, max(self.k_hist, default=0) + 1)
-            ],
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "draft_acceptance_rate": self.acceptance_rate if self.proposed else None,
+            **self.figures(),
             "target_forwards": self.target_forwards,
             "target_rows": self.target_rows,
             "draft_forwards": self.draft_forwards,

@@ -1,18 +1,24 @@
-"""One request's speculative round as a transaction.
+"""One request's speculative round as a transaction, and the store it publishes into.
 
     READY -> VERIFIED -> DECIDED -> STAGED -> PUBLISHED
                      \\-------------------------> ABORTED (S_0 stays authoritative)
 
-Nothing authoritative changes before PUBLISHED: the successor S_1 is assembled
-off to the side and published by a compare-and-swap on the request's generation
-counter. Publishing the same round twice returns the same successor and appends
-nothing. A fault hook (tests inject failures through it) runs at each of the
-five points in FAULT_POINTS; a failure at any of them leaves S_0 authoritative.
+The round (``specd.core.round``) drives each request's transaction through these
+phases and computes what it stages; the transaction only holds the phase, checks
+the order, and builds the audit record. Nothing authoritative changes before
+PUBLISHED: the successor S_1 is assembled off to the side and published by a
+compare-and-swap on the request's generation counter. Publishing the same round
+twice returns the same successor and appends nothing.
+
+Extension points (``transaction_cls`` of the engine): ``stage_processor`` (how a
+processor state follows the published tokens) and ``checkpoint`` (called at each of
+the five points in CHECKPOINTS; it does nothing, and a subclass that raises there
+aborts the round: the failure-injection tests use it). A failure at any of them
+leaves S_0 authoritative.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
@@ -20,11 +26,10 @@ from typing import Literal
 from specd.core.layouts import FrontierLayout, Verified
 from specd.core.processors import PolicyState
 from specd.core.state import RequestState
-from specd.core.stops import StopDecision, apply_stops
+from specd.core.stops import StopDecision
 from specd.errors import StaleGeneration, TransactionStateError
 
-FAULT_POINTS = ("verified", "decided", "staged_kv", "staged_output", "before_publish")
-FaultHook = Callable[[str, str], None]  # (point, request_id); raising aborts the round
+CHECKPOINTS = ("verified", "decided", "staged_kv", "staged_output", "before_publish")
 
 
 class Phase(str, Enum):
@@ -65,27 +70,19 @@ class SpeculativeCommit:
 class Outcome:
     """The decision for one row, before stops."""
 
-    accepted: int
-    terminal: int
+    accepted: int  # A: the accepted draft prefix
+    terminal: int  # the correction (A < k) or bonus (A = k) token
     is_bonus: bool
-    sampled: bool  # False in greedy mode: no draws were consumed
 
 
 class RoundTransaction:
-    def __init__(
-        self,
-        start: RequestState,
-        layout: FrontierLayout,
-        eos_ids: frozenset[int],
-        fault_hook: FaultHook | None = None,
-    ):
+    def __init__(self, start: RequestState, layout: FrontierLayout):
         self.start = start
         self.layout = layout
-        self.eos_ids = eos_ids
-        self.fault_hook = fault_hook
         self.round_id = f"{start.request_id}/round-{start.rounds}"
         self.phase = Phase.READY
         self.drafts: tuple[int, ...] = ()
+        self.proposal_draws = 0
         self.verified_rows: Verified | None = None
         self.outcome: Outcome | None = None
         self.stop: StopDecision | None = None
@@ -96,77 +93,32 @@ class RoundTransaction:
     # -- phases ---------------------------------------------------------------
     def verified(self, drafts: tuple[int, ...], verified: Verified, proposal_draws: int) -> None:
         self._expect(Phase.READY)
-        self.drafts, self.verified_rows = drafts, verified
-        self.proposal_draws = proposal_draws
+        self.drafts, self.verified_rows, self.proposal_draws = drafts, verified, proposal_draws
         self.phase = Phase.VERIFIED
-        self._fault("verified")
+        self.checkpoint("verified")
 
     def decided(self, outcome: Outcome) -> None:
         self._expect(Phase.VERIFIED)
         self.outcome = outcome
         self.phase = Phase.DECIDED
-        self._fault("decided")
+        self.checkpoint("decided")
 
-    def stage(self) -> RequestState:
-        """Assemble S_1 (K/V rows, then output, processors and RNG) without touching S_0."""
+    @property
+    def temporary_rows(self) -> tuple[int, ...]:
+        """Token identities of the round's temporary target K/V rows: the replayed frontier's, then the drafts'."""
+        v = self.verified_rows
+        return (v.kv_frontier.tokens if v.kv_frontier else ()) + v.kv_draft.tokens
+
+    def staged(self, stop: StopDecision, kv_keep: int, successor: RequestState, reached: int) -> None:
+        """Hold S_1, computed off to the side (S_0 untouched): the stops' outcome, how many temporary
+        K/V rows become history, and the successor; ``reached``: acceptance tests whose uniforms it consumed."""
         self._expect(Phase.DECIDED)
-        start, outcome = self.start, self.outcome
-        accepted = self.drafts[: outcome.accepted]
-        self.stop = apply_stops(accepted, outcome.terminal, self.eos_ids, start.remaining)
-        branch = self.verified_rows.kv_draft.tokens
-        frontier_rows = self.verified_rows.kv_frontier.tokens if self.verified_rows.kv_frontier else ()
-        all_rows = frontier_rows + branch
-        self.kv_keep = self.layout.rows_to_commit(self.stop.accepted_emitted, self.stop.terminal_emitted, len(all_rows))
-        committed_ids = all_rows[: self.kv_keep]
-        discarded_ids = all_rows[self.kv_keep :]
-        self._fault("staged_kv")
-
-        output = start.output + self.stop.emitted
-        target_proc = self.stage_processor(start.target_proc, self.stop.emitted)
-        draft_proc = self.stage_processor(start.draft_proc, self.stop.emitted)
-        reached = self.stop.accepted_emitted + (1 if self.stop.terminal_emitted and not outcome.is_bonus else 0)
-        # Streams advance over reached events only (unreached draws are read again next round).
-        if outcome.sampled:
-            rng = start.rng.advance_all(self.proposal_draws, reached, 1 if self.stop.terminal_emitted else 0)
-        else:
-            rng = start.rng.advance_all(self.proposal_draws, 0, 0)
-        self.successor = start.evolve(
-            output=output,
-            cache_tokens=start.cache_tokens + committed_ids,
-            target_proc=target_proc,
-            draft_proc=draft_proc,
-            rng=rng,
-            generation=start.generation + 1,
-            rounds=start.rounds + 1,
-            history=start.history.after(len(self.drafts), outcome.accepted),
-            finish_reason=self.stop.finish_reason,
-            retained_logits=None,
-        )
-        kind = ("bonus" if outcome.is_bonus else "correction") if self.stop.terminal_emitted else "stop"
-        self.record = SpeculativeCommit(
-            request_id=start.request_id,
-            round_id=self.round_id,
-            expected_generation=start.generation,
-            layout=self.layout.name,
-            k=len(self.drafts),
-            draft_token_ids=tuple(self.drafts),
-            accepted_draft_count=outcome.accepted,
-            terminal_kind=kind,
-            terminal_token=outcome.terminal,
-            emitted_token_ids=self.stop.emitted,
-            committed_kv_token_ids=committed_ids,
-            discarded_kv_token_ids=discarded_ids,
-            reached_acceptance_tests=reached if outcome.sampled else 0,
-            proposal_draws=self.proposal_draws,
-            rng_before=start.rng.counters,
-            rng_after=rng.counters,
-            processor_before_hash=start.target_proc.digest() if start.target_proc.stateful else "",
-            processor_after_hash=target_proc.digest() if target_proc.stateful else "",
-            finish_reason=self.successor.finish_reason,
-        )
+        self.stop, self.kv_keep = stop, kv_keep
+        self.checkpoint("staged_kv")
+        self.successor = successor
+        self.record = self._audit(reached)
         self.phase = Phase.STAGED
-        self._fault("staged_output")
-        return self.successor
+        self.checkpoint("staged_output")
 
     def stage_processor(self, state: PolicyState, emitted: tuple[int, ...]) -> PolicyState:
         """Stateful processors advance over the published tokens only, never over rejected drafts."""
@@ -176,12 +128,15 @@ class RoundTransaction:
             state = state.advance(token)
         return state
 
+    def checkpoint(self, point: str) -> None:
+        """Called at each point of CHECKPOINTS; an extension point for failure injection (no-op)."""
+
     def publish(self, store: RequestStore) -> tuple[RequestState, bool]:
         """Compare-and-swap S_0 -> S_1. Returns (successor, newly_published)."""
         if self.phase is Phase.PUBLISHED:
             return store.publish(self.record, self.successor)
         self._expect(Phase.STAGED)
-        self._fault("before_publish")
+        self.checkpoint("before_publish")
         result = store.publish(self.record, self.successor)
         self.phase = Phase.PUBLISHED
         return result
@@ -194,13 +149,35 @@ class RoundTransaction:
         return True
 
     # -- helpers --------------------------------------------------------------
+    def _audit(self, reached: int) -> SpeculativeCommit:
+        start, outcome, stop, successor = self.start, self.outcome, self.stop, self.successor
+        rows = self.temporary_rows
+        kind = ("bonus" if outcome.is_bonus else "correction") if stop.terminal_emitted else "stop"
+        return SpeculativeCommit(
+            request_id=start.request_id,
+            round_id=self.round_id,
+            expected_generation=start.generation,
+            layout=self.layout.name,
+            k=len(self.drafts),
+            draft_token_ids=tuple(self.drafts),
+            accepted_draft_count=outcome.accepted,
+            terminal_kind=kind,
+            terminal_token=outcome.terminal,
+            emitted_token_ids=stop.emitted,
+            committed_kv_token_ids=rows[: self.kv_keep],
+            discarded_kv_token_ids=rows[self.kv_keep :],
+            reached_acceptance_tests=reached,
+            proposal_draws=self.proposal_draws,
+            rng_before=start.rng.counters,
+            rng_after=successor.rng.counters,
+            processor_before_hash=start.target_proc.digest() if start.target_proc.stateful else "",
+            processor_after_hash=successor.target_proc.digest() if successor.target_proc.stateful else "",
+            finish_reason=successor.finish_reason,
+        )
+
     def _expect(self, phase: Phase) -> None:
         if self.phase is not phase:
             raise TransactionStateError(f"{self.round_id}: expected phase {phase.value}, is {self.phase.value}")
-
-    def _fault(self, point: str) -> None:
-        if self.fault_hook is not None:
-            self.fault_hook(point, self.start.request_id)
 
 
 class RequestStore:

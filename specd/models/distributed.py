@@ -19,7 +19,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from specd.errors import UsageError
+from specd.models.pipeline import Pipeline
+from specd.models.results import manifest_difference
 
 CHUNK = 8  # requests per task: small enough to spread the load, large enough to batch
 INSTALL_HINT = "--ray needs Ray: pip install 'specd[ray]' (make install includes it)"
@@ -84,10 +88,6 @@ class Worker:
     """What each actor runs: one pipeline, built once, generating chunk after chunk."""
 
     def __init__(self, options, baseline: bool, threads: int):
-        import torch
-
-        from specd.models.pipeline import Pipeline
-
         torch.set_num_threads(max(1, threads))
         self.pipe = Pipeline.build(options, with_draft=not baseline)
         self.baseline = baseline
@@ -106,7 +106,7 @@ class Worker:
             batch_size=batch_size,
             on_finish=lambda result, log: finished.append((result, log)),
         )
-        return finished, run.engine.stats, run.notes
+        return finished, run.result.stats, run.notes
 
     def call(self, fn, *args):
         """Run ``fn(pipeline, *args)`` here (sweep-k --measure sends its cells this way)."""
@@ -149,8 +149,6 @@ def run_on_ray(
     (tests kill an actor through it).
     Every actor must hold the same models and policies as ``manifest`` says.
     """
-    from specd.models.results import manifest_difference
-
     remote, pool = actors(ray, options, baseline)
     for got in ray.get([a.manifest.remote() for a in pool]):
         difference = manifest_difference(got, manifest)

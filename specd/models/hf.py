@@ -113,7 +113,6 @@ class HFCache(KVCache):
         self._row: dict[int, int] = {}  # slot -> physical batch row
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=device)
         self.temp_cols: dict[int, list[int]] = {}
-        self.compactions = 0
 
     def row_of(self, slot: int) -> int:
         return self._row[slot]
@@ -189,18 +188,9 @@ class HFCache(KVCache):
         self.temp_cols.pop(slot, None)
         super().reset(slot)
 
-    def committed_kv(self, slot: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (keys, values) float[kv_heads, n, head_dim] of the slot's committed rows, in order."""
-        row = self._row[slot]
-        cols = self.valid[row].nonzero().squeeze(1)
-        committed = len(self.committed(slot))
-        if cols.numel() != committed + len(self.temp_cols.get(slot, [])):
-            raise AssertionError("valid mask and ledger disagree")
-        cols = cols[:committed]
-        return [(k[row][:, cols], v[row][:, cols]) for k, v in cache_compat.get_kv(self.dyn)]
-
     def tidy(self) -> None:
-        """Crop all-hole tail positions; gather-compact when holes exceed a third of the cache."""
+        """Between rounds (no temporary rows): crop all-hole tail positions; gather-compact when holes
+        exceed a third of the cache."""
         if self.dyn is None or self.valid.shape[1] == 0 or any(self.temp_cols.values()):
             return
         used = self.valid.any(dim=0).nonzero()
@@ -219,7 +209,6 @@ class HFCache(KVCache):
             order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :longest]
             cache_compat.gather_positions(self.dyn, order)
             self.valid = torch.arange(longest, device=self.device).unsqueeze(0) < counts.unsqueeze(1)
-            self.compactions += 1
 
 
 class HFCausalLM:
@@ -287,7 +276,6 @@ class HFCausalLM:
 
     def _step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:
         self.forward_calls += 1
-        cache.tidy()
         by_slot = {r.slot: r for r in rows}
         missing = [r.slot for r in rows if not cache.is_open(r.slot)]
         if missing:

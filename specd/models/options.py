@@ -18,6 +18,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
 from specd.errors import UsageError
+from specd.models.drafts import parse_draft
 from specd.models.generation_config import check_mode
 
 MAX_K = 64  # drafts per round; past this a draft is never the bottleneck worth widening
@@ -92,7 +93,7 @@ class GenerateOptions:
     draft: str | None = None
     target_gguf: str | None = None
     draft_gguf: str | None = None
-    k: int | str = "auto"  # drafts per round, or "auto": chosen per request and round (specd.sweeps.autok)
+    k: int | str = "auto"  # drafts per round, or "auto": chosen per request and round (specd.policy.autok)
     k_max: int = 8  # the largest K auto may choose
     draft_stop: float = 0.0  # stop drafting where the draft's largest probability is below this (0: never)
     k_schedule: str | None = None  # a file whose recorded K schedules are replayed
@@ -156,8 +157,6 @@ class GenerateOptions:
             raise UsageError("--max-memory needs --device-map auto")
         if self.max_memory is not None:
             parse_max_memory(self.max_memory, self.where("max_memory"))
-        from specd.models.drafts import parse_draft
-
         spec = parse_draft(self.draft)
         if self.device_map and spec is not None and spec.kind in ("self-dtype", "self-layers"):
             raise UsageError(

@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specd.core.engine import EngineConfig, RunResult, SpeculativeEngine
-from specd.core.kpolicy import FixedK, KPolicy, ScheduleK
+from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import Proposer
+from specd.core.records import RunResult
+from specd.core.round import decode
 from specd.core.session import RequestLog
 from specd.core.state import History, Request, RequestState
+from specd.core.stops import StopStrings
 from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import build_proposer, parse_draft
@@ -32,8 +34,8 @@ from specd.models.loading import load, resolve_device, resolve_dtype, weights_di
 from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOptions, parse_max_memory
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
-from specd.models.text import IncrementalText, cut_at_stop, stop_index
-from specd.sweeps.autok import AutoK, OnlineCosts
+from specd.policy.autok import AutoK, OnlineCosts
+from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
 DEFAULT_DRAFT = "self:bf16"
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
@@ -67,13 +69,13 @@ class RequestResult:
 class GenerationRun:
     mode: str  # TARGET_ONLY | SPECULATIVE
     results: tuple[RequestResult, ...]
-    engine: RunResult  # statistics, commits and acceptance log
+    result: RunResult  # statistics, commits and acceptance log
     wall_time: float
     notes: tuple[str, ...] = ()  # what the run changed about the request, in words (a clamped budget)
 
     @property
     def stats(self):
-        return self.engine.stats
+        return self.result.stats
 
 
 @dataclass(frozen=True)
@@ -222,8 +224,9 @@ class Pipeline:
         config = EngineConfig(
             k=0 if k == "auto" else k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log
         )
+        observers = (self.costs.observe,)  # every run's timings are facts about the machine
         if baseline:
-            return SpeculativeEngine.baseline(self.target, self.target_policy, config)
+            return SpeculativeEngine.baseline(self.target, self.target_policy, config, observers=observers)
         if self.proposer is None:
             raise UsageError("this pipeline was built without a draft: only target-only runs")
         if self.k_schedules is not None:
@@ -231,8 +234,10 @@ class Pipeline:
         elif k == "auto":
             policy = AutoK(o.k_max, batch, self.costs, self.proposer.step_seconds)
         else:
-            policy = FixedK(k, self.costs)  # its timings are facts about the machine too
-        return SpeculativeEngine(self.target, self.proposer, self.target_policy, config, k_policy=policy)
+            policy = FixedK(k)
+        return SpeculativeEngine(
+            self.target, self.proposer, self.target_policy, config, k_policy=policy, observers=observers
+        )
 
     def run(
         self,
@@ -255,51 +260,42 @@ class Pipeline:
         log) is called once per request, as it finishes, with its acceptance log.
         """
         budget = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
-        stops = self.options.stop
         requests, notes = self.requests(items, budget)
         together = min(batch_size or len(requests), len(requests)) or 1
         engine = self.engine(baseline, self.options.k if k is None else k, record_log, together)
         by_id = {i.request_id: i for i in items}
-        texts = {r.request_id: IncrementalText(self.decode, stops) for r in requests}
+        stops = StopStrings(self.decode, self.options.stop)
         results: dict[str, RequestResult] = {}
         t0 = time.perf_counter()
         session = engine.start()
         session.submit(requests)
-
-        hold = max((len(s) for s in stops), default=1) - 1  # streamed text never shows a stop string's start
-        shown = dict.fromkeys(texts, 0)
+        shown = {r.request_id: 0 for r in requests}
 
         def published(state: RequestState, emitted: tuple[int, ...]) -> None:
-            text = texts[state.request_id]
-            delta = text.push(emitted)
-            if text.stop_in(delta) and not state.finished:
-                state = session.finish(state.request_id, "stop_string")
             if on_text is not None:
-                end = stop_index(text.text, stops) if state.finished else len(text.text) - hold
-                if end > shown[state.request_id]:
-                    on_text(state.request_id, text.text[shown[state.request_id] : end])
-                    shown[state.request_id] = end
+                text = stops.text(state.request_id, state.finished)
+                if len(text) > shown[state.request_id]:
+                    on_text(state.request_id, text[shown[state.request_id] :])
+                    shown[state.request_id] = len(text)
             if on_publish is not None:
                 on_publish(state, emitted)
 
         def finished(state: RequestState) -> None:
             item = by_id[state.request_id]
-            text, tokens = cut_at_stop(state.new_tokens, self.decode, stops)
+            text, tokens = stops.cut(state.request_id, state.new_tokens)
             result = RequestResult(
                 item.request_id, item.tag, item.text, state.prompt_len, text, tokens, state.finish_reason, state.history
             )
             results[item.request_id] = result
-            texts.pop(state.request_id, None)
-            log = session.pop_log(state.request_id) if on_finish is not None else None
             if on_finish is not None:
-                on_finish(result, log)
+                on_finish(result, session.pop_log(state.request_id))
 
-        engine_result = session.run(published, batch_size, finished)
+        run_result = decode(session, published, batch_size, finished, stops if stops.stops or on_text else None)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         ordered = tuple(results[i.request_id] for i in items)
-        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, engine_result, wall, notes)
+        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes)
 
     def requests(self, items: Sequence[PromptItem], budget: int) -> tuple[list[Request], tuple[str, ...]]:
         """Encode every prompt; a prompt that fills the models' context is refused, and a budget

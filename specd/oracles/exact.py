@@ -32,9 +32,8 @@ state, stream counters and frontier).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from specd.core.model import RowInput
 from specd.core.round import speculative_round
 from specd.core.state import Request, RequestState
 from specd.oracles.rig import Rig, fold
@@ -149,10 +148,7 @@ class Enumerator:
             return list(values[:n]) + [UNUSED] * (n - len(values))
 
         session = self.engine.start(draws=draws)
-        copies = session.admit(
-            [Request(rid, state.output[: state.prompt_len], state.max_new_tokens) for rid in injected]
-        )
-        load_state(session, state, copies)
+        session.admit_at(state, list(injected))
         commits = speculative_round(session)
         self.rounds_enumerated += 1
         self.k_seen.update(len(c.draft_token_ids) for c in commits)
@@ -264,26 +260,6 @@ class Enumerator:
                 out[head + tail] += mass * m
         self._memo[key] = dict(out)
         return self._memo[key]
-
-
-def load_state(session, state: RequestState, copies: list[RequestState]) -> None:
-    """Put every copy (freshly admitted) at ``state``: its output, processors, counters and
-    committed K/V rows (rebuilt by one target step), keeping the copy's id and slot."""
-    target = session.engine.target
-    rows = []
-    for c in copies:
-        if session.cache.committed(c.slot) == state.cache_tokens:
-            continue  # admitting the prompt already built this cache
-        session.cache.reset(c.slot)
-        if state.cache_tokens:
-            rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
-    if rows:
-        target.step(session.cache, rows, logits_for=0)
-        for row in rows:
-            session.cache.commit(row.slot, len(row.tokens))
-    for c in copies:
-        rng = replace(state.rng, request_id=c.request_id)
-        session.store.add(state.evolve(request_id=c.request_id, slot=c.slot, rng=rng))
 
 
 def speculative_joint(rig: Rig, horizon: int, completion: str = "target") -> Joint:

@@ -20,6 +20,7 @@ from specd.core.probability import softmax
 from specd.core.proposer import ModelProposer, NgramProposer, Proposal
 from specd.core.sampler import RejectionSampler
 from specd.core.transaction import RoundTransaction
+from specd.oracles.exact import Reference
 from specd.oracles.rig import Rig
 
 
@@ -157,8 +158,6 @@ class KAfterTargetP(ModelProposer):
     the target gives less probability than the draft did (so no rejection can happen)."""
 
     def __init__(self, rig: Rig):
-        from specd.oracles.exact import Reference
-
         super().__init__(rig.draft, rig.draft_policy)
         self.reference = Reference(rig)
 

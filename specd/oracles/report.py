@@ -26,8 +26,8 @@ from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_m
 from specd.oracles.rational import rational_difference
 from specd.oracles.rig import Rig
 from specd.oracles.samplers import SamplerUnderTest, load_sampler, rule_sampler
-from specd.sweeps.autok import AutoK, FixedCosts
-from specd.sweeps.ledger import CostModel
+from specd.policy.autok import AutoK, FixedCosts
+from specd.policy.ledger import CostModel
 
 SCHEMA = "specd.verify-oracle/v1"
 EXACT_TOLERANCE = 1e-12

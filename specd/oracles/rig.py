@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
-from specd.core.kpolicy import KPolicy
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.processors import PolicyState, SamplingPolicy
 from specd.core.proposer import ModelProposer, Proposer
 from specd.core.sampler import RejectionSampler
 from specd.core.table_model import TableModel
 from specd.core.transaction import RoundTransaction
+from specd.policy.kpolicy import KPolicy
 
 
 @dataclass(frozen=True)

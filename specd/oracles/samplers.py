@@ -33,6 +33,7 @@ from unittest import mock
 
 import torch
 
+from specd.core.sampler import RejectionSampler
 from specd.errors import SamplerFailed, SamplerUnavailable, UsageError, one_line
 
 
@@ -94,8 +95,6 @@ def rule_sampler(rule=None) -> Callable:
     """A ``RejectionSampler`` (specd's production rule, or a failure-lab variant of it) under the
     protocol: its decision, then its terminal draw. This adapter and ``speculative_round`` are
     the only places outside the rule's own module that call it."""
-    from specd.core.sampler import RejectionSampler
-
     rule = rule or RejectionSampler()
 
     def sampler(p, q, drafts, k_lens, accept_u, terminal_u):

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput
+from specd.models.distributed import actors, connect
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
-from specd.sweeps.ledger import LedgerRow, MeasuredCosts, ModelShape, sweep
-from specd.sweeps.profile import AcceptanceProfile, check_alphas
+from specd.policy.ledger import MeasuredCosts
+from specd.policy.profile import AcceptanceProfile, check_alphas
+from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
 
 MEASURE_PROMPTS = (
     "What are three good habits for staying healthy?",
@@ -143,7 +145,7 @@ def measure(
     context = int(statistics.mean(len(pipe.encode(it)) for it in items)) + max_new_tokens // 2
     say(f"acceptance profile from {len(items)} prompts at K = {max(ks)}")
     run = pipe.run(items, k=max(ks), max_new_tokens=max_new_tokens, record_log=False)
-    profile = _profile_from_stats(run.stats.acceptance_by_position, max(ks))
+    profile = _profile_from_stats(run.stats.figures()["acceptance_by_position"], max(ks))
     state_per_round = run.stats.state_time / max(run.stats.rounds, 1)
     args = (context, texts, max_new_tokens, warmup, repeats)
     cells: dict[tuple[int, int], tuple[BatchTimes, float, float]] = {}
@@ -180,8 +182,6 @@ def measure(
 
 def _cells_on_ray(pipe: Pipeline, ks, batches, args, address: str, say) -> dict:
     """One task per (K, B) cell on the cluster's actors, each cell timed on the worker that runs it."""
-    from specd.models.distributed import actors, connect
-
     ray = connect(address)
     _, pool = actors(ray, pipe.options, baseline=False)
     say(f"{len(ks) * len(batches)} cells on {len(pool)} Ray actors")
@@ -191,10 +191,11 @@ def _cells_on_ray(pipe: Pipeline, ks, batches, args, address: str, say) -> dict:
     return dict(zip(refs, ray.get(list(refs.values()))))
 
 
-def _profile_from_stats(alpha_by_position: dict[int, float], k: int) -> AcceptanceProfile:
-    """Reach-conditioned alpha_j (RunStats counts only rounds that reached j)."""
+def _profile_from_stats(alpha_by_position: dict[int, float | None], k: int) -> AcceptanceProfile:
+    """Reach-conditioned alpha_j (None where no round reached j)."""
     alphas: list[float] = []
     for j in range(1, k + 1):
         # Positions never reached (a draft that always fails early) inherit the last estimate.
-        alphas.append(alpha_by_position.get(j, alphas[-1] if alphas else 0.0))
+        alpha = alpha_by_position.get(j)
+        alphas.append(alpha if alpha is not None else (alphas[-1] if alphas else 0.0))
     return AcceptanceProfile(check_alphas(alphas), False, "measured")

@@ -6,6 +6,7 @@ import csv
 import io
 from pathlib import Path
 
+from specd.errors import UsageError
 from specd.files import write_atomic, write_text_atomic
 from specd.sweeps.ledger import LedgerRow
 
@@ -82,8 +83,6 @@ def plot(records: list[dict], path: str | Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from specd.errors import UsageError
-
         raise UsageError("--plot needs matplotlib: pip install 'specd[plot]' (make install includes it)") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for batch in sorted({r["batch"] for r in records}):

@@ -47,10 +47,10 @@ def plot_summary(summary: dict, path: str | Path, grouped: bool) -> None:
     width = 0.8 / max(len(groups), 1)
     for i, (name, s) in enumerate(groups):
         label = str(name)
-        positions = sorted(int(j) for j in s["reached"])
+        positions = sorted(int(j) for j in s["reached_per_position"])
         if positions:
-            reached = [s["reached"][j] for j in positions]
-            accepted = [s["accepted_at"][j] for j in positions]
+            reached = [s["reached_per_position"][j] for j in positions]
+            accepted = [s["accepted_per_position"][j] for j in positions]
             colour = f"C{i % 10}"
             alpha_label = f"{label}: alpha_j (reached)"
             _with_interval(left, positions, accepted, reached, alpha_label, "o", "-", i * 0.04, colour)

@@ -31,8 +31,10 @@ def test_stats_and_acceptance_log_agree():
     result = table_engine(k=3, record_log=True).run(BATCH)
     st = result.stats
     assert st.emitted == sum(len(s.new_tokens) for s in result.states)
-    assert st.mean_accepted_length == pytest.approx(st.emitted / st.rounds)
-    assert sum(st.accepted_hist.values()) == st.rounds == len(result.rounds)
+    figures = st.figures()
+    assert figures["mean_accepted_length"] == pytest.approx(st.emitted / st.rounds)
+    assert sum(st.k_hist.values()) == st.rounds == len(result.rounds)
+    assert sum(st.accepted_hist.values()) == sum(1 for r in result.rounds if r.k > 0)
     by_round = {}
     for rec in result.acceptance:
         by_round.setdefault(rec.round_id, []).append(rec)
@@ -51,7 +53,7 @@ def test_stats_and_acceptance_log_agree():
     for r in result.acceptance:
         reached[r.draft_index] = reached.get(r.draft_index, 0) + r.reached
         accepted[r.draft_index] = accepted.get(r.draft_index, 0) + r.accepted
-    assert st.acceptance_by_position == pytest.approx({j: accepted[j] / reached[j] for j in reached if reached[j]})
+    assert figures["acceptance_by_position"] == pytest.approx({j: accepted[j] / reached[j] for j in reached})
 
 
 def test_target_side_draws_equal_reached_tests_plus_one_terminal():

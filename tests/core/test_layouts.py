@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from specd.core.layouts import ReplayFrontier, RetainedFrontier, make_layout
+from specd.core.round import RoundClock, materialize_frontiers, stage, verify
 from specd.core.state import Request
 from specd.core.transaction import Outcome
 from specd.errors import UnknownLayout
@@ -16,12 +17,13 @@ DRAFTS = (8, 6, 2)
 def run_snapshot(layout: str):
     engine = table_engine(vocab=16, k=3, layout=layout)
     session = engine.start([Request("r", PROMPT, 8)])
-    state = session.ready()[0]
-    verified = session.verify([state], [DRAFTS])
-    txn = engine.transaction_cls(state, engine.layout, frozenset(), None)
+    state = materialize_frontiers(session, RoundClock(None))[0]
+    verified = verify(session, [state], [DRAFTS])
+    txn = engine.transaction_cls(state, engine.layout)
     txn.verified(DRAFTS, verified[0], 3)
-    txn.decided(Outcome(accepted=2, terminal=11, is_bonus=False, sampled=True))
-    successor = txn.stage()
+    txn.decided(Outcome(accepted=2, terminal=11, is_bonus=False))
+    stage(txn, frozenset(), uniforms_read=True)
+    successor = txn.successor
     txn.publish(session.store)
     session.cache.commit(state.slot, txn.kv_keep)
     return engine, session, state, verified[0], txn, successor

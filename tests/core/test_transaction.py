@@ -3,9 +3,9 @@ publication is idempotent."""
 
 import pytest
 
-from specd.core.round import speculative_round
+from specd.core.round import RoundClock, decode, materialize_frontiers, speculative_round, stage, verify
 from specd.core.state import Request
-from specd.core.transaction import FAULT_POINTS, Outcome, Phase
+from specd.core.transaction import CHECKPOINTS, Outcome, Phase, RoundTransaction
 from specd.errors import StaleGeneration, TransactionStateError
 from tests.helpers import table_engine
 
@@ -14,6 +14,22 @@ REQUESTS = [Request("a", (0, 1), 6, seed=1), Request("b", (2,), 6, seed=2), Requ
 
 class Boom(Exception):
     pass
+
+
+class FaultyTransaction(RoundTransaction):
+    """A test double through the transaction's extension point: raises at a chosen checkpoint."""
+
+    fault: tuple[str, str | None] | None = None  # (checkpoint, request id or None for every request)
+
+    def checkpoint(self, point):
+        if self.fault is not None and self.fault[0] == point and self.fault[1] in (None, self.start.request_id):
+            raise Boom(point)
+
+
+def faulty_engine(**kw):
+    engine = table_engine(**kw)
+    engine.transaction_cls = type("Faulty", (FaultyTransaction,), {})
+    return engine
 
 
 def snapshot(session):
@@ -31,35 +47,32 @@ def snapshot(session):
 
 
 @pytest.mark.parametrize("layout", ["replay_frontier", "retained_frontier"])
-@pytest.mark.parametrize("point", FAULT_POINTS)
+@pytest.mark.parametrize("point", CHECKPOINTS)
 def test_failure_at_each_point_leaves_s0_and_retry_matches_clean_run(point, layout):
     clean = table_engine(layout=layout).run(REQUESTS).new_tokens()
-
-    def hook(where, request_id):
-        if where == point:
-            raise Boom(where)
-
-    engine = table_engine(layout=layout)
+    engine = faulty_engine(layout=layout)
     session = engine.start(REQUESTS)
     speculative_round(session)  # a clean first round, so S_0 is mid-generation
-    engine.fault_hook = hook
-    session.ready()
+    engine.transaction_cls.fault = (point, None)
+    materialize_frontiers(session, RoundClock(None))  # the retained layout's pre-round step, done once
     before = snapshot(session)
     with pytest.raises(Boom):
         speculative_round(session)
-    after = snapshot(session)
-    assert after == before  # state vector, committed K/V identities, no temporary rows
-    for state, *_ in after:
-        assert state.cache_tokens == session.cache.committed(state.slot)
-    engine.fault_hook = None
-    assert session.run().new_tokens() == clean  # the retry re-read the same draws
+    before_retry = snapshot(session)
+    assert before_retry == before  # state vector, committed K/V identities, no temporary rows
+    with pytest.raises(Boom):  # the retry fails the same way and leaves the same state
+        speculative_round(session)
+    assert snapshot(session) == before_retry
+    for state, committed, temporary, _, draft_temporary in before_retry:
+        assert state.cache_tokens == committed and temporary == () and draft_temporary == ()
+        assert state.rounds == 1  # only the clean round was published
+    engine.transaction_cls.fault = None
+    assert decode(session).new_tokens() == clean  # the retry re-read the same draws
 
 
 def test_failure_of_one_row_before_publish_keeps_other_rows_published():
-    engine = table_engine()
-    engine.fault_hook = lambda where, rid: (
-        (_ for _ in ()).throw(Boom()) if (where, rid) == ("before_publish", "b") else None
-    )
+    engine = faulty_engine()
+    engine.transaction_cls.fault = ("before_publish", "b")
     session = engine.start(REQUESTS)
     start = {s.request_id: s for s in session.states()}
     with pytest.raises(Boom):
@@ -67,25 +80,25 @@ def test_failure_of_one_row_before_publish_keeps_other_rows_published():
     now = {s.request_id: s for s in session.states()}
     assert now["a"].generation == start["a"].generation + 1  # published before the fault
     assert now["b"] == start["b"] and now["c"] == start["c"]
-    engine.fault_hook = None
-    assert session.run().new_tokens() == table_engine().run(REQUESTS).new_tokens()
+    engine.transaction_cls.fault = None
+    assert decode(session).new_tokens() == table_engine().run(REQUESTS).new_tokens()
 
 
 def make_txn(engine, session, outcome):
     state = session.states()[0]
     drafts = (1, 2)
-    verified = session.verify([state], [drafts])
-    txn = engine.transaction_cls(state, engine.layout, frozenset(), None)
+    verified = verify(session, [state], [drafts])
+    txn = engine.transaction_cls(state, engine.layout)
     txn.verified(drafts, verified[0], 2)
     txn.decided(outcome)
-    txn.stage()
+    stage(txn, frozenset(), uniforms_read=True)
     return txn
 
 
 def test_publishing_the_same_round_twice_returns_the_same_successor():
     engine = table_engine()
     session = engine.start([Request("a", (0, 1), 6)])
-    txn = make_txn(engine, session, Outcome(1, 3, False, True))
+    txn = make_txn(engine, session, Outcome(1, 3, False))
     first, new = txn.publish(session.store)
     assert new and txn.phase is Phase.PUBLISHED
     again, new_again = txn.publish(session.store)
@@ -97,9 +110,9 @@ def test_publishing_the_same_round_twice_returns_the_same_successor():
 def test_compare_and_swap_refuses_a_second_outcome_for_the_same_start():
     engine = table_engine()
     session = engine.start([Request("a", (0, 1), 6)])
-    one = make_txn(engine, session, Outcome(1, 3, False, True))
+    one = make_txn(engine, session, Outcome(1, 3, False))
     session.cache.discard(0)
-    two = make_txn(engine, session, Outcome(0, 2, False, True))
+    two = make_txn(engine, session, Outcome(0, 2, False))
     one.publish(session.store)
     with pytest.raises(StaleGeneration):
         two.publish(session.store)
@@ -109,9 +122,9 @@ def test_phases_must_run_in_order():
     engine = table_engine()
     session = engine.start([Request("a", (0, 1), 6)])
     state = session.states()[0]
-    txn = engine.transaction_cls(state, engine.layout, frozenset(), None)
+    txn = engine.transaction_cls(state, engine.layout)
     with pytest.raises(TransactionStateError):
-        txn.stage()
+        txn.decided(Outcome(0, 1, False))
     with pytest.raises(TransactionStateError):
         txn.publish(session.store)
     assert txn.abort() and txn.phase is Phase.ABORTED

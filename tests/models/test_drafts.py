@@ -33,7 +33,7 @@ def test_each_draft_source_is_exact_for_greedy(target, spec):
 def test_bf16_copy_agrees_with_its_target_most_of_the_time(target):
     proposer = build_proposer(parse_draft("self:bf16"), target, GREEDY)
     stats = SpeculativeEngine(target, proposer, GREEDY, EngineConfig(k=4)).run(REPEATING).stats
-    assert stats.acceptance_rate > 0.8
+    assert stats.figures()["draft_acceptance_rate"] > 0.8
     assert next(proposer.model.model.parameters()).dtype == torch.bfloat16
 
 
@@ -74,7 +74,7 @@ def test_ngram_under_sampling_matches_the_target_law(target):
     prompt, horizon, n = (1, 2, 1, 2, 1), 3, 3000
     engine = SpeculativeEngine(small, NgramProposer(2, 6), policy, EngineConfig(k=2, record_log=False))
     result = engine.run([Request(f"n{i}", prompt, horizon, seed=4) for i in range(n)])
-    assert result.stats.proposed > 0 and 0 < result.stats.acceptance_rate < 1
+    assert result.stats.proposed > 0 and 0 < result.stats.figures()["draft_acceptance_rate"] < 1
     counts = {}
     for seq in result.new_tokens():
         counts[seq] = counts.get(seq, 0) + 1

@@ -20,8 +20,8 @@ def test_run_arguments_do_not_touch_the_pipeline(pipe):
     short = pipe.run(items, k=2, max_new_tokens=3)
     full = pipe.run(items)
     assert (pipe.options, pipe.target_policy, pipe.draft_policy, pipe.proposer) == before
-    assert len(short.results[0].tokens) == 3 and max(r.k for r in short.engine.rounds) <= 2
-    assert len(full.results[0].tokens) == 12 and max(r.k for r in full.engine.rounds) == 4
+    assert len(short.results[0].tokens) == 3 and max(r.k for r in short.result.rounds) <= 2
+    assert len(full.results[0].tokens) == 12 and max(r.k for r in full.result.rounds) == 4
     with pytest.raises(dataclasses.FrozenInstanceError):
         pipe.options = None
 

@@ -10,18 +10,10 @@ from specd.errors import (
     NotReachConditioned,
     OmitsTerminalToken,
 )
-from specd.sweeps.ledger import (
-    CostModel,
-    ModelShape,
-    accepted_distribution,
-    expected_progress,
-    ledger_row,
-    leviathan_speedup,
-    optimum,
-    survival,
-    sweep,
-)
-from specd.sweeps.profile import constant_profile, per_position_profile, profile_from_mapping
+from specd.policy.ledger import CostModel, accepted_distribution, expected_progress, leviathan_speedup, survival
+from specd.policy.profile import constant_profile, per_position_profile
+from specd.sweeps.ledger import ModelShape, ledger_row, optimum, sweep
+from specd.sweeps.profile import profile_from_mapping
 
 PAPER = dict(row_cost=0.0, draft_row_cost=0.0, state_cost=0.0, queue_cost=0.0, context_cost=0.0)
 

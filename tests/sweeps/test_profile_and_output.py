@@ -4,9 +4,11 @@ import os
 
 import pytest
 
-from specd.sweeps.ledger import CostModel, sweep
+from specd.policy.ledger import CostModel
+from specd.policy.profile import constant_profile
+from specd.sweeps.ledger import sweep
 from specd.sweeps.output import CSV_COLUMNS, row_dict, write_csv
-from specd.sweeps.profile import constant_profile, profile_from_trace
+from specd.sweeps.profile import profile_from_trace
 from tests.helpers import synthetic_log
 
 

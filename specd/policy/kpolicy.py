@@ -21,70 +21,37 @@ drawn from p.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from specd.core.state import RequestState
 from specd.errors import KScheduleMismatch, UsageError
 
-
-@dataclass(frozen=True)
-class RoundTiming:
-    """What one round cost on this machine (seconds, wall clock, device-synchronized)."""
-
-    batch: int  # requests in the round
-    draft_seconds: float  # the proposer's whole turn
-    draft_steps: int  # draft forward calls (0 for a proposer without a model)
-    draft_first_tokens: int  # the most tokens the first draft call fed a row (> 2: catching up)
-    draft_first_seconds: float  # that call's seconds (without a device sync: an estimate on CUDA)
-    draft_rows: int  # requests that drafted (k > 0)
-    max_k: int  # the longest draft in the round
-    verify_seconds: float  # the target call(s)
-    verify_rows: int  # tokens the verification call fed, all requests together
-    other_seconds: float  # the rest of the round: sampling, staging, publication, cache commit
+MAX_K = 64  # drafts per round, fixed or auto; past this a draft is never the bottleneck worth widening
 
 
 class KPolicy:
     """The interface: ``choose`` the drafts a request asks for (before the engine clamps it to
-    the request's budget); ``observe`` each finished round's timing (machine facts only)."""
-
-    name = "fixed"
+    the request's budget). Costs reach a policy that needs them through the cost object it was
+    built with (the engine publishes each round's timing to its observers)."""
 
     def choose(self, state: RequestState) -> int:
         raise NotImplementedError
 
-    def observe(self, timing: RoundTiming) -> None:
-        """Costs are shared by the run; the default policy has no use for them."""
-
-    def describe(self) -> dict:
-        return {"name": self.name}
-
 
 class FixedK(KPolicy):
-    """The same K every round (the request's own ``Request.k`` wins when set). ``costs``: where
-    to report the rounds' timings (a run's shared cost estimates), if anywhere."""
+    """The same K every round (the request's own ``Request.k`` wins when set)."""
 
-    def __init__(self, k: int, costs=None):
-        if k < 0:
-            raise UsageError(f"k must be >= 0, got {k}")
+    def __init__(self, k: int):
+        if not 0 <= k <= MAX_K:
+            raise UsageError(f"k must be in 0..{MAX_K}, got {k}")
         self.k = k
-        self.costs = costs
 
     def choose(self, state: RequestState) -> int:
         return self.k
-
-    def observe(self, timing: RoundTiming) -> None:
-        if self.costs is not None:
-            self.costs.observe(timing)
-
-    def describe(self) -> dict:
-        return {"name": "fixed", "k": self.k}
 
 
 class ScheduleK(KPolicy):
     """Replay recorded K schedules (request id -> K per round), so a sampled run that chose K
     from measured time is reproduced token for token anywhere."""
-
-    name = "schedule"
 
     def __init__(self, schedules: Mapping[str, tuple[int, ...]]):
         self.schedules = dict(schedules)
@@ -100,6 +67,3 @@ class ScheduleK(KPolicy):
                 "recorded run's"
             )
         return schedule[state.rounds]
-
-    def describe(self) -> dict:
-        return {"name": "schedule", "requests": len(self.schedules)}

@@ -2,7 +2,7 @@
 the machine's measured costs.
 
 For each request and round K maximizes the ledger's predicted progress per unit time,
-E[G(K)] / E[T_round(K)] (``specd.sweeps.ledger.progress_rate``, the one home of the
+E[G(K)] / E[T_round(K)] (``specd.policy.ledger.progress_rate``, the one home of the
 formula), over K in 0..k_max, where
 
 - the acceptance profile is the request's own (its ``History``: reach-conditioned
@@ -23,7 +23,7 @@ acceptance would lose, there is nothing to probe for: only every PROBE_AFTER_MAX
 rounds is one K = 2 round spent re-timing it (the machine's load may have changed).
 
 Exactness: K depends on the request's committed history and on past timings only
-(see specd.core.kpolicy). With sampling, timings decide which uniforms a request
+(see specd.policy.kpolicy). With sampling, timings decide which uniforms a request
 consumes, so another machine (or another load) can give another, equally exact,
 sample: the K schedule is recorded per request and ``ScheduleK`` replays it.
 """
@@ -33,13 +33,13 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from specd.core.kpolicy import KPolicy, RoundTiming
+from specd.core.records import RoundTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
-from specd.sweeps.ledger import CostModel, MeasuredCosts, best_k, progress_rate
-from specd.sweeps.profile import AcceptanceProfile
+from specd.policy.kpolicy import MAX_K, KPolicy
+from specd.policy.ledger import CostModel, MeasuredCosts, best_k, progress_rate
+from specd.policy.profile import AcceptanceProfile
 
-MAX_K_AUTO = 64
 TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
 PROBE_AFTER = 4  # K = 0 rounds before a probe; doubles after each probe that did not pay
 PROBE_AFTER_MAX = 128  # also: K = 0 rounds before re-timing a draft too slow to ever pay
@@ -154,9 +154,6 @@ class OnlineCosts:
         self._read = (*key, costs)
         return costs
 
-    def describe(self) -> dict:
-        return {"target_calls": len(self.target), "draft_steps": len(self.draft), "rounds": self.version}
-
 
 class FixedCosts:
     """A cost model that does not move (the oracle's, the tests', sweep-k's analytic auto row):
@@ -169,12 +166,6 @@ class FixedCosts:
         return self.model
 
     timed_target = timed_draft = True
-
-    def observe(self, timing: RoundTiming) -> None:
-        """Fixed: timings are not used."""
-
-    def describe(self) -> dict:
-        return self.model.describe()
 
 
 def trailing_zeros(schedule: tuple[int, ...]) -> int:
@@ -203,25 +194,21 @@ def probe_due(schedule: tuple[int, ...]) -> bool:
 
 
 class AutoK(KPolicy):
-    """The cost-aware policy (see the module docstring). ``costs``: an OnlineCosts, or any
-    object with ``ledger_costs(batch, k_max)`` and ``observe`` (the oracle passes fixed costs)."""
-
-    name = "auto"
+    """The cost-aware policy (see the module docstring). ``costs``: an OnlineCosts (the caller
+    subscribes its ``observe`` to the engine's round timings), or any object with
+    ``ledger_costs(batch, k_max)`` (the oracle passes fixed costs)."""
 
     def __init__(self, k_max: int = 8, batch: int = 1, costs=None, time_draft_step=None):
         """``time_draft_step(rows) -> seconds``: times one draft step when the costs have none yet
         (Proposer.step_seconds), so the first decision need not draft to learn what drafting costs."""
-        if not 1 <= k_max <= MAX_K_AUTO:
-            raise UsageError(f"--k-max must be in 1..{MAX_K_AUTO}, got {k_max}")
+        if not 1 <= k_max <= MAX_K:
+            raise UsageError(f"--k-max must be in 1..{MAX_K}, got {k_max}")
         if batch < 1:
             raise UsageError(f"batch must be >= 1, got {batch}")
         self.k_max = k_max
         self.batch = batch
         self.costs = costs if costs is not None else OnlineCosts()
         self.time_draft_step = time_draft_step
-
-    def observe(self, timing: RoundTiming) -> None:
-        self.costs.observe(timing)
 
     def choose(self, state: RequestState) -> int:
         cap = min(self.k_max, state.draft_budget)
@@ -250,6 +237,3 @@ class AutoK(KPolicy):
         perfect = AcceptanceProfile((1.0,), True, "perfect")
         off = progress_rate(perfect, costs, 0, self.batch)
         return any(progress_rate(perfect, costs, k, self.batch) > off for k in range(1, cap + 1))
-
-    def describe(self) -> dict:
-        return {"name": "auto", "k_max": self.k_max, "batch": self.batch}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specd.models.text import IncrementalText, cut_at_stop
+from specd.core.stops import IncrementalText, cut_at_stop
 from tests.hf_helpers import tiny_tokenizer
 
 

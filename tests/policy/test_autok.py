@@ -3,21 +3,14 @@ exactness (any K it picks keeps the law), and its independence from batch-mates.
 
 import pytest
 
-from specd.core.kpolicy import RoundTiming
 from specd.core.processors import SamplingPolicy
+from specd.core.records import RoundTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, max_abs_diff, target_joint
-from specd.sweeps.autok import (
-    PROBE_AFTER,
-    PROBE_AFTER_MAX,
-    AutoK,
-    FixedCosts,
-    OnlineCosts,
-    probe_due,
-    request_profile,
-)
-from specd.sweeps.ledger import CostModel, ledger_row, progress_rate
+from specd.policy.autok import PROBE_AFTER, PROBE_AFTER_MAX, AutoK, FixedCosts, OnlineCosts, probe_due, request_profile
+from specd.policy.ledger import CostModel, progress_rate
+from specd.sweeps.ledger import ledger_row
 from tests.helpers import rig
 
 CHEAP = FixedCosts(CostModel(draft_cost=0.05, row_cost=0.02, draft_row_cost=0.0, state_cost=0.01))
