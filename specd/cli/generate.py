@@ -5,58 +5,18 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import nullcontext
-from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specd.cli.common import print_json, printable, stderr, stdout
-from specd.cli.options import (
-    BackendOpt,
-    BaselineOpt,
-    BatchSizeOpt,
-    ChatOpt,
-    CompareOpt,
-    ConfigOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DraftGgufOpt,
-    DraftOpt,
-    DraftStopOpt,
-    DraftTemperatureOpt,
-    DraftTopKOpt,
-    DraftTopPOpt,
-    DtypeOpt,
-    GenerationConfigOpt,
-    JsonOpt,
-    KMaxOpt,
-    KOpt,
-    KScheduleOpt,
-    LayoutOpt,
-    MaxMemoryOpt,
-    MaxNewTokensOpt,
-    PromptOpt,
-    PromptsFileOpt,
-    RayOpt,
-    RepetitionPenaltyOpt,
-    ResumeOpt,
-    RunArgs,
-    SeedOpt,
-    StopOpt,
-    TargetGgufOpt,
-    TargetOpt,
-    TemperatureOpt,
-    TopKOpt,
-    TopPOpt,
-    TraceOpt,
-    TrustRemoteCodeOpt,
-    read_run,
-)
+from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table, stats_table
 from specd.core.records import RunResult
 from specd.core.stats import RunStats
 from specd.models.distributed import connect, run_on_ray
+from specd.models.options import GenerateOptions
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline
 from specd.models.prompts import prompt_items
 from specd.models.results import PromptSetFiles
@@ -64,102 +24,62 @@ from specd.models.results import PromptSetFiles
 SCHEMA = "specd.generate/v1"
 
 
-def generate(
-    ctx: typer.Context,
-    prompt: PromptOpt = None,
-    prompts_file: PromptsFileOpt = None,
-    target: TargetOpt = None,
-    draft: DraftOpt = None,
-    target_gguf: TargetGgufOpt = None,
-    draft_gguf: DraftGgufOpt = None,
-    trust_remote_code: TrustRemoteCodeOpt = False,
-    k: KOpt = "auto",
-    k_max: KMaxOpt = 8,
-    draft_stop: DraftStopOpt = 0.0,
-    k_schedule: KScheduleOpt = None,
-    max_new_tokens: MaxNewTokensOpt = 128,
-    temperature: TemperatureOpt = None,
-    generation_config: GenerationConfigOpt = "auto",
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    repetition_penalty: RepetitionPenaltyOpt = None,
-    draft_temperature: DraftTemperatureOpt = None,
-    draft_top_k: DraftTopKOpt = None,
-    draft_top_p: DraftTopPOpt = None,
-    seed: SeedOpt = 0,
-    layout: LayoutOpt = "replay_frontier",
-    backend: BackendOpt = "max_shift",
-    device: DeviceOpt = "auto",
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    dtype: DtypeOpt = "float32",
-    chat: ChatOpt = None,
-    stop: StopOpt = None,
-    config: ConfigOpt = None,
-    trace: TraceOpt = None,
-    out: Annotated[
-        str | None,
-        typer.Option("--out", "-o", help="Write one JSON line per request to this results file, as each finishes."),
-    ] = None,
-    resume: ResumeOpt = False,
-    batch_size: BatchSizeOpt = None,
-    ray: RayOpt = None,
-    baseline: BaselineOpt = False,
-    compare: CompareOpt = False,
-    as_json: JsonOpt = False,
-) -> None:
+def _generate(ctx: typer.Context) -> None:
     """Speculative generation with a target/draft pair of Hugging Face causal LMs."""
-    execute(*read_run(ctx, "trace", "out"))
+    execute(*read_run(ctx))
+
+
+generate = command(_generate, parameters(GenerateOptions, RunArgs))
 
 
 def execute(options, run: RunArgs) -> None:
     """Load, generate in the run's mode, then render (text and a summary table, or one JSON document)."""
-    items = prompt_items(run.prompts, run.prompts_file)
+    items = prompt_items(run.prompt, run.prompts_file)
     if run.ray is not None:  # a wrong cluster address is found before any model loads
         connect(run.ray)
-    if not run.as_json and stderr.is_terminal and not options.uses_default_model:
+    if not run.json and stderr.is_terminal and not options.uses_default_model:
         stderr.print(f"[dim]loading {escape(printable(options.target or options.target_gguf))} ...[/]")
     with stderr.status("[dim]preparing models ...[/]") if stderr.is_terminal else nullcontext():
         pipe = Pipeline.build(
             options, with_draft=not run.baseline, report=lambda msg: stderr.print(f"[dim]{escape(msg)}[/]")
         )
     files = None
-    if run.results is not None or run.trace is not None:
+    if run.out is not None or run.trace is not None:
         files = PromptSetFiles(
-            items, pipe.manifest(baseline=run.baseline), run.results, run.trace, run.resume, pipe.token_text
+            items, pipe.manifest(baseline=run.baseline), run.out, run.trace, run.resume, pipe.token_text
         )
         for note in files.notes:
             stderr.print(f"[dim]note: {escape(printable(note))}[/]")
         items = files.todo
     batch_size = run.batch_size or pipe.default_batch_size
-    stream = len(items) == 1 and not run.as_json and not run.compare and files is None
+    stream = len(items) == 1 and not run.json and not run.compare and files is None
     runs: dict[str, GenerationRun] = {}
     try:
         if run.ray is not None:
             runs[TARGET_ONLY if run.baseline else SPECULATIVE] = _run_on_ray(pipe, options, items, run, files)
         elif run.compare:
             _warm_up(pipe, items)
-            runs[TARGET_ONLY] = _run(pipe, items, True, False, run.as_json, batch_size)
-            runs[SPECULATIVE] = _run(pipe, items, False, run.trace is not None, run.as_json, batch_size, files)
+            runs[TARGET_ONLY] = _run(pipe, items, True, False, run.json, batch_size)
+            runs[SPECULATIVE] = _run(pipe, items, False, run.trace is not None, run.json, batch_size, files)
         else:
             mode = TARGET_ONLY if run.baseline else SPECULATIVE
             record = run.trace is not None
-            runs[mode] = _run(pipe, items, run.baseline, record, run.as_json, batch_size, files, stream)
+            runs[mode] = _run(pipe, items, run.baseline, record, run.json, batch_size, files, stream)
     finally:
         if files is not None:
             files.close()  # on Ctrl-C too: every finished request is on disk
     main_run = runs.get(SPECULATIVE) or runs[TARGET_ONLY]
-    if not run.as_json:
+    if not run.json:
         for note in main_run.notes:
             stderr.print(f"[dim]note: {escape(printable(note))}[/]")
-    if run.as_json:
+    if run.json:
         print_json(_document(pipe, runs, run, files.already if files else 0))
         return
     if files is not None:
         done = f"{len(main_run.results)} requests" + (
             f" ({files.already} were already complete)" if files.already else ""
         )
-        where = " and ".join(escape(p) for p in (run.results, run.trace) if p is not None)
+        where = " and ".join(escape(p) for p in (run.out, run.trace) if p is not None)
         stderr.print(f"[dim]{done} written to {where}[/]")
     elif not stream:
         for r in main_run.results:
@@ -269,7 +189,7 @@ def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, alre
         "notes": list(runs[main_name].notes),
         "stats": {name: {**r.stats.as_dict(), "wall_time_s": r.wall_time} for name, r in runs.items()},
         "trace": run.trace,
-        "results_file": run.results,
+        "results_file": run.out,
     }
     if len(runs) == 2:
         doc["speedup"] = _speedup(runs)

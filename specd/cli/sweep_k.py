@@ -10,12 +10,13 @@ import typer
 from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
-from specd.cli.options import DeviceOpt, DraftOpt, DtypeOpt, GenerationConfigOpt, TargetOpt, TrustRemoteCodeOpt
+from specd.cli.options import command, parameters
 from specd.errors import EmptyRange, InvalidCost, UsageError
 from specd.files import check_output
 from specd.models.distributed import connect
-from specd.models.options import MAX_K, GenerateOptions
+from specd.models.options import GenerateOptions, option
 from specd.models.pipeline import Pipeline
+from specd.policy.kpolicy import MAX_K
 from specd.policy.ledger import CostModel
 from specd.policy.profile import constant_profile, per_position_profile
 from specd.sweeps.ledger import ModelShape, optimum, sweep
@@ -85,64 +86,84 @@ class SweepResult:
     seconds_per_target_step: float | None
 
 
-def sweep_k(
-    ctx: typer.Context,
-    out: str | None = typer.Option(None, "--out", "-o", help="Write one CSV row per (K, B) here."),
-    k: str = typer.Option(
-        "1..8", "--k", "-k", help=f"K range: 1..8 or a list 1,2,4 (at most {MAX_SWEEP_K}; {MAX_K} measured)."
-    ),
-    batch: str = typer.Option(
+@dataclass(frozen=True)
+class SweepArgs:
+    """The options of sweep-k itself; the model options of --measure are generate's (MODEL_OPTIONS)."""
+
+    out: str | None = option(None, "--out", "-o", kind="str?", help="Write one CSV row per (K, B) here.")
+    k: str = option(
+        "1..8",
+        "--k",
+        "-k",
+        kind="str",
+        help=f"K range: 1..8 or a list 1,2,4 (at most {MAX_SWEEP_K}; {MAX_K} measured).",
+    )
+    batch: str = option(
         "1,4,16",
         "--batch",
+        kind="str",
         help=f"Batch sizes: a list 1,4,16 or a range (at most {MAX_SWEEP_BATCH}; {MAX_MEASURED_BATCH} measured).",
-    ),
-    alpha: float | None = typer.Option(
-        None, "--alpha", help=f"Constant reach-conditioned alpha (default {DEFAULT_ALPHA})."
-    ),
-    alphas: str | None = typer.Option(None, "--alphas", help="Per-position reach-conditioned alpha_1,alpha_2,..."),
-    rates: str = typer.Option("reach_conditioned", "--rates", help="What --alphas are: reach_conditioned."),
-    trace_log: str | None = typer.Option(None, "--trace-log", help="Estimate alpha_j from an acceptance log."),
-    draft_cost: float = typer.Option(CostModel.draft_cost, "--draft-cost", help="c: one draft step / one target step."),
-    row_cost: float = typer.Option(CostModel.row_cost, "--row-cost", help="Marginal cost of a row in a target call."),
-    draft_row_cost: float = typer.Option(CostModel.draft_row_cost, "--draft-row-cost", help="The same for the draft."),
-    state_cost: float = typer.Option(CostModel.state_cost, "--state-cost", help="T_S per round."),
-    queue_cost: float = typer.Option(CostModel.queue_cost, "--queue-cost", help="T_Q per round."),
-    context_cost: float = typer.Option(
-        CostModel.context_cost, "--context-cost", help="Per row per 1000 context tokens."
-    ),
-    context: int = typer.Option(0, "--context", help="Prefix length L."),
-    stop_probability: float = typer.Option(0.0, "--stop-probability", help="Per-token stop probability in [0, 1)."),
-    kv_shape: str | None = typer.Option(None, "--kv-shape", help="layers,kv_heads,head_dim[,bytes] for K/V bytes."),
-    config: str | None = typer.Option(None, "--config", help="YAML with profile:, cost:, k:, batch:, context:."),
-    plot_path: str | None = typer.Option(None, "--plot", help="Draw speedup against K per batch size (PNG)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    measure: bool = typer.Option(False, "--measure", help="Time the real models and measure real speedups."),
-    target: TargetOpt = None,
-    draft: DraftOpt = None,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "float32",
-    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Measured mode: tokens per prompt."),
-    trust_remote_code: TrustRemoteCodeOpt = False,
-    generation_config: GenerationConfigOpt = "auto",
-    ray: str | None = typer.Option(
+    )
+    alpha: float | None = option(
+        None, "--alpha", kind="float?", help=f"Constant reach-conditioned alpha (default {DEFAULT_ALPHA})."
+    )
+    alphas: str | None = option(
+        None, "--alphas", kind="str?", help="Per-position reach-conditioned alpha_1,alpha_2,..."
+    )
+    rates: str = option("reach_conditioned", "--rates", kind="str", help="What --alphas are: reach_conditioned.")
+    trace_log: str | None = option(None, "--trace-log", kind="str?", help="Estimate alpha_j from an acceptance log.")
+    draft_cost: float = option(
+        CostModel.draft_cost, "--draft-cost", kind="float", help="c: one draft step / one target step."
+    )
+    row_cost: float = option(
+        CostModel.row_cost, "--row-cost", kind="float", help="Marginal cost of a row in a target call."
+    )
+    draft_row_cost: float = option(
+        CostModel.draft_row_cost, "--draft-row-cost", kind="float", help="The same for the draft."
+    )
+    state_cost: float = option(CostModel.state_cost, "--state-cost", kind="float", help="T_S per round.")
+    queue_cost: float = option(CostModel.queue_cost, "--queue-cost", kind="float", help="T_Q per round.")
+    context_cost: float = option(
+        CostModel.context_cost, "--context-cost", kind="float", help="Per row per 1000 context tokens."
+    )
+    context: int = option(0, "--context", kind="int", help="Prefix length L.")
+    stop_probability: float = option(
+        0.0, "--stop-probability", kind="float", help="Per-token stop probability in [0, 1)."
+    )
+    kv_shape: str | None = option(
+        None, "--kv-shape", kind="str?", help="layers,kv_heads,head_dim[,bytes] for K/V bytes."
+    )
+    config: str | None = option(None, "--config", kind="str?", help="YAML with profile:, cost:, k:, batch:, context:.")
+    plot: str | None = option(None, "--plot", kind="str?", help="Draw speedup against K per batch size (PNG).")
+    json: bool = option(False, "--json", kind="bool", help="Print one JSON document.")
+    measure: bool = option(False, "--measure", kind="bool", help="Time the real models and measure real speedups.")
+    ray: str | None = option(
         None,
         "--ray",
+        kind="str?",
         metavar="[ADDRESS]",
         help="Measured mode: one Ray task per (K, B) cell, each timed and normalized on its own worker "
         "(--ray alone: a local Ray; HOST:PORT: a running cluster). Needs specd[ray].",
-    ),
-    repeats: int = typer.Option(5, "--repeats", help="Measured mode: timing repeats after 2 warm-ups (1..100)."),
-) -> None:
+    )
+    repeats: int = option(5, "--repeats", kind="int", help="Measured mode: timing repeats after 2 warm-ups (1..100).")
+
+
+MODEL_OPTIONS = frozenset(MEASURED_ONLY) - {"repeats", "ray"}  # generate's declarations, shared
+
+
+def _sweep_k(ctx: typer.Context) -> None:
     """The speedup ledger over K and batch: E[G], T_round, time per token, speedup, optimum K."""
+    p = ctx.params
+    out, plot_path, as_json, measure_mode = p["out"], p["plot"], p["json"], p["measure"]
     t0 = time.perf_counter()
-    _refuse_other_mode_flags(ctx, measure)
+    _refuse_other_mode_flags(ctx, measure_mode)
     for path, what in ((out, "CSV file"), (plot_path, "plot")):
         if path is not None:  # before any work
             check_output(path, what)
-    batch_limit = MAX_MEASURED_BATCH if measure else MAX_SWEEP_BATCH
-    ks, batches = parse_ints(k, "--k", MAX_K if measure else MAX_SWEEP_K), parse_ints(batch, "--batch", batch_limit)
-    p = ctx.params
-    result = _measured(p, ks, batches) if measure else _analytic(p, ks, batches, k_given="k" in _typed(ctx))
+    batch_limit = MAX_MEASURED_BATCH if measure_mode else MAX_SWEEP_BATCH
+    ks = parse_ints(p["k"], "--k", MAX_K if measure_mode else MAX_SWEEP_K)
+    batches = parse_ints(p["batch"], "--batch", batch_limit)
+    result = _measured(p, ks, batches) if measure_mode else _analytic(p, ks, batches, k_given="k" in _typed(ctx))
     records = [row_dict(r, result.mode, result.measured.get(cell_key(r))) for r in result.rows]
     if out is not None:
         write_csv(out, records)
@@ -179,6 +200,15 @@ def sweep_k(
         stdout.print(f"[dim]{len(records)} rows written to {out}[/]")
     if plot_path:
         stdout.print(f"[dim]plot written to {plot_path}[/]")
+
+
+sweep_k = command(
+    _sweep_k,
+    parameters(SweepArgs)
+    + parameters(
+        GenerateOptions, keep=MODEL_OPTIONS, defaults={"max_new_tokens": (32, "Measured mode: tokens per prompt.")}
+    ),
+)
 
 
 def cell_key(row) -> tuple:

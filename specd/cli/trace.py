@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -11,46 +9,11 @@ from rich.text import Text
 
 from specd.cli.common import print_json, printable, stdout
 from specd.cli.generate import execute
-from specd.cli.options import (
-    BackendOpt,
-    BatchSizeOpt,
-    ChatOpt,
-    ConfigOpt,
-    DeviceMapOpt,
-    DeviceOpt,
-    DraftGgufOpt,
-    DraftOpt,
-    DraftStopOpt,
-    DraftTemperatureOpt,
-    DraftTopKOpt,
-    DraftTopPOpt,
-    DtypeOpt,
-    GenerationConfigOpt,
-    JsonOpt,
-    KMaxOpt,
-    KOpt,
-    KScheduleOpt,
-    LayoutOpt,
-    MaxMemoryOpt,
-    MaxNewTokensOpt,
-    PromptOpt,
-    PromptsFileOpt,
-    RayOpt,
-    RepetitionPenaltyOpt,
-    ResumeOpt,
-    SeedOpt,
-    StopOpt,
-    TargetGgufOpt,
-    TargetOpt,
-    TemperatureOpt,
-    TopKOpt,
-    TopPOpt,
-    TrustRemoteCodeOpt,
-    read_run,
-)
+from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table
 from specd.errors import UsageError
 from specd.files import check_output, write_text_atomic
+from specd.models.options import GenerateOptions
 from specd.traces.log import read_trace
 from specd.traces.plot import plot_summary
 from specd.traces.summary import summarize, to_table
@@ -65,52 +28,16 @@ STYLES = {
 }
 
 
-@app.command("run")
-def run(
-    ctx: typer.Context,
-    out: Annotated[str, typer.Option("--out", "-o", help="Where to write the acceptance log (JSONL).")],
-    prompt: PromptOpt = None,
-    prompts_file: PromptsFileOpt = None,
-    target: TargetOpt = None,
-    draft: DraftOpt = None,
-    target_gguf: TargetGgufOpt = None,
-    draft_gguf: DraftGgufOpt = None,
-    trust_remote_code: TrustRemoteCodeOpt = False,
-    k: KOpt = "auto",
-    k_max: KMaxOpt = 8,
-    draft_stop: DraftStopOpt = 0.0,
-    k_schedule: KScheduleOpt = None,
-    max_new_tokens: MaxNewTokensOpt = 128,
-    temperature: TemperatureOpt = None,
-    generation_config: GenerationConfigOpt = "auto",
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    repetition_penalty: RepetitionPenaltyOpt = None,
-    draft_temperature: DraftTemperatureOpt = None,
-    draft_top_k: DraftTopKOpt = None,
-    draft_top_p: DraftTopPOpt = None,
-    seed: SeedOpt = 0,
-    layout: LayoutOpt = "replay_frontier",
-    backend: BackendOpt = "max_shift",
-    device: DeviceOpt = "auto",
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    dtype: DtypeOpt = "float32",
-    chat: ChatOpt = None,
-    stop: StopOpt = None,
-    config: ConfigOpt = None,
-    results: Annotated[
-        str | None, typer.Option("--results", help="Also write one JSON line per request to this results file.")
-    ] = None,
-    resume: ResumeOpt = False,
-    batch_size: BatchSizeOpt = None,
-    ray: RayOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Generate speculatively (the options of `specd generate`) and write the acceptance log to --out,
-    request by request."""
-    ctx.params.update(baseline=False, compare=False)
-    execute(*read_run(ctx, "out", "results"))
+def _run(ctx: typer.Context) -> None:
+    """Generate speculatively and write the acceptance log: `specd generate` with --trace FILE required
+    (every option of generate but --baseline and --compare, each meaning the same)."""
+    options, run = read_run(ctx, fixed={"baseline": False, "compare": False})
+    if run.trace is None:
+        raise UsageError("trace run needs --trace FILE (or trace: in the config): where to write the acceptance log")
+    execute(options, run)
+
+
+app.command("run")(command(_run, parameters(GenerateOptions, RunArgs, drop=frozenset({"baseline", "compare"}))))
 
 
 @app.command("show")

@@ -87,6 +87,12 @@ class NullProposer(Proposer):
         return Proposal(tuple(() for _ in states), torch.zeros(len(states), 0, self.vocab_size, dtype=dtype), False)
 
 
+def check_draft_stop(value: float, where: str = "--draft-stop") -> None:
+    """The draft-stop probability P: in [0, 1) (0: never stop early; 1 would never draft)."""
+    if not 0.0 <= value < 1.0:
+        raise UsageError(f"{where} must be in [0, 1), got {value}")
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -103,8 +109,7 @@ class ModelProposer(Proposer):
     draft's own row only, before the draft is drawn, so K stays a stopping time (exact)."""
 
     def __init__(self, model: CausalLM, policy: SamplingPolicy, draft_stop: float = 0.0):
-        if not 0.0 <= draft_stop < 1.0:
-            raise UsageError(f"--draft-stop must be in [0, 1), got {draft_stop}")
+        check_draft_stop(draft_stop)
         self.model = model
         self.policy = policy
         self.draft_stop = draft_stop
@@ -189,8 +194,7 @@ class ModelProposer(Proposer):
 
     def step_seconds(self, batch: int) -> float:
         """One draft step for ``batch`` rows, timed on a scratch cache holding a two-token context
-        (nothing of the run's caches is touched; these calls are not counted as the run's forwards)."""
-        calls = self.model.forward_calls if hasattr(self.model, "forward_calls") else None
+        (nothing of the run's caches is touched; the round counts only its own draft calls)."""
         cache = self.model.new_cache()
         for slot in range(batch):
             cache.open(slot)
@@ -200,10 +204,7 @@ class ModelProposer(Proposer):
         started = time.perf_counter()
         out = self.model.step(cache, [RowInput(slot, (3,), (2,)) for slot in range(batch)], logits_for=1)
         float(out.logits[0][-1, 0])  # waits for the device
-        seconds = time.perf_counter() - started
-        if calls is not None:
-            self.model.forward_calls = calls
-        return seconds
+        return time.perf_counter() - started
 
     def settle(self, cache, slot, output):
         if output is None:

@@ -64,15 +64,15 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
             txn.verified(drafts, v, len(drafts) if proposal.sampled else 0)
 
         # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
-        p = target_rows(eng, active, verified, proposal.drafts)
-        draft, k_lens, q = batch_drafts(proposal, ks, p.device)
+        rows = target_rows(eng, active, verified, proposal.drafts)  # p, or its argmax ids when greedy
+        draft, k_lens, q = batch_drafts(proposal, ks, rows.device)
         greedy = eng.target_policy.greedy  # p_i is a point mass on the argmax: no uniform is read
         if greedy:
-            decision = eng.sampler.decide_greedy(p, q, draft, k_lens)
-            accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=p.device)
+            decision = eng.sampler.decide_greedy(rows, q, draft, k_lens)
+            accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=rows.device)
         else:
-            accept_u, terminal_u = uniforms(session, active, ks, p.device)
-            decision = eng.sampler.decide(p, q.to(p.dtype), draft, k_lens, accept_u)
+            accept_u, terminal_u = uniforms(session, active, ks, rows.device)
+            decision = eng.sampler.decide(rows, q.to(rows.dtype), draft, k_lens, accept_u)
         terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
         for txn, a, t, bonus in zip(txns, decision.accepted.tolist(), terminal.tolist(), decision.is_bonus.tolist()):
             txn.decided(Outcome(a, t, bonus))

@@ -1,168 +1,298 @@
-"""The options of a generation run, typed once and validated once.
+"""The options of a generation run: each declared once, typed once and validated once.
 
-``GenerateOptions`` is what ``generate``, ``trace run`` and ``sweep-k --measure``
-build from their flags and the YAML config (``from_sources``); every value is
-checked when the object is built, for type and range, with a message naming
-where the value came from (the flag, or the config file and key). Nothing
-downstream re-validates.
+Every option is one field of ``GenerateOptions`` declared with ``option(...)``: its
+name, default, flags, kind (the type a value must have), help and range check. From
+that one declaration come the command-line parameters of ``generate``, ``trace run``
+and ``sweep-k --measure`` (``specd.cli.options`` builds their Typer signatures), the
+checking of YAML config values, and the names used in messages. Every value is
+checked when the object is built, for type and range, with a message naming where
+it came from (the flag, or the config file and key); nothing downstream re-validates.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
+from specd.core.proposer import check_draft_stop
 from specd.errors import UsageError
 from specd.models.drafts import parse_draft
 from specd.models.generation_config import check_mode
+from specd.policy.kpolicy import MAX_K, check_k, check_k_max
 
-MAX_K = 64  # drafts per round; past this a draft is never the bottleneck worth widening
 BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
-FLAGS = {
-    "target": "--target",
-    "draft": "--draft",
-    "target_gguf": "--target-gguf",
-    "draft_gguf": "--draft-gguf",
-    "k": "-k",
-    "k_max": "--k-max",
-    "draft_stop": "--draft-stop",
-    "k_schedule": "--k-schedule",
-    "max_new_tokens": "--max-new-tokens",
-    "temperature": "--temperature",
-    "generation_config": "--generation-config",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "repetition_penalty": "--repetition-penalty",
-    "draft_temperature": "--draft-temperature",
-    "draft_top_k": "--draft-top-k",
-    "draft_top_p": "--draft-top-p",
-    "seed": "--seed",
-    "layout": "--layout",
-    "backend": "--backend",
-    "device": "--device",
-    "dtype": "--dtype",
-    "chat": "--chat",
-    "stop": "--stop",
-    "trust_remote_code": "--trust-remote-code",
-    "device_map": "--device-map",
-    "max_memory": "--max-memory",
-}
+Check = Callable[[object, str], None]  # (value, where it came from) -> None, or UsageError
 
-# The type each field takes (for values that arrive untyped, from YAML).
-_KINDS = {
-    "target": "str?",
-    "draft": "str?",
-    "target_gguf": "str?",
-    "draft_gguf": "str?",
-    "k": "k",
-    "k_max": "int",
-    "draft_stop": "float",
-    "k_schedule": "str?",
-    "max_new_tokens": "int",
-    "temperature": "float?",
-    "generation_config": "str",
-    "top_k": "int?",
-    "top_p": "float?",
-    "repetition_penalty": "float?",
-    "draft_temperature": "float?",
-    "draft_top_k": "int?",
-    "draft_top_p": "float?",
-    "seed": "int",
-    "layout": "str",
-    "backend": "str",
-    "device": "str",
-    "dtype": "str",
-    "chat": "bool?",
-    "stop": "strs",
-    "trust_remote_code": "bool",
-    "device_map": "str?",
-    "max_memory": "str?",
-}
+
+@dataclass(frozen=True)
+class Spec:
+    """How an option is written and checked. ``kind``: int, float, str, bool, strs (a list of
+    strings) or k (auto or an integer); a trailing ? admits None (the option is unset)."""
+
+    flags: tuple[str, ...]
+    kind: str
+    help: str
+    check: Check | None = None
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        """The flag messages name: the first declared."""
+        return self.flags[0].split("/")[0]
+
+
+def option(default, *flags: str, kind: str, help: str, check: Check | None = None, metavar: str | None = None):
+    """A dataclass field declared with everything the command line and config files need."""
+    return field(default=default, metadata={"spec": Spec(flags, kind, help, check, metavar)})
+
+
+def specs(cls) -> dict[str, tuple[Spec, object]]:
+    """name -> (Spec, default) of every declared option of a dataclass, in declaration order."""
+    return {f.name: (f.metadata["spec"], f.default) for f in fields(cls) if "spec" in f.metadata}
+
+
+def typed(kind: str, value, where: str):
+    """``value`` as the ``kind`` says, or UsageError naming ``where`` (YAML can hold anything; a flag's
+    text arrives as a string for kind k; ints are fine where floats are)."""
+    base = kind.rstrip("?")
+    if value is None and kind.endswith("?"):
+        return None
+    if base == "k":
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            return int(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise UsageError(f"{where} must be auto or an integer, got {value!r}")
+    if base == "strs" and isinstance(value, str):
+        return (value,)
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "str": isinstance(value, str),
+        "bool": isinstance(value, bool),
+        "strs": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+    }[base]
+    if not ok:
+        what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+        raise UsageError(f"{where} must be {what.get(base, 'a string or a list of strings')}, got {value!r}")
+    if base == "float":
+        value = float(value)
+        if not math.isfinite(value):
+            raise UsageError(f"{where} must be a finite number, got {value}")
+    return tuple(value) if base == "strs" else value
+
+
+# -- range checks, one per rule ------------------------------------------------------------
+def one_of(what: str, choices) -> Check:
+    def check(value, where):
+        if value not in choices:
+            raise UsageError(f"{where}: unknown {what} {value!r}; choose one of {', '.join(choices)}")
+
+    return check
+
+
+def at_least_one(value, where):
+    if value < 1:
+        raise UsageError(f"{where} must be >= 1, got {value}")
+
+
+def stop_strings(value, where):
+    if any(not s for s in value):
+        raise UsageError(f"{where}: a stop string must not be empty")
+
+
+def device_map_value(value, where):
+    if value not in (None, "auto"):
+        raise UsageError(f"{where} takes auto, got {value!r}")
+
+
+def draft_value(value, where):
+    parse_draft(value)  # an unknown self:/ngram: source is refused by name
+
+
+def sampling(check: Callable) -> Check:
+    """A core sampling check (temperature, top-k, top-p, penalty) for an optional value."""
+    return lambda value, where: value is None or check(value, where)
 
 
 @dataclass(frozen=True)
 class GenerateOptions:
-    target: str | None = None
-    draft: str | None = None
-    target_gguf: str | None = None
-    draft_gguf: str | None = None
-    k: int | str = "auto"  # drafts per round, or "auto": chosen per request and round (specd.policy.autok)
-    k_max: int = 8  # the largest K auto may choose
-    draft_stop: float = 0.0  # stop drafting where the draft's largest probability is below this (0: never)
-    k_schedule: str | None = None  # a file whose recorded K schedules are replayed
-    max_new_tokens: int = 128
-    temperature: float | None = None  # None: from the generation config (auto) or greedy (none)
-    generation_config: str = "auto"  # auto: unset sampling values as Hugging Face resolves them; none: ignore
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    draft_temperature: float | None = None  # default: the target's
-    draft_top_k: int | None = None
-    draft_top_p: float | None = None
-    seed: int = 0
-    layout: str = "replay_frontier"
-    backend: str = "max_shift"
-    device: str = "auto"
-    dtype: str = "float32"
-    chat: bool | None = None  # None: on for the embedded instruct default, off otherwise
-    stop: tuple[str, ...] = ()
-    trust_remote_code: bool = False  # run Python code shipped in a model folder (never by default)
-    device_map: str | None = None  # "auto": spread a model too big for one device (accelerate)
-    max_memory: str | None = None  # with device_map: "cpu=30GiB,0=70GiB", the most each device may hold
+    # -- models
+    target: str | None = option(
+        None,
+        "--target",
+        kind="str?",
+        help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct.",
+    )
+    draft: str | None = option(
+        None,
+        "--draft",
+        kind="str?",
+        help="Draft: folder/hub id, self:bf16, self:fp16, self:layers=N or ngram:N (default self:bf16).",
+        check=draft_value,
+    )
+    target_gguf: str | None = option(None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).")
+    draft_gguf: str | None = option(None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).")
+    trust_remote_code: bool = option(
+        False,
+        "--trust-remote-code",
+        kind="bool",
+        help="Run Python code shipped inside a model folder (its config's auto_map). Off by default: that code "
+        "runs with your permissions, so pass this only for models from a source you trust.",
+    )
+    # -- decoding
+    k: int | str = option(
+        "auto",
+        "-k",
+        "--k",
+        kind="k",
+        help="Drafts per round: auto (chosen per request and round from its acceptance and the measured "
+        f"costs; K = 0 when drafting does not pay) or a fixed K in 1..{MAX_K}.",
+        check=check_k,
+    )
+    k_max: int = option(
+        8, "--k-max", kind="int", help=f"The largest K that -k auto may choose, 1..{MAX_K}.", check=check_k_max
+    )
+    draft_stop: float = option(
+        0.0,
+        "--draft-stop",
+        kind="float",
+        help="Stop drafting where the draft's largest probability at the next position is below P, in [0, 1) "
+        "(0: never).",
+        check=check_draft_stop,
+    )
+    k_schedule: str | None = option(
+        None,
+        "--k-schedule",
+        kind="str?",
+        help="Replay the K schedules recorded in FILE (a --json document, a results file or an acceptance "
+        "log), reproducing a sampled -k auto run token for token.",
+    )
+    max_new_tokens: int = option(
+        128, "--max-new-tokens", kind="int", help="Token budget per prompt (>= 1).", check=at_least_one
+    )
+    temperature: float | None = option(
+        None,
+        "--temperature",
+        kind="float?",
+        help="Target temperature (finite, >= 0; 0 = greedy). Default: the model's generation config "
+        "(--generation-config auto), else greedy.",
+        check=sampling(check_temperature),
+    )
+    generation_config: str = option(
+        "auto",
+        "--generation-config",
+        kind="str",
+        help="auto: sampling values you do not give come from the target's generation_config.json as Hugging "
+        "Face's generate() resolves them (top_k 50 when sampling); none: ignore the file (greedy unless asked).",
+        check=check_mode,
+    )
+    top_k: int | None = option(
+        None,
+        "--top-k",
+        kind="int?",
+        help="Target top-k (>= 1; 0 = off, as in Hugging Face).",
+        check=sampling(check_top_k),
+    )
+    top_p: float | None = option(
+        None, "--top-p", kind="float?", help="Target top-p in (0, 1].", check=sampling(check_top_p)
+    )
+    repetition_penalty: float | None = option(
+        None,
+        "--repetition-penalty",
+        kind="float?",
+        help="Target repetition penalty (finite, > 0).",
+        check=sampling(check_penalty),
+    )
+    draft_temperature: float | None = option(
+        None,
+        "--draft-temperature",
+        kind="float?",
+        help="Draft temperature (default: the target's).",
+        check=sampling(check_temperature),
+    )
+    draft_top_k: int | None = option(
+        None, "--draft-top-k", kind="int?", help="Draft top-k (default: the target's).", check=sampling(check_top_k)
+    )
+    draft_top_p: float | None = option(
+        None, "--draft-top-p", kind="float?", help="Draft top-p (default: the target's).", check=sampling(check_top_p)
+    )
+    seed: int = option(0, "--seed", kind="int", help="Seed of every request's random streams.")
+    layout: str = option(
+        "replay_frontier",
+        "--layout",
+        kind="str",
+        help="replay_frontier or retained_frontier.",
+        check=one_of("layout", tuple(LAYOUTS)),
+    )
+    backend: str = option(
+        "max_shift",
+        "--backend",
+        kind="str",
+        help="Softmax backend: max_shift or online.",
+        check=one_of("backend", BACKENDS),
+    )
+    device: str = option("auto", "--device", kind="str", help="auto (cuda when present), cpu, cuda, cuda:N.")
+    device_map: str | None = option(
+        None,
+        "--device-map",
+        kind="str?",
+        help="auto: spread target and draft over the GPUs, then CPU, then disk (accelerate's big-model "
+        "inference), for models bigger than one device.",
+        check=device_map_value,
+    )
+    max_memory: str | None = option(
+        None,
+        "--max-memory",
+        kind="str?",
+        help="With --device-map auto: the most each device may hold, e.g. 0=70GiB,cpu=100GiB.",
+        check=lambda value, where: value is None or parse_max_memory(value, where),
+    )
+    dtype: str = option(
+        "float32", "--dtype", kind="str", help="float32, bfloat16 or float16.", check=one_of("dtype", DTYPE_NAMES)
+    )
+    chat: bool | None = option(
+        None,
+        "--chat/--no-chat",
+        kind="bool?",
+        help="Wrap prompts in the chat template (default: on for the embedded model).",
+    )
+    stop: tuple[str, ...] = option((), "--stop", kind="strs", help="Stop string (repeatable).", check=stop_strings)
     # Where each value came from, for messages: field -> "flag" | "<config path>" (absent: default).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, kind in _KINDS.items():
-            object.__setattr__(self, name, self._typed(name, kind, getattr(self, name)))
-        if self.temperature is not None:
-            check_temperature(self.temperature, self.where("temperature"))
-        check_mode(self.generation_config, self.where("generation_config"))
-        if self.draft_temperature is not None:
-            check_temperature(self.draft_temperature, self.where("draft_temperature"))
-        for name in ("top_k", "draft_top_k"):
-            check_top_k(getattr(self, name), self.where(name))
-        for name in ("top_p", "draft_top_p"):
-            check_top_p(getattr(self, name), self.where(name))
-        check_penalty(self.repetition_penalty, self.where("repetition_penalty"))
-        if self.k != "auto" and not 1 <= self.k <= MAX_K:
-            raise UsageError(f"{self.where('k')} must be auto or in 1..{MAX_K}, got {self.k}")
-        if not 1 <= self.k_max <= MAX_K:
-            raise UsageError(f"{self.where('k_max')} must be in 1..{MAX_K}, got {self.k_max}")
-        if not 0.0 <= self.draft_stop < 1.0:
-            raise UsageError(f"{self.where('draft_stop')} must be in [0, 1), got {self.draft_stop}")
-        if self.max_new_tokens < 1:
-            raise UsageError(f"{self.where('max_new_tokens')} must be >= 1, got {self.max_new_tokens}")
-        for name, choices in (("layout", tuple(LAYOUTS)), ("backend", BACKENDS), ("dtype", DTYPE_NAMES)):
-            if getattr(self, name) not in choices:
-                value = getattr(self, name)
-                raise UsageError(f"{self.where(name)}: unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        for name, (spec, _) in specs(GenerateOptions).items():
+            value = typed(spec.kind, getattr(self, name), self.where(name))
+            object.__setattr__(self, name, value)
+            if spec.check is not None:
+                spec.check(value, self.where(name))
         for model, gguf in (("target", "target_gguf"), ("draft", "draft_gguf")):
             if getattr(self, model) and getattr(self, gguf):
-                raise UsageError(f"give {FLAGS[model]} or {FLAGS[gguf]}, not both")
+                raise UsageError(f"give {self.flag(model)} or {self.flag(gguf)}, not both")
         if self.draft_gguf and not (self.target or self.target_gguf):
             raise UsageError("--draft-gguf needs a --target or --target-gguf (the embedded default has its own draft)")
-        if any(not s for s in self.stop):
-            raise UsageError(f"{self.where('stop')}: a stop string must not be empty")
-        if self.device_map not in (None, "auto"):
-            raise UsageError(f"{self.where('device_map')} takes auto, got {self.device_map!r}")
         if self.max_memory is not None and self.device_map is None:
             raise UsageError("--max-memory needs --device-map auto")
-        if self.max_memory is not None:
-            parse_max_memory(self.max_memory, self.where("max_memory"))
         spec = parse_draft(self.draft)
         if self.device_map and spec is not None and spec.kind in ("self-dtype", "self-layers"):
             raise UsageError(
                 f"--draft {self.draft} is built from the target, which --device-map spreads over devices "
                 "(accelerate's hooks own its forward); give a separate draft model or ngram:N"
             )
+
+    @staticmethod
+    def flag(name: str) -> str:
+        return specs(GenerateOptions)[name][0].flag
 
     def given(self, name: str) -> tuple[object, str] | None:
         """(value, where it came from) when the user set ``name`` (a flag or the config file), else None."""
@@ -172,41 +302,7 @@ class GenerateOptions:
     def where(self, name: str) -> str:
         """How to name a field in a message: its flag, or the config file and key it came from."""
         source = self.sources.get(name, "flag")
-        return FLAGS[name] if source == "flag" else f"{source}: {name}"
-
-    def _typed(self, name: str, kind: str, value):
-        """Refuse a value of the wrong type (YAML can hold anything); ints are fine where floats are."""
-        optional = kind.endswith("?")
-        base = kind.rstrip("?")
-        if value is None and optional:
-            return None
-        if base == "k":  # an integer or the word auto (a flag's text arrives as a string)
-            if isinstance(value, str) and value.strip().lower() == "auto":
-                return "auto"
-            if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-                return int(value)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-            raise UsageError(f"{self.where(name)} must be auto or an integer, got {value!r}")
-        ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-            "str": isinstance(value, str),
-            "bool": isinstance(value, bool),
-            "strs": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
-        }[base]
-        if base == "strs" and isinstance(value, str):
-            return (value,)
-        if not ok:
-            what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
-                base, "a list of strings"
-            )
-            raise UsageError(f"{self.where(name)} must be {what}, got {value!r}")
-        if base == "float":
-            value = float(value)
-            if not math.isfinite(value):
-                raise UsageError(f"{self.where(name)} must be a finite number, got {value}")
-        return tuple(value) if base == "strs" else value
+        return self.flag(name) if source == "flag" else f"{source}: {name}"
 
     @property
     def auto_k(self) -> bool:
@@ -230,7 +326,7 @@ def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
     return out
 
 
-OPTION_FIELDS = frozenset(f.name for f in fields(GenerateOptions) if f.name != "sources")
+OPTION_FIELDS = frozenset(specs(GenerateOptions))
 
 
 def from_sources(flags: Mapping, config: Mapping, config_path: str | None, typed_on_command_line: set[str]):

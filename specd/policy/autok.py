@@ -36,7 +36,7 @@ from collections import deque
 from specd.core.records import RoundTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
-from specd.policy.kpolicy import MAX_K, KPolicy
+from specd.policy.kpolicy import KPolicy, check_k_max
 from specd.policy.ledger import CostModel, MeasuredCosts, best_k, progress_rate
 from specd.policy.profile import AcceptanceProfile
 
@@ -201,8 +201,7 @@ class AutoK(KPolicy):
     def __init__(self, k_max: int = 8, batch: int = 1, costs=None, time_draft_step=None):
         """``time_draft_step(rows) -> seconds``: times one draft step when the costs have none yet
         (Proposer.step_seconds), so the first decision need not draft to learn what drafting costs."""
-        if not 1 <= k_max <= MAX_K:
-            raise UsageError(f"--k-max must be in 1..{MAX_K}, got {k_max}")
+        check_k_max(k_max)
         if batch < 1:
             raise UsageError(f"batch must be >= 1, got {batch}")
         self.k_max = k_max

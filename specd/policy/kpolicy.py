@@ -28,6 +28,18 @@ from specd.errors import KScheduleMismatch, UsageError
 MAX_K = 64  # drafts per round, fixed or auto; past this a draft is never the bottleneck worth widening
 
 
+def check_k(value: int | str, where: str = "-k") -> None:
+    """A fixed K in 1..MAX_K, or the word auto."""
+    if value != "auto" and not 1 <= value <= MAX_K:
+        raise UsageError(f"{where} must be auto or in 1..{MAX_K}, got {value}")
+
+
+def check_k_max(value: int, where: str = "--k-max") -> None:
+    """The largest K -k auto may choose: 1..MAX_K."""
+    if not 1 <= value <= MAX_K:
+        raise UsageError(f"{where} must be in 1..{MAX_K}, got {value}")
+
+
 class KPolicy:
     """The interface: ``choose`` the drafts a request asks for (before the engine clamps it to
     the request's budget). Costs reach a policy that needs them through the cost object it was
@@ -41,8 +53,6 @@ class FixedK(KPolicy):
     """The same K every round (the request's own ``Request.k`` wins when set)."""
 
     def __init__(self, k: int):
-        if not 0 <= k <= MAX_K:
-            raise UsageError(f"k must be in 0..{MAX_K}, got {k}")
         self.k = k
 
     def choose(self, state: RequestState) -> int:

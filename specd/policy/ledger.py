@@ -127,9 +127,3 @@ def best_k(
 ) -> int:
     """-k auto's choice: the K in ``ks`` with the highest progress rate, the smaller K on a tie."""
     return max(ks, key=lambda k: (progress_rate(profile, cost, k, batch, context, stop_probability), -k))
-
-
-def leviathan_speedup(alpha: float, k: int, c: float) -> float:
-    """(1 - alpha^{K+1}) / ((1 - alpha)(1 + K c)); alpha = 1 is the limit K + 1."""
-    progress = k + 1 if alpha == 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return progress / (1 + k * c)

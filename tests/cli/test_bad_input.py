@@ -50,7 +50,7 @@ def log(tmp_path, tiny_models, capsys):
     """A real acceptance log of the tiny pair."""
     path = tmp_path / "log.jsonl"
     code, _, err = run_cli(
-        ["trace", "run", "--target", tiny_models[0], "--draft", tiny_models[1], *TINY, "--out", str(path)], capsys
+        ["trace", "run", "--target", tiny_models[0], "--draft", tiny_models[1], *TINY, "--trace", str(path)], capsys
     )
     assert code == 0, err
     return path
@@ -118,7 +118,7 @@ def test_an_unreadable_file_says_permission_denied(tmp_path, tiny_models, capsys
 OUTPUTS = {
     # command -> (args before the path, the option taking it, what else the command needs)
     "generate_trace": (["generate", "--target", "{t}", "--draft", "{d}", *TINY], "--trace"),
-    "trace_run": (["trace", "run", "--target", "{t}", "--draft", "{d}", *TINY], "--out"),
+    "trace_run": (["trace", "run", "--target", "{t}", "--draft", "{d}", *TINY], "--trace"),
     "summary_csv": (["trace", "summarize", "{log}"], "--out"),
     "sweep_csv": (["sweep-k"], "--out"),
     "sweep_plot": (["sweep-k"], "--plot"),

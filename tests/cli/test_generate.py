@@ -83,7 +83,7 @@ def test_prompts_file_with_tags_trace_show_and_summarize(models, tmp_path, capsy
             "0.8",
             "--seed",
             "3",
-            "--out",
+            "--trace",
             str(log),
         ],
         capsys,
@@ -237,3 +237,45 @@ def test_a_config_value_of_the_wrong_type_is_one_line_naming_the_file(models, tm
     cfg.write_text(f"target: {models[0]}\ndraft: {models[1]}\nk: two\nprompt: hi\n")
     code, _, err = run(["generate", "--config", str(cfg)], capsys)
     assert code == 2 and err.count("\n") == 1 and f"{cfg}: k must be auto or an integer, got 'two'" in err
+
+
+# The figures a run reports in `generate --json` and that `trace summarize --json` recomputes from the
+# run's acceptance log: one definition (specd.core.stats.acceptance_figures), so equal field by field.
+SHARED = (
+    "rounds",
+    "rounds_k0",
+    "proposed_tokens",
+    "accepted_tokens",
+    "emitted_tokens",
+    "mean_accepted_length",
+    "acceptance_by_position",
+    "reached_per_position",
+    "accepted_per_position",
+    "accepted_histogram",
+    "k_histogram",
+    "share_k0",
+    "num_drafts",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_accepted_tokens_per_pos",
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+)
+
+
+@pytest.mark.parametrize("k", ["auto", "3"])
+def test_generate_json_and_trace_summarize_json_agree_on_every_shared_figure(models, tmp_path, capsys, k):
+    log = tmp_path / "log.jsonl"
+    prompts = ["-p", "the quick brown", "-p", "def add(a, b):", "-p", "hello"]
+    args = ["generate", "--target", models[0], "--draft", models[1], *prompts, "--max-new-tokens", "24", "-k", k]
+    code, out, _ = run([*args, "--trace", str(log), "--temperature", "0.8", "--json"], capsys)
+    assert code == 0
+    generated = json.loads(out)["stats"]["speculative"]
+    code, out, _ = run(["trace", "summarize", str(log), "--json"], capsys)
+    assert code == 0
+    summarized = json.loads(out)["overall"]
+    for name in SHARED:
+        assert summarized[name] == generated[name], name
+    assert generated["rounds"] == sum(generated["k_histogram"].values()) > 0
+    if k == "auto":  # the first round of a -k auto run is a plain target step: K = 0 rounds are counted
+        assert generated["rounds_k0"] > 0 and generated["rounds"] > generated["num_drafts"]

@@ -5,8 +5,7 @@ import inspect
 from pathlib import Path
 
 import specd
-from specd.core import round as round_module
-from specd.core.round import speculative_round
+from specd.core.round import decode, speculative_round
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from tests.helpers import table_engine
@@ -50,6 +49,28 @@ def test_the_scan_sees_calls_where_they_are():
     assert ("core/sampler.py", "decide") in calls_of({"count_accepted"})
 
 
+# Every write a round makes to the authoritative state, and where it may happen: the publication
+# and the caches following it only in the round; the session's own transitions (prefill, a request
+# ended between rounds, a failed round rolled back) in the session.
+ROUND_WRITES = {
+    "publish": [("core/round.py", "speculative_round"), ("core/transaction.py", "publish")],
+    "settle": [("core/round.py", "speculative_round"), ("core/session.py", "abort")],
+    "retire": [("core/round.py", "speculative_round"), ("core/session.py", "_prefill"), ("core/session.py", "finish")],
+    "replace_unpublished": [
+        ("core/round.py", "materialize_frontiers"),
+        ("core/session.py", "_prefill"),
+        ("core/session.py", "finish"),
+    ],
+    "staged": [("core/round.py", "stage")],
+    "finish": [("core/round.py", "decode")],
+}
+
+
+def test_a_rounds_writes_happen_in_the_round_module_only():
+    for method, where in ROUND_WRITES.items():
+        assert calls_of({method}) == sorted(where), method
+
+
 def test_the_round_reads_top_to_bottom_in_one_short_function():
     source = inspect.getsource(speculative_round)
     steps = [source.index(f"# {n}. {name}") for n, name in enumerate(("propose", "verify", "decide", "commit"), 1)]
@@ -76,4 +97,18 @@ def test_every_decision_goes_through_the_sampler(monkeypatch):
             speculative_round(session)
             rounds += 1
         assert seen == [expected] * rounds
-    assert round_module.speculative_round is speculative_round
+
+
+def test_the_loop_is_rounds_until_done():
+    """decode (the loop) gives the tokens of calling speculative_round until the session is done,
+    with continuous batching and in any batch size."""
+    requests = [Request(f"r{i}", (i % 4, 1), 5 + i, seed=i) for i in range(6)]
+    session = table_engine().start(requests)
+    while not session.done:
+        speculative_round(session)
+    by_hand = [s.new_tokens for s in session.states()]
+    for batch_size in (None, 1, 4):
+        engine = table_engine()
+        fresh = engine.start()
+        fresh.submit(requests)
+        assert decode(fresh, batch_size=batch_size).new_tokens() == by_hand

@@ -20,7 +20,7 @@ from specd.models.options import GenerateOptions, from_sources
         ({"top_p": 1.5}, "run.yaml: top_p must be in (0, 1]"),
         ({"max_new_tokens": "10"}, "run.yaml: max_new_tokens must be an integer"),
         ({"chat": "yes"}, "run.yaml: chat must be true or false"),
-        ({"stop": [1, 2]}, "run.yaml: stop must be a list of strings"),
+        ({"stop": [1, 2]}, "run.yaml: stop must be a string or a list of strings"),
         ({"layout": "sideways"}, "run.yaml: layout: unknown layout 'sideways'"),
         ({"draft": "self:int3"}, "unknown draft source"),
     ],

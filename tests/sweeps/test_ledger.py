@@ -10,7 +10,7 @@ from specd.errors import (
     NotReachConditioned,
     OmitsTerminalToken,
 )
-from specd.policy.ledger import CostModel, accepted_distribution, expected_progress, leviathan_speedup, survival
+from specd.policy.ledger import CostModel, accepted_distribution, expected_progress, survival
 from specd.policy.profile import constant_profile, per_position_profile
 from specd.sweeps.ledger import ModelShape, ledger_row, optimum, sweep
 from specd.sweeps.profile import profile_from_mapping
@@ -25,7 +25,6 @@ def test_reproduces_leviathan_closed_form(alpha, c, k):
     row = ledger_row(constant_profile(alpha), CostModel(draft_cost=c, **PAPER), k)
     expected = (k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)) / (1 + k * c)
     assert row.speedup == pytest.approx(expected, rel=1e-12)
-    assert leviathan_speedup(alpha, k, c) == pytest.approx(expected, rel=1e-12)
 
 
 def test_survival_distribution_and_progress_agree():

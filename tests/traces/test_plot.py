@@ -27,7 +27,7 @@ def tagged_log(tiny_models, tmp_path_factory):
     with pytest.raises(SystemExit) as exit_:
         main(
             ["trace", "run", "--target", tiny_models[0], "--draft", tiny_models[1], "--prompts-file", str(prompts)]
-            + ["--max-new-tokens", "24", "-k", "3", "--out", str(log)]
+            + ["--max-new-tokens", "24", "-k", "3", "--trace", str(log)]
         )
     assert exit_.value.code == 0
     return log

@@ -1,0 +1,131 @@
+"""The import graph of the package: no circle between modules, no package importing one above it,
+and no specd import hidden inside a function to dodge a circle."""
+
+import ast
+from pathlib import Path
+
+import specd
+
+PACKAGE = Path(specd.__file__).parent
+
+# The layers, lowest first; a package may import its own modules and those of lower layers only.
+LAYERS = [("specd", "errors", "files"), ("core",), ("policy", "traces"), ("models",), ("sweeps", "oracles"), ("cli",)]
+LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+# The console entry point imports the app under its Ctrl-C handler (torch takes seconds to import).
+LAZY_ALLOWED = {("specd.cli", "specd.cli.app")}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(path: Path, known: set[str]) -> list[tuple[str, bool]]:
+    """(imported specd module, inside a function) for every import statement of a module."""
+    tree = ast.parse(path.read_text())
+    found = []
+    in_function = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_function.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "specd":
+            targets = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known]
+            targets = targets or [node.module]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.split(".")[0] == "specd"]
+        else:
+            continue
+        found += [(t, id(node) in in_function) for t in targets]
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: {t for t, _ in imports(path, set(mods)) if t != name} for name, path in mods.items()}
+
+
+def package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "specd"
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_scan_sees_the_package():
+    edges = graph()
+    assert "specd.core.round" in edges and "specd.core.session" in edges["specd.core.round"]
+    assert "specd.policy.ledger" in edges["specd.policy.autok"]
+
+
+def test_no_import_circle_between_modules():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_package_imports_a_package_above_it_or_beside_it():
+    upward = []
+    for module, targets in graph().items():
+        for target in targets:
+            mine, theirs = package(module), package(target)
+            if mine != theirs and theirs not in ("specd", "errors", "files") and LAYER[theirs] >= LAYER[mine]:
+                upward.append((module, target))
+    assert upward == []
+
+
+def test_models_import_nothing_from_sweeps_and_policy_only_core():
+    edges = graph()
+    assert not [t for m, ts in edges.items() if package(m) == "models" for t in ts if package(t) == "sweeps"]
+    assert {package(t) for m, ts in edges.items() if package(m) == "policy" for t in ts} <= {
+        "core",
+        "errors",
+        "policy",
+    }
+
+
+def test_no_specd_import_inside_a_function():
+    mods = modules()
+    lazy = [
+        (name, target)
+        for name, path in mods.items()
+        for target, inside in imports(path, set(mods))
+        if inside and (name, target) not in LAZY_ALLOWED
+    ]
+    assert lazy == []
