@@ -11,13 +11,23 @@ from __future__ import annotations
 import re
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Control characters (ESC among them, but not tab and newline) and bidirectional overrides in text
+# from files or models would act on the terminal instead of being shown.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, newlines: bool = True) -> str:
+    """Text safe to show on a terminal: control characters become visible escapes (\\x1b)."""
+    text = _UNPRINTABLE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text
+    )
+    return text if newlines else text.replace("\n", "\\n")
 
 
 def one_line(text: str, limit: int = 400) -> str:
     """A message fit for one terminal line: no ANSI codes or control characters, whitespace
     collapsed, and if long, cut at the end of a sentence rather than in the middle of one."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _ANSI.sub("", text))
+    text = printable(_ANSI.sub("", text))
     text = " ".join(text.split())
     if len(text) <= limit:
         return text

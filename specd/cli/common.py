@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 
 from rich.console import Console
@@ -49,19 +48,6 @@ def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
     if unknown:
         raise UsageError(f"{path}: unknown option(s) {', '.join(unknown)}")
     return data
-
-
-# Control characters (ESC among them, but not tab and newline) and bidirectional overrides
-# in text from files or models would act on the terminal instead of being shown.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str, newlines: bool = True) -> str:
-    """Text safe to show on a terminal: control characters become visible escapes (\\x1b)."""
-    text = _UNPRINTABLE.sub(
-        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text
-    )
-    return text if newlines else text.replace("\n", "\\n")
 
 
 def finite(value):

@@ -10,11 +10,12 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specd.cli.common import print_json, printable, stderr, stdout
+from specd.cli.common import print_json, stderr, stdout
 from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table, stats_table
 from specd.core.records import RunResult
 from specd.core.stats import RunStats
+from specd.errors import printable
 from specd.models.distributed import connect, run_on_ray
 from specd.models.options import GenerateOptions
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline

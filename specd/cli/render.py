@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specd.cli.common import printable
 from specd.core.stats import RunStats
+from specd.errors import printable
 
 
 def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary") -> Table:

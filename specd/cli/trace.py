@@ -7,11 +7,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specd.cli.common import print_json, printable, stdout
+from specd.cli.common import print_json, stdout
 from specd.cli.generate import execute
 from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table
-from specd.errors import UsageError
+from specd.errors import UsageError, printable
 from specd.files import check_output, write_text_atomic
 from specd.models.options import GenerateOptions
 from specd.traces.log import read_trace

@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from specd.cli.common import parse_bias, print_json, printable, stdout
+from specd.cli.common import parse_bias, print_json, stdout
+from specd.errors import printable
 from specd.oracles.report import (
     MAX_DRAFT_PATHS,
     MAX_SAMPLES,

@@ -1,0 +1,40 @@
+"""The request state: budget, frontier, and the acceptance history a round leaves behind."""
+
+from specd.core.processors import SamplingPolicy
+from specd.core.rng import RngState
+from specd.core.state import History, RequestState, positions_reached
+
+
+def state(output=(1, 2, 3), prompt_len=2, cache=(1, 2), max_new_tokens=4, **kw) -> RequestState:
+    proc = SamplingPolicy.build().initial_state(output)
+    return RequestState("r", 0, prompt_len, output, cache, proc, proc, RngState(0, "r"), 0, max_new_tokens, **kw)
+
+
+def test_budget_and_draft_budget():
+    s = state()
+    assert (s.generated, s.remaining, s.draft_budget, s.finished) == (1, 3, 2, False)
+    assert state(output=(1, 2, 3, 4, 5, 6)).finished and state(output=(1, 2, 3, 4, 5, 6)).draft_budget == 0
+    assert state(finish_reason="eos").finished
+
+
+def test_the_frontier_is_the_last_token_while_its_row_is_not_cached():
+    assert state().frontier == 3
+    assert state(cache=(1, 2, 3)).frontier is None
+
+
+def test_positions_reached_stop_at_the_first_rejection():
+    assert [positions_reached(3, a) for a in range(4)] == [1, 2, 3, 3]
+    assert positions_reached(0, 0) == 0
+
+
+def test_history_counts_reached_and_accepted_per_position_and_the_k_schedule():
+    h = History().after(3, 1).after(0, 0).after(2, 2)
+    assert h.reached == (2, 2, 0) and h.accepted_at == (2, 1, 0)
+    assert (h.draft_tokens, h.accepted_tokens, h.k_schedule) == (5, 3, (3, 0, 2))
+    assert h.as_dict()["rounds"] == 3
+
+
+def test_evolve_copies_without_touching_the_original():
+    s = state()
+    t = s.evolve(output=(1, 2, 3, 4), generation=1)
+    assert s.output == (1, 2, 3) and s.generation == 0 and t.output == (1, 2, 3, 4) and t.request_id == "r"
