@@ -1,11 +1,12 @@
-"""Every command the README shows runs as written (a README example is a test).
+"""Every command the README and the docs pages show runs as written (an example is a test).
 
-The commands are read from the README's ``bash`` blocks, in order, and run in a
-scratch folder holding the files the README names: its ``file=NAME`` blocks
-(prompts.jsonl, run.yaml), two tiny models as ./my-target and ./my-draft, and
-the embedded model's GGUF as model.gguf. Not run here, and said so: ``make``
-lines (CI runs them itself) and the benchmark scripts (minutes of timing, run by
-hand; their output is in the README).
+The commands are read from the ``bash`` blocks of README.md and then of each page of
+docs/ (in PAGES order: later pages read files earlier ones wrote), and run in one
+scratch folder holding the files the pages name: their ``file=NAME`` blocks
+(prompts.jsonl, run.yaml, my_sampler.py), two tiny models as ./my-target and
+./my-draft, and the embedded model's GGUF as model.gguf. Not run here, and said
+so: ``make`` lines (CI runs them itself) and the benchmark scripts (minutes of
+timing, run by hand; their output is in docs/performance.md).
 """
 
 import importlib.util
@@ -18,8 +19,29 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [
+    ROOT / "README.md",
+    *(
+        ROOT / "docs" / f"{name}.md"
+        for name in (
+            "generate",
+            "choosing-k",
+            "prompt-sets",
+            "traces",
+            "oracle",
+            "sweep-k",
+            "safety",
+            "performance",
+            "layout",
+        )
+    ),
+]
 NOT_RUN = ("make ", "python benchmarks/")
+
+
+def text() -> str:
+    return "".join(page.read_text() for page in PAGES)
 
 
 def readme_commands() -> list[str]:
@@ -29,7 +51,7 @@ def readme_commands() -> list[str]:
 def readme_commands_and_codes() -> list[tuple[str, int]]:
     """(command, the exit code the README says it ends with: 0 unless its comment says "exits N")."""
     out = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
             command, _, comment = line.partition("  #")
             command = command.strip()
@@ -40,7 +62,15 @@ def readme_commands_and_codes() -> list[tuple[str, int]]:
 
 
 def readme_files() -> dict[str, str]:
-    return dict(re.findall(r"```\w+ file=(\S+)\n(.*?)```", README.read_text(), re.S))
+    return dict(re.findall(r"```\w+ file=(\S+)\n(.*?)```", text(), re.S))
+
+
+def test_every_docs_page_is_read_and_linked_from_the_readme():
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages == {p.name for p in PAGES[1:]}
+    readme = PAGES[0].read_text()
+    assert all(f"docs/{name}" in readme for name in pages)
+    assert len(readme.splitlines()) <= 200  # a landing page
 
 
 def test_the_readme_shows_commands_and_says_which_are_not_run():
@@ -76,5 +106,5 @@ def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch
         ran += 1
     assert ran == sum(c.startswith("specd ") for c in readme_commands())
     produced_files = ("log.jsonl", "summary.csv", "results.csv", "sweep.png", "measured.csv", "measured.png")
-    for produced in (*produced_files, "tagged.jsonl", "acceptance.png"):
+    for produced in (*produced_files, "tagged.jsonl", "acceptance.png", "first-log.jsonl"):
         assert (tmp_path / produced).stat().st_size > 0, produced

@@ -7,14 +7,8 @@ from rich.table import Table
 
 from specd.cli.common import parse_bias, print_json, stdout
 from specd.errors import printable
-from specd.oracles.report import (
-    MAX_DRAFT_PATHS,
-    MAX_SAMPLES,
-    MAX_SEQUENCES,
-    OracleConfig,
-    run_oracle,
-    run_sampler_oracle,
-)
+from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES, OracleConfig
+from specd.oracles.report import run_oracle, run_sampler_oracle
 
 
 def verify_oracle(

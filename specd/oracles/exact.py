@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from fractions import Fraction
 
 from specd.core.round import speculative_round
 from specd.core.state import Request, RequestState
@@ -67,45 +68,78 @@ class Reference:
         return self._row(self._q, self.rig.draft, self.rig.draft_policy, output)
 
 
-def target_joint(rig: Rig, horizon: int, prefix: tuple[int, ...] | None = None, ref: Reference | None = None) -> Joint:
-    """The direct target chain p_1(x_1) p_2(x_2 | x_1) ... over ``horizon`` tokens after ``prefix``."""
-    ref = ref or Reference(rig)
-    start = rig.prompt if prefix is None else prefix
+def chain_joint(p, start: tuple[int, ...], horizon: int, one=1.0) -> Joint:
+    """The target chain p(x_1 | start) p(x_2 | start, x_1) ... over ``horizon`` tokens: the one
+    enumerator of a target joint. ``p(output)`` gives the row after an output (floats, or Fractions
+    with ``one`` = Fraction(1) for an exact joint)."""
     out: Joint = {}
 
-    def walk(seq: tuple[int, ...], mass: float) -> None:
+    def walk(seq: tuple[int, ...], mass) -> None:
         if len(seq) == horizon:
-            out[seq] = out.get(seq, 0.0) + mass
+            out[seq] = out.get(seq, 0) + mass
             return
-        for x, px in enumerate(ref.p(start + seq)):
+        for x, px in enumerate(p(start + seq)):
             if px > 0:
                 walk(seq + (x,), mass * px)
 
-    walk((), 1.0)
+    walk((), one)
     return out
+
+
+def target_joint(rig: Rig, horizon: int, prefix: tuple[int, ...] | None = None, ref: Reference | None = None) -> Joint:
+    """The rig's target chain over ``horizon`` tokens after ``prefix`` (default: its prompt)."""
+    return chain_joint((ref or Reference(rig)).p, rig.prompt if prefix is None else prefix, horizon)
 
 
 PROBES = ("centre", "left", "right")
 
 
-def probe(lo: float, hi: float, where: str) -> float:
-    """A point of the cell [lo, hi): its centre, or just inside one end (far enough from the end
-    that float64 rounding of a correct engine's cumulative sums cannot cross it)."""
+def probe(lo, hi, where: str) -> float:
+    """A float uniform inside the cell [lo, hi) (float or Fraction ends): its centre, or just inside
+    one end (far enough from the end that float64 rounding of a correct engine's cumulative sums
+    cannot cross it)."""
+    exact = isinstance(lo, Fraction) or isinstance(hi, Fraction)
+    lo, hi = (Fraction(lo), Fraction(hi)) if exact else (float(lo), float(hi))
     if where == "centre":
-        return (lo + hi) / 2
-    margin = min((hi - lo) / 4, max((hi - lo) * 1e-6, 1e-13))
-    return lo + margin if where == "left" else hi - margin
+        return float((lo + hi) / 2)
+    tiny = (Fraction(1, 10**6), Fraction(1, 10**13)) if exact else (1e-6, 1e-13)
+    margin = min((hi - lo) / 4, max((hi - lo) * tiny[0], tiny[1]))
+    return float(lo + margin if where == "left" else hi - margin)
 
 
-def cells_of(row: list[float]) -> list[tuple[int, float, float]]:
-    """[(token, lo, hi)]: each positive entry's interval of the inverse CDF of a (possibly unnormalized) row."""
+def cells_of(row: list) -> list[tuple[int, object, object]]:
+    """[(token, lo, hi)]: each positive entry's interval of the inverse CDF of a (possibly
+    unnormalized) row, in the row's own arithmetic (float or Fraction)."""
     total = sum(row)
-    out, below = [], 0.0
+    out, below = [], 0
     for x, mass in enumerate(row):
         if mass > 0:
             out.append((x, below / total, (below + mass) / total))
         below += mass
     return out
+
+
+def branch(p_rows: list, q_rows: list, drafts: tuple[int, ...], rejected: bool, one=1.0):
+    """One branch of a round along ``drafts``: every draft accepted but, when ``rejected``, the last.
+    ``p_rows[i]``, ``q_rows[i]``: the target's and the draft's rows before draft i (p_rows has one
+    more, for the bonus). -> (the acceptance uniforms' intervals, the branch's mass given the drafts,
+    the terminal token's law up to normalization: [p - q]_+ at the rejection, else p), or None when
+    the branch has no mass. In the arithmetic of ``one`` (1.0, or Fraction(1))."""
+    accepted = len(drafts) - 1 if rejected else len(drafts)
+    intervals, mass = [], one
+    for i, d in enumerate(drafts):
+        pd, qd = p_rows[i][d], q_rows[i][d]
+        r = min(one, pd / qd) if qd > 0 else one * 0
+        intervals.append((one * 0, r) if i < accepted else (r, one))
+        mass *= r if i < accepted else one - r
+    if mass <= 0:
+        return None
+    p_next = p_rows[accepted]
+    if rejected:
+        law = [max(one * 0, a - b) for a, b in zip(p_next, q_rows[accepted])]
+    else:
+        law = list(p_next)
+    return intervals, mass, law
 
 
 @dataclass(frozen=True)
@@ -210,26 +244,16 @@ class Enumerator:
     def _cells(self, state, path, proposal_cells, mass, rejected: bool) -> list[Cell]:
         """Pass 2 cells for one path: accept every draft but (when ``rejected``) the last,
         then every terminal token of the correction (or bonus) distribution."""
-        k = len(path)
-        accepted = k - 1 if rejected else k
-        acceptance = []
-        for i in range(k):
-            p_i = self.ref.p(state.output + path[:i])
-            q_i = self._draft_q(state, path, i)
-            r = min(1.0, p_i[path[i]] / q_i[path[i]]) if q_i[path[i]] > 0 else 0.0
-            acceptance.append((0.0, r) if i < accepted else (r, 1.0))
-            mass *= r if i < accepted else 1.0 - r
-        if mass <= 0:
+        p_rows = [self.ref.p(state.output + path[:i]) for i in range(len(path) + 1)]
+        q_rows = [self._draft_q(state, path, i) for i in range(len(path))]
+        found = branch(p_rows, q_rows, path, rejected)
+        if found is None:
             return []
-        p_next = self.ref.p(state.output + path[:accepted])
-        if rejected:
-            q_rej = self._draft_q(state, path, accepted)
-            terminal = [max(0.0, a - b) for a, b in zip(p_next, q_rej)]
-        else:
-            terminal = p_next
+        acceptance, factor, law = found
+        mass *= factor
         return [
             Cell(proposal_cells, tuple(acceptance), (lo, hi), mass * (hi - lo))
-            for _, lo, hi in cells_of(terminal)
+            for _, lo, hi in cells_of(law)
             if mass * (hi - lo) > 0
         ]
 
@@ -264,7 +288,3 @@ class Enumerator:
 
 def speculative_joint(rig: Rig, horizon: int, completion: str = "target") -> Joint:
     return Enumerator(rig, horizon, completion).joint()
-
-
-def max_abs_diff(a: Joint, b: Joint) -> float:
-    return max((abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in set(a) | set(b)), default=0.0)

@@ -20,8 +20,13 @@ from specd.core.probability import softmax
 from specd.core.proposer import ModelProposer, NgramProposer, Proposal
 from specd.core.sampler import RejectionSampler
 from specd.core.transaction import RoundTransaction
-from specd.oracles.exact import Reference
-from specd.oracles.rig import Rig
+from specd.errors import SpecdError
+from specd.oracles.engine_checks import batch_difference, dtype_edges_of
+from specd.oracles.exact import Reference, speculative_joint, target_joint
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.montecarlo import run_monte_carlo
+from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
+from specd.oracles.rig import NGRAM_N, Rig, ngram_rig
 
 
 # -- broken samplers -----------------------------------------------------------------
@@ -217,16 +222,6 @@ class Variant:
     build: Callable[[Rig], Rig]
 
 
-NGRAM_N = 2
-
-
-def ngram_rig(rig: Rig) -> Rig:
-    """The same fixture with prompt-lookup drafting and a prompt that repeats itself."""
-    v = rig.vocab
-    prompt = tuple(i % v for i in range(2 * v)) + (0,)
-    return rig.but(proposer_factory=lambda r: NgramProposer(NGRAM_N, r.vocab), prompt=prompt)
-
-
 def _layout_cls(rig: Rig) -> type:
     return type(make_layout(rig.layout_name))
 
@@ -330,3 +325,60 @@ NGRAM_VARIANTS: tuple[Variant, ...] = tuple(v for v in VARIANTS if v.name not in
         lambda r: r.but(proposer_factory=lambda rig: NgramUniformQ(NGRAM_N, rig.vocab)),
     ),
 )
+
+
+LAB_MC_SAMPLES = 64
+
+
+def run_lab(cfg: OracleConfig) -> list[dict]:
+    base = build_rig(cfg, lab=True)
+    horizon = base.k + 1
+    results = []
+    for prefix, rig, variants in (("", base, VARIANTS), ("ngram/", ngram_rig(base), NGRAM_VARIANTS)):
+        reference = target_joint(rig, horizon)
+        for variant in variants:
+            caught, by, detail = _catch(variant.build(rig), horizon, reference, cfg.seed)
+            results.append(
+                {
+                    "variant": prefix + variant.name,
+                    "description": variant.description,
+                    "caught": caught,
+                    "caught_by": by,
+                    "detail": detail,
+                }
+            )
+    return results
+
+
+def _catch(rig: Rig, horizon: int, reference, seed: int) -> tuple[bool, str | None, str]:
+    """The first check that catches the variant -> (caught, check name, evidence). Cheapest first."""
+    try:
+        diff = max_abs_diff(reference, speculative_joint(rig, horizon, "target"))
+        if diff > EXACT_TOLERANCE:
+            return True, "exact_joint", f"max |speculative - target| = {diff:.3g} > {EXACT_TOLERANCE:g}"
+        edges = dtype_edges_of(rig.sampler_cls)
+        if not edges.passed:
+            cx = edges.counterexample
+            return (
+                True,
+                "dtype_edges",
+                (
+                    f"{edges.figures['wrong']} of {edges.figures['decisions']} decisions differ from the exact rule, "
+                    f"e.g. {cx['case']}, U = {cx['acceptance_uniform']!r}: rule accepts {cx['rule']['accepted']}, "
+                    f"variant {cx['sampler']['accepted']}"
+                ),
+            )
+        diff = max_abs_diff(reference, speculative_joint(rig, horizon, "rounds"))
+        if diff > EXACT_TOLERANCE:
+            return True, "exact_joint_rounds", f"max |speculative - target| = {diff:.3g} > {EXACT_TOLERANCE:g}"
+        mc = run_monte_carlo(rig, horizon, LAB_MC_SAMPLES, seed, audit=True)
+        if mc.audit_errors:
+            return True, "state_audit", mc.audit_errors[0]
+        if mc.accounting_errors:
+            return True, "rng_accounting", mc.accounting_errors[0]
+        differs = batch_difference(rig, horizon, seed)
+        if differs:
+            return True, "batch_invariance", differs
+    except SpecdError as err:
+        return True, err.code, str(err)
+    return False, None, "not caught"

@@ -8,9 +8,10 @@ shows the production code realizes it.
 
 from __future__ import annotations
 
-import itertools
 import random
 from fractions import Fraction
+
+from specd.oracles.exact import chain_joint
 
 Table = dict[tuple[int, ...], list[Fraction]]
 
@@ -31,19 +32,6 @@ class RationalTable:
             total = sum(weights)
             self._rows[prefix] = [Fraction(w, total) for w in weights]
         return self._rows[prefix]
-
-
-def rational_target_joint(p: RationalTable, prompt: tuple[int, ...], horizon: int) -> dict:
-    out = {}
-    for seq in itertools.product(range(p.vocab), repeat=horizon):
-        mass = Fraction(1)
-        for i, x in enumerate(seq):
-            mass *= p(prompt + seq[:i])[x]
-            if mass == 0:
-                break
-        if mass:
-            out[seq] = mass
-    return out
 
 
 def rational_speculative_joint(p: RationalTable, q: RationalTable, prompt, k: int, horizon: int) -> dict:
@@ -85,6 +73,6 @@ def rational_speculative_joint(p: RationalTable, q: RationalTable, prompt, k: in
 
 def rational_difference(vocab: int, k: int, horizon: int, seed: int, prompt=(0,)) -> Fraction:
     p, q = RationalTable(vocab, seed), RationalTable(vocab, seed + 7919)
-    target = rational_target_joint(p, tuple(prompt), horizon)
+    target = chain_joint(p, tuple(prompt), horizon, Fraction(1))
     spec = rational_speculative_joint(p, q, tuple(prompt), k, horizon)
     return max(abs(target.get(s, Fraction(0)) - spec.get(s, Fraction(0))) for s in set(target) | set(spec))

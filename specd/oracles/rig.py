@@ -14,7 +14,7 @@ import torch
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.processors import PolicyState, SamplingPolicy
-from specd.core.proposer import ModelProposer, Proposer
+from specd.core.proposer import ModelProposer, NgramProposer, Proposer
 from specd.core.sampler import RejectionSampler
 from specd.core.table_model import TableModel
 from specd.core.transaction import RoundTransaction
@@ -80,3 +80,13 @@ def fold(state: PolicyState, tokens) -> PolicyState:
     for t in tokens:
         state = state.advance(t)
     return state
+
+
+NGRAM_N = 2
+
+
+def ngram_rig(rig: Rig) -> Rig:
+    """The same fixture with prompt-lookup drafting and a prompt that repeats itself."""
+    v = rig.vocab
+    prompt = tuple(i % v for i in range(2 * v)) + (0,)
+    return rig.but(proposer_factory=lambda r: NgramProposer(NGRAM_N, r.vocab), prompt=prompt)

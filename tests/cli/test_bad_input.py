@@ -387,7 +387,7 @@ def test_json_outputs_are_strict(log, capsys):
 
 # -- the oracle never passes on a joint without mass --------------------------------------------------
 def test_an_exact_check_fails_on_zero_mass():
-    from specd.oracles.report import exact_check
+    from specd.oracles.record import exact_check
 
     reference = {(0,): 0.5, (1,): 0.5}
     assert exact_check("x", reference, dict(reference), "").passed

@@ -1,7 +1,8 @@
 import pytest
 
 from specd.core.table_model import TableModel
-from specd.oracles.exact import Enumerator, max_abs_diff, speculative_joint, target_joint
+from specd.oracles.exact import Enumerator, speculative_joint, target_joint
+from specd.oracles.record import max_abs_diff
 from tests.helpers import rig
 
 CASES = [(2, 1), (2, 3), (3, 2), (4, 3)]

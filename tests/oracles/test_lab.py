@@ -1,7 +1,8 @@
 import pytest
 
-from specd.oracles.lab import NGRAM_VARIANTS, VARIANTS, ngram_rig
-from specd.oracles.report import OracleConfig, build_rig, run_lab
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.lab import NGRAM_VARIANTS, VARIANTS, run_lab
+from specd.oracles.rig import ngram_rig
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 import pytest
 
 from specd.errors import UsageError
-from specd.oracles.report import SCHEMA, OracleConfig, run_oracle
+from specd.oracles.fixture import OracleConfig
+from specd.oracles.report import SCHEMA, run_oracle
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from specd.core.processors import SamplingPolicy
 from specd.core.records import RoundTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
-from specd.oracles.exact import Enumerator, max_abs_diff, target_joint
+from specd.oracles.exact import Enumerator, target_joint
+from specd.oracles.record import max_abs_diff
 from specd.policy.autok import PROBE_AFTER, PROBE_AFTER_MAX, AutoK, FixedCosts, OnlineCosts, probe_due, request_profile
 from specd.policy.ledger import CostModel, progress_rate
 from specd.sweeps.ledger import ledger_row
