@@ -85,11 +85,10 @@ class RunResult:
         return [s.new_tokens for s in self.states]
 
 
-def round_timing(
-    txns: Sequence, proposal, draft_seconds: float, verify_seconds: float, seconds: float, draft_steps: int
-) -> RoundTiming:
+def round_timing(txns: Sequence, proposal, blocks: dict[str, float], seconds: float, draft_steps: int) -> RoundTiming:
     """A published round's costs: ``txns`` its transactions, ``proposal`` what the proposer returned,
     the seconds of its draft and verify blocks and of the whole round, and the draft's forward calls."""
+    draft_seconds, verify_seconds = blocks["draft"], blocks["verify"]
     return RoundTiming(
         batch=len(txns),
         draft_seconds=draft_seconds,

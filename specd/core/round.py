@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -94,7 +95,7 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         session.abort(txns)  # S_0 stays; temporary target and draft rows are dropped
         raise
     session.compact()
-    timing = round_timing(txns, proposal, clock.draft, clock.verify, clock.elapsed(), draft_calls)
+    timing = round_timing(txns, proposal, clock.seconds, clock.elapsed(), draft_calls)
     session.stats.add_round_counts(txns, timing)
     eng.publish_timing(timing)
     if eng.config.record_log:
@@ -163,35 +164,26 @@ def decode(
 
 
 class RoundClock:
-    """Wall time of a round and of its draft and verify blocks (device-synchronized on CUDA)."""
+    """Wall time of a round and of its draft and verify blocks (device-synchronized on CUDA, so the
+    time is the work's, not its launch's)."""
 
     def __init__(self, sync: Callable[[], None] | None):
         self.sync = sync
         self.started = time.perf_counter()
-        self.draft = self.verify = 0.0
+        self.seconds = {"draft": 0.0, "verify": 0.0}
 
+    @contextmanager
     def timed(self, block: str):
-        return _Timed(self, block)
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync is not None:
+                self.sync()
+            self.seconds[block] += time.perf_counter() - t
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
-
-
-class _Timed:
-    def __init__(self, clock: RoundClock, block: str):
-        self.clock, self.block = clock, block
-
-    def __enter__(self):
-        self.t = time.perf_counter()
-
-    def __exit__(self, *exc):
-        if self.clock.sync is not None:
-            self.clock.sync()
-        seconds = time.perf_counter() - self.t
-        if self.block == "draft":
-            self.clock.draft += seconds
-        else:
-            self.clock.verify += seconds
 
 
 # -- what a round reads ---------------------------------------------------------------------

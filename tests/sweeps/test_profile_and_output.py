@@ -37,7 +37,7 @@ def test_csv_columns_are_the_documented_schema(tmp_path):
         assert tuple(reader.fieldnames) == CSV_COLUMNS
         data = list(reader)
     assert len(data) == 6 and sum(int(r["optimal"]) for r in data) == 2
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "sweep-k.md")).read()
     for col in CSV_COLUMNS:
         assert f"`{col}`" in readme, col
 
