@@ -7,9 +7,12 @@ Extension points. A run's behaviour can be changed only by replacing one of
 these components (the failure lab breaks exactly one of them per variant; users
 plug in their own proposers and samplers):
 
-- ``proposer``: ``Proposer.propose`` / ``settle`` (specd.core.proposer);
-- ``k_policy``: any object with ``choose(state) -> K`` (specd.policy.kpolicy), how many
-  drafts a request asks for; without one every request asks for ``config.k``;
+- ``proposer``: one ``Proposer`` or a list of them, the draft sources (``Proposer.propose`` /
+  ``settle`` / ``available``, specd.core.proposer; several are held by a SourceSet,
+  specd.core.sources);
+- ``k_policy``: any object with ``plan(state, sources) -> Plan`` (specd.policy.kpolicy): the
+  source a request drafts from and how many drafts it asks for; without one every request
+  asks for ``config.k`` from the first source that can propose;
 - ``sampler``: the methods of ``RejectionSampler`` (specd.core.sampler);
 - ``layout``: the methods of ``FrontierLayout`` (specd.core.layouts);
 - ``transaction_cls``: ``RoundTransaction.stage_processor`` and ``checkpoint`` (specd.core.transaction).
@@ -28,12 +31,13 @@ import torch
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import NullProposer, Proposer
+from specd.core.proposer import Proposer
 from specd.core.records import RoundTiming, RunResult
 from specd.core.rng import Draws, stream_draws
 from specd.core.round import PublishCallback, decode
 from specd.core.sampler import RejectionSampler
 from specd.core.session import DecodeSession
+from specd.core.sources import Plan, SourceSet, first_available
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.transaction import RoundTransaction
@@ -69,12 +73,13 @@ class SpeculativeEngine:
         check_backend(config.backend)
         self.k_policy = k_policy
         self.target = target
-        self.proposer = proposer if proposer is not None else NullProposer(target.vocab_size)
-        if self.proposer.vocab_size != target.vocab_size:
-            raise UsageError(
-                f"draft and target disagree on the event space: draft rows have width "
-                f"{self.proposer.vocab_size}, target rows {target.vocab_size}"
-            )
+        self.proposer = SourceSet.of(proposer, target.vocab_size)  # one or several draft sources
+        for source in self.proposer.sources:
+            if source.vocab_size != target.vocab_size:
+                raise UsageError(
+                    f"draft and target disagree on the event space: draft rows have width "
+                    f"{source.vocab_size}, target rows {target.vocab_size}"
+                )
         self.target_policy = target_policy
         self.config = config
         self.sampler = sampler or RejectionSampler()
@@ -87,14 +92,18 @@ class SpeculativeEngine:
         """Target-only decoding through the same loop (k = 0, no proposer)."""
         return cls(target, None, target_policy, replace(config, k=0), **{**kw, "k_policy": None})
 
-    def k_for(self, state: RequestState) -> int:
-        """Drafts to ask for this round: the request's own K, else the K policy's (else the
-        config's), within its budget (``RequestState.draft_budget``)."""
-        if state.k is not None:
-            k = state.k
+    def plan_for(self, state: RequestState, caches) -> Plan:
+        """This round's source and K for a request: the request's own K from the first source that
+        can propose, else the K policy's plan (else the config's K), K within the request's budget
+        (``RequestState.draft_budget``). A source with nothing to propose is not offered."""
+        available = self.proposer.available(state, caches)
+        sources = [(i, s.identity) for i, (s, ok) in enumerate(zip(self.proposer.sources, available)) if ok]
+        if state.k is not None or self.k_policy is None:
+            plan = first_available(sources, self.config.k if state.k is None else state.k)
         else:
-            k = self.k_policy.choose(state) if self.k_policy is not None else self.config.k
-        return max(0, min(k, state.draft_budget))
+            plan = self.k_policy.plan(state, sources)
+        k = max(0, min(plan.k, state.draft_budget))
+        return Plan(plan.source if k else None, k)
 
     def publish_timing(self, timing: RoundTiming) -> None:
         for observe in self.observers:

@@ -71,6 +71,11 @@ class Proposer:
     def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
         """Align the cache with the published output (None: the round aborted)."""
 
+    def available(self, state: RequestState, cache) -> bool:
+        """Could this source propose anything for ``state`` this round? (A lookup needs a match; it
+        reads the published output only.)"""
+        return True
+
     def step_seconds(self, batch: int) -> float:
         """Seconds one draft step takes for ``batch`` rows on this machine (a proposer without a
         model: nothing to time)."""
@@ -79,6 +84,9 @@ class Proposer:
 
 class NullProposer(Proposer):
     identity = "none"
+
+    def available(self, state, cache) -> bool:
+        return False
 
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
@@ -235,6 +243,9 @@ class NgramProposer(Proposer):
         self.vocab_size = vocab_size
         self.identity = f"ngram:{n}"
         self.policy = SamplingPolicy(greedy=True)
+
+    def available(self, state, cache) -> bool:
+        return bool(self.lookup(state.output, 1))
 
     def lookup(self, seq: tuple[int, ...], k: int) -> tuple[int, ...]:
         for size in range(min(self.n, len(seq) - 1), 0, -1):

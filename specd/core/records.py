@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from specd.core.sources import SourceTiming
 from specd.core.state import RequestState
 from specd.core.stats import RunStats
 
@@ -45,6 +46,7 @@ class RoundRecord:
     round_id: str
     round_index: int
     k: int
+    source: str | None  # the draft source of the round (None: no drafts)
     accepted: int  # A
     terminal_kind: str  # correction | bonus | stop
     terminal_token: int
@@ -62,12 +64,9 @@ class RoundTiming:
     """What one round cost on this machine (seconds, wall clock, device-synchronized)."""
 
     batch: int  # requests in the round
-    draft_seconds: float  # the proposer's whole turn
-    draft_steps: int  # draft forward calls (0 for a proposer without a model)
-    draft_first_tokens: int  # the most tokens the first draft call fed a row (> 2: catching up)
-    draft_first_seconds: float  # that call's seconds (without a device sync: an estimate on CUDA)
-    draft_rows: int  # requests that drafted (k > 0)
-    max_k: int  # the longest draft in the round
+    draft_seconds: float  # the proposers' whole turn
+    draft_steps: int  # draft forward calls, every source (0 for lookups)
+    sources: tuple[SourceTiming, ...]  # each source's turn
     verify_seconds: float  # the target call(s)
     verify_rows: int  # tokens the verification call fed, all requests together
     other_seconds: float  # the rest of the round: sampling, staging, publication, cache commit
@@ -85,18 +84,15 @@ class RunResult:
         return [s.new_tokens for s in self.states]
 
 
-def round_timing(txns: Sequence, proposal, blocks: dict[str, float], seconds: float, draft_steps: int) -> RoundTiming:
-    """A published round's costs: ``txns`` its transactions, ``proposal`` what the proposer returned,
-    the seconds of its draft and verify blocks and of the whole round, and the draft's forward calls."""
+def round_timing(txns: Sequence, drafted, blocks: dict[str, float], seconds: float) -> RoundTiming:
+    """A published round's costs: ``txns`` its transactions, ``drafted`` what the sources returned
+    (with each source's timing), the seconds of its draft and verify blocks and of the whole round."""
     draft_seconds, verify_seconds = blocks["draft"], blocks["verify"]
     return RoundTiming(
         batch=len(txns),
         draft_seconds=draft_seconds,
-        draft_steps=draft_steps,
-        draft_first_tokens=proposal.first_call_tokens,
-        draft_first_seconds=proposal.first_call_seconds,
-        draft_rows=sum(1 for txn in txns if txn.drafts),
-        max_k=max((len(txn.drafts) for txn in txns), default=0),
+        draft_steps=sum(t.steps for t in drafted.timings),
+        sources=drafted.timings,
         verify_seconds=verify_seconds,
         verify_rows=sum(len(txn.drafts) + 1 for txn in txns),
         other_seconds=max(0.0, seconds - draft_seconds - verify_seconds),
@@ -142,6 +138,7 @@ def round_records(
             round_id=txn.round_id,
             round_index=s.rounds,
             k=len(txn.drafts),
+            source=txn.source,
             accepted=a,
             terminal_kind=txn.record.terminal_kind,
             terminal_token=txn.outcome.terminal,

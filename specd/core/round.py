@@ -21,9 +21,9 @@ from contextlib import contextmanager
 import torch
 
 from specd.core.layouts import Verified
-from specd.core.proposer import Proposal
 from specd.core.records import RunResult, round_records, round_timing
 from specd.core.session import DecodeSession
+from specd.core.sources import Drafted
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
 from specd.core.transaction import Outcome, RoundTransaction, SpeculativeCommit
@@ -44,25 +44,23 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
     active = materialize_frontiers(session, clock)  # writes the frontier's K/V row (retained layout)
     if not active:
         return []
-    ks = [eng.k_for(s) for s in active]
+    plans = [eng.plan_for(s, session.draft_cache) for s in active]  # each request's source and K
     txns = [eng.transaction_cls(s, eng.layout) for s in active]
-    draft_calls = eng.proposer.forward_calls
     try:
-        # 1. propose: each row drafts up to k tokens (temporary rows in the draft cache) and reports
-        #    the q rows it drew them from.
+        # 1. propose: each row drafts up to k tokens from its source (temporary rows in that source's
+        #    cache) and reports the q rows it drew them from.
         with clock.timed("draft"):
             proposal = eng.proposer.propose(
-                active, ks, session.draft_cache, session.draws, eng.config.backend, eng.config.prob_dtype
+                active, plans, session.draft_cache, session.draws, eng.config.backend, eng.config.prob_dtype
             )
-        ks = [len(d) for d in proposal.drafts]  # a proposer may offer fewer drafts than asked
-        draft_calls = eng.proposer.forward_calls - draft_calls
+        ks = [len(d) for d in proposal.drafts]  # a source may offer fewer drafts than asked
 
         # 2. verify: one target call scores every row's drafts and the bonus position (its K/V rows
         #    stay temporary in the target cache).
         with clock.timed("verify"):
             verified = verify(session, active, proposal.drafts)
-        for txn, drafts, v in zip(txns, proposal.drafts, verified):
-            txn.verified(drafts, v, len(drafts) if proposal.sampled else 0)
+        for txn, drafts, v, used, source in zip(txns, proposal.drafts, verified, proposal.draws, proposal.sources):
+            txn.verified(drafts, v, used, source)
 
         # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
         rows = target_rows(eng, active, verified, proposal.drafts)  # p, or its argmax ids when greedy
@@ -95,7 +93,7 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         session.abort(txns)  # S_0 stays; temporary target and draft rows are dropped
         raise
     session.compact()
-    timing = round_timing(txns, proposal, clock.seconds, clock.elapsed(), draft_calls)
+    timing = round_timing(txns, proposal, clock.seconds, clock.elapsed())
     session.stats.add_round_counts(txns, timing)
     eng.publish_timing(timing)
     if eng.config.record_log:
@@ -126,7 +124,7 @@ def stage(txn: RoundTransaction, eos_ids: frozenset[int], uniforms_read: bool) -
         rng=start.rng.advance_all(txn.proposal_draws, reached, terminal_draws),
         generation=start.generation + 1,
         rounds=start.rounds + 1,
-        history=start.history.after(len(txn.drafts), outcome.accepted),
+        history=start.history.after(len(txn.drafts), outcome.accepted, txn.source),
         finish_reason=stop.finish_reason,
         retained_logits=None,
     )
@@ -267,7 +265,7 @@ def uniforms(session: DecodeSession, active, ks: Sequence[int], device) -> tuple
     return accept_u.to(device), torch.tensor(terminal, dtype=torch.float64, device=device)
 
 
-def batch_drafts(proposal: Proposal, ks: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_drafts(proposal: Drafted, ks: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> draft int64[B, K] padded with -1, k_lens int64[B], q float[B, K, V] (K = max k)."""
     k_max = max(ks, default=0)
     padded = [list(d) + [-1] * (k_max - len(d)) for d in proposal.drafts]

@@ -42,7 +42,9 @@ class History:
     reached[j-1] counts rounds whose draft j was tested (every earlier draft accepted);
     accepted_at[j-1] those that accepted it: alpha_j = accepted_at / reached is the
     reach-conditioned acceptance at position j. k_schedule is the number of drafts
-    proposed in each round, in order.
+    proposed in each round, in order, and source_schedule the source each round drafted
+    from ("" for a round without drafts); ``of(source)`` is the same history restricted to
+    the rounds of one source (its own acceptance, for choosing between sources).
     """
 
     draft_tokens: int = 0
@@ -50,9 +52,11 @@ class History:
     reached: tuple[int, ...] = ()
     accepted_at: tuple[int, ...] = ()
     k_schedule: tuple[int, ...] = ()
+    source_schedule: tuple[str, ...] = ()
+    by_source: tuple[tuple[str, History], ...] = ()
 
-    def after(self, k: int, accepted: int) -> History:
-        """The history once a round with ``k`` drafts accepted ``accepted`` of them."""
+    def after(self, k: int, accepted: int, source: str | None = None) -> History:
+        """The history once a round with ``k`` drafts from ``source`` accepted ``accepted`` of them."""
         width = max(len(self.reached), k)
         reached = list(self.reached) + [0] * (width - len(self.reached))
         accepted_at = list(self.accepted_at) + [0] * (width - len(self.accepted_at))
@@ -60,13 +64,23 @@ class History:
             reached[j] += 1
         for j in range(accepted):
             accepted_at[j] += 1
+        by_source = self.by_source
+        if source and k:
+            mine = self.of(source).after(k, accepted)
+            by_source = tuple((name, h) for name, h in by_source if name != source) + ((source, mine),)
         return History(
             self.draft_tokens + k,
             self.accepted_tokens + accepted,
             tuple(reached),
             tuple(accepted_at),
             (*self.k_schedule, k),
+            (*self.source_schedule, source if (source and k) else ""),
+            by_source,
         )
+
+    def of(self, source: str) -> History:
+        """The rounds that drafted from ``source`` only."""
+        return next((h for name, h in self.by_source if name == source), History())
 
     def as_dict(self) -> dict:
         return {
@@ -76,6 +90,7 @@ class History:
             "reached_per_position": list(self.reached),
             "accepted_per_position": list(self.accepted_at),
             "k_schedule": list(self.k_schedule),
+            "source_schedule": list(self.source_schedule),
         }
 
 

@@ -13,7 +13,8 @@ specd's own:
 - acceptance_by_position alpha_j, reach-conditioned: rounds that accepted draft j /
   rounds that reached it (None where no round reached it);
 - accepted_histogram: rounds that drafted (K >= 1) by A, K = 0 rounds left out;
-- k_histogram: request-rounds by the K chosen; share_k0 and rounds_k0: the rounds at K = 0.
+- k_histogram: request-rounds by the K chosen; share_k0 and rounds_k0: the rounds at K = 0;
+  source_histogram: drafting request-rounds by their draft source.
 vLLM's (a "draft" is one request-round that proposed at least one token, so K = 0
 rounds are left out of all of these):
 - num_drafts, num_draft_tokens, num_accepted_tokens;
@@ -42,9 +43,12 @@ class RoundCounts:
     reached: dict[int, int] = field(default_factory=dict)  # position j (1-based) -> rounds reaching it
     accepted_at: dict[int, int] = field(default_factory=dict)  # position j -> rounds accepting d_j
     k_hist: dict[int, int] = field(default_factory=dict)  # K proposed -> request-rounds
+    source_hist: dict[str, int] = field(default_factory=dict)  # draft source -> request-rounds that drafted
 
-    def add_round(self, k: int, accepted: int, emitted: int) -> None:
+    def add_round(self, k: int, accepted: int, emitted: int, source: str | None = None) -> None:
         self.rounds += 1
+        if k > 0 and source:
+            self.source_hist[source] = self.source_hist.get(source, 0) + 1
         self.k_hist[k] = self.k_hist.get(k, 0) + 1
         self.proposed += k
         self.accepted += accepted
@@ -78,6 +82,7 @@ def acceptance_figures(c) -> dict:
         "accepted_per_position": {j: c.accepted_at.get(j, 0) for j in positions},
         "accepted_histogram": dict(sorted(c.accepted_hist.items())),
         "k_histogram": dict(sorted(c.k_hist.items())),
+        "source_histogram": dict(sorted(c.source_hist.items())),
         "share_k0": rounds_k0 / c.rounds if c.rounds else None,
         "num_drafts": drafts,
         "num_draft_tokens": c.proposed,
@@ -105,9 +110,9 @@ class StatsAccumulator(RoundCounts):
         self.target_rows += rows
 
     def add_round_counts(self, txns, timing) -> None:
-        """A published round: each request's (K, A, emitted) and the round's RoundTiming."""
+        """A published round: each request's (K, A, emitted, source) and the round's RoundTiming."""
         for txn in txns:
-            self.add_round(len(txn.drafts), txn.outcome.accepted, len(txn.stop.emitted))
+            self.add_round(len(txn.drafts), txn.outcome.accepted, len(txn.stop.emitted), txn.source)
         self.draft_forwards += timing.draft_steps
         self.draft_time += timing.draft_seconds
         self.verify_time += timing.verify_seconds
@@ -131,6 +136,7 @@ class StatsAccumulator(RoundCounts):
             reached=dict(sorted(self.reached.items())),
             accepted_at=dict(sorted(self.accepted_at.items())),
             k_hist=dict(sorted(self.k_hist.items())),
+            source_hist=dict(sorted(self.source_hist.items())),
             kv_temporary_rows=kv_staged,
             kv_committed_rows=kv_committed,
             kv_discarded_rows=kv_discarded,
@@ -155,6 +161,7 @@ class RunStats:
     reached: dict[int, int]
     accepted_at: dict[int, int]
     k_hist: dict[int, int]
+    source_hist: dict[str, int]
     kv_temporary_rows: int
     kv_committed_rows: int
     kv_discarded_rows: int

@@ -83,6 +83,7 @@ class RoundTransaction:
         self.phase = Phase.READY
         self.drafts: tuple[int, ...] = ()
         self.proposal_draws = 0
+        self.source: str | None = None
         self.verified_rows: Verified | None = None
         self.outcome: Outcome | None = None
         self.stop: StopDecision | None = None
@@ -91,9 +92,14 @@ class RoundTransaction:
         self.record: SpeculativeCommit | None = None
 
     # -- phases ---------------------------------------------------------------
-    def verified(self, drafts: tuple[int, ...], verified: Verified, proposal_draws: int) -> None:
+    def verified(
+        self, drafts: tuple[int, ...], verified: Verified, proposal_draws: int, source: str | None = None
+    ) -> None:
+        """The drafts (from ``source``, having consumed ``proposal_draws`` proposal uniforms) and the
+        target's verification of them."""
         self._expect(Phase.READY)
         self.drafts, self.verified_rows, self.proposal_draws = drafts, verified, proposal_draws
+        self.source = source if drafts else None
         self.phase = Phase.VERIFIED
         self.checkpoint("verified")
 

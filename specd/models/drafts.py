@@ -5,9 +5,12 @@
     self:fp16         the target's weights in float16 (a copy)
     self:layers=N     early exit: the target's first N layers + its final norm and head (shared weights)
     ngram:N           prompt lookup over the output; q is a point mass on each proposed token
+    suffix            lookup by a suffix automaton over the prompt and output (specd.core.suffix)
 
-Every source is exact under the core's rule: each reports the processed q it
-sampled from (a point mass for the deterministic ones).
+``--draft`` takes one of these or a comma-separated list (``suffix,self:bf16``): each round,
+each request drafts from one source of the list (specd.core.sources). Every source is exact
+under the core's rule: each reports the processed q it sampled from (a point mass for the
+deterministic ones).
 """
 
 from __future__ import annotations
@@ -20,34 +23,63 @@ import torch
 
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer, NgramProposer, Proposer
+from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
 from specd.models.hf import HFCausalLM
 
 
 @dataclass(frozen=True)
 class DraftSpec:
-    kind: str  # "model" | "self-dtype" | "self-layers" | "ngram"
+    kind: str  # "model" | "self-dtype" | "self-layers" | "ngram" | "suffix"
     value: str | int | torch.dtype | None = None
+    text: str = ""  # as the user wrote it
 
     @property
     def needs_model(self) -> bool:
         return self.kind == "model"
 
+    @property
+    def lookup(self) -> bool:
+        return self.kind in ("ngram", "suffix")
+
 
 def parse_draft(spec: str | None) -> DraftSpec | None:
+    """One source of a --draft list."""
     if spec is None:
         return None
     if spec in ("self:bf16", "self:bfloat16"):
-        return DraftSpec("self-dtype", torch.bfloat16)
+        return DraftSpec("self-dtype", torch.bfloat16, spec)
     if spec in ("self:fp16", "self:float16"):
-        return DraftSpec("self-dtype", torch.float16)
+        return DraftSpec("self-dtype", torch.float16, spec)
     if m := re.fullmatch(r"self:layers=(\d+)", spec):
-        return DraftSpec("self-layers", int(m.group(1)))
+        return DraftSpec("self-layers", int(m.group(1)), spec)
     if m := re.fullmatch(r"ngram:(\d+)", spec):
-        return DraftSpec("ngram", int(m.group(1)))
-    if spec.startswith(("self:", "ngram:")):
-        raise UsageError(f"unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, ngram:N or a model")
-    return DraftSpec("model", spec)
+        if int(m.group(1)) < 1:
+            raise UsageError(f"--draft: {spec!r}: ngram:N needs N >= 1")
+        return DraftSpec("ngram", int(m.group(1)), spec)
+    if spec == "suffix":
+        return DraftSpec("suffix", None, spec)
+    if spec.startswith(("self:", "ngram:", "suffix:")):
+        raise UsageError(
+            f"--draft: unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, ngram:N, suffix "
+            "or a model"
+        )
+    return DraftSpec("model", spec, spec)
+
+
+def parse_drafts(text: str | None) -> tuple[DraftSpec, ...]:
+    """A --draft value: one source or a comma-separated list, each named once."""
+    if text is None:
+        return ()
+    parts = [p.strip() for p in text.split(",")]
+    if any(not p for p in parts):
+        raise UsageError(f"--draft {text!r}: an empty element in the list (two commas, or one at an end)")
+    seen = set()
+    for part in parts:
+        if part in seen:
+            raise UsageError(f"--draft {text!r}: the source {part!r} is named twice")
+        seen.add(part)
+    return tuple(parse_draft(p) for p in parts)
 
 
 def early_exit_model(model: torch.nn.Module, layers: int) -> torch.nn.Module:
@@ -85,6 +117,8 @@ def build_proposer(
         return ModelProposer(loaded_draft, policy, draft_stop)
     if spec.kind == "ngram":
         return NgramProposer(int(spec.value), target.vocab_size)
+    if spec.kind == "suffix":
+        return SuffixProposer(target.vocab_size)
     if spec.kind == "self-dtype":
         dtype = spec.value
         model = copy.deepcopy(target.model).to(dtype)

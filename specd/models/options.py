@@ -21,7 +21,7 @@ from specd.core.probability import BACKENDS
 from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
 from specd.core.proposer import check_draft_stop
 from specd.errors import UsageError
-from specd.models.drafts import parse_draft
+from specd.models.drafts import parse_drafts
 from specd.models.generation_config import check_mode
 from specd.policy.kpolicy import MAX_K, check_k, check_k_max
 
@@ -116,7 +116,7 @@ def device_map_value(value, where):
 
 
 def draft_value(value, where):
-    parse_draft(value)  # an unknown self:/ngram: source is refused by name
+    parse_drafts(value)  # an unknown, repeated or empty source is refused by name
 
 
 def sampling(check: Callable) -> Check:
@@ -137,7 +137,9 @@ class GenerateOptions:
         None,
         "--draft",
         kind="str?",
-        help="Draft: folder/hub id, self:bf16, self:fp16, self:layers=N or ngram:N (default self:bf16).",
+        help="Draft sources, one or a comma-separated list (each round, each request drafts from one): "
+        "folder/hub id, self:bf16, self:fp16, self:layers=N, ngram:N, suffix. Default: suffix,self:bf16 for the "
+        "embedded model, suffix for your own target.",
         check=draft_value,
     )
     target_gguf: str | None = option(None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).")
@@ -283,12 +285,14 @@ class GenerateOptions:
             raise UsageError("--draft-gguf needs a --target or --target-gguf (the embedded default has its own draft)")
         if self.max_memory is not None and self.device_map is None:
             raise UsageError("--max-memory needs --device-map auto")
-        spec = parse_draft(self.draft)
-        if self.device_map and spec is not None and spec.kind in ("self-dtype", "self-layers"):
+        built = [s for s in parse_drafts(self.draft) if s.kind in ("self-dtype", "self-layers")]
+        if self.device_map and built:
             raise UsageError(
-                f"--draft {self.draft} is built from the target, which --device-map spreads over devices "
-                "(accelerate's hooks own its forward); give a separate draft model or ngram:N"
+                f"--draft {built[0].text} is built from the target, which --device-map spreads over devices "
+                "(accelerate's hooks own its forward); give a separate draft model, ngram:N or suffix"
             )
+        if sum(1 for s in parse_drafts(self.draft) if s.needs_model) + bool(self.draft_gguf) > 1:
+            raise UsageError(f"--draft {self.draft}: at most one separate draft model per run")
 
     @staticmethod
     def flag(name: str) -> str:

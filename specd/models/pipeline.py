@@ -18,15 +18,16 @@ import torch
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import Proposer
+from specd.core.proposer import ModelProposer
 from specd.core.records import RunResult
 from specd.core.round import decode
 from specd.core.session import RequestLog
+from specd.core.sources import SourceSet
 from specd.core.state import History, Request, RequestState
 from specd.core.stops import StopStrings
 from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
-from specd.models.drafts import build_proposer, parse_draft
+from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
 from specd.models.embedded import MODEL_NAME, ensure_default_model
 from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
 from specd.models.hf import HFCausalLM, logit_width
@@ -37,7 +38,8 @@ from specd.models.results import load_k_schedules
 from specd.policy.autok import AutoK, OnlineCosts
 from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
-DEFAULT_DRAFT = "self:bf16"
+DEFAULT_DRAFT = "suffix,self:bf16"  # the embedded model: a free lookup, and its bf16 copy where it is cheap
+DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
 
 
@@ -82,7 +84,7 @@ class GenerationRun:
 class Pipeline:
     options: GenerateOptions
     target: HFCausalLM
-    proposer: Proposer | None
+    proposer: SourceSet | None  # the draft sources, in the user's order
     tokenizer: object
     space: EventSpace
     target_policy: SamplingPolicy
@@ -110,18 +112,12 @@ class Pipeline:
         default_model = opts.uses_default_model
         if default_model:
             folder = ensure_default_model(report)
-            opts = dataclasses.replace(
-                opts,
-                target=str(folder),
-                draft=opts.draft or (None if opts.draft_gguf else DEFAULT_DRAFT),
-                chat=True if opts.chat is None else opts.chat,
-            )
-        if with_draft and not (opts.draft or opts.draft_gguf):
-            raise UsageError(
-                "no draft: give --draft PATH_OR_ID, self:bf16, self:fp16, self:layers=N or ngram:N, "
-                "or --draft-gguf FILE (or use --baseline)"
-            )
-        draft_spec = parse_draft(opts.draft) if with_draft and not opts.draft_gguf else None
+            opts = dataclasses.replace(opts, target=str(folder), chat=True if opts.chat is None else opts.chat)
+        if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
+            opts = dataclasses.replace(opts, draft=DEFAULT_DRAFT if default_model else DEFAULT_OWN_TARGET_DRAFT)
+        specs = parse_drafts(opts.draft) if with_draft else ()
+        if with_draft and opts.draft_gguf:
+            specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
         memory = parse_max_memory(opts.max_memory) if opts.max_memory else None
         placement = dict(
             trust_remote_code=opts.trust_remote_code,
@@ -136,10 +132,10 @@ class Pipeline:
             generation = from_model(opts.generation_config, target.model, target.name)
         if default_model:
             target.name = MODEL_NAME
+        model_spec = next((spec for spec in specs if spec.needs_model), None)
         loaded_draft = None
-        if with_draft and (opts.draft_gguf or draft_spec.needs_model):
-            draft_name = draft_spec.value if draft_spec else None
-            loaded_draft = load(draft_name, opts.draft_gguf, dtype, device, **placement)
+        if model_spec is not None:
+            loaded_draft = load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
         tok = target.tokenizer
         t_width = logit_width(target.model)
         d_width = logit_width(loaded_draft.model) if loaded_draft else t_width
@@ -152,8 +148,8 @@ class Pipeline:
         target_policy, draft_policy, sampling = policies(opts, space, generation)
         proposer = None
         if with_draft:
-            spec = draft_spec or parse_draft("model")  # a --draft-gguf model
-            proposer = build_proposer(spec, target_lm, draft_policy, draft_lm, opts.draft_stop)
+            built = [build_proposer(spec, target_lm, draft_policy, draft_lm, opts.draft_stop) for spec in specs]
+            proposer = SourceSet(built)
         return cls(
             opts,
             target_lm,
@@ -178,8 +174,13 @@ class Pipeline:
         """The same loaded models under other sampling options (a new pipeline; this one is unchanged)."""
         target_policy, draft_policy, sampling = policies(opts, self.space, self.generation)
         proposer = self.proposer
-        if proposer is not None and hasattr(proposer, "model"):
-            proposer = type(proposer)(proposer.model, draft_policy, opts.draft_stop)
+        if proposer is not None:
+            proposer = SourceSet(
+                [
+                    ModelProposer(s.model, draft_policy, opts.draft_stop) if isinstance(s, ModelProposer) else s
+                    for s in proposer.sources
+                ]
+            )
         return dataclasses.replace(
             self,
             options=dataclasses.replace(opts, chat=self.options.chat),
@@ -232,7 +233,8 @@ class Pipeline:
         if self.k_schedules is not None:
             policy: KPolicy = ScheduleK(self.k_schedules)
         elif k == "auto":
-            policy = AutoK(o.k_max, batch, self.costs, self.proposer.step_seconds)
+            sources = self.proposer.sources
+            policy = AutoK(o.k_max, batch, self.costs, lambda index, rows: sources[index].step_seconds(rows))
         else:
             policy = FixedK(k)
         return SpeculativeEngine(
@@ -319,6 +321,11 @@ class Pipeline:
             requests.append(Request(item.request_id, prompt, allowed, seed=self.options.seed))
         return requests, tuple(notes)
 
+    def _draft_model(self):
+        """The model among the draft sources (or the first source, when all are lookups)."""
+        models = [s.model for s in self.proposer.sources if isinstance(s, ModelProposer)]
+        return models[0] if models else self.proposer.sources[0]
+
     def sampling_doc(self, baseline: bool = False) -> dict:
         """Every effective sampling value and where it came from, and the generation config read."""
         roles = ("target",) if baseline or "draft" not in self.sampling else ("target", "draft")
@@ -346,7 +353,8 @@ class Pipeline:
         o = self.options
         return {
             "target": model_entry(self.target),
-            "draft": None if baseline else model_entry(getattr(self.proposer, "model", self.proposer)),
+            "draft": None if baseline else model_entry(self._draft_model()),
+            "draft_sources": None if baseline else list(self.proposer.identities),
             "dtype": o.dtype,
             "device": str(self.device),
             "torch": torch.__version__,

@@ -235,9 +235,11 @@ class PromptSetFiles:
                 f.close()
 
 
-def load_k_schedules(path: str) -> dict[str, tuple[int, ...]]:
-    """Request id -> the K of each of its rounds, from a ``generate --json`` document, a results
-    file or an acceptance log (every request carries ``acceptance.k_schedule``)."""
+def load_k_schedules(path: str) -> dict[str, tuple[tuple[int, str | None], ...]]:
+    """Request id -> (K, draft source) of each of its rounds, from a ``generate --json`` document, a
+    results file or an acceptance log (every request carries ``acceptance.k_schedule`` and
+    ``acceptance.source_schedule``; a file without sources replays K from the first source that
+    proposes)."""
     text = read_text(path, "K schedule file")
     try:
         whole = json.loads(text)
@@ -261,7 +263,12 @@ def load_k_schedules(path: str) -> dict[str, tuple[int, ...]]:
             continue
         if not isinstance(schedule, list) or not all(type(k) is int and k >= 0 for k in schedule):
             raise UsageError(f"--k-schedule {path}: request {rid!r} has a k_schedule that is not a list of K >= 0")
-        schedules[str(rid)] = tuple(schedule)
+        sources = acceptance.get("source_schedule", [None] * len(schedule))
+        if not isinstance(sources, list) or len(sources) != len(schedule):
+            raise UsageError(f"--k-schedule {path}: request {rid!r} has a source_schedule unlike its k_schedule")
+        if not all(s is None or isinstance(s, str) for s in sources):
+            raise UsageError(f"--k-schedule {path}: request {rid!r} has a source_schedule that is not a list of names")
+        schedules[str(rid)] = tuple((k, s or None) for k, s in zip(schedule, sources))
     if not schedules:
         raise UsageError(
             f"--k-schedule {path}: no recorded K schedule in it (give a generate --json document, a results file "

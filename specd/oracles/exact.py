@@ -194,22 +194,26 @@ class Enumerator:
         paths = self._discover_paths(state)
         cells = []
         for path, full, mass in paths["nodes"]:  # first rejection at the path's last draft
-            cells += self._cells(state, path, full, mass, rejected=True)
+            cells += self._cells(state, path, full, mass, True, paths["lookup"])
         for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
-            cells += self._cells(state, path, full, mass, rejected=False)
+            cells += self._cells(state, path, full, mass, False, paths["lookup"])
         points = [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
         outcomes = self.run_cells(state, [point for _, point in points])
         return [(mass, commit.emitted_token_ids, successor) for (mass, _), (commit, successor) in zip(points, outcomes)]
 
     def _discover_paths(self, state: RequestState) -> dict:
         """Pass 1: every draft path of the declared draft policy, run through production to learn
-        how many of its tokens production drafts. -> {"nodes": [...], "maximal": [...]}, each
-        (drafted path, the proposal cells of a full path through it, declared q mass of the path)."""
-        k_max = self.engine.k_for(state)
-        proposer = self.engine.proposer
+        how many of its tokens production drafts. -> {"nodes": [...], "maximal": [...], "lookup": bool},
+        each path (drafted path, the proposal cells of a full path through it, declared q mass of the
+        path); "lookup": the request drafts from a deterministic source this round (q a point mass)."""
+        caches = self.engine.proposer.new_cache()  # which source production plans (a lookup needs a match)
+        caches.open(state.slot)
+        plan = self.engine.plan_for(state, caches)
+        source = self.engine.proposer.sources[plan.source] if plan.source is not None else None
+        lookup = source is None or source.deterministic
         full_paths = [((), (), 1.0)]  # (tokens, proposal cells, mass)
-        if not proposer.deterministic:
-            for _ in range(k_max):
+        if not lookup:
+            for _ in range(plan.k):
                 grown = []
                 for tokens, intervals, mass in full_paths:
                     for x, lo, hi in cells_of(self.ref.q(state.output + tokens)):
@@ -220,32 +224,32 @@ class Enumerator:
         nodes: dict[tuple[int, ...], tuple] = {}
         maximal: dict[tuple[int, ...], tuple] = {}
         for (tokens, intervals, _), drafts in zip(full_paths, drafted):
-            # A deterministic proposer drafts whatever it drafts; a sampling one should draft
+            # A deterministic source drafts whatever it drafts; a sampling one should draft
             # a prefix of the path its uniforms point at (if not, the second pass will show it).
-            path = drafts if proposer.deterministic else tokens[: len(drafts)]
+            path = drafts if lookup else tokens[: len(drafts)]
             for j in range(1, len(path) + 1):
-                nodes.setdefault(path[:j], (path[:j], intervals, self._q_mass(state, path[:j])))
-            maximal.setdefault(path, (path, intervals, self._q_mass(state, path)))
-        return {"nodes": list(nodes.values()), "maximal": list(maximal.values())}
+                nodes.setdefault(path[:j], (path[:j], intervals, self._q_mass(state, path[:j], lookup)))
+            maximal.setdefault(path, (path, intervals, self._q_mass(state, path, lookup)))
+        return {"nodes": list(nodes.values()), "maximal": list(maximal.values()), "lookup": lookup}
 
-    def _q_mass(self, state: RequestState, path: tuple[int, ...]) -> float:
-        if self.engine.proposer.deterministic:
+    def _q_mass(self, state: RequestState, path: tuple[int, ...], lookup: bool) -> float:
+        if lookup:
             return 1.0  # q is the point mass on what the lookup proposes
         mass = 1.0
         for i, token in enumerate(path):
             mass *= self.ref.q(state.output + path[:i])[token]
         return mass
 
-    def _draft_q(self, state: RequestState, path: tuple[int, ...], i: int) -> list[float]:
-        if self.engine.proposer.deterministic:
+    def _draft_q(self, state: RequestState, path: tuple[int, ...], i: int, lookup: bool) -> list[float]:
+        if lookup:
             return [1.0 if x == path[i] else 0.0 for x in range(self.rig.vocab)]
         return self.ref.q(state.output + path[:i])
 
-    def _cells(self, state, path, proposal_cells, mass, rejected: bool) -> list[Cell]:
+    def _cells(self, state, path, proposal_cells, mass, rejected: bool, lookup: bool) -> list[Cell]:
         """Pass 2 cells for one path: accept every draft but (when ``rejected``) the last,
         then every terminal token of the correction (or bonus) distribution."""
         p_rows = [self.ref.p(state.output + path[:i]) for i in range(len(path) + 1)]
-        q_rows = [self._draft_q(state, path, i) for i in range(len(path))]
+        q_rows = [self._draft_q(state, path, i, lookup) for i in range(len(path))]
         found = branch(p_rows, q_rows, path, rejected)
         if found is None:
             return []

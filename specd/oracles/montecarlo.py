@@ -88,7 +88,7 @@ def run_monte_carlo(
 def audit_session(rig: Rig, session) -> list[str]:
     """Independent checks of the published state against the physical caches."""
     errors = []
-    draft_cache = session.draft_cache
+    draft_caches = session.draft_cache.kv_caches()
     for s in session.live():  # finished requests have left the caches
         physical = session.cache.committed(s.slot)
         if s.cache_tokens != physical:
@@ -100,7 +100,7 @@ def audit_session(rig: Rig, session) -> list[str]:
         expected_proc = fold(rig.target_policy.initial_state(s.output[: s.prompt_len]), s.new_tokens)
         if s.target_proc != expected_proc:
             errors.append(f"{s.request_id}: target processor state is not the fold over the published output")
-        if draft_cache is not None:
+        for draft_cache in draft_caches:
             draft_rows = draft_cache.committed(s.slot)
             if s.output[: len(draft_rows)] != draft_rows:
                 errors.append(f"{s.request_id}: draft cache {draft_rows} holds rows that are not published output")

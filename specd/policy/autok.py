@@ -34,6 +34,7 @@ import statistics
 from collections import deque
 
 from specd.core.records import RoundTiming
+from specd.core.sources import Plan
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
 from specd.policy.kpolicy import KPolicy, check_k_max
@@ -62,110 +63,126 @@ def request_profile(history: History, k_max: int) -> AcceptanceProfile:
     return AcceptanceProfile(tuple(alphas), False, "request history")
 
 
-def _line(samples) -> tuple[float, float] | None:
-    """(intercept, slope) of seconds against rows through the median at each row count seen;
-    with one row count, the slope of a call whose fixed part is FIXED_ROWS_PRIOR rows."""
+def _curve(samples):
+    """Seconds against row count, through the median at each row count seen: piecewise linear
+    between them; past the largest (or below the smallest) row count seen, a call whose fixed part
+    is FIXED_ROWS_PRIOR rows, anchored there. A call's cost is not a line in its rows on a CPU: a
+    line through rows 1 and 2 prices 9 rows at several times what they cost, so a free draft would
+    never be allowed the K that pays. -> rows -> seconds, or None."""
     by_rows: dict[int, list[float]] = {}
     for rows, seconds in samples:
         by_rows.setdefault(rows, []).append(seconds)
     if not by_rows:
         return None
     points = sorted((r, statistics.median(v)) for r, v in by_rows.items())
-    if len(points) == 1:
-        ((r0, t0),) = points
-        slope = t0 / (FIXED_ROWS_PRIOR + r0)
-        return t0 - slope * r0, slope
-    n = len(points)
-    mean_r = sum(r for r, _ in points) / n
-    mean_t = sum(t for _, t in points) / n
-    var = sum((r - mean_r) ** 2 for r, _ in points)
-    slope = max(0.0, sum((r - mean_r) * (t - mean_t) for r, t in points) / var)
-    return max(mean_t - slope * mean_r, 0.05 * mean_t), slope
+
+    def anchored(point, rows: int) -> float:
+        r0, t0 = point
+        return t0 * (FIXED_ROWS_PRIOR + rows) / (FIXED_ROWS_PRIOR + r0)
+
+    def at(rows: int) -> float:
+        if rows <= points[0][0]:
+            return anchored(points[0], rows)
+        if rows >= points[-1][0]:
+            return anchored(points[-1], rows)
+        hi = next(i for i, (r, _) in enumerate(points) if r >= rows)
+        (r0, t0), (r1, t1) = points[hi - 1], points[hi]
+        return t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
+
+    return at
 
 
 class OnlineCosts:
-    """The run's measured costs, shared by its requests: seconds of a target call and of one
-    draft step against their row counts, and of the rest of a round, from the last WINDOW rounds."""
+    """The run's measured costs, shared by its requests: seconds of a target call against its row
+    count, of one draft step of each source (a lookup: its time per proposed token), and of the rest
+    of a round, from the last WINDOW rounds (and any calls timed outside them)."""
 
     def __init__(self, window: int = WINDOW):
+        self.window = window
         self.target: deque[tuple[int, float]] = deque(maxlen=window)
-        self.draft: deque[tuple[int, float]] = deque(maxlen=window)
+        self.draft: dict[str, deque[tuple[int, float]]] = {}
         self.other: deque[float] = deque(maxlen=window)
         self.version = 0
-        self._read: tuple[int, int, int, MeasuredCosts | None] | None = None
+        self._read: dict = {}
 
     @property
     def timed_target(self) -> bool:
         return bool(self.target)
 
-    @property
-    def timed_draft(self) -> bool:
-        return bool(self.draft)
+    def timed_draft(self, source: str) -> bool:
+        return bool(self.draft.get(source))
 
-    def record_draft_step(self, rows: int, seconds: float) -> None:
-        """A draft step timed outside a round (see Proposer.step_seconds)."""
-        self.draft.append((rows, seconds))
+    def _steps(self, source: str) -> deque:
+        return self.draft.setdefault(source, deque(maxlen=self.window))
+
+    def record_draft_step(self, source: str, rows: int, seconds: float) -> None:
+        """A draft step of ``source`` timed outside a round (see Proposer.step_seconds)."""
+        self._steps(source).append((rows, seconds))
         self.version += 1
 
     def observe(self, t: RoundTiming) -> None:
         if t.verify_rows > 0 and t.verify_seconds > 0:
             self.target.append((t.verify_rows, t.verify_seconds))
-        step = self._draft_step(t)
-        if step is not None:
-            self.draft.append((max(t.draft_rows, 1), step))
+        for source in t.sources:
+            step = self._draft_step(source)
+            if step is not None:
+                self._steps(source.source).append((max(source.rows, 1), step))
         self.other.append(t.other_seconds)
         self.version += 1
 
     @staticmethod
-    def _draft_step(t: RoundTiming) -> float | None:
-        """Seconds of one ordinary draft step in this round, or None. A first call that caught the
-        draft up on many tokens (its prompt, or output decoded at K = 0) is a one-off, not a step."""
-        if t.max_k == 0 or t.draft_seconds <= 0:
+    def _draft_step(t) -> float | None:
+        """Seconds of one ordinary draft step of a source in a round (a SourceTiming), or None. A
+        first call that caught the draft up on many tokens (its prompt, or output decoded at K = 0)
+        is a one-off, not a step."""
+        if t.max_k == 0 or t.seconds <= 0:
             return None
-        if t.draft_steps == 0:  # no model (prompt lookup): the lookup's time per draft token
-            return t.draft_seconds / t.max_k
-        if t.draft_first_tokens <= 2:
-            return t.draft_seconds / t.draft_steps
-        if t.draft_steps >= 2:
-            return max(t.draft_seconds - t.draft_first_seconds, 0.0) / (t.draft_steps - 1)
+        if t.steps == 0:  # no model (a lookup): its time per proposed token
+            return t.seconds / t.max_k
+        if t.first_tokens <= 2:
+            return t.seconds / t.steps
+        if t.steps >= 2:
+            return max(t.seconds - t.first_seconds, 0.0) / (t.steps - 1)
         return None
 
-    def ledger_costs(self, batch: int, k_max: int) -> MeasuredCosts | None:
-        """The ledger's cost record at ``batch`` for K = 0..k_max, in units of a one-row target
-        call (None until a target call and a draft step have been timed). Read once per round."""
-        key = (self.version, batch, k_max)
-        if self._read is not None and self._read[:3] == key:
-            return self._read[3]
-        target, draft = _line(self.target), _line(self.draft)
+    def ledger_costs(self, batch: int, k_max: int, source: str) -> MeasuredCosts | None:
+        """The ledger's cost record of ``source`` at ``batch`` for K = 0..k_max, in units of a one-row
+        target call (None until a target call and a step of the source have been timed)."""
+        key = (self.version, batch, k_max, source)
+        if key in self._read:
+            return self._read[key]
+        target, draft = _curve(self.target), _curve(self.draft.get(source, ()))
         costs = None
         if target is not None and draft is not None:
-            unit = target[0] + target[1]
-
-            def call(line, rows: int) -> float:
-                return (line[0] + line[1] * rows) / unit
-
+            unit = target(1)
             costs = MeasuredCosts(
-                draft_step={batch: call(draft, batch)},
-                verify={(k, batch): call(target, batch * (k + 1)) for k in range(k_max + 1)},
-                baseline={batch: call(target, batch)},
+                draft_step={batch: draft(batch) / unit},
+                verify={(k, batch): target(batch * (k + 1)) / unit for k in range(k_max + 1)},
+                baseline={batch: target(batch) / unit},
                 state_cost=statistics.median(self.other) / unit if self.other else 0.0,
                 source="online",
             )
-        self._read = (*key, costs)
+        if len(self._read) > 64:
+            self._read.clear()
+        self._read[key] = costs
         return costs
 
 
 class FixedCosts:
     """A cost model that does not move (the oracle's, the tests', sweep-k's analytic auto row):
-    a ledger CostModel read at any batch."""
+    a ledger CostModel read at any batch, the same for every source (or one per source)."""
 
-    def __init__(self, model: CostModel):
+    def __init__(self, model: CostModel, per_source: dict[str, CostModel] | None = None):
         self.model = model
+        self.per_source = per_source or {}
 
-    def ledger_costs(self, batch: int, k_max: int) -> CostModel:
-        return self.model
+    def ledger_costs(self, batch: int, k_max: int, source: str | None = None) -> CostModel:
+        return self.per_source.get(source, self.model)
 
-    timed_target = timed_draft = True
+    timed_target = True
+
+    def timed_draft(self, source: str) -> bool:
+        return True
 
 
 def trailing_zeros(schedule: tuple[int, ...]) -> int:
@@ -196,11 +213,12 @@ def probe_due(schedule: tuple[int, ...]) -> bool:
 class AutoK(KPolicy):
     """The cost-aware policy (see the module docstring). ``costs``: an OnlineCosts (the caller
     subscribes its ``observe`` to the engine's round timings), or any object with
-    ``ledger_costs(batch, k_max)`` (the oracle passes fixed costs)."""
+    ``ledger_costs(batch, k_max, source)`` (the oracle passes fixed costs)."""
 
     def __init__(self, k_max: int = 8, batch: int = 1, costs=None, time_draft_step=None):
-        """``time_draft_step(rows) -> seconds``: times one draft step when the costs have none yet
-        (Proposer.step_seconds), so the first decision need not draft to learn what drafting costs."""
+        """``time_draft_step(source index, rows) -> seconds``: times one step of a draft source when the
+        costs have none yet (Proposer.step_seconds), so the first decision need not draft to learn
+        what drafting costs."""
         check_k_max(k_max)
         if batch < 1:
             raise UsageError(f"batch must be >= 1, got {batch}")
@@ -209,26 +227,42 @@ class AutoK(KPolicy):
         self.costs = costs if costs is not None else OnlineCosts()
         self.time_draft_step = time_draft_step
 
-    def choose(self, state: RequestState) -> int:
+    def plan(self, state: RequestState, sources) -> Plan:
+        """``sources``: the (index, identity) of each source available this round, in the user's order."""
         cap = min(self.k_max, state.draft_budget)
-        if cap == 0 or not self.costs.timed_target:  # the run's first round times a plain target step
-            return 0
-        if not self.costs.timed_draft:
-            if self.time_draft_step is None:
-                return min(TIMING_K, cap)
-            self.costs.record_draft_step(self.batch, self.time_draft_step(self.batch))
-        costs = self.costs.ledger_costs(self.batch, self.k_max)
-        profile = request_profile(state.history, self.k_max)
-        best = best_k(profile, costs, range(cap + 1), self.batch)
-        if best > 0:
-            return best
+        if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
+            return Plan(None, 0)
+        options = []  # (progress rate at the source's best K >= 1, could it ever pay, its plan)
+        for index, name in sources:
+            if not self.costs.timed_draft(name):
+                if self.time_draft_step is None:
+                    return Plan(index, min(TIMING_K, cap))
+                self.costs.record_draft_step(name, self.batch, self.time_draft_step(index, self.batch))
+            costs = self.costs.ledger_costs(self.batch, self.k_max, name)
+            mine = state.history.of(name)
+            profile = request_profile(mine, self.k_max)
+            k = best_k(profile, costs, range(1, cap + 1), self.batch)
+            untried = not any(mine.k_schedule)
+            rate = progress_rate(profile, costs, k, self.batch)
+            options.append((rate, self.could_pay(costs, cap), untried, index, k))
+        off = progress_rate(request_profile(state.history, self.k_max), self._any_costs(sources), 0, self.batch)
+        rate, _, _, index, k = max(options, key=lambda o: (o[0], -o[3]))
+        if rate > off:
+            return Plan(index, k)
         schedule = state.history.k_schedule
-        if self.could_pay(costs, cap) and (not any(schedule) or probe_due(schedule)):
-            # A request that never drafted tries at once: its prior is no evidence against its draft.
-            return best_k(profile, costs, range(1, cap + 1), self.batch)
+        payable = [o for o in options if o[1]]
+        fresh = [o for o in payable if o[2]]  # a source never tried: its prior is no evidence against it
+        if fresh:
+            return Plan(fresh[0][3], fresh[0][4])
+        if payable and probe_due(schedule):
+            best = max(payable, key=lambda o: (o[0], -o[3]))
+            return Plan(best[3], best[4])
         if trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # even perfect acceptance would lose: re-time
-            return min(TIMING_K, cap)
-        return 0
+            return Plan(sources[0][0], min(TIMING_K, cap))
+        return Plan(None, 0)
+
+    def _any_costs(self, sources):
+        return self.costs.ledger_costs(self.batch, self.k_max, sources[0][1])
 
     def could_pay(self, costs, cap: int) -> bool:
         """Would any K >= 1 beat K = 0 if every draft were accepted? If not, no acceptance history can

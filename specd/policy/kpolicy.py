@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from specd.core.sources import Plan, first_available
 from specd.core.state import RequestState
 from specd.errors import KScheduleMismatch, UsageError
 
@@ -41,11 +42,13 @@ def check_k_max(value: int, where: str = "--k-max") -> None:
 
 
 class KPolicy:
-    """The interface: ``choose`` the drafts a request asks for (before the engine clamps it to
-    the request's budget). Costs reach a policy that needs them through the cost object it was
-    built with (the engine publishes each round's timing to its observers)."""
+    """The interface: ``plan`` a request's round, the source it drafts from and how many drafts it
+    asks for (before the engine clamps K to the request's budget), given the sources available this
+    round as (index, identity) pairs in the user's order. Costs reach a policy that needs them
+    through the cost object it was built with (the engine publishes each round's timing to its
+    observers)."""
 
-    def choose(self, state: RequestState) -> int:
+    def plan(self, state: RequestState, sources) -> Plan:
         raise NotImplementedError
 
 
@@ -55,18 +58,18 @@ class FixedK(KPolicy):
     def __init__(self, k: int):
         self.k = k
 
-    def choose(self, state: RequestState) -> int:
-        return self.k
+    def plan(self, state: RequestState, sources) -> Plan:
+        return first_available(sources, self.k)
 
 
 class ScheduleK(KPolicy):
-    """Replay recorded K schedules (request id -> K per round), so a sampled run that chose K
-    from measured time is reproduced token for token anywhere."""
+    """Replay recorded schedules (request id -> (K, source identity or None) per round), so a sampled
+    run that chose K and the source from measured time is reproduced token for token anywhere."""
 
-    def __init__(self, schedules: Mapping[str, tuple[int, ...]]):
+    def __init__(self, schedules: Mapping[str, tuple[tuple[int, str | None], ...]]):
         self.schedules = dict(schedules)
 
-    def choose(self, state: RequestState) -> int:
+    def plan(self, state: RequestState, sources) -> Plan:
         schedule = self.schedules.get(state.request_id)
         if schedule is None:
             raise KScheduleMismatch(f"--k-schedule has no schedule for request {state.request_id!r}")
@@ -76,4 +79,15 @@ class ScheduleK(KPolicy):
                 f"schedule ({len(schedule)} rounds) does not have: another prompt, model or budget than the "
                 "recorded run's"
             )
-        return schedule[state.rounds]
+        k, source = schedule[state.rounds]
+        if k == 0:
+            return Plan(None, 0)
+        if not source:  # recorded before sources were recorded: the first that proposes
+            return first_available(sources, k)
+        index = next((i for i, name in sources if name == source), None)
+        if index is None:
+            raise KScheduleMismatch(
+                f"--k-schedule: request {state.request_id!r} drafted from {source!r} in round {state.rounds + 1}, "
+                "which this run does not have or cannot use there (another --draft than the recorded run's)"
+            )
+        return Plan(index, k)

@@ -70,6 +70,7 @@ _OPTIONAL = {
     "q_prob": (int, float),
     "p_prob": (int, float),
     "accept_ratio": (int, float),
+    "source": (str, type(None)),
 }
 TERMINAL_KINDS = ("correction", "bonus", "stop")
 

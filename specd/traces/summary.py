@@ -36,8 +36,10 @@ def summarize_group(rnds: pd.DataFrame) -> dict:
     """The figures of one group of round rows."""
     counts = RoundCounts()
     if not rnds.empty:
-        for k, accepted, emitted in zip(rnds["k"].tolist(), rnds["accepted"].tolist(), rnds["emitted"].map(len)):
-            counts.add_round(int(k), int(accepted), int(emitted))
+        sources = rnds["source"].tolist() if "source" in rnds.columns else [None] * len(rnds)
+        columns = zip(rnds["k"].tolist(), rnds["accepted"].tolist(), rnds["emitted"].map(len), sources)
+        for k, accepted, emitted, source in columns:
+            counts.add_round(int(k), int(accepted), int(emitted), source if isinstance(source, str) else None)
     figures = acceptance_figures(counts)
     spec = rnds[rnds["k"] > 0] if not rnds.empty else rnds
     k_max = int(spec["k"].max()) if not spec.empty else 0

@@ -150,4 +150,4 @@ def test_a_device_map_split_gives_the_same_greedy_tokens(tiny_models, capsys):
     assert code == 0, err
     assert json.loads(split)["results"][0]["tokens"] == json.loads(plain)["results"][0]["tokens"]
     code, _, err = run_cli([*base[:4], "self:bf16", *base[5:], "--device-map", "auto"], capsys)
-    assert code == 2 and "separate draft model or ngram:N" in err
+    assert code == 2 and "separate draft model, ngram:N or suffix" in err

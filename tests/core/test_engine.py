@@ -80,7 +80,7 @@ def test_caches_hold_exactly_the_published_history():
         for s in session.live():
             assert session.cache.committed(s.slot) == s.cache_tokens == s.output[:-1]
             assert session.cache.temporary(s.slot) == ()
-            draft_rows = session.draft_cache.committed(s.slot)
+            draft_rows = session.draft_cache.caches[0].committed(s.slot)
             assert s.output[: len(draft_rows)] == draft_rows  # no rejected draft rows survive
             checked += 1
         for s in session.states():

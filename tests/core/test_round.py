@@ -54,7 +54,7 @@ def test_the_scan_sees_calls_where_they_are():
 # ended between rounds, a failed round rolled back) in the session.
 ROUND_WRITES = {
     "publish": [("core/round.py", "speculative_round"), ("core/transaction.py", "publish")],
-    "settle": [("core/round.py", "speculative_round"), ("core/session.py", "abort")],
+    "settle": [("core/round.py", "speculative_round"), ("core/session.py", "abort"), ("core/sources.py", "settle")],
     "retire": [("core/round.py", "speculative_round"), ("core/session.py", "_prefill"), ("core/session.py", "finish")],
     "replace_unpublished": [
         ("core/round.py", "materialize_frontiers"),

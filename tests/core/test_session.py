@@ -16,7 +16,7 @@ def test_admission_prefills_all_but_the_frontier_and_opens_a_slot_per_request():
     session = table_engine().start(REQUESTS)
     for s, r in zip(session.states(), REQUESTS):
         assert s.output == r.prompt and s.cache_tokens == r.prompt[:-1] and s.frontier == r.prompt[-1]
-        assert session.cache.committed(s.slot) == r.prompt[:-1] and session.draft_cache.is_open(s.slot)
+        assert session.cache.committed(s.slot) == r.prompt[:-1] and session.draft_cache.caches[0].is_open(s.slot)
     assert len({s.slot for s in session.states()}) == 3 and session.stats.target_forwards == 1
 
 
@@ -43,7 +43,7 @@ def test_fill_admits_up_to_the_batch_size_and_the_next_join_as_others_finish():
     while session.store.get("b").finished is False:
         speculative_round(session)
     finished = session.take_finished()
-    assert [s.request_id for s in finished] == ["b"] and not session.draft_cache.is_open(finished[0].slot)
+    assert [s.request_id for s in finished] == ["b"] and not session.draft_cache.caches[0].is_open(finished[0].slot)
     assert [s.request_id for s in session.fill(2)] == ["c"] and session.take_finished() == []
 
 

@@ -33,7 +33,7 @@ def faulty_engine(**kw):
 
 
 def snapshot(session):
-    proposer_cache = session.draft_cache
+    proposer_cache = session.draft_cache.caches[0]
     return [
         (
             s,

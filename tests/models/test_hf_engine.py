@@ -86,7 +86,7 @@ def test_finished_rows_leave_the_batch(pair):
     session = engine.start([Request("a", (1, 2), 3), Request("b", (3, 4), 30)])
     while not session.store.get("a").finished:
         speculative_round(session)
-    assert session.cache.rows == [1] and session.draft_cache.rows == [1]
+    assert session.cache.rows == [1] and session.draft_cache.caches[0].rows == [1]
     assert decode(session).states[1].finish_reason == "length"
     assert session.cache.rows == [] and session.cache.dyn is None  # nothing left holds memory
 

@@ -28,6 +28,6 @@ def test_run_arguments_do_not_touch_the_pipeline(pipe):
 
 def test_other_sampling_options_give_a_new_pipeline_sharing_the_models(pipe):
     sampled = pipe.with_options(dataclasses.replace(pipe.options, temperature=0.8, top_k=20))
-    assert sampled.target is pipe.target and sampled.proposer.model is pipe.proposer.model
+    assert sampled.target is pipe.target and sampled.proposer.sources[0].model is pipe.proposer.sources[0].model
     assert pipe.target_policy.greedy and not sampled.target_policy.greedy
     assert [p["name"] for p in sampled.target_policy.describe()["processors"]] == ["temperature", "top_k"]

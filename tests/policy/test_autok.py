@@ -5,6 +5,7 @@ import pytest
 
 from specd.core.processors import SamplingPolicy
 from specd.core.records import RoundTiming
+from specd.core.sources import Plan, SourceTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, target_joint
@@ -18,6 +19,14 @@ CHEAP = FixedCosts(CostModel(draft_cost=0.05, row_cost=0.02, draft_row_cost=0.0,
 USELESS = FixedCosts(CostModel(draft_cost=2.0, row_cost=0.1, draft_row_cost=0.0, state_cost=0.01))
 
 
+DRAFT = [(0, "d")]  # the one source of these tests: (index, identity)
+
+
+def choose(policy, state, sources=DRAFT) -> int:
+    """The K a policy plans for a request whose sources are ``sources``."""
+    return policy.plan(state, list(sources)).k
+
+
 class State:
     """What AutoK reads of a request: its history and remaining budget."""
 
@@ -27,33 +36,26 @@ class State:
     draft_budget = RequestState.draft_budget  # the real rule, read off ``remaining``
 
 
-def timing(**changes):
-    base = dict(
-        batch=1,
-        draft_seconds=0.0,
-        draft_steps=0,
-        draft_first_tokens=0,
-        draft_first_seconds=0.0,
-        draft_rows=0,
-        max_k=0,
-        verify_seconds=0.04,
-        verify_rows=1,
-        other_seconds=0.001,
-    )
-    return RoundTiming(**{**base, **changes})
+def timing(source=None, **changes):
+    """A round's timing; ``source``: the draft source's turn as SourceTiming fields (none: K = 0)."""
+    base = dict(batch=1, draft_seconds=0.0, draft_steps=0, sources=(), verify_seconds=0.04, verify_rows=1)
+    if source is not None:
+        turn = SourceTiming(**{"source": "d", "rows": 1, "first_tokens": 1, "first_seconds": 0.0, **source})
+        base.update(draft_seconds=turn.seconds, draft_steps=turn.steps, sources=(turn,))
+    return RoundTiming(**{**base, "other_seconds": 0.001, **changes})
 
 
-def history(*rounds):
+def history(*rounds, source="d"):
     h = History()
     for k, accepted in rounds:
-        h = h.after(k, accepted)
+        h = h.after(k, accepted, source)
     return h
 
 
 def test_the_choice_maximizes_the_ledgers_progress_per_time():
     policy = AutoK(8, 1, CHEAP)
     h = history(*[(4, 4)] * 10)  # every draft accepted so far
-    k = policy.choose(State(h))
+    k = choose(policy, State(h))
     profile = request_profile(h, 8)
     rates = [progress_rate(profile, CHEAP.model, j) for j in range(9)]
     assert k == max(range(9), key=lambda j: rates[j]) and k >= 6
@@ -65,13 +67,13 @@ def test_the_choice_maximizes_the_ledgers_progress_per_time():
 def test_rejections_lower_k_and_a_hopeless_draft_goes_to_zero():
     good, bad = history(*[(4, 4)] * 6), history(*[(4, 0)] * 6)
     policy = AutoK(8, 1, CHEAP)
-    assert policy.choose(State(bad)) < policy.choose(State(good))
-    assert AutoK(8, 1, USELESS).choose(State(good)) == 0  # a draft step costing 2 target steps never pays
+    assert choose(policy, State(bad)) < choose(policy, State(good))
+    assert choose(AutoK(8, 1, USELESS), State(good)) == 0  # a draft step costing 2 target steps never pays
 
 
 def test_the_budget_caps_k():
-    assert AutoK(8, 1, CHEAP).choose(State(history(*[(4, 4)] * 6), remaining=3)) <= 2
-    assert AutoK(8, 1, CHEAP).choose(State(remaining=1)) == 0
+    assert choose(AutoK(8, 1, CHEAP), State(history(*[(4, 4)] * 6), remaining=3)) <= 2
+    assert choose(AutoK(8, 1, CHEAP), State(remaining=1)) == 0
 
 
 def test_probes_come_back_after_zero_runs_with_a_doubling_wait():
@@ -84,10 +86,10 @@ def test_probes_come_back_after_zero_runs_with_a_doubling_wait():
     # not, except a re-timing round every PROBE_AFTER_MAX rounds
     mid = FixedCosts(CostModel(draft_cost=0.5, row_cost=0.1, draft_row_cost=0.0, state_cost=0.01))
     rejected = history(*([(1, 0)] * 3 + [(0, 0)] * PROBE_AFTER))
-    assert AutoK(8, 1, mid).choose(State(rejected)) >= 1
-    assert AutoK(8, 1, USELESS).choose(State(rejected)) == 0
+    assert choose(AutoK(8, 1, mid), State(rejected)) >= 1
+    assert choose(AutoK(8, 1, USELESS), State(rejected)) == 0
     long_off = history(*([(1, 0)] * 3 + [(0, 0)] * PROBE_AFTER_MAX))
-    assert AutoK(8, 1, USELESS).choose(State(long_off)) == 2
+    assert choose(AutoK(8, 1, USELESS), State(long_off)) == 2
 
 
 def test_a_fresh_request_drafts_once_before_its_prior_can_rule_drafting_out():
@@ -96,83 +98,79 @@ def test_a_fresh_request_drafts_once_before_its_prior_can_rule_drafting_out():
     assert progress_rate(request_profile(History(), 8), mid.model, 0) > max(
         progress_rate(request_profile(History(), 8), mid.model, k) for k in range(1, 9)
     )  # the Beta(1, 1) prior alone says K = 0 ...
-    assert policy.choose(State()) >= 1  # ... but a request that never drafted tries
+    assert choose(policy, State()) >= 1  # ... but a request that never drafted tries
 
 
 def test_online_costs_time_the_first_round_plainly_then_the_draft_once():
     costs = OnlineCosts()
     timed = []
-    policy = AutoK(4, 1, costs, time_draft_step=lambda rows: timed.append(rows) or 0.02)
-    assert policy.choose(State()) == 0 and not timed  # nothing measured: a plain target step
+    policy = AutoK(4, 1, costs, time_draft_step=lambda source, rows: timed.append(rows) or 0.02)
+    assert choose(policy, State()) == 0 and not timed  # nothing measured: a plain target step
     costs.observe(timing())
-    k = policy.choose(State())
-    assert timed == [1] and costs.timed_draft and k >= 1
-    policy.choose(State())
+    k = choose(policy, State())
+    assert timed == [1] and costs.timed_draft("d") and k >= 1
+    choose(policy, State())
     assert timed == [1]  # timed once, then from the rounds
 
 
 def test_a_catch_up_call_is_not_a_draft_step():
     costs = OnlineCosts()
     # first call fed 30 tokens (the draft caught up on its prompt): one step only, no sample
-    common = dict(draft_rows=1, verify_seconds=0.05)
-    costs.observe(
-        timing(
-            draft_seconds=0.5,
-            draft_steps=1,
-            draft_first_tokens=30,
-            draft_first_seconds=0.5,
-            max_k=1,
-            verify_rows=2,
-            **common,
-        )
-    )
-    assert not costs.timed_draft
+    costs.observe(timing(dict(seconds=0.5, steps=1, first_tokens=30, first_seconds=0.5, max_k=1), verify_rows=2))
+    assert not costs.timed_draft("d")
     # two steps: the second is an ordinary step
-    costs.observe(
-        timing(
-            draft_seconds=0.56,
-            draft_steps=2,
-            draft_first_tokens=30,
-            draft_first_seconds=0.5,
-            max_k=2,
-            verify_rows=3,
-            **common,
-        )
-    )
-    assert list(costs.draft) == [(1, pytest.approx(0.06))]
+    costs.observe(timing(dict(seconds=0.56, steps=2, first_tokens=30, first_seconds=0.5, max_k=2), verify_rows=3))
+    assert list(costs.draft["d"]) == [(1, pytest.approx(0.06))]
     # ordinary first call (two tokens): both steps count
-    costs.observe(
-        timing(
-            draft_seconds=0.08,
-            draft_steps=2,
-            draft_first_tokens=2,
-            draft_first_seconds=0.04,
-            max_k=2,
-            verify_rows=3,
-            **common,
-        )
-    )
-    assert costs.draft[-1] == (1, pytest.approx(0.04))
+    costs.observe(timing(dict(seconds=0.08, steps=2, first_tokens=2, first_seconds=0.04, max_k=2), verify_rows=3))
+    assert costs.draft["d"][-1] == (1, pytest.approx(0.04))
+    # a lookup (no model steps): its time per proposed token
+    costs.observe(timing(dict(source="suffix", seconds=0.0004, steps=0, max_k=4), verify_rows=5))
+    assert list(costs.draft["suffix"]) == [(1, pytest.approx(0.0001))]
 
 
-def test_online_costs_fit_the_target_call_by_row_count():
+def test_online_costs_follow_the_target_call_by_row_count_piece_by_piece():
     costs = OnlineCosts()
-    for rows, seconds in [(1, 0.010), (1, 0.011), (5, 0.014), (5, 0.015), (9, 0.018)]:
-        costs.observe(
-            timing(
-                draft_seconds=0.01,
-                draft_steps=1,
-                draft_first_tokens=1,
-                draft_rows=1,
-                max_k=1,
-                verify_seconds=seconds,
-                verify_rows=rows,
-            )
-        )
-    ledger = costs.ledger_costs(1, 8)
-    assert ledger.verify[(0, 1)] == pytest.approx(1.0, abs=0.05)  # units: a one-row call
-    assert ledger.verify[(8, 1)] == pytest.approx(1.7, abs=0.1)
-    assert costs.ledger_costs(1, 8) is ledger  # read once per round
+    step = dict(seconds=0.01, steps=1, max_k=1)
+    for rows, seconds in [(1, 0.010), (1, 0.011), (2, 0.016), (5, 0.017), (5, 0.018), (9, 0.021)]:
+        costs.observe(timing(step, verify_seconds=seconds, verify_rows=rows))
+    ledger = costs.ledger_costs(1, 8, "d")
+    assert ledger.verify[(0, 1)] == pytest.approx(1.0)  # units: a one-row call (its median, 0.0105)
+    assert ledger.verify[(1, 1)] == pytest.approx(0.016 / 0.0105)
+    # between the row counts seen: piecewise linear
+    assert ledger.verify[(3, 1)] == pytest.approx((0.016 + (0.0175 - 0.016) * 2 / 3) / 0.0105)
+    assert ledger.verify[(8, 1)] == pytest.approx(0.021 / 0.0105)
+    assert costs.ledger_costs(1, 8, "d") is ledger  # read once per round
+
+
+def test_past_the_row_counts_seen_a_call_is_priced_by_its_fixed_part_not_by_a_line():
+    costs = OnlineCosts()
+    for rows, seconds in [(1, 0.010), (2, 0.013)]:  # only K = 0 and K = 1 tried so far
+        costs.observe(timing(dict(seconds=0.01, steps=1, max_k=1), verify_seconds=seconds, verify_rows=rows))
+    ledger = costs.ledger_costs(1, 8, "d")
+    # a line through (1, 2) would say 9 rows cost 3.4 one-row calls; anchored at the last row count seen,
+    # with a fixed part of 16 rows: 1.3 x 25 / 18
+    assert ledger.verify[(8, 1)] == pytest.approx(1.3 * 25 / 18)
+
+
+def test_the_source_with_the_best_rate_is_chosen_and_each_source_keeps_its_own_acceptance():
+    cheap_lookup = CostModel(draft_cost=0.001, row_cost=0.02, draft_row_cost=0.0, state_cost=0.01)
+    costs = FixedCosts(CHEAP.model, {"lookup": cheap_lookup})
+    sources = [(0, "lookup"), (1, "model")]
+    policy = AutoK(8, 1, costs)
+    # the lookup accepts everything, the model nothing: the lookup
+    h = history(*[(4, 4)] * 6, source="lookup")
+    for k, a in [(4, 0)] * 6:
+        h = h.after(k, a, "model")
+    assert policy.plan(State(h), sources).source == 0
+    # the other way round: the model (each source's own history decides, not the pooled one)
+    h = history(*[(4, 0)] * 6, source="lookup")
+    for k, a in [(4, 4)] * 6:
+        h = h.after(k, a, "model")
+    assert policy.plan(State(h), sources).source == 1
+    # a lookup with no match this round is not offered: only the model is
+    assert policy.plan(State(h), [(1, "model")]).source == 1
+    assert policy.plan(State(h), []) == Plan(None, 0)
 
 
 @pytest.mark.parametrize("k_max", [0, 65])

@@ -2,6 +2,7 @@
 
 import pytest
 
+from specd.core.sources import Plan
 from specd.core.state import History
 from specd.errors import KScheduleMismatch, UsageError
 from specd.policy.kpolicy import MAX_K, FixedK, ScheduleK, check_k, check_k_max
@@ -12,22 +13,29 @@ class State:
         self.request_id, self.rounds, self.history = request_id, rounds, History()
 
 
-def test_fixed_k_is_the_same_every_round():
-    assert [FixedK(3).choose(State(rounds=r)) for r in range(4)] == [3, 3, 3, 3]
+SOURCES = [(0, "suffix"), (1, "model")]
 
 
-def test_a_schedule_replays_each_requests_k_round_by_round():
-    policy = ScheduleK({"a": (2, 0, 5), "b": (1,)})
-    assert [policy.choose(State("a", r)) for r in range(3)] == [2, 0, 5]
-    assert policy.choose(State("b", 0)) == 1
+def test_fixed_k_is_the_same_every_round_from_the_first_source_that_proposes():
+    assert [FixedK(3).plan(State(rounds=r), SOURCES) for r in range(2)] == [Plan(0, 3)] * 2
+    assert FixedK(3).plan(State(), SOURCES[1:]) == Plan(1, 3)  # the lookup found nothing: the model
+    assert FixedK(3).plan(State(), []) == Plan(None, 0)
 
 
-def test_a_schedule_that_lacks_a_request_or_a_round_is_refused_by_name():
-    policy = ScheduleK({"a": (2,)})
+def test_a_schedule_replays_each_requests_source_and_k_round_by_round():
+    policy = ScheduleK({"a": ((2, "model"), (0, None), (5, "suffix")), "b": ((1, None),)})
+    assert [policy.plan(State("a", r), SOURCES) for r in range(3)] == [Plan(1, 2), Plan(None, 0), Plan(0, 5)]
+    assert policy.plan(State("b", 0), SOURCES) == Plan(0, 1)  # no source recorded: the first that proposes
+
+
+def test_a_schedule_that_lacks_a_request_a_round_or_a_source_is_refused_by_name():
+    policy = ScheduleK({"a": ((2, "model"),)})
     with pytest.raises(KScheduleMismatch, match="no schedule for request 'z'"):
-        policy.choose(State("z"))
+        policy.plan(State("z"), SOURCES)
     with pytest.raises(KScheduleMismatch, match="needs a round 2"):
-        policy.choose(State("a", 1))
+        policy.plan(State("a", 1), SOURCES)
+    with pytest.raises(KScheduleMismatch, match="drafted from 'model'"):
+        policy.plan(State("a", 0), SOURCES[:1])
 
 
 @pytest.mark.parametrize("value", ["auto", 1, MAX_K])

@@ -1,0 +1,177 @@
+"""Several draft sources in one run: each round, each request drafts from one of them.
+
+``SourceSet`` holds the run's sources in the user's order (a lookup such as ``suffix``
+or ``ngram:N``, a draft model, ...), one cache each. A request's ``Plan`` for a round
+names the source and K (the K policy chooses it; see specd.policy). A source with
+nothing to propose this round (a lookup without a match) is not available and is
+skipped. ``propose`` runs each source on the rows that chose it and returns one
+``Drafted`` batch: per row the drafts, the q rows they were drawn from, the proposal
+uniforms consumed and the source; per source its timing.
+
+Exactness is the single source's: the choice reads the request's committed history,
+the availability of a lookup (a function of the published output) and measured time,
+never the round's target rows or uniforms, so the number of drafts and their source
+form a stopping time of the draft process and the rule stays exact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.kv import KVCache
+from specd.core.proposer import NullProposer, Proposer
+from specd.core.state import RequestState
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a request does this round: draft up to ``k`` tokens from source ``source`` (an index
+    into the run's sources; None with k = 0: a plain target step)."""
+
+    source: int | None
+    k: int
+
+
+def first_available(sources, k: int) -> Plan:
+    """K drafts from the first available source, ``sources`` as (index, identity) pairs (none
+    available, or K = 0: a plain target step)."""
+    return Plan(sources[0][0], k) if sources and k > 0 else Plan(None, 0)
+
+
+@dataclass(frozen=True)
+class SourceTiming:
+    """One source's turn in a round (seconds, wall clock; device-synchronized by the round)."""
+
+    source: str  # the source's identity
+    seconds: float
+    steps: int  # draft forward calls (0 for a lookup)
+    rows: int  # requests that drafted from it
+    max_k: int  # its longest draft this round
+    first_tokens: int  # the most tokens its first call fed a row (> 2: catching up)
+    first_seconds: float
+
+
+@dataclass(frozen=True)
+class Drafted:
+    drafts: tuple[tuple[int, ...], ...]  # per row
+    q: torch.Tensor  # float[B, K, V]: the rows each d_i was drawn from (zeros past k_b)
+    draws: tuple[int, ...]  # proposal-stream uniforms each row consumed
+    sources: tuple[str | None, ...]  # the source each row drafted from (None: no drafts)
+    timings: tuple[SourceTiming, ...]
+
+
+class SourceCaches:
+    """One cache per source (None for a source without one), opened and closed together."""
+
+    def __init__(self, caches: Sequence):
+        self.caches = tuple(caches)
+
+    def _each(self):
+        return (c for c in self.caches if c is not None)
+
+    def kv_caches(self) -> list:
+        """The K/V caches among them (the draft models'), for audits."""
+        return [c for c in self._each() if isinstance(c, KVCache)]
+
+    def open(self, slot: int) -> None:
+        for c in self._each():
+            c.open(slot)
+
+    def close(self, slot: int) -> None:
+        for c in self._each():
+            c.close(slot)
+
+    def compact(self) -> None:
+        for c in self._each():
+            c.compact()
+
+    def tidy(self) -> None:
+        for c in self._each():
+            c.tidy()
+
+
+class SourceSet:
+    """The run's draft sources, in order (see the module docstring)."""
+
+    def __init__(self, sources: Sequence[Proposer]):
+        self.sources = tuple(sources)
+        vocab = {s.vocab_size for s in self.sources}
+        self.vocab_size = vocab.pop() if len(vocab) == 1 else None
+        models = [s for s in self.sources if not s.deterministic]
+        # The draft policy whose processor state every request carries (model sources share it).
+        self.policy = (models or list(self.sources))[0].policy
+
+    @classmethod
+    def of(cls, proposer, vocab_size: int) -> SourceSet:
+        """A proposer, a list of them, or None (target-only: a source that proposes nothing)."""
+        if proposer is None:
+            return cls([NullProposer(vocab_size)])
+        if isinstance(proposer, SourceSet):
+            return proposer
+        return cls(proposer if isinstance(proposer, (list, tuple)) else [proposer])
+
+    @property
+    def identities(self) -> tuple[str, ...]:
+        return tuple(s.identity for s in self.sources)
+
+    @property
+    def forward_calls(self) -> int:
+        return sum(s.forward_calls for s in self.sources)
+
+    def new_cache(self) -> SourceCaches:
+        return SourceCaches([s.new_cache() for s in self.sources])
+
+    def available(self, state: RequestState, caches: SourceCaches) -> tuple[bool, ...]:
+        """Which sources could propose for ``state`` this round (a lookup needs a match)."""
+        return tuple(s.available(state, c) for s, c in zip(self.sources, caches.caches))
+
+    def propose(self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype) -> Drafted:
+        """Each source drafts for the rows whose plan names it; rows of K = 0 draft nothing."""
+        b_total = len(states)
+        drafts: list[tuple[int, ...]] = [() for _ in states]
+        used = [0] * b_total
+        names: list[str | None] = [None] * b_total
+        parts, timings = [], []
+        for index, source in enumerate(self.sources):
+            rows = [b for b, plan in enumerate(plans) if plan.source == index and plan.k > 0]
+            if not rows:
+                continue
+            calls = source.forward_calls
+            started = time.perf_counter()
+            mine, ks = [states[b] for b in rows], [plans[b].k for b in rows]
+            proposal = source.propose(mine, ks, caches.caches[index], draws, backend, dtype)
+            seconds = time.perf_counter() - started
+            for j, b in enumerate(rows):
+                drafts[b] = tuple(proposal.drafts[j])
+                used[b] = len(drafts[b]) if proposal.sampled else 0
+                names[b] = source.identity if drafts[b] else None
+            parts.append((rows, proposal.q))
+            longest = max((len(proposal.drafts[j]) for j in range(len(rows))), default=0)
+            timings.append(
+                SourceTiming(
+                    source.identity,
+                    seconds,
+                    source.forward_calls - calls,
+                    sum(1 for b in rows if drafts[b]),
+                    longest,
+                    proposal.first_call_tokens,
+                    proposal.first_call_seconds,
+                )
+            )
+        k_max = max((len(d) for d in drafts), default=0)
+        device = parts[0][1].device if parts else "cpu"
+        q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype, device=device)
+        for rows, part in parts:
+            width = min(part.shape[1], k_max)
+            if width:
+                q[torch.tensor(rows, device=device), :width] = part[:, :width].to(device=device, dtype=dtype)
+        return Drafted(tuple(drafts), q, tuple(used), tuple(names), tuple(timings))
+
+    def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
+        """Every source's cache follows the published output (None: the round aborted)."""
+        for source, cache in zip(self.sources, caches.caches):
+            source.settle(cache, slot, output)
