@@ -35,6 +35,10 @@ def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary"
     fig("mean accepted length", lambda f: _num(f["mean_accepted_length"]))
     fig("acceptance by position", lambda f: " ".join(_num(a) for a in f["acceptance_by_position"].values()) or "-")
     fig("K chosen (rounds)", lambda f: " ".join(f"{k}:{n}" for k, n in f["k_histogram"].items()) or "-")
+    fig(
+        "draft source (rounds)",
+        lambda f: " ".join(f"{_source(s)}:{n}" for s, n in f["source_histogram"].items()) or "-",
+    )
     fig("share of rounds at K = 0", lambda f: f"{100 * f['share_k0']:.0f}%" if f["rounds"] else "-")
     fig("vLLM: mean acceptance length", lambda f: _num(f["mean_acceptance_length"]))
     fig("vLLM: draft acceptance rate", lambda f: _num(f["draft_acceptance_rate"], percent=True))
@@ -86,6 +90,17 @@ def _home(path: str) -> str:
     """A path with the home directory written as ~."""
     home = str(Path.home())
     return "~" + path[len(home) :] if path.startswith(home + "/") else path
+
+
+def _sources(histogram: dict[str, int]) -> str:
+    return " ".join(f"{_source(s)}:{n}" for s, n in histogram.items()) or "-"
+
+
+def _source(identity: str) -> str:
+    """A draft source as the user named it: suffix, ngram:3, or a model's name (self:bf16(...) and
+    folders shortened to their last part)."""
+    name = identity.split(":", 2)[1] if identity.startswith("hf:") else identity
+    return printable(name.rsplit("/", 1)[-1], newlines=False)
 
 
 def _num(value: float | None, percent: bool = False) -> str:

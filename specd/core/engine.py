@@ -86,6 +86,7 @@ class SpeculativeEngine:
         self.layout = layout or make_layout(config.layout)
         self.transaction_cls = transaction_cls
         self.observers = tuple(observers)
+        self._source_names = tuple(enumerate(self.proposer.identities))  # (index, identity) per source
 
     @classmethod
     def baseline(cls, target, target_policy: SamplingPolicy, config: EngineConfig = EngineConfig(), **kw):
@@ -97,7 +98,7 @@ class SpeculativeEngine:
         can propose, else the K policy's plan (else the config's K), K within the request's budget
         (``RequestState.draft_budget``). A source with nothing to propose is not offered."""
         available = self.proposer.available(state, caches)
-        sources = [(i, s.identity) for i, (s, ok) in enumerate(zip(self.proposer.sources, available)) if ok]
+        sources = [pair for pair, ok in zip(self._source_names, available) if ok]
         if state.k is not None or self.k_policy is None:
             plan = first_available(sources, self.config.k if state.k is None else state.k)
         else:

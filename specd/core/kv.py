@@ -28,7 +28,10 @@ class KVRows:
         return len(self.tokens)
 
     def take(self, start: int, stop: int | None = None) -> KVRows:
-        return KVRows(self.slot, self.tokens[start:stop], self.positions[start:stop])
+        # Without the frozen dataclass's per-field __setattr__: a round slices two per request.
+        rows = object.__new__(KVRows)
+        rows.__dict__.update(slot=self.slot, tokens=self.tokens[start:stop], positions=self.positions[start:stop])
+        return rows
 
 
 @dataclass

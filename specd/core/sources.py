@@ -127,6 +127,8 @@ class SourceSet:
 
     def available(self, state: RequestState, caches: SourceCaches) -> tuple[bool, ...]:
         """Which sources could propose for ``state`` this round (a lookup needs a match)."""
+        if len(self.sources) == 1:
+            return (self.sources[0].available(state, caches.caches[0]),)
         return tuple(s.available(state, c) for s, c in zip(self.sources, caches.caches))
 
     def propose(self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype) -> Drafted:

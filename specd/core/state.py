@@ -53,7 +53,8 @@ class History:
     accepted_at: tuple[int, ...] = ()
     k_schedule: tuple[int, ...] = ()
     source_schedule: tuple[str, ...] = ()
-    by_source: tuple[tuple[str, History], ...] = ()
+    solo: str | None = None  # the one source every drafting round so far used (then of(solo) is self)
+    by_source: tuple[tuple[str, History], ...] = ()  # once a second source drafted: each source's own
 
     def after(self, k: int, accepted: int, source: str | None = None) -> History:
         """The history once a round with ``k`` drafts from ``source`` accepted ``accepted`` of them."""
@@ -64,10 +65,15 @@ class History:
             reached[j] += 1
         for j in range(accepted):
             accepted_at[j] += 1
-        by_source = self.by_source
+        solo, by_source = self.solo, self.by_source
         if source and k:
-            mine = self.of(source).after(k, accepted)
-            by_source = tuple((name, h) for name, h in by_source if name != source) + ((source, mine),)
+            if solo is None and not by_source:
+                solo = source  # the first source to draft
+            elif source != solo or by_source:
+                if solo is not None:  # a second source: from now on every source keeps its own
+                    by_source, solo = ((solo, self),), None
+                mine = self.of(source).after(k, accepted)
+                by_source = tuple((name, h) for name, h in by_source if name != source) + ((source, mine),)
         return History(
             self.draft_tokens + k,
             self.accepted_tokens + accepted,
@@ -75,11 +81,14 @@ class History:
             tuple(accepted_at),
             (*self.k_schedule, k),
             (*self.source_schedule, source if (source and k) else ""),
+            solo,
             by_source,
         )
 
     def of(self, source: str) -> History:
         """The rounds that drafted from ``source`` only."""
+        if source == self.solo:
+            return self
         return next((h for name, h in self.by_source if name == source), History())
 
     def as_dict(self) -> dict:

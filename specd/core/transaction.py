@@ -50,6 +50,7 @@ class SpeculativeCommit:
     expected_generation: int
     layout: str
     k: int
+    source: str | None  # the draft source (None: no drafts)
     draft_token_ids: tuple[int, ...]  # d_1..d_k as proposed
     accepted_draft_count: int  # A before stop truncation
     terminal_kind: Literal["correction", "bonus", "stop"]
@@ -85,6 +86,7 @@ class RoundTransaction:
         self.proposal_draws = 0
         self.source: str | None = None
         self.verified_rows: Verified | None = None
+        self._temporary: tuple[int, ...] | None = None
         self.outcome: Outcome | None = None
         self.stop: StopDecision | None = None
         self.kv_keep = 0
@@ -112,8 +114,10 @@ class RoundTransaction:
     @property
     def temporary_rows(self) -> tuple[int, ...]:
         """Token identities of the round's temporary target K/V rows: the replayed frontier's, then the drafts'."""
-        v = self.verified_rows
-        return (v.kv_frontier.tokens if v.kv_frontier else ()) + v.kv_draft.tokens
+        if self._temporary is None:
+            v = self.verified_rows
+            self._temporary = (v.kv_frontier.tokens if v.kv_frontier else ()) + v.kv_draft.tokens
+        return self._temporary
 
     def staged(self, stop: StopDecision, kv_keep: int, successor: RequestState, reached: int) -> None:
         """Hold S_1, computed off to the side (S_0 untouched): the stops' outcome, how many temporary
@@ -159,12 +163,14 @@ class RoundTransaction:
         start, outcome, stop, successor = self.start, self.outcome, self.stop, self.successor
         rows = self.temporary_rows
         kind = ("bonus" if outcome.is_bonus else "correction") if stop.terminal_emitted else "stop"
-        return SpeculativeCommit(
+        record = object.__new__(SpeculativeCommit)  # one per request and round: skip the frozen __setattr__s
+        record.__dict__.update(
             request_id=start.request_id,
             round_id=self.round_id,
             expected_generation=start.generation,
             layout=self.layout.name,
             k=len(self.drafts),
+            source=self.source,
             draft_token_ids=tuple(self.drafts),
             accepted_draft_count=outcome.accepted,
             terminal_kind=kind,
@@ -180,6 +186,7 @@ class RoundTransaction:
             processor_after_hash=successor.target_proc.digest() if successor.target_proc.stateful else "",
             finish_reason=successor.finish_reason,
         )
+        return record
 
     def _expect(self, phase: Phase) -> None:
         if self.phase is not phase:

@@ -21,17 +21,23 @@ from specd.core.state import Request
 from specd.oracles import sampler_checks as sc
 from specd.oracles.coupling import coupling_matrix
 from specd.oracles.exact import Enumerator, Reference, speculative_joint, target_joint
-from specd.oracles.fixture import OracleConfig
+from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
 from specd.oracles.rational import rational_difference
 from specd.oracles.record import EXACT_TOLERANCE, Check, exact_check, max_abs_diff
-from specd.oracles.rig import Rig, ngram_rig
+from specd.oracles.rig import Rig, multi_source_rig, ngram_rig
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
 from specd.policy.autok import AutoK, FixedCosts
 from specd.policy.ledger import CostModel
 
 BACKEND_TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
 
+MULTI_SOURCE_K, MULTI_SOURCE_HORIZON = 2, 3
+# Two sources: a lookup that costs nothing and the model draft at 0.15 target steps a step.
+MULTI_COSTS = FixedCosts(
+    CostModel(draft_cost=0.15, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02),
+    {"ngram:2": CostModel(draft_cost=0.0, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02)},
+)
 # -k auto's rule under costs that do not move (so the enumeration is deterministic): a draft step
 # of 0.15 target steps and 0.05 per extra verified row make K = 0, 1 and 2 each the best for some
 # acceptance history.
@@ -90,6 +96,37 @@ def check_auto_k(fx: Fixture) -> Check:
         "K per round from the request's acceptance history (the ledger with fixed costs) and drafts stopped by "
         "the draft's own confidence, speculative rounds to the horizon"
         + ("" if varied else f"; K never varied (saw {sorted(k_seen)}): nothing data-dependent was checked"),
+    )
+
+
+def check_multi_source(fx: Fixture) -> Check:
+    """Two draft sources, a lookup (q a point mass) and the model draft (q sampled), chosen per request
+    and round by -k auto's rule from each source's own acceptance history (fixed costs: the lookup
+    free, the model a step of 0.15), speculative rounds to the horizon, both layouts. The choice must
+    be seen to vary (both sources used), else nothing data-dependent was checked. On the lab's
+    policies (sampled target and draft, every processor kind), whatever the checked case's: a greedy
+    target would decide every round alike."""
+    # Every proposal uniform of the model is integrated in lookup rounds too: K 2 and 4 tokens suffice.
+    lab = build_rig(fx.cfg, lab=True)
+    k, horizon = min(lab.k, MULTI_SOURCE_K), MULTI_SOURCE_HORIZON
+    figures, ok, seen = {"tolerance": EXACT_TOLERANCE, "k": k, "horizon": horizon}, True, set()
+    for layout in LAYOUTS:
+        base = lab.but(layout_name=layout, k=k)
+        rig = multi_source_rig(base, lambda r: AutoK(max(r.k, 2), 1, MULTI_COSTS))
+        enumerator = Enumerator(rig, horizon, "rounds")
+        check = exact_check(layout, target_joint(rig, horizon), enumerator.joint(), "")
+        figures[f"max_abs_diff_{layout}"] = check.figures["max_abs_diff"]
+        figures[f"total_mass_{layout}"] = check.figures["total_mass"]
+        ok &= check.passed
+        seen |= enumerator.sources_seen
+    figures["sources_seen"] = sorted(seen)
+    varied = len(seen) >= 2
+    return Check(
+        "exact_joint_multi_source",
+        ok and varied,
+        figures,
+        "the source and K per round from each source's acceptance history, a lookup and a sampled model draft"
+        + ("" if varied else f"; only {sorted(seen)} drafted: the choice never varied"),
     )
 
 
@@ -265,6 +302,7 @@ def batch_difference(rig: Rig, horizon: int, seed: int) -> str | None:
 CHECKS = (
     check_rounds,
     check_auto_k,
+    check_multi_source,
     check_rational,
     check_monte_carlo,
     check_coupling,

@@ -170,6 +170,7 @@ class Enumerator:
         self._target_memo: dict = {}
         self.rounds_enumerated = 0
         self.k_seen: set[int] = set()  # drafts production proposed, over every round enumerated
+        self.sources_seen: set[str] = set()  # the draft sources production drafted from
 
     # -- running production on injected uniforms ----------------------------------------
     def run_cells(self, state: RequestState, points: list[dict[str, tuple[float, ...]]]):
@@ -186,6 +187,7 @@ class Enumerator:
         commits = speculative_round(session)
         self.rounds_enumerated += 1
         self.k_seen.update(len(c.draft_token_ids) for c in commits)
+        self.sources_seen.update(c.source for c in commits if c.source)
         return [(c, session.store.get(c.request_id)) for c in commits]
 
     # -- one round ---------------------------------------------------------------------
@@ -211,8 +213,11 @@ class Enumerator:
         plan = self.engine.plan_for(state, caches)
         source = self.engine.proposer.sources[plan.source] if plan.source is not None else None
         lookup = source is None or source.deterministic
+        # The proposal uniforms are integrated whenever a sampling source could read them, even in a
+        # round planned for a lookup: a choice of source that reads them would show in the joint.
+        sampling = [s for s in self.engine.proposer.sources if not s.deterministic]
         full_paths = [((), (), 1.0)]  # (tokens, proposal cells, mass)
-        if not lookup:
+        if sampling and plan.k:
             for _ in range(plan.k):
                 grown = []
                 for tokens, intervals, mass in full_paths:
@@ -221,20 +226,20 @@ class Enumerator:
                 full_paths = grown
         probes = [Cell(intervals, (), (0.0, 1.0), mass).at("centre") for _, intervals, mass in full_paths]
         drafted = [commit.draft_token_ids for commit, _ in self.run_cells(state, probes)]
-        nodes: dict[tuple[int, ...], tuple] = {}
-        maximal: dict[tuple[int, ...], tuple] = {}
-        for (tokens, intervals, _), drafts in zip(full_paths, drafted):
-            # A deterministic source drafts whatever it drafts; a sampling one should draft
-            # a prefix of the path its uniforms point at (if not, the second pass will show it).
-            path = drafts if lookup else tokens[: len(drafts)]
+        nodes: dict[tuple, tuple] = {}
+        maximal: dict[tuple, tuple] = {}
+        for (tokens, intervals, cell_mass), drafts in zip(full_paths, drafted):
+            if lookup:  # the lookup drafts what it drafts, q a point mass; each proposal cell weighs its width
+                path, key, mass = drafts, intervals, cell_mass
+            else:  # a sampling source should draft a prefix of the path its uniforms point at
+                path, key, mass = tokens[: len(drafts)], (), None
             for j in range(1, len(path) + 1):
-                nodes.setdefault(path[:j], (path[:j], intervals, self._q_mass(state, path[:j], lookup)))
-            maximal.setdefault(path, (path, intervals, self._q_mass(state, path, lookup)))
+                node = path[:j]
+                nodes.setdefault((node, key), (node, intervals, mass if lookup else self._q_mass(state, node)))
+            maximal.setdefault((path, key), (path, intervals, mass if lookup else self._q_mass(state, path)))
         return {"nodes": list(nodes.values()), "maximal": list(maximal.values()), "lookup": lookup}
 
-    def _q_mass(self, state: RequestState, path: tuple[int, ...], lookup: bool) -> float:
-        if lookup:
-            return 1.0  # q is the point mass on what the lookup proposes
+    def _q_mass(self, state: RequestState, path: tuple[int, ...]) -> float:
         mass = 1.0
         for i, token in enumerate(path):
             mass *= self.ref.q(state.output + path[:i])[token]

@@ -19,6 +19,7 @@ from specd.core.model import RowInput
 from specd.core.probability import softmax
 from specd.core.proposer import ModelProposer, NgramProposer, Proposal
 from specd.core.sampler import RejectionSampler
+from specd.core.sources import Drafted, SourceSet
 from specd.core.transaction import RoundTransaction
 from specd.errors import SpecdError
 from specd.oracles.engine_checks import batch_difference, dtype_edges_of
@@ -26,7 +27,8 @@ from specd.oracles.exact import Reference, speculative_joint, target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import run_monte_carlo
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
-from specd.oracles.rig import NGRAM_N, Rig, ngram_rig
+from specd.oracles.rig import NGRAM_N, Rig, multi_source_rig, ngram_rig
+from specd.policy.kpolicy import FixedK
 
 
 # -- broken samplers -----------------------------------------------------------------
@@ -215,6 +217,35 @@ class AdvanceOverRejected(RoundTransaction):
         return state
 
 
+class SourceAfterTargetP(SourceSet):
+    """Drafts from every source, then keeps, per row, the source whose first draft the round's target
+    row likes better (reading p, and the model's sampled draft, before the rule decides)."""
+
+    def __init__(self, rig: Rig, sources):
+        super().__init__(sources)
+        self.reference = Reference(rig)
+
+    def propose(self, states, plans, caches, draws, backend, dtype):
+        k = max((p.k for p in plans), default=0)
+        runs = [
+            src.propose(states, [k] * len(states), c, draws, backend, dtype)
+            for src, c in zip(self.sources, caches.caches)
+        ]
+        drafts, used, names, rows = [], [], [], []
+        for b, state in enumerate(states):
+            liked = [self.reference.p(state.output)[r.drafts[b][0]] if r.drafts[b] else -1.0 for r in runs]
+            i = max(range(len(runs)), key=lambda j: liked[j])
+            drafts.append(tuple(runs[i].drafts[b]))
+            used.append(len(drafts[-1]) if runs[i].sampled else 0)
+            names.append(self.sources[i].identity if drafts[-1] else None)
+            rows.append(runs[i].q[b, : len(drafts[-1])])
+        k_max = max((len(d) for d in drafts), default=0)
+        q = torch.zeros(len(states), k_max, self.vocab_size, dtype=dtype)
+        for b, row in enumerate(rows):
+            q[b, : row.shape[0]] = row.to(dtype)
+        return Drafted(tuple(drafts), q, tuple(used), tuple(names), ())
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -326,6 +357,15 @@ NGRAM_VARIANTS: tuple[Variant, ...] = tuple(v for v in VARIANTS if v.name not in
     ),
 )
 
+# On the two-source rig (a lookup and the model draft, chosen per round).
+MULTI_SOURCE_VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        "source_after_target_p",
+        "the draft source picked after reading the round's target row (the lookup where p likes its token)",
+        lambda r: r.but(proposer_factory=lambda rig: SourceAfterTargetP(rig, r.proposer())),
+    ),
+)
+
 
 LAB_MC_SAMPLES = 64
 
@@ -334,7 +374,12 @@ def run_lab(cfg: OracleConfig) -> list[dict]:
     base = build_rig(cfg, lab=True)
     horizon = base.k + 1
     results = []
-    for prefix, rig, variants in (("", base, VARIANTS), ("ngram/", ngram_rig(base), NGRAM_VARIANTS)):
+    families = (
+        ("", base, VARIANTS),
+        ("ngram/", ngram_rig(base), NGRAM_VARIANTS),
+        ("multi/", multi_source_rig(base, lambda r: FixedK(max(r.k, 2))), MULTI_SOURCE_VARIANTS),
+    )
+    for prefix, rig, variants in families:
         reference = target_joint(rig, horizon)
         for variant in variants:
             caught, by, detail = _catch(variant.build(rig), horizon, reference, cfg.seed)

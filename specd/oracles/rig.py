@@ -34,7 +34,8 @@ class Rig:
     prob_dtype: torch.dtype = torch.float64
     sampler_cls: type[RejectionSampler] = RejectionSampler
     layout_factory: Callable[[], FrontierLayout] | None = None
-    proposer_factory: Callable[[Rig], Proposer] | None = None  # default: ModelProposer(draft, draft_policy)
+    # default: ModelProposer(draft, draft_policy); a list: several sources (specd.core.sources)
+    proposer_factory: Callable[[Rig], Proposer | list[Proposer]] | None = None
     transaction_cls: type[RoundTransaction] = RoundTransaction
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     k_policy_factory: Callable[[Rig], KPolicy] | None = None  # default: the fixed K above
@@ -67,7 +68,7 @@ class Rig:
             k_policy=self.k_policy_factory(self) if self.k_policy_factory else None,
         )
 
-    def proposer(self) -> Proposer:
+    def proposer(self) -> Proposer | list[Proposer]:
         if self.proposer_factory is not None:
             return self.proposer_factory(self)
         return ModelProposer(self.draft, self.draft_policy, self.draft_stop)
@@ -90,3 +91,13 @@ def ngram_rig(rig: Rig) -> Rig:
     v = rig.vocab
     prompt = tuple(i % v for i in range(2 * v)) + (0,)
     return rig.but(proposer_factory=lambda r: NgramProposer(NGRAM_N, r.vocab), prompt=prompt)
+
+
+def multi_source_rig(rig: Rig, k_policy_factory) -> Rig:
+    """The fixture with two draft sources, a lookup (ngram:2) first and the model draft, over a
+    prompt that repeats itself (so the lookup matches on some paths and not on others)."""
+    ngram = ngram_rig(rig)
+    return ngram.but(
+        proposer_factory=lambda r: [NgramProposer(NGRAM_N, r.vocab), ModelProposer(r.draft, r.draft_policy)],
+        k_policy_factory=k_policy_factory,
+    )

@@ -128,3 +128,26 @@ def test_trace_summarize_reports_vllm_counters(tiny_models, tmp_path, capsys):
     assert sum(overall["k_histogram"].values()) == len(rounds)
     code, out, err = run_cli(["trace", "summarize", str(log)], capsys)
     assert code == 0 and "vLLM num_drafts" in out and "rounds at K = 3" in out
+
+
+def test_k_schedule_replays_source_and_k_of_a_multi_source_run(tiny_models, tmp_path, capsys):
+    prompts = ["-p", "the cat sat on the mat. the cat sat on the mat. the cat", "-p", "one two one two one"]
+    args = ["generate", "--target", tiny_models[0], "--draft", f"suffix,{tiny_models[1]}", "--max-new-tokens", "24"]
+    sampled = [*args, *prompts, "--temperature", "0.9", "--seed", "5"]
+    results = tmp_path / "first.jsonl"
+    code, out, err = run_cli([*sampled, "--out", str(results), "--json"], capsys)
+    assert code == 0, err
+    recorded = json.loads(out)["results"]
+    schedules = [r["acceptance"]["source_schedule"] for r in recorded]
+    assert all(len(s) == len(r["acceptance"]["k_schedule"]) for s, r in zip(schedules, recorded))
+    assert json.loads(out)["manifest"]["draft_sources"][0] == "suffix"
+    code, out, err = run_cli([*sampled, "--k-schedule", str(results), "--json"], capsys)
+    assert code == 0, err
+    replay = json.loads(out)["results"]
+    assert [r["tokens"] for r in replay] == [r["tokens"] for r in recorded]
+    assert [r["acceptance"]["source_schedule"] for r in replay] == schedules
+    # a schedule recorded with a source this run does not have is refused by name
+    code, _, err = run_cli([*args[:4], tiny_models[1], *args[5:], *prompts, "--k-schedule", str(results)], capsys)
+    used = {s for schedule in schedules for s in schedule if s}
+    assert "suffix" in used and len(used) == 2  # both sources drafted in the recorded run
+    assert code == 2 and "drafted from 'suffix'" in err

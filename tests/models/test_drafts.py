@@ -8,7 +8,7 @@ from specd.core.processors import SamplingPolicy
 from specd.core.proposer import NgramProposer
 from specd.core.state import Request
 from specd.errors import UsageError
-from specd.models.drafts import build_proposer, early_exit_model, parse_draft
+from specd.models.drafts import build_proposer, early_exit_model, parse_draft, parse_drafts
 from specd.models.hf import HFCausalLM
 from tests.hf_helpers import tiny_llama
 
@@ -82,7 +82,48 @@ def test_ngram_under_sampling_matches_the_target_law(target):
     assert max(abs(counts.get(s, 0) / n - p) / bernstein_bound(p, n, 6**horizon) for s, p in reference.items()) <= 1
 
 
-@pytest.mark.parametrize("bad", ["self:int3", "ngram:x", "self:layers=abc"])
+@pytest.mark.parametrize("bad", ["self:int3", "ngram:x", "self:layers=abc", "suffix:maybe", "ngram:0"])
 def test_unknown_draft_specs(bad):
     with pytest.raises(UsageError):
         parse_draft(bad)
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("suffix,,ngram:3", "an empty element"),
+        ("suffix,", "an empty element"),
+        ("ngram:3,suffix,ngram:3", "named twice"),
+        ("suffix,self:int3", "unknown draft source 'self:int3'"),
+        ("ngram:0,suffix", "ngram:N needs N >= 1"),
+    ],
+)
+def test_bad_source_lists_are_refused_naming_the_element(text, message):
+    with pytest.raises(UsageError, match=message):
+        parse_drafts(text)
+
+
+SOURCE_LISTS = ["suffix", "suffix,ngram:2", "ngram:2,self:bf16", "suffix,self:layers=1", "self:bf16,suffix"]
+
+
+@pytest.mark.parametrize("sources", SOURCE_LISTS)
+@pytest.mark.parametrize("auto", [False, True])
+def test_greedy_output_equals_the_targets_for_every_source_list_alone_and_in_a_batch(target, sources, auto):
+    from specd.policy.autok import AutoK, OnlineCosts
+
+    batch = REPEATING + [Request("t", (9, 2, 9, 2, 9, 2), 18), Request("u", (1,), 12)]
+    expected = SpeculativeEngine.baseline(target, GREEDY).run(batch).new_tokens()
+
+    def engine():
+        proposers = [build_proposer(spec, target, GREEDY) for spec in parse_drafts(sources)]
+        costs = OnlineCosts()
+        policy = AutoK(6, len(batch), costs, lambda i, rows: proposers[i].step_seconds(rows)) if auto else None
+        return SpeculativeEngine(
+            target, proposers, GREEDY, EngineConfig(k=3), k_policy=policy, observers=(costs.observe,)
+        )
+
+    together = engine().run(batch)
+    assert together.new_tokens() == expected
+    assert [engine().run([r]).new_tokens()[0] for r in batch] == expected
+    if not auto:  # the first source that proposes: the lookups find matches in these prompts
+        assert together.stats.proposed > 0 and set(together.stats.source_hist) <= set(engine().proposer.identities)

@@ -1,7 +1,7 @@
 import pytest
 
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.lab import NGRAM_VARIANTS, VARIANTS, run_lab
+from specd.oracles.lab import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, VARIANTS, run_lab
 from specd.oracles.rig import ngram_rig
 
 
@@ -10,7 +10,8 @@ from specd.oracles.rig import ngram_rig
 )
 def test_every_known_wrong_variant_is_caught(vocab, k, layout):
     results = run_lab(OracleConfig(vocab=vocab, k=k, layout=layout))
-    assert [r["variant"] for r in results] == [v.name for v in VARIANTS] + [f"ngram/{v.name}" for v in NGRAM_VARIANTS]
+    expected = [v.name for v in VARIANTS] + [f"ngram/{v.name}" for v in NGRAM_VARIANTS]
+    assert [r["variant"] for r in results] == expected + [f"multi/{v.name}" for v in MULTI_SOURCE_VARIANTS]
     missed = [r["variant"] for r in results if not r["caught"]]
     assert not missed
     assert all(r["caught_by"] and r["detail"] for r in results)
@@ -38,6 +39,7 @@ def test_the_bugs_other_engines_shipped_are_caught_by_name():
     assert results["argmax_drafts_with_soft_q"] == "exact_joint"
     assert results["raw_draft_logits_as_q"] == "exact_joint"
     assert results["lossy_threshold_accept"] == "exact_joint"
+    assert results["multi/source_after_target_p"] in ("exact_joint", "exact_joint_rounds")
     assert results["k_from_batch_mean_confidence"] == "batch_invariance"  # a row alone vs in a batch
     assert results["float32_uniform_comparison"] == "dtype_edges"  # invisible to float64 enumeration
     # K rules that are not stopping times of the draft process

@@ -23,6 +23,7 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "exact_joint",
         "exact_joint_rounds",
         "exact_joint_auto_k",
+        "exact_joint_multi_source",
         "exact_rational",
         "monte_carlo",
         "coupling",

@@ -1,0 +1,80 @@
+"""The suffix source: its automaton finds the longest earlier match of the output's suffix, proposes
+the continuation seen most often there, and grows in amortized constant work per token."""
+
+import random
+
+import torch
+
+from specd.core.suffix import SuffixCache, SuffixIndex, SuffixProposer
+from tests.helpers import table_engine
+
+
+def longest_earlier_suffix(seq: list[int]) -> int:
+    """Brute force: the longest suffix of seq that also ends at an earlier position."""
+    n = len(seq)
+    for length in range(n - 1, 0, -1):
+        tail = seq[n - length :]
+        if any(seq[e - length + 1 : e + 1] == tail for e in range(length - 1, n - 1)):
+            return length
+    return 0
+
+
+def test_the_match_is_the_longest_earlier_suffix_and_the_proposal_follows_an_earlier_occurrence():
+    rng = random.Random(3)
+    for _ in range(40):
+        seq = [rng.randrange(3) for _ in range(rng.randrange(1, 60))]
+        index = SuffixIndex()
+        for i, token in enumerate(seq):
+            index.extend(token)
+            so_far = seq[: i + 1]
+            proposal, length = index.lookup(4)
+            assert length == longest_earlier_suffix(so_far)
+            if length:
+                tail = so_far[len(so_far) - length :]
+                ends = [e for e in range(length - 1, len(so_far) - 1) if so_far[e - length + 1 : e + 1] == tail]
+                assert any(tuple(so_far[e + 1 : e + 1 + len(proposal)]) == proposal for e in ends)
+            else:
+                assert proposal == ()
+        assert len(index.length) <= 2 * max(len(seq), 1)  # a suffix automaton: at most 2n states
+
+
+def test_the_continuation_seen_most_often_wins_and_ties_go_to_the_most_recent():
+    index = SuffixIndex()
+    for token in [9, 1, 2, 7, 9, 1, 2, 7, 9, 1, 2, 8, 9, 1, 2]:  # after "9 1 2": 7, 7, then 8 (the latest)
+        index.extend(token)
+    assert index.lookup(2) == ((7, 9), 3)  # the longest earlier match "9 1 2", its most frequent follower
+    tie = SuffixIndex()
+    for token in [5, 3, 6, 5, 3, 8, 5, 3]:  # "5 3" counted once it had an earlier match: then 8 followed it
+        tie.extend(token)
+    assert tie.lookup(1)[0] == (8,)
+
+
+def test_the_index_grows_with_the_published_output_only_and_never_rescans():
+    cache = SuffixCache()
+    cache.open(0)
+    output = (4, 5, 6, 4, 5)
+    index = cache.follow(0, output)
+    states = len(index.length)
+    assert cache.follow(0, output) is index and len(index.length) == states  # nothing new: no work
+    cache.follow(0, output + (6,))
+    assert index.tokens == [4, 5, 6, 4, 5, 6]
+
+
+def test_the_suffix_source_proposes_point_masses_and_is_exact_for_greedy():
+    proposer = SuffixProposer(4)
+    cache = proposer.new_cache()
+    cache.open(0)
+
+    class State:
+        slot, output = 0, (1, 2, 3, 1, 2)
+
+    proposal = proposer.propose([State()], [3], cache, None, "max_shift", torch.float64)
+    assert proposal.drafts == ((3, 1, 2),) and torch.equal(proposal.q.sum(-1), torch.ones(1, 3, dtype=torch.float64))
+    engine = table_engine(vocab=4, target_temperature=0)
+    base = table_engine(vocab=4, target_temperature=0, k=0)
+    from specd.core.engine import SpeculativeEngine
+    from specd.core.state import Request
+
+    requests = [Request("a", (1, 2, 3, 1, 2), 10), Request("b", (0, 0, 1), 8)]
+    spec = SpeculativeEngine(engine.target, SuffixProposer(4), engine.target_policy, engine.config)
+    assert spec.run(requests).new_tokens() == base.run(requests).new_tokens()
