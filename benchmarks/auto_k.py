@@ -97,7 +97,7 @@ run_system.k_hist = defaultdict(int)
 def one_way(way: str, args) -> dict:
     draft = "self:layers=1" if way == "useless" else "self:bf16"
     pipe = Pipeline.build(GenerateOptions(max_new_tokens=args.max_new_tokens, draft=draft))
-    assistant = pipe.proposer.model.model
+    assistant = pipe.proposer.sources[0].model.model
     items = [PromptItem(f"{tag}", text, tag) for tag, text in PROMPTS]
     encoded = {it.request_id: list(pipe.encode(it)) for it in items}
     for name in SYSTEMS:  # warm-up: one-time allocations and lazy initialization, untimed
@@ -134,7 +134,7 @@ def one_way(way: str, args) -> dict:
     rate = {key: tokens[key] / seconds[key] for key in tokens}
     return {
         "way": way,
-        "draft": pipe.proposer.identity,
+        "draft": ",".join(pipe.proposer.identities),
         "tokens_per_s": {f"{n}|{tag}": r for (n, tag), r in rate.items()},
         "blocks": block_rates,
         "mismatches": wrong,
@@ -149,7 +149,7 @@ def ceiling(pipe: Pipeline) -> dict:
     costs = OnlineCosts()
     timed = dataclasses.replace(pipe, costs=costs)  # a fixed-K run reports its rounds' timings here
     timed.run([PromptItem("c", PROMPTS[1][1])], k=4, record_log=False)
-    measured = costs.ledger_costs(1, 8)
+    measured = costs.ledger_costs(1, 8, pipe.proposer.identities[0])
     perfect = AcceptanceProfile((1.0,), True, "perfect")
     off = progress_rate(perfect, measured, 0)
     best = max(range(1, 9), key=lambda k: progress_rate(perfect, measured, k))

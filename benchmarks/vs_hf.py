@@ -77,15 +77,17 @@ def main() -> int:
     ks = [int(k) for k in args.ks.split(",")]
     torch.set_grad_enabled(False)
 
-    pipe = Pipeline.build(GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0, k=ks[0]))
+    pipe = Pipeline.build(
+        GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0, k=ks[0], draft="self:bf16")
+    )
     target = pipe.target.model
-    draft = pipe.proposer.model.model  # the same bf16 copy for both systems
+    draft = pipe.proposer.sources[0].model.model  # the same bf16 copy for both systems
     assistant = draft
     assistant.generation_config = copy.deepcopy(target.generation_config)
     items = [PromptItem(f"{tag}{i}", text, tag) for i, (tag, text) in enumerate(PROMPTS[: args.prompts])]
     encoded = {it.request_id: list(pipe.encode(it)) for it in items}
     print(
-        f"target {pipe.target.name} float32, draft {pipe.proposer.identity}, {len(items)} prompts, "
+        f"target {pipe.target.name} float32, draft {','.join(pipe.proposer.identities)}, {len(items)} prompts, "
         f"max_new_tokens={args.max_new_tokens}, repeats={args.repeats}, torch threads={torch.get_num_threads()}",
         flush=True,
     )

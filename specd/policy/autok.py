@@ -13,7 +13,11 @@ formula), over K in 0..k_max, where
   draft step as functions of their row counts, from moving medians of recent rounds,
   and the rest of a round (sampling, staging, cache commit). They are facts about the
   machine, shared by every request; ``batch`` (the number of requests the run decodes
-  together, a setting of the run) is the B at which they are read.
+  together, a setting of the run) is the B at which they are read;
+- in a batch, a request's K is priced with the whole batch's cost: a batched verification
+  call is as wide as its longest row, so the B - 1 other requests (counted as drafting
+  nothing, each emitting one token) pay for this request's drafts too
+  (``progress_rate(..., companions=B - 1)``). At B = 1 this is the plain rate.
 
 K = 0 is a plain target step for that request. A request at K = 0 probes (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
@@ -241,11 +245,17 @@ class AutoK(KPolicy):
             costs = self.costs.ledger_costs(self.batch, self.k_max, name)
             mine = state.history.of(name)
             profile = request_profile(mine, self.k_max)
-            k = best_k(profile, costs, range(1, cap + 1), self.batch)
+            k = best_k(profile, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
             untried = not any(mine.k_schedule)
-            rate = progress_rate(profile, costs, k, self.batch)
+            rate = progress_rate(profile, costs, k, self.batch, companions=self.batch - 1)
             options.append((rate, self.could_pay(costs, cap), untried, index, k))
-        off = progress_rate(request_profile(state.history, self.k_max), self._any_costs(sources), 0, self.batch)
+        off = progress_rate(
+            request_profile(state.history, self.k_max),
+            self._any_costs(sources),
+            0,
+            self.batch,
+            companions=self.batch - 1,
+        )
         rate, _, _, index, k = max(options, key=lambda o: (o[0], -o[3]))
         if rate > off:
             return Plan(index, k)
@@ -268,5 +278,7 @@ class AutoK(KPolicy):
         """Would any K >= 1 beat K = 0 if every draft were accepted? If not, no acceptance history can
         make drafting pay at these costs, and probing for one is wasted time."""
         perfect = AcceptanceProfile((1.0,), True, "perfect")
-        off = progress_rate(perfect, costs, 0, self.batch)
-        return any(progress_rate(perfect, costs, k, self.batch) > off for k in range(1, cap + 1))
+        off = progress_rate(perfect, costs, 0, self.batch, companions=self.batch - 1)
+        return any(
+            progress_rate(perfect, costs, k, self.batch, companions=self.batch - 1) > off for k in range(1, cap + 1)
+        )

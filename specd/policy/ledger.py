@@ -116,14 +116,33 @@ def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
 
 
 def progress_rate(
-    profile: AcceptanceProfile, cost, k: int, batch: int = 1, context: int = 0, stop_probability: float = 0.0
+    profile: AcceptanceProfile,
+    cost,
+    k: int,
+    batch: int = 1,
+    context: int = 0,
+    stop_probability: float = 0.0,
+    companions: int = 0,
 ) -> float:
-    """E[G(K)] / E[T_round(K)]: committed tokens per unit time, what -k auto maximizes over K."""
-    return expected_progress(profile, k, stop_probability) / round_time(cost, k, batch, context)
+    """E[G(K)] / E[T_round(K)]: committed tokens per unit time, what -k auto maximizes over K.
+
+    ``companions``: requests of the batch that share the round's verification call without
+    drafting. They emit one token each and pay its width too (a batched call is as wide as its
+    longest row), so one request's K is priced with the whole batch's cost:
+    (E[G(K)] + companions) / E[T_round(K)]. 0: every request of the batch drafts K (the table's view).
+    """
+    progress = expected_progress(profile, k, stop_probability) + companions
+    return progress / round_time(cost, k, batch, context)
 
 
 def best_k(
-    profile: AcceptanceProfile, cost, ks, batch: int = 1, context: int = 0, stop_probability: float = 0.0
+    profile: AcceptanceProfile,
+    cost,
+    ks,
+    batch: int = 1,
+    context: int = 0,
+    stop_probability: float = 0.0,
+    companions: int = 0,
 ) -> int:
     """-k auto's choice: the K in ``ks`` with the highest progress rate, the smaller K on a tie."""
-    return max(ks, key=lambda k: (progress_rate(profile, cost, k, batch, context, stop_probability), -k))
+    return max(ks, key=lambda k: (progress_rate(profile, cost, k, batch, context, stop_probability, companions), -k))

@@ -62,3 +62,15 @@ def per_position_profile(alphas, rates: str = "reach_conditioned") -> Acceptance
     if rates != "reach_conditioned":
         raise InvalidFixture(f"unknown rate kind {rates!r}; use reach_conditioned")
     return AcceptanceProfile(check_alphas(alphas), False, "per-position")
+
+
+def profile_from_rates(alpha_by_position: dict[int, float | None], k: int, source: str) -> AcceptanceProfile:
+    """alpha_1..alpha_k from measured reach-conditioned rates (None where no round reached j): a
+    position never reached (a draft that always failed before it) takes the last estimate."""
+    alphas: list[float] = []
+    for j in range(1, k + 1):
+        alpha = alpha_by_position.get(j)
+        alphas.append(alpha if alpha is not None else (alphas[-1] if alphas else 0.0))
+    if not any(alpha_by_position.get(j) is not None for j in range(1, k + 1)):
+        raise InvalidFixture(f"{source}: no reached proposal at any position; cannot estimate alpha_j")
+    return AcceptanceProfile(check_alphas(alphas), False, source)

@@ -16,7 +16,7 @@ from specd.models.distributed import actors, connect
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
 from specd.policy.ledger import MeasuredCosts
-from specd.policy.profile import AcceptanceProfile, check_alphas
+from specd.policy.profile import AcceptanceProfile, profile_from_rates
 from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
 
 MEASURE_PROMPTS = (
@@ -145,7 +145,7 @@ def measure(
     context = int(statistics.mean(len(pipe.encode(it)) for it in items)) + max_new_tokens // 2
     say(f"acceptance profile from {len(items)} prompts at K = {max(ks)}")
     run = pipe.run(items, k=max(ks), max_new_tokens=max_new_tokens, record_log=False)
-    profile = _profile_from_stats(run.stats.figures()["acceptance_by_position"], max(ks))
+    profile = profile_from_rates(run.stats.figures()["acceptance_by_position"], max(ks), "measured")
     state_per_round = run.stats.state_time / max(run.stats.rounds, 1)
     args = (context, texts, max_new_tokens, warmup, repeats)
     cells: dict[tuple[int, int], tuple[BatchTimes, float, float]] = {}
@@ -189,13 +189,3 @@ def _cells_on_ray(pipe: Pipeline, ks, batches, args, address: str, say) -> dict:
     for i, (k, b) in enumerate((k, b) for b in batches for k in [*ks, "auto"]):
         refs[(k, b)] = pool[i % len(pool)].call.remote(time_cell, k, b, *args)
     return dict(zip(refs, ray.get(list(refs.values()))))
-
-
-def _profile_from_stats(alpha_by_position: dict[int, float | None], k: int) -> AcceptanceProfile:
-    """Reach-conditioned alpha_j (None where no round reached j)."""
-    alphas: list[float] = []
-    for j in range(1, k + 1):
-        # Positions never reached (a draft that always fails early) inherit the last estimate.
-        alpha = alpha_by_position.get(j)
-        alphas.append(alpha if alpha is not None else (alphas[-1] if alphas else 0.0))
-    return AcceptanceProfile(check_alphas(alphas), False, "measured")

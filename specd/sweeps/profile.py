@@ -6,7 +6,7 @@ The profile itself (``AcceptanceProfile``) lives in ``specd.policy.profile``.
 from __future__ import annotations
 
 from specd.errors import InvalidFixture, OmitsTerminalToken
-from specd.policy.profile import AcceptanceProfile, check_alphas, constant_profile, per_position_profile
+from specd.policy.profile import AcceptanceProfile, constant_profile, per_position_profile, profile_from_rates
 from specd.traces.log import read_trace
 from specd.traces.summary import summarize
 
@@ -14,11 +14,8 @@ from specd.traces.summary import summarize
 def profile_from_trace(path: str) -> AcceptanceProfile:
     """Reach-conditioned alpha_j from an acceptance log (only reached proposals count)."""
     _, requests, _, rounds = read_trace(path)
-    overall = summarize(requests, rounds)["overall"]
-    alphas = [overall["acceptance_by_position"][j] for j in sorted(overall["acceptance_by_position"])]
-    if not alphas or any(a is None for a in alphas):
-        raise InvalidFixture(f"{path}: no reached proposals at some position; cannot estimate alpha_j")
-    return AcceptanceProfile(check_alphas(alphas), False, f"trace:{path}")
+    rates = summarize(requests, rounds)["overall"]["acceptance_by_position"]
+    return profile_from_rates(rates, max(rates, default=0), f"trace:{path}")
 
 
 def profile_from_mapping(data: dict) -> AcceptanceProfile:

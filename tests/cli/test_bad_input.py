@@ -236,6 +236,27 @@ def test_sweep_config_values(tmp_path, capsys, yaml_text, message):
     assert message in err
 
 
+# -- draft source lists: refused naming the element, before any model loads ------------------------
+@pytest.mark.parametrize(
+    "draft,message",
+    [
+        ("suffix,,ngram:3", "an empty element"),
+        ("suffix,", "an empty element"),
+        ("ngram:3,suffix,ngram:3", "'ngram:3' is named twice"),
+        ("ngram:0", "ngram:N needs N >= 1"),
+        ("suffix,self:int4", "unknown draft source 'self:int4'"),
+        ("suffix:run", "unknown draft source 'suffix:run'"),
+        ("./one-model,./another-model", "at most one separate draft model"),
+    ],
+)
+def test_bad_draft_lists(capsys, draft, message, monkeypatch):
+    loaded = []
+    monkeypatch.setattr("specd.models.pipeline.load", lambda *a, **k: loaded.append(a) or 1 / 0)
+    code, _, err = run_cli(["generate", "--target", "./some-target", "--draft", draft, *TINY], capsys)
+    one_line(code, err)
+    assert message in err and not loaded
+
+
 # -- numbers: non-finite, out of range, huge -------------------------------------------------------
 @pytest.mark.parametrize(
     "args,message",

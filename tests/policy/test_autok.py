@@ -224,7 +224,7 @@ def test_a_requests_sampled_tokens_do_not_depend_on_its_batch_mates(hf_pair):
 
     def engine():
         return SpeculativeEngine(
-            target, ModelProposer(draft, sampler, draft_stop=0.2), sampler, EngineConfig(), k_policy=AutoK(6, 4, costs)
+            target, ModelProposer(draft, sampler, draft_stop=0.2), sampler, EngineConfig(), k_policy=AutoK(6, 1, costs)
         )
 
     together = engine().run(requests)
