@@ -259,9 +259,14 @@ class NgramProposer(Proposer):
 
     def propose(self, states, ks, cache, draws, backend, dtype):
         drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))
-        k_max = max((len(d) for d in drafts), default=0)
-        q = torch.zeros(len(states), k_max, self.vocab_size, dtype=dtype)
-        for b, d in enumerate(drafts):
-            if d:
-                q[b, torch.arange(len(d)), torch.tensor(d)] = 1.0
-        return Proposal(drafts, q, False)
+        return point_masses(drafts, self.vocab_size, dtype)
+
+
+def point_masses(drafts: tuple[tuple[int, ...], ...], vocab: int, dtype: torch.dtype) -> Proposal:
+    """A lookup's proposal: its drafts and q the point mass on each, float[B, K, V] (zeros past k_b)."""
+    k_max = max((len(d) for d in drafts), default=0)
+    q = torch.zeros(len(drafts), k_max, vocab, dtype=dtype)
+    for b, d in enumerate(drafts):
+        if d:
+            q[b, torch.arange(len(d)), torch.tensor(d)] = 1.0
+    return Proposal(drafts, q, False)

@@ -9,16 +9,14 @@ rescans the context); it lives in the source's cache, one per request slot, and
 follows the published output only, so a proposal is a function of the published
 output (q is the point mass on each proposed token: exact under the rule).
 
-Confidence: ``match_length`` of the last lookup (the longer the match, the more the
-continuation is a copy); the K policy reads it through ``SuffixProposer.confidence``.
+``SuffixIndex.lookup`` also returns the match length (the longer the match, the more the
+continuation is a copy): evidence a K policy may use; -k auto does not yet.
 """
 
 from __future__ import annotations
 
-import torch
-
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import Proposal, Proposer
+from specd.core.proposer import Proposer, point_masses
 
 
 class SuffixIndex:
@@ -142,18 +140,9 @@ class SuffixProposer(Proposer):
     def available(self, state, cache: SuffixCache | None) -> bool:
         return cache is not None and bool(cache.follow(state.slot, state.output).match_state())
 
-    def confidence(self, state, cache: SuffixCache) -> int:
-        """The match length the next proposal would continue (0: no match)."""
-        return cache.follow(state.slot, state.output).lookup(1)[1]
-
     def propose(self, states, ks, cache, draws, backend, dtype):
         drafts = tuple(cache.follow(s.slot, s.output).lookup(k)[0] if k > 0 else () for s, k in zip(states, ks))
-        k_max = max((len(d) for d in drafts), default=0)
-        q = torch.zeros(len(states), k_max, self.vocab_size, dtype=dtype)
-        for b, d in enumerate(drafts):
-            if d:
-                q[b, torch.arange(len(d)), torch.tensor(d)] = 1.0
-        return Proposal(drafts, q, False)
+        return point_masses(drafts, self.vocab_size, dtype)
 
     def settle(self, cache, slot, output):
         if output is not None and cache.is_open(slot):
