@@ -35,10 +35,7 @@ def stats_table(columns: dict[str, RunStats], title: str = "Speculation summary"
     fig("mean accepted length", lambda f: _num(f["mean_accepted_length"]))
     fig("acceptance by position", lambda f: " ".join(_num(a) for a in f["acceptance_by_position"].values()) or "-")
     fig("K chosen (rounds)", lambda f: " ".join(f"{k}:{n}" for k, n in f["k_histogram"].items()) or "-")
-    fig(
-        "draft source (rounds)",
-        lambda f: " ".join(f"{_source(s)}:{n}" for s, n in f["source_histogram"].items()) or "-",
-    )
+    fig("draft source (rounds)", lambda f: _sources(f["source_histogram"]))
     fig("share of rounds at K = 0", lambda f: f"{100 * f['share_k0']:.0f}%" if f["rounds"] else "-")
     fig("vLLM: mean acceptance length", lambda f: _num(f["mean_acceptance_length"]))
     fig("vLLM: draft acceptance rate", lambda f: _num(f["draft_acceptance_rate"], percent=True))
