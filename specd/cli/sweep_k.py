@@ -149,6 +149,7 @@ class SweepArgs:
 
 
 MODEL_OPTIONS = frozenset(MEASURED_ONLY) - {"repeats", "ray"}  # generate's declarations, shared
+MEASURED_DRAFT = "self:bf16"  # the draft measured mode times when none is given (one model source)
 
 
 def _sweep_k(ctx: typer.Context) -> None:
@@ -295,7 +296,7 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         raise UsageError(f"--repeats must be in 1..100, got {p['repeats']}")
     options = GenerateOptions(
         target=p["target"],
-        draft=p["draft"],
+        draft=p["draft"] or MEASURED_DRAFT,
         device=p["device"],
         dtype=p["dtype"],
         max_new_tokens=p["max_new_tokens"],
