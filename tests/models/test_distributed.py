@@ -85,29 +85,35 @@ def test_a_killed_actor_loses_nothing_and_duplicates_nothing(ray_local, tiny_mod
     pipe = Pipeline.build(options)
     items = prompt_items([], str(prompt_set))
     expected = [r.as_dict() for r in pipe.run(items).results]
-    killed, finished = [], []
+    retried = 0
+    for _ in range(3):  # the kill must land while the actor still works on its chunk: try again if it did not
+        killed, finished = [], []
 
-    def kill_one(busy):  # after the first chunk, kill an actor that is busy with another
-        if not killed and busy:
-            ray_local.kill(busy[0])
-            killed.append(busy[0])
+        def kill_one(busy, killed=killed):  # after the first chunk, kill an actor that is busy with another
+            if not killed and busy:
+                ray_local.kill(busy[0])
+                killed.append(busy[0])
 
-    out = run_on_ray(
-        ray_local,
-        options,
-        items,
-        baseline=False,
-        k=None,
-        max_new_tokens=None,
-        record_log=False,
-        batch_size=None,
-        manifest=pipe.manifest(),
-        on_finish=lambda result, log: finished.append(result.request_id),
-        after_chunk=kill_one,
-    )
-    assert killed and out.retried_chunks >= 1
-    assert sorted(finished) == sorted(i.request_id for i in items)  # each once: nothing lost, nothing twice
-    assert [r.as_dict() for r in out.results] == expected
+        out = run_on_ray(
+            ray_local,
+            options,
+            items,
+            baseline=False,
+            k=None,
+            max_new_tokens=None,
+            record_log=False,
+            batch_size=None,
+            manifest=pipe.manifest(),
+            on_finish=lambda result, log, finished=finished: finished.append(result.request_id),
+            after_chunk=kill_one,
+        )
+        assert killed
+        assert sorted(finished) == sorted(i.request_id for i in items)  # each once: nothing lost, nothing twice
+        assert [r.as_dict() for r in out.results] == expected
+        retried = out.retried_chunks
+        if retried:
+            break
+    assert retried >= 1  # a dead actor's chunk was run again elsewhere
 
 
 @needs_ray
