@@ -117,7 +117,10 @@ class SuffixCache:
     def follow(self, slot: int, output: tuple[int, ...]) -> SuffixIndex:
         """The slot's index, extended by the output tokens it does not hold yet."""
         index = self.indexes[slot]
-        if tuple(index.tokens) != output[: len(index.tokens)]:  # another history (never, for one request)
+        n = len(index.tokens)
+        # A request's output only grows by publication, so its last indexed token is enough to tell
+        # another history (never, for one request) in constant time: no rescan per round.
+        if n > len(output) or (n and output[n - 1] != index.tokens[-1]):
             index = self.indexes[slot] = SuffixIndex()
         for token in output[len(index.tokens) :]:
             index.extend(token)
