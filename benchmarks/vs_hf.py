@@ -81,7 +81,7 @@ def main() -> int:
         GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0, k=ks[0], draft="self:bf16")
     )
     target = pipe.target.model
-    draft = pipe.proposer.sources[0].model.model  # the same bf16 copy for both systems
+    draft = pipe.proposer.models[0].model  # the same bf16 copy for both systems
     assistant = draft
     assistant.generation_config = copy.deepcopy(target.generation_config)
     items = [PromptItem(f"{tag}{i}", text, tag) for i, (tag, text) in enumerate(PROMPTS[: args.prompts])]

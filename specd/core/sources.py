@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.kv import KVCache
-from specd.core.proposer import NullProposer, Proposer
+from specd.core.proposer import ModelProposer, NullProposer, Proposer
 from specd.core.state import RequestState
 
 
@@ -117,6 +117,11 @@ class SourceSet:
     @property
     def identities(self) -> tuple[str, ...]:
         return tuple(s.identity for s in self.sources)
+
+    @property
+    def models(self) -> list:
+        """The draft models among the sources (a lookup has none), in order."""
+        return [s.model for s in self.sources if isinstance(s, ModelProposer)]
 
     @property
     def forward_calls(self) -> int:

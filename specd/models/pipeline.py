@@ -323,7 +323,7 @@ class Pipeline:
 
     def _draft_model(self):
         """The model among the draft sources (or the first source, when all are lookups)."""
-        models = [s.model for s in self.proposer.sources if isinstance(s, ModelProposer)]
+        models = self.proposer.models
         return models[0] if models else self.proposer.sources[0]
 
     def sampling_doc(self, baseline: bool = False) -> dict:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput
-from specd.core.proposer import ModelProposer
 from specd.models.distributed import actors, connect
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
@@ -90,7 +89,7 @@ class BatchTimes:
 
 def time_batch(pipe: Pipeline, b: int, context: int, texts, max_new_tokens: int, warmup: int, repeats: int):
     unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
-    models = [s.model for s in pipe.proposer.sources if isinstance(s, ModelProposer)]
+    models = pipe.proposer.models
     draft_lm = models[0] if models else None  # a lookup costs no model step
     draft = time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
     base = pipe.run(_batch_items(texts, b), baseline=True, max_new_tokens=max_new_tokens, record_log=False).stats
