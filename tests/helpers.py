@@ -88,9 +88,9 @@ def synthetic_log(alphas, rounds=20000, seed=0):
     return requests, proposals, rnds
 
 
-def interrupted(args, when) -> tuple[int, str]:
-    """Start ``specd ARGS`` in a child process, wait with ``when(proc)``, send Ctrl-C (SIGINT)
-    -> (exit code, stderr)."""
+def interrupted(args, when, signum=signal.SIGINT) -> tuple[int, str]:
+    """Start ``specd ARGS`` in a child process, wait with ``when(proc)``, send ``signum`` (Ctrl-C's
+    SIGINT unless told) -> (exit code, stderr)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "specd.cli", *args],
         stdout=subprocess.PIPE,
@@ -99,6 +99,6 @@ def interrupted(args, when) -> tuple[int, str]:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     when(proc)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     return proc.returncode, err

@@ -2,7 +2,7 @@
 library error becomes one line on stderr and its exit code, never a traceback.
 
 Exit codes: 0 success; 1 a check failed or the run failed; 2 bad input;
-130 interrupted.
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from specd.cli.sweep_k import sweep_k
 from specd.cli.trace import app as trace_app
 from specd.cli.verify_oracle import verify_oracle
 from specd.errors import SpecdError, one_line
+from specd.files import write_failure
 
 app = typer.Typer(
     name="specd",
@@ -55,6 +56,15 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _quiet_stdout() -> None:
+    """Standard output cannot take what is still buffered: drop it, so exiting does not try again
+    (which would print a second message)."""
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives until the process ends
+    except OSError:
+        pass
+
+
 def _click_kind(err: BaseException) -> set[str]:
     """Class names in the MRO: typer may vendor click, so match by name, not identity."""
     return {cls.__name__ for cls in type(err).__mro__}
@@ -76,12 +86,19 @@ def run(argv: list[str] | None = None) -> None:
         # Outside standalone mode click returns the code of typer.Exit instead of raising;
         # typer turns Ctrl-C inside a command into the code 130.
         result = app(args=argv, standalone_mode=False)
+        sys.stdout.flush()  # here, so a full disk behind stdout is one line, not a message at exit
     except SpecdError as err:
         fail(str(err), err.exit_code)
     except KeyboardInterrupt:
         exit_interrupted()
     except BrokenPipeError:
+        _quiet_stdout()
         sys.exit(1)
+    except OSError as err:
+        if err.filename is None:  # writing to standard output failed (a file's error names the file)
+            _quiet_stdout()
+            fail(f"cannot write to standard output: {write_failure(err)}", 1)
+        fail(f"{err.filename}: {write_failure(err)}", 1)
     except Exception as err:
         kinds = _click_kind(err)
         if "NoArgsIsHelpError" in kinds:

@@ -6,10 +6,11 @@ import json
 import math
 import sys
 
+import yaml
 from rich.console import Console
 
 from specd.errors import UsageError
-from specd.files import read_text
+from specd.files import MAX_CONFIG_BYTES, read_text
 
 stdout = Console(highlight=False, soft_wrap=False)
 if not stdout.is_terminal:  # piped or captured: wide enough that tables keep their headers
@@ -31,16 +32,47 @@ def parse_bias(items: list[str] | None, option: str) -> dict[int, float]:
     return out
 
 
-def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
-    """A YAML file holding a mapping of known keys ('-' and '_' alike), or {} without a path."""
-    import yaml
+class StrictLoader(yaml.SafeLoader):
+    """YAML for configs: safe tags only, no anchors or aliases (a few lines of aliases can stand
+    for billions of values), and no key given twice (which one would win is a guess)."""
 
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, "anchors and aliases (*name) are not allowed in a specd config", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml_mapping(path: str | None, allowed: set[str], what: str) -> dict:
+    """A YAML file holding a mapping of known keys ('-' and '_' alike), or {} without a path.
+    Read strictly (``StrictLoader``), at most MAX_CONFIG_BYTES."""
     if not path:
         return {}
+    text = read_text(path, "config file", allow_empty=True, limit=MAX_CONFIG_BYTES)
     try:
-        data = yaml.safe_load(read_text(path, "config file", allow_empty=True)) or {}
+        data = yaml.load(text, Loader=StrictLoader) or {}  # noqa: S506 - StrictLoader is a SafeLoader
+    except yaml.MarkedYAMLError as err:
+        line = f":{err.problem_mark.line + 1}" if err.problem_mark is not None else ""
+        raise UsageError(f"{path}{line}: not valid YAML ({err.problem or err.context})") from None
     except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise UsageError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    except ValueError:  # an integer longer than Python converts
+        raise UsageError(f"{path}: a number with too many digits ({sys.get_int_max_str_digits()} at most)") from None
+    except RecursionError:
+        raise UsageError(f"{path}: YAML nested too deeply") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: {what} must be a mapping of option names to values")
     data = {str(k).replace("-", "_"): v for k, v in data.items()}

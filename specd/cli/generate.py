@@ -16,6 +16,7 @@ from specd.cli.render import policy_table, stats_table
 from specd.core.records import RunResult
 from specd.core.stats import RunStats
 from specd.errors import printable
+from specd.files import is_stdout
 from specd.models.distributed import connect, run_on_ray
 from specd.models.options import GenerateOptions
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline
@@ -76,22 +77,26 @@ def execute(options, run: RunArgs) -> None:
     if run.json:
         print_json(_document(pipe, runs, run, files.already if files else 0))
         return
+    console = stdout
     if files is not None:
         done = f"{len(main_run.results)} requests" + (
             f" ({files.already} were already complete)" if files.already else ""
         )
-        where = " and ".join(escape(p) for p in (run.out, run.trace) if p is not None)
+        where = " and ".join(
+            "standard output" if is_stdout(p) else escape(printable(p)) for p in (run.out, run.trace) if p is not None
+        )
         stderr.print(f"[dim]{done} written to {where}[/]")
+        console = stderr if files.to_stdout else stdout
     elif not stream:
         for r in main_run.results:
             stdout.rule(escape(printable(f"{r.request_id}" + (f" [{r.tag}]" if r.tag else ""), False)), style="dim")
             stdout.print(printable(r.text), markup=False, highlight=False)
             stdout.print(f"[dim]({r.finish_reason})[/]")
-    stdout.print(policy_table(pipe.sampling_doc(baseline=run.baseline)))
-    stdout.print(stats_table({name: r.stats for name, r in runs.items()}))
+    console.print(policy_table(pipe.sampling_doc(baseline=run.baseline)))
+    console.print(stats_table({name: r.stats for name, r in runs.items()}))
     if run.compare:
         same = _identical(runs)
-        stdout.print(
+        console.print(
             f"speedup (decode time per token, target-only / speculative): [bold]{_speedup(runs):.2f}x[/]"
             + (f"; outputs identical: {same}" if pipe.target_policy.greedy else "")
         )
@@ -120,6 +125,7 @@ def _run(
         TimeElapsedColumn(),
         console=stderr,
         transient=True,
+        disable=not stderr.is_terminal,  # a bar is for a person watching, not for a log file
     ) as progress:
         task = progress.add_task(TARGET_ONLY if baseline else SPECULATIVE, total=total)
 

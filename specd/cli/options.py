@@ -21,7 +21,7 @@ import typer
 
 from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
-from specd.files import check_output
+from specd.files import STDOUT, check_output, check_paths, folder_files
 from specd.models.options import (
     BATCH_SIZE_CPU,
     BATCH_SIZE_CUDA,
@@ -57,7 +57,8 @@ class RunArgs:
         "--out",
         "-o",
         kind="str?",
-        help="Write one JSON line per request to this results file, as each finishes.",
+        help="Write one JSON line per request to this results file, as each finishes (- streams them to "
+        "standard output).",
     )
     resume: bool = option(
         False,
@@ -103,8 +104,6 @@ class RunArgs:
         for flag, value in (("--resume", self.resume), ("--ray", self.ray is not None)):
             if value and self.compare:
                 raise UsageError(f"{flag} cannot be used with --compare (it times both modes on the same prompts)")
-        if self.trace is not None and self.trace == self.out:
-            raise UsageError("the acceptance log and the results file must be different files")
         for path, what in ((self.trace, "acceptance log"), (self.out, "results file")):
             if path is not None:  # a bad output path is found before any model loads
                 check_output(path, what)
@@ -172,7 +171,29 @@ def read_run(ctx: typer.Context, fixed: dict | None = None) -> tuple[GenerateOpt
             value = typed(spec.kind, config[name], f"{config_path}: {name}")
         run[name] = value
     _check_k_flags(options, typed_here | set(config), bool(run["baseline"]))
-    return options, RunArgs(**run)
+    run_args = RunArgs(**run)
+    check_paths(run_inputs(options, run_args, config_path), run_outputs(run_args))
+    return options, run_args
+
+
+def run_inputs(options: GenerateOptions, run: RunArgs, config_path: str | None) -> dict[str, str | None]:
+    """Every file a generation run reads, by the flag that names it (a model folder: each file in it)."""
+    inputs = {
+        "--prompts-file": run.prompts_file,
+        "--config": config_path,
+        "--k-schedule": options.k_schedule,
+        "--target-gguf": options.target_gguf,
+        "--draft-gguf": options.draft_gguf,
+    }
+    for flag, folder in (("--target", options.target), ("--draft", options.draft)):
+        for path in folder_files(folder):
+            inputs.setdefault(f"{flag} (the model folder's {path.name})", str(path))
+    return inputs
+
+
+def run_outputs(run: RunArgs) -> dict[str, str | None]:
+    """Every file a generation run writes, by flag; --json counts as one on standard output."""
+    return {"--out": run.out, "--trace": run.trace, "--json": STDOUT if run.json else None}
 
 
 def _check_k_flags(options: GenerateOptions, given: set[str], baseline: bool) -> None:
@@ -182,6 +203,11 @@ def _check_k_flags(options: GenerateOptions, given: set[str], baseline: bool) ->
         raise UsageError(f"{options.where(k_flags[0])} needs a draft: target-only decoding (--baseline) drafts nothing")
     if options.k_schedule is not None and "k" in given:
         raise UsageError("give -k or --k-schedule, not both (the schedule says K for every round)")
+    if options.k_schedule is not None and "k_max" in given:
+        raise UsageError(
+            f"{options.where('k_max')} bounds -k auto; a --k-schedule replays the K of every round as recorded, "
+            "so it would have no effect"
+        )
     if "k_max" in given and not options.auto_k:
         raise UsageError(f"{options.where('k_max')} bounds -k auto; with a fixed -k {options.k} it has no effect")
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
 from specd.cli.options import command, parameters
 from specd.errors import EmptyRange, InvalidCost, UsageError
-from specd.files import check_output
+from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
 from specd.models.distributed import connect
 from specd.models.options import GenerateOptions, option
 from specd.models.pipeline import Pipeline
@@ -20,7 +20,7 @@ from specd.policy.kpolicy import MAX_K
 from specd.policy.ledger import CostModel
 from specd.policy.profile import constant_profile, per_position_profile
 from specd.sweeps.ledger import ModelShape, optimum, sweep
-from specd.sweeps.measure import measure
+from specd.sweeps.measure import MeasureInterrupted, measure
 from specd.sweeps.output import plot, row_dict, write_csv
 from specd.sweeps.profile import profile_from_mapping, profile_from_trace
 
@@ -158,9 +158,15 @@ def _sweep_k(ctx: typer.Context) -> None:
     out, plot_path, as_json, measure_mode = p["out"], p["plot"], p["json"], p["measure"]
     t0 = time.perf_counter()
     _refuse_other_mode_flags(ctx, measure_mode)
+    check_paths(
+        {"--trace-log": p["trace_log"], "--config": p["config"]},
+        {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None},
+    )
     for path, what in ((out, "CSV file"), (plot_path, "plot")):
         if path is not None:  # before any work
             check_output(path, what)
+    if plot_path is not None:
+        image_format(plot_path)
     batch_limit = MAX_MEASURED_BATCH if measure_mode else MAX_SWEEP_BATCH
     ks = parse_ints(p["k"], "--k", MAX_K if measure_mode else MAX_SWEEP_K)
     batches = parse_ints(p["batch"], "--batch", batch_limit)
@@ -196,6 +202,8 @@ def _sweep_k(ctx: typer.Context) -> None:
             }
         )
         return
+    if any(path is not None and is_stdout(path) for path in (out, plot_path)):
+        return  # the CSV (or the plot) is what standard output carries
     _render(result, optima, gap)
     if out:
         stdout.print(f"[dim]{len(records)} rows written to {out}[/]")
@@ -311,15 +319,22 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
             f"--max-new-tokens {options.max_new_tokens} is too long to measure with a model that reads "
             f"{pipe.context} positions; use at most {pipe.context // 2 - 1}"
         )
-    result = measure(
-        pipe,
-        ks,
-        batches,
-        max_new_tokens=options.max_new_tokens,
-        repeats=p["repeats"],
-        progress=lambda m: stderr.print(f"[dim]{m}[/]"),
-        ray_address=p["ray"],
-    )
+    try:
+        result = measure(
+            pipe,
+            ks,
+            batches,
+            max_new_tokens=options.max_new_tokens,
+            repeats=p["repeats"],
+            progress=lambda m: stderr.print(f"[dim]{m}[/]"),
+            ray_address=p["ray"],
+        )
+    except MeasureInterrupted as stop:  # keep the cells measured so far, then stop as asked
+        if stop.partial is not None and p["out"] is not None:
+            records = [row_dict(r, "measured", stop.partial.measured.get(cell_key(r))) for r in stop.partial.rows]
+            write_csv(p["out"], records)
+            stderr.print(f"[dim]interrupted: the {len(stop.partial.measured)} cells measured are in {p['out']}[/]")
+        raise KeyboardInterrupt from None
     return SweepResult(
         "measured",
         result.rows,

@@ -7,12 +7,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specd.cli.common import print_json, stdout
+from specd.cli.common import print_json, stderr, stdout
 from specd.cli.generate import execute
 from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table
 from specd.errors import UsageError, printable
-from specd.files import check_output, write_text_atomic
+from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout, write_text_atomic
 from specd.models.options import GenerateOptions
 from specd.traces.log import read_trace
 from specd.traces.plot import plot_summary
@@ -101,9 +101,12 @@ def summarize_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Pr(A = a), survival s_j, reach-conditioned alpha_j and mean accepted length."""
+    check_paths({"LOG": path}, {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None})
     for target, what in ((out, "summary CSV"), (plot_path, "plot")):
         if target is not None:
             check_output(target, what)
+    if plot_path is not None:
+        image_format(plot_path)
     header, requests, _, rounds = read_trace(path)
     summary = summarize(requests, rounds, by)
     table = to_table(summary)
@@ -114,6 +117,7 @@ def summarize_cmd(
     if as_json:
         print_json({"schema": "specd.trace-summary/v1", "trace": path, **summary})
         return
+    console = stderr if any(p is not None and is_stdout(p) for p in (out, plot_path)) else stdout
     groups = table["group"].tolist()
     rich_table = Table(title=f"Acceptance summary by {summary['by']}", title_justify="left")
     rich_table.add_column("")
@@ -123,11 +127,11 @@ def summarize_cmd(
         rich_table.add_row(_label(col), *[_fmt(v) for v in table[col].tolist()])
     sampling = header.get("manifest", {}).get("sampling")
     if isinstance(sampling, dict) and "generation_config" in sampling:  # logs written before it lack this
-        stdout.print(policy_table(sampling))
-    stdout.print(rich_table)
+        console.print(policy_table(sampling))
+    console.print(rich_table)
     for written in (out, plot_path):
-        if written:
-            stdout.print(f"[dim]written to {escape(printable(written))}[/]")
+        if written and not is_stdout(written):
+            console.print(f"[dim]written to {escape(printable(written))}[/]")
 
 
 def _label(col: str) -> str:

@@ -15,14 +15,13 @@ to the target's effective ones. Every effective value carries its source.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specd.errors import UsageError
-from specd.files import read_text
+from specd.files import MAX_CONFIG_BYTES, loads_json, read_text
 
 MODES = ("auto", "none")
 FILE_NAME = "generation_config.json"
@@ -80,13 +79,8 @@ def read_folder(mode: str, folder: str | Path) -> GenerationDefaults | None:
         return None
     if not path.exists():
         return GenerationDefaults("auto", {}, f"{path} (absent)")
-    text = read_text(path, "generation config")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UsageError(
-            f"{path}: not JSON ({err.msg} at line {err.lineno}); fix it or use --generation-config none"
-        ) from None
+    text = read_text(path, "generation config", limit=MAX_CONFIG_BYTES)
+    data = loads_json(text, str(path), what="not JSON; fix it or use --generation-config none")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a generation config must be a JSON object; use --generation-config none to skip it")
     return GenerationDefaults("auto", _checked(data, str(path)), str(path))

@@ -221,7 +221,9 @@ class HFCausalLM:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = width if width is not None else logit_width(model)
         self.pad_id = pad_id
-        cfg = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
+        # the config without where it was read from: two spellings of one folder are one model
+        config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
+        cfg = json.dumps(config, sort_keys=True, default=str)
         self.config_digest = hashlib.sha256(cfg.encode()).hexdigest()[:12]
         self.identity = (
             f"hf:{name}:{str(self.dtype).removeprefix('torch.')}:{self.device.type}:cfg={self.config_digest}"

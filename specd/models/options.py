@@ -58,12 +58,18 @@ def specs(cls) -> dict[str, tuple[Spec, object]]:
     return {f.name: (f.metadata["spec"], f.default) for f in fields(cls) if "spec" in f.metadata}
 
 
+MAX_NUMBER = 2**64  # no option takes an integer this large (a seed is below it)
+
+
 def typed(kind: str, value, where: str):
     """``value`` as the ``kind`` says, or UsageError naming ``where`` (YAML can hold anything; a flag's
     text arrives as a string for kind k; ints are fine where floats are)."""
     base = kind.rstrip("?")
     if value is None and kind.endswith("?"):
         return None
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_NUMBER:
+        # refused without printing it: a number this long does not even convert to text
+        raise UsageError(f"{where}: a number of about {int(abs(value).bit_length() * 0.30103)} digits is out of range")
     if base == "k":
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"

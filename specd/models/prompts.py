@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specd.errors import UsageError
-from specd.files import read_text
+from specd.files import jsonl_records, read_text
+
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
 
 
 @dataclass(frozen=True)
@@ -24,21 +26,21 @@ def prompt_items(prompts: Sequence[str], prompts_file: str | None) -> list[Promp
     Default ids hash the prompt text, so a request's id (and with it its random
     streams) does not depend on its position in the prompt set.
     """
+    for p in prompts:
+        _refuse_lone_surrogate(p, "--prompt")
     raw: list[tuple[str, str | None, str | None]] = [(p, None, None) for p in prompts]
     if prompts_file:
-        for n, line in enumerate(read_text(prompts_file, "prompts file").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UsageError(f"{prompts_file}:{n}: not JSONL ({err.msg})") from None
+        text = read_text(prompts_file, "prompts file")
+        for n, obj in jsonl_records(text, prompts_file, what="not JSONL"):
             if isinstance(obj, str):
                 obj = {"prompt": obj}
             if not isinstance(obj, dict) or not isinstance(obj.get("prompt", obj.get("text")), str):
                 raise UsageError(f'{prompts_file}:{n}: each line must be a JSON object with a "prompt" string')
             tag = obj.get("tag", obj.get("domain"))
-            raw.append((obj.get("prompt", obj.get("text")), obj.get("id"), None if tag is None else str(tag)))
+            rid = obj.get("id")
+            for name, value in (("prompt", obj.get("prompt", obj.get("text"))), ("id", rid), ("tag", tag)):
+                _refuse_lone_surrogate(value, f"{prompts_file}:{n}: the {name}")
+            raw.append((obj.get("prompt", obj.get("text")), rid, None if tag is None else str(tag)))
     if not raw:
         raise UsageError("no prompt: give --prompt TEXT or --prompts-file FILE.jsonl")
     items, seen = [], {}
@@ -53,3 +55,13 @@ def prompt_items(prompts: Sequence[str], prompts_file: str | None) -> list[Promp
     if len({i.request_id for i in items}) != len(items):
         raise UsageError("prompt ids must be unique")
     return items
+
+
+def _refuse_lone_surrogate(value, where: str) -> None:
+    """A lone surrogate (a JSON escape like \\ud800, or bytes that are not UTF-8 on the command line)
+    is no character: no tokenizer encodes it and no UTF-8 file can hold it."""
+    if isinstance(value, str) and (m := _SURROGATE.search(value)):
+        raise UsageError(
+            f"{where} holds a lone surrogate (\\u{ord(m.group()):04x}) at character {m.start()}, which is not "
+            "text; remove it or write the character it was meant to be"
+        )

@@ -21,11 +21,23 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from specd.errors import ResumeMismatch, UsageError
-from specd.files import check_output, read_text, write_text_atomic
+from specd.errors import ResumeMismatch, UsageError, WriteFailed
+from specd.files import (
+    MAX_CONFIG_BYTES,
+    STDOUT,
+    check_output,
+    json_line,
+    jsonl_records,
+    loads_json,
+    read_bytes,
+    read_text,
+    write_failure,
+    write_text_atomic,
+)
 from specd.traces.log import SCHEMA as TRACE_SCHEMA
 from specd.traces.log import request_lines
 
@@ -55,21 +67,38 @@ OUTPUT_FIELDS = (
 )
 
 
+# Fields of a model entry that name it as the user spelled it: with a weights digest, two
+# spellings of one folder (``dir/./target``) are one model.
+_SPELLING = ("name", "identity")
+
+
+def _comparable(name: str, value):
+    """A manifest field as resume compares it: a model by its weights (and config), not its path."""
+    if name in ("target", "draft") and isinstance(value, dict) and value.get("weights_sha256"):
+        config = str(value.get("identity", "")).rpartition(":cfg=")[2]
+        return {**{k: v for k, v in value.items() if k not in _SPELLING}, "config": config}
+    return value
+
+
 def manifest_difference(recorded: dict, current: dict) -> tuple[str, object, object] | None:
     """The first output-determining field where two manifests differ: (field, recorded, current)."""
     for name in OUTPUT_FIELDS:
         a, b = recorded.get(name), current.get(name)
-        if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
+        if json.dumps(_comparable(name, a), sort_keys=True, default=str) != json.dumps(
+            _comparable(name, b), sort_keys=True, default=str
+        ):
             return name, a, b
     return None
 
 
-def _dumps(obj: dict) -> str:
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n"
-
-
 class RequestLines:
-    """A JSONL file written one request at a time, in input order (see the module docstring)."""
+    """A JSONL file written one request at a time, in input order (see the module docstring).
+
+    Nothing replaces an existing file until the first request's lines are written: the new
+    header (or, resumed, the file without a torn tail) goes to a temporary file that is renamed
+    over the old one then, so a run refused or stopped before any request finished leaves the
+    old file as it was. ``-`` streams the lines to standard output instead.
+    """
 
     def __init__(
         self, path: str, what: str, schema: str, marker: str, manifest: dict, order: Sequence[str], resume: bool
@@ -82,35 +111,51 @@ class RequestLines:
         self.groups: dict[str, list[str]] = {}  # request id -> its lines, for a rewrite in order
         self.waiting: dict[str, list[str]] = {}  # finished, not written yet
         self.notes: list[str] = []
-        check_output(path, what)
+        self.to_stdout = str(check_output(path, what)) == STDOUT
+        if resume and self.to_stdout:
+            raise UsageError(f"--resume needs the {what} as a file, not standard output")
+        self._prefix: str | None = json_line(self.header)  # written before the first group; None: append
         if resume and Path(path).exists():
             self._load(manifest)
-        else:
-            write_text_atomic(path, _dumps(self.header), what)
         self.file_order = list(self.groups)  # ids in the order their lines stand in the file
+        self._fh = None
+        self._failed: str | None = None
         self._next = 0
         self._advance()
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the whole run
 
     @property
     def done(self) -> set[str]:
         """Request ids already in the file."""
         return set(self.groups)
 
+    @property
+    def written(self) -> int:
+        return len(self.file_order)
+
     def _load(self, manifest: dict) -> None:
-        path = self.path
-        raw = Path(path).read_bytes()
+        path, where = self.path, f"--resume: {self.path}"
+        raw = read_bytes(path, self.what, error=UsageError)
         lines = raw.split(b"\n")
         complete = lines[:-1]  # whatever follows the last newline was cut off mid-write
         if lines[-1]:
             self.notes.append(f"{path}: dropped a torn last line ({len(lines[-1])} bytes) left by an interrupted run")
-        try:
-            parsed = [json.loads(line) for line in complete if line.strip()]
-        except json.JSONDecodeError as err:
-            raise UsageError(f"--resume: {path} is corrupt ({err.msg}); it is not a file specd wrote") from None
+        parsed = []
+        for n, line in enumerate(complete, 1):
+            if not line.strip():
+                continue
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UsageError(f"{where}:{n} is not UTF-8 text; it is not a file specd wrote") from None
+            obj = loads_json(text, f"{where}:{n}", what="is corrupt (not JSON); it is not a file specd wrote")
+            if not isinstance(obj, dict):
+                raise UsageError(f"{where}:{n} is not a JSON object; it is not a file specd wrote")
+            parsed.append(obj)
         if not parsed or parsed[0].get("type") != "header" or parsed[0].get("schema") != self.schema:
             raise ResumeMismatch(f"--resume: {path} is not a {self.schema} file")
-        difference = manifest_difference(parsed[0].get("manifest", {}), manifest)
+        if not isinstance(parsed[0].get("manifest"), dict):
+            raise ResumeMismatch(f"--resume: {path} has a header without a manifest; it is not a file specd wrote")
+        difference = manifest_difference(parsed[0]["manifest"], manifest)
         if difference is not None:
             name, was, now = difference
             raise ResumeMismatch(
@@ -119,13 +164,19 @@ class RequestLines:
             )
         group_lines: dict[str, list[str]] = {}
         finished: set[str] = set()
+        duplicates = 0
         for obj in parsed[1:]:
             rid = obj.get("request_id", obj.get("id"))
             if not isinstance(rid, str):
                 raise UsageError(f"--resume: {path} has a line with no request id; it is not a file specd wrote")
-            group_lines.setdefault(rid, []).append(_dumps(obj))
+            if rid in finished:  # a request's lines once more (a file concatenated or edited): keep the first
+                duplicates += 1
+                continue
+            group_lines.setdefault(rid, []).append(json_line(obj))
             if obj.get("type") == self.marker:
                 finished.add(rid)
+        if duplicates:
+            self.notes.append(f"{path}: dropped {duplicates} duplicate line(s) of requests already complete")
         cut = [rid for rid in group_lines if rid not in finished]
         if cut:
             self.notes.append(f"{path}: dropped the lines of {len(cut)} request(s) cut off before they were complete")
@@ -136,16 +187,17 @@ class RequestLines:
                 "resume with the same prompts"
             )
         self.groups = {rid: g for rid, g in group_lines.items() if rid in finished}
-        if lines[-1] or cut:  # rewrite without the torn tail (atomic), so appends start on a clean line
-            body = "".join(line for rid, group in group_lines.items() if rid in finished for line in group)
-            write_text_atomic(path, _dumps(parsed[0]) + body, self.what)
+        self._prefix = None
+        if lines[-1] or cut or duplicates:  # rewritten (when the first request is), so appends start clean
+            body = "".join(line for group in self.groups.values() for line in group)
+            self._prefix = json_line(parsed[0]) + body
 
     def add(self, request_id: str, objects: Iterable[dict]) -> None:
         """A finished request's lines: written now if every earlier request is, else kept until then.
         A request already in the file (resumed) is not written twice."""
         if request_id in self.groups:
             return
-        self.waiting[request_id] = [_dumps(obj) for obj in objects]
+        self.waiting[request_id] = [json_line(obj) for obj in objects]
         self._advance()
 
     def _advance(self) -> None:
@@ -159,24 +211,55 @@ class RequestLines:
             self._write(rid, self.waiting.pop(rid))
             self._next += 1
 
+    def _open(self):
+        """The stream the groups are appended to; the new file replaces the old one here."""
+        if self.to_stdout:
+            sys.stdout.write(self._prefix or "")
+            return sys.stdout
+        if self._prefix is not None:
+            write_text_atomic(self.path, self._prefix, self.what)
+        return open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held for the whole run
+
     def _write(self, rid: str, lines: list[str]) -> None:
-        self._fh.write("".join(lines))
-        self._fh.flush()
+        if self._failed:
+            raise WriteFailed(self._failed)
+        try:
+            if self._fh is None:
+                self._fh = self._open()
+            self._fh.write("".join(lines))
+            self._fh.flush()
+        except WriteFailed as err:  # the new file could not replace the old one, which is unchanged
+            self._failed = str(err)
+            raise
+        except OSError as err:
+            where = "standard output" if self.to_stdout else self.path
+            self._failed = (
+                f"cannot write the {self.what} {where}: {write_failure(err)}; the {self.written} request(s) "
+                "written before are kept" + ("" if self.to_stdout else " (run again with --resume once it is fixed)")
+            )
+            raise WriteFailed(self._failed) from None
         self.groups[rid] = lines
         self.file_order.append(rid)
 
     def close(self) -> None:
         """Write whatever finished and still waits (out of order if the run stopped early); once
         every request of the prompt set is in, put the file in input order."""
-        for rid, lines in list(self.waiting.items()):
-            self._write(rid, lines)
-        self.waiting.clear()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        try:
+            for rid, lines in list(self.waiting.items()):
+                self._write(rid, lines)
+        finally:
+            self.waiting.clear()
+            if self._fh is not None and not self.to_stdout:
+                try:
+                    os.fsync(self._fh.fileno())
+                finally:
+                    self._fh.close()
         complete = all(rid in self.groups for rid in self.order)
-        if complete and self.file_order != [rid for rid in self.order if rid in self.groups]:
+        in_order = self.file_order == [rid for rid in self.order if rid in self.groups]
+        cleanup = self._fh is None and self._prefix is not None and bool(self.groups)  # resumed, nothing new
+        if complete and not self.to_stdout and (not in_order or cleanup):
             body = "".join(line for rid in self.order for line in self.groups[rid])
-            write_text_atomic(self.path, _dumps(self.header) + body, self.what)
+            write_text_atomic(self.path, json_line(self.header) + body, self.what)
 
 
 def _short(value, limit: int = 80) -> str:
@@ -208,6 +291,7 @@ class PromptSetFiles:
         self.todo = [i for i in items if i.request_id not in done]
         self.already = len(items) - len(self.todo)
         self.notes = [n for f in files for n in f.notes]
+        self.to_stdout = any(f.to_stdout for f in files)  # results stream there: tables go to stderr
 
     def _check_prompts(self, items) -> None:
         """A resumed request must be the same prompt under the same id."""
@@ -241,17 +325,19 @@ def load_k_schedules(path: str) -> dict[str, tuple[tuple[int, str | None], ...]]
     ``acceptance.source_schedule``; a file without sources replays K from the first source that
     proposes)."""
     text = read_text(path, "K schedule file")
-    try:
-        whole = json.loads(text)
-        objects = whole.get("results", []) if isinstance(whole, dict) else []
-    except json.JSONDecodeError:
-        objects = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    objects.append(json.loads(line))
-                except json.JSONDecodeError:
-                    raise UsageError(f"--k-schedule {path}:{n}: not JSON") from None
+    lines = [line for line in text.split("\n") if line.strip()]
+    if len(lines) > 1 and all(line.lstrip().startswith("{") and line.rstrip().endswith("}") for line in lines):
+        objects = [obj for _, obj in jsonl_records(text, f"--k-schedule {path}")]  # JSONL: one object a line
+    else:  # one document (generate --json)
+        if len(text.encode("utf-8")) > MAX_CONFIG_BYTES * 64:
+            raise UsageError(f"--k-schedule {path}: a JSON document larger than {MAX_CONFIG_BYTES * 64 >> 20} MiB")
+        whole = loads_json(text, f"--k-schedule {path}")
+        objects = whole.get("results", []) if isinstance(whole, dict) else None
+        if not isinstance(objects, list):
+            raise UsageError(
+                f"--k-schedule {path}: not a generate --json document (its results must be a list), a results "
+                "file or an acceptance log"
+            )
     schedules: dict[str, tuple[int, ...]] = {}
     for obj in objects:
         if not isinstance(obj, dict) or obj.get("type") not in (None, "result", "request"):

@@ -24,10 +24,13 @@ Raising is how a sampler refuses an input (an impossible draft with q(d) = 0).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from unittest import mock
 
@@ -58,16 +61,46 @@ class SamplerUnderTest:
     def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u) -> SamplerResult:
         """Call the sampler on one batch. Whatever it raises comes back as SamplerFailed (the
         checks decide what a refusal means), so a fault of the harness is never blamed on it."""
-        try:
+        with isolated(f"sampler {self.name}"):
             out = self.fn(p, q, drafts, k_lens, accept_u, terminal_u)
-        except Exception as err:  # noqa: BLE001 - the sampler under test can fail in any way
-            raise SamplerFailed(f"sampler {self.name} raised {type(err).__name__}: {one_line(str(err), 200)}") from err
-        return normalize_result(self.name, out, drafts.shape[0], p.shape[-1])
+        return normalize_result(self.name, out, drafts.shape[0], p.shape[-1], int(drafts.shape[1]))
 
 
-def normalize_result(name: str, out, batch: int, vocab: int) -> SamplerResult:
-    """Whatever shape of the protocol the sampler returned -> SamplerResult, or SamplerFailed."""
+@contextmanager
+def isolated(what: str, passthrough: tuple[type, ...] = ()):
+    """Run user code: whatever it raises, ``SystemExit`` (``sys.exit``) included, comes back as one
+    SamplerFailed naming ``what``, so code under test that exits can never end specd with exit 0.
+    Ctrl-C still interrupts; ``passthrough``: errors of the caller's own, raised as they are."""
+    try:
+        yield
+    except passthrough:
+        raise
+    except SamplerFailed:
+        raise
+    except SystemExit as err:
+        raise SamplerFailed(f"{what} exited (SystemExit {err.code!r}) instead of returning") from None
+    except Exception as err:  # noqa: BLE001 - the code under test can fail in any way
+        raise SamplerFailed(f"{what} raised {type(err).__name__}: {one_line(str(err), 200)}") from None
+
+
+def _tensor(name: str, what: str, value) -> torch.Tensor:
+    if value is None or isinstance(value, (str, bytes)):
+        raise SamplerFailed(f"sampler {name} returned {what} of type {type(value).__name__}; expected a tensor")
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise SamplerFailed(
+            f"sampler {name} returned {what} that is not a tensor ({one_line(str(err), 120)})"
+        ) from None
+
+
+def normalize_result(name: str, out, batch: int, vocab: int, k: int | None = None) -> SamplerResult:
+    """Whatever shape of the protocol the sampler returned -> SamplerResult, or SamplerFailed naming
+    what was wrong: a missing part, a type, a shape, a count outside 0..K, a token outside the
+    vocabulary, a distribution that is not finite, non-negative and of positive mass."""
     if isinstance(out, Mapping):
+        if "accepted" not in out or not ({"terminal", "terminal_rows"} & set(out)):
+            raise SamplerFailed(f"sampler {name} returned a mapping without 'accepted' and 'terminal'")
         accepted, terminal = out.get("accepted"), out.get("terminal", out.get("terminal_rows"))
     elif hasattr(out, "accepted") and hasattr(out, "terminal_rows"):  # e.g. specd's Decision
         accepted, terminal = out.accepted, out.terminal_rows
@@ -75,15 +108,28 @@ def normalize_result(name: str, out, batch: int, vocab: int) -> SamplerResult:
         accepted, terminal = out
     else:
         raise SamplerFailed(f"sampler {name} returned {type(out).__name__}; expected (accepted, terminal)")
-    accepted = torch.as_tensor(accepted).reshape(-1)
-    terminal = torch.as_tensor(terminal)
+    accepted = _tensor(name, "accepted counts", accepted).reshape(-1)
+    terminal = _tensor(name, "a terminal", terminal)
     if accepted.numel() != batch:
         raise SamplerFailed(f"sampler {name} returned {accepted.numel()} accepted counts for a batch of {batch}")
+    if accepted.is_floating_point() or accepted.is_complex() or accepted.dtype == torch.bool:
+        raise SamplerFailed(f"sampler {name} returned accepted counts of dtype {accepted.dtype}; expected integers")
+    if accepted.numel() and (accepted.min() < 0 or (k is not None and accepted.max() > k)):
+        raise SamplerFailed(f"sampler {name} returned accepted counts {accepted.tolist()} outside 0..{k}")
     if terminal.dim() == 2 and terminal.shape == (batch, vocab) and terminal.is_floating_point():
         rows = terminal.to(torch.float64)
-        return SamplerResult(accepted.tolist(), None, rows / rows.sum(-1, keepdim=True))
-    if terminal.numel() == batch and not terminal.is_floating_point():
-        return SamplerResult(accepted.tolist(), terminal.reshape(-1).tolist(), None)
+        mass = rows.sum(-1, keepdim=True)
+        if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()) or not bool((mass > 0).all()):
+            raise SamplerFailed(
+                f"sampler {name} returned terminal distributions that are not finite, non-negative rows of "
+                "positive mass"
+            )
+        return SamplerResult(accepted.tolist(), None, rows / mass)
+    if terminal.numel() == batch and not terminal.is_floating_point() and terminal.dtype != torch.bool:
+        tokens = terminal.reshape(-1)
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab):
+            raise SamplerFailed(f"sampler {name} returned terminal tokens {tokens.tolist()} outside 0..{vocab - 1}")
+        return SamplerResult(accepted.tolist(), tokens.tolist(), None)
     raise SamplerFailed(
         f"sampler {name} returned a terminal of shape {tuple(terminal.shape)}; expected tokens [{batch}] "
         f"or distributions [{batch}, {vocab}]"
@@ -179,10 +225,20 @@ def load_sampler(spec: str) -> SamplerUnderTest:
     added = os.getcwd() not in sys.path  # a module beside the user, as `python -m` would find it
     if added:
         sys.path.insert(0, os.getcwd())
+    if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name):
+        raise UsageError(f"--sampler {spec!r}: {module_name!r} is not a Python module name")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - importing the user's module can fail in any way
-        raise UsageError(f"cannot import the sampler module {module_name!r}: {type(err).__name__}: {err}") from None
+        with isolated(f"the sampler module {module_name!r}, on import,", passthrough=(UsageError,)):
+            try:
+                found = importlib.util.find_spec(module_name)  # imports the parent packages
+            except ModuleNotFoundError:
+                found = None
+            if found is None:
+                raise UsageError(
+                    f"cannot import the sampler module {module_name!r}: no such module (looked beside you and on "
+                    "the Python path)"
+                )
+            module = importlib.import_module(module_name)
     finally:
         if added:
             sys.path.remove(os.getcwd())
@@ -192,12 +248,8 @@ def load_sampler(spec: str) -> SamplerUnderTest:
             raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if inspect.isclass(obj):
-        try:
+        with isolated(f"building the sampler {spec} with no arguments"):
             obj = obj()
-        except Exception as err:  # noqa: BLE001
-            raise UsageError(
-                f"cannot build the sampler {spec} with no arguments: {type(err).__name__}: {err}"
-            ) from None
     if not callable(obj):
         raise UsageError(f"{spec} is not callable; a sampler is a function or a class with __call__")
     doc = (inspect.getdoc(obj) or "").strip().splitlines()

@@ -150,23 +150,44 @@ def measure(
     state_per_round = run.stats.state_time / max(run.stats.rounds, 1)
     args = (context, texts, max_new_tokens, warmup, repeats)
     cells: dict[tuple[int, int], tuple[BatchTimes, float, float]] = {}
-    if ray_address is not None:
-        cells = _cells_on_ray(pipe, ks, batches, args, ray_address, say)
-    else:
-        for b in batches:
-            say(f"timing target and draft calls at batch {b}")
-            batch = time_batch(pipe, b, *args)
-            for k in [*ks, "auto"]:
-                say(f"generating at K = {k}, batch {b}")
-                cells[(k, b)] = time_cell(pipe, k, b, *args, batch=batch)
-    first = {b: next(cells[(k, b)][0] for k in ks) for b in batches}
-    unit = first[batches[0]].unit
+    try:
+        if ray_address is not None:
+            cells = _cells_on_ray(pipe, ks, batches, args, ray_address, say)
+        else:
+            for b in batches:
+                say(f"timing target and draft calls at batch {b}")
+                batch = time_batch(pipe, b, *args)
+                for k in [*ks, "auto"]:
+                    say(f"generating at K = {k}, batch {b}")
+                    cells[(k, b)] = time_cell(pipe, k, b, *args, batch=batch)
+    except KeyboardInterrupt:
+        raise MeasureInterrupted(_ledger(pipe, profile, cells, ks, batches, context, state_per_round)) from None
+    return _ledger(pipe, profile, cells, ks, batches, context, state_per_round)
+
+
+class MeasureInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during a measured sweep: ``partial`` is the ledger over the cells measured
+    so far (None before the first), so a caller can keep them."""
+
+    def __init__(self, partial: MeasuredSweep | None):
+        super().__init__()
+        self.partial = partial
+
+
+def _ledger(pipe: Pipeline, profile, cells: dict, ks, batches, context: int, state_per_round: float):
+    """The measured costs and the ledger's rows over the cells measured: every batch size with at
+    least one fixed-K cell, at the K measured there. None when no cell is."""
+    done = [b for b in batches if any((k, b) in cells for k in ks)]
+    if not done:
+        return None
+    first = {b: next(cells[(k, b)][0] for k in ks if (k, b) in cells) for b in done}
+    unit = first[done[0]].unit
     verify = {kb: cell[1] for kb, cell in cells.items() if cell[1] is not None}
-    verify.update({(0, b): first[b].baseline for b in batches})  # K = 0 (auto's target-only step)
+    verify.update({(0, b): first[b].baseline for b in done})  # K = 0 (auto's target-only step)
     costs = MeasuredCosts(
-        {b: first[b].draft_step for b in batches},
+        {b: first[b].draft_step for b in done},
         verify,
-        {b: first[b].baseline for b in batches},
+        {b: first[b].baseline for b in done},
         state_cost=state_per_round / unit,
     )
     cfg = pipe.target.model.config
@@ -177,7 +198,9 @@ def measure(
         head_dim,
         torch.finfo(pipe.target.dtype).bits // 8,
     )
-    rows = sweep(profile, costs, ks, batches, context, shape=shape, auto=True)
+    rows = []
+    for b in done:  # the best K is marked per batch size, so batch by batch is the same ledger
+        rows += sweep(profile, costs, [k for k in ks if (k, b) in cells], [b], context, shape=shape, auto=True)
     return MeasuredSweep(profile, costs, rows, {kb: cell[2] for kb, cell in cells.items()}, unit)
 
 

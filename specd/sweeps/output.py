@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 from specd.errors import UsageError
-from specd.files import write_atomic, write_text_atomic
+from specd.files import image_format, write_atomic, write_text_atomic
 from specd.sweeps.ledger import LedgerRow
 
 CSV_SCHEMA_VERSION = 2  # 2: the policy column and the -k auto rows
@@ -111,6 +111,6 @@ def plot(records: list[dict], path: str | Path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
-        write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), "plot")
+        write_atomic(path, lambda fh: fig.savefig(fh, format=image_format(path), dpi=120), "plot")
     finally:
         plt.close(fig)

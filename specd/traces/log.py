@@ -20,11 +20,10 @@ specd/models/results.py). Line types:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specd.errors import BadTrace
-from specd.files import read_text
+from specd.files import jsonl_records, read_text
 
 SCHEMA = "specd.trace/v1"
 
@@ -80,13 +79,7 @@ def read_trace(path: str | Path) -> tuple[dict, list[dict], list[dict], list[dic
     complete specd.trace/v1 logs: another schema, a truncated line, a row missing a field."""
     text = read_text(path, "acceptance log", error=BadTrace)
     header, rows = None, {"request": [], "proposal": [], "round": []}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BadTrace(f"{path}:{n}: truncated or not JSON ({err.msg})") from None
+    for n, obj in jsonl_records(text, str(path), BadTrace, what="truncated or not JSON"):
         kind = obj.get("type") if isinstance(obj, dict) else None
         if header is None:
             if kind != "header" or "schema" not in obj:

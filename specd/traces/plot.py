@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from specd.errors import UsageError
-from specd.files import write_atomic
+from specd.files import image_format, write_atomic
 
 Z95 = 1.959963984540054
 
@@ -77,7 +77,7 @@ def plot_summary(summary: dict, path: str | Path, grouped: bool) -> None:
         right.legend(fontsize=7)
     fig.tight_layout()
     try:
-        write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=110), "plot")
+        write_atomic(path, lambda fh: fig.savefig(fh, format=image_format(path), dpi=110), "plot")
     finally:
         plt.close(fig)
 

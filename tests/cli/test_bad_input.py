@@ -99,14 +99,14 @@ def test_an_unreadable_file_says_permission_denied(tmp_path, tiny_models, capsys
     """Root reads everything, so the permission error is injected where the file is read."""
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "hi"}\n')
-    real = Path.read_bytes
+    real = open
 
-    def denied(self):
-        if self == path:
+    def denied(file, *args, **kwargs):
+        if str(file) == str(path):
             raise PermissionError(errno.EACCES, "Permission denied")
-        return real(self)
+        return real(file, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr("builtins.open", denied)
     code, _, err = run_cli(
         ["generate", "--target", tiny_models[0], "--draft", tiny_models[1], "--prompts-file", str(path)], capsys
     )
@@ -162,7 +162,7 @@ def test_bad_output_paths_are_refused_up_front_and_left_alone(tmp_path, tiny_mod
 
 @pytest.mark.parametrize("command", ["summary_csv", "sweep_csv", "sweep_plot", "trace_run"])
 def test_a_full_disk_keeps_the_previous_file_whole(tmp_path, tiny_models, log, capsys, monkeypatch, command):
-    path = tmp_path / "previous.out"
+    path = tmp_path / ("previous.png" if command == "sweep_plot" else "previous.out")
     path.write_text("the previous result\n")
     path.chmod(0o640)
     before = snapshot(path)

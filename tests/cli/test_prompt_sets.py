@@ -123,7 +123,7 @@ def test_resuming_into_another_runs_file_is_one_line(tiny_models, prompt_set, tm
         (["--ray", "--compare"], "--ray cannot be used with --compare"),
         (["--resume", "--compare", "--out", "x.jsonl"], "--resume cannot be used with --compare"),
         (["--out", "no/such/folder/r.jsonl"], "does not exist"),
-        (["--out", "same.jsonl", "--trace", "same.jsonl"], "must be different files"),
+        (["--out", "same.jsonl", "--trace", "same.jsonl"], "--out and --trace both name one file"),
     ],
 )
 def test_bad_prompt_set_options(tiny_models, prompt_set, tmp_path, monkeypatch, capsys, extra, message):

@@ -23,7 +23,7 @@ def test_requests_are_written_in_input_order_as_the_prefix_finishes(tmp_path):
     path = tmp_path / "r.jsonl"
     f = RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False)
     f.add("b", result("b"))
-    assert [x.get("id") for x in lines(path)] == [None]  # b waits for a
+    assert not path.exists()  # b waits for a; nothing is written (or replaced) before a first request is
     f.add("a", result("a"))
     assert [x.get("id") for x in lines(path)] == [None, "a", "b"]  # written and flushed at once
     f.add("d", result("d"))
@@ -60,10 +60,14 @@ def test_a_group_cut_off_before_its_last_line_is_dropped(tmp_path):
     body = [{"type": "round", "request_id": "a"}, {"type": "request", "request_id": "a", "prompt": "A"}]
     body += [{"type": "round", "request_id": "b"}]  # b's request line never came
     path.write_text("".join(json.dumps(x) + "\n" for x in [header, *body]))
+    before = path.read_bytes()
     f = RequestLines(str(path), "acceptance log", "specd.trace/v1", "request", MANIFEST, ORDER, resume=True)
-    f.close()
     assert f.done == {"a"} and "cut off" in f.notes[0]
-    assert [x.get("request_id") for x in lines(path)] == [None, "a", "a"]
+    assert path.read_bytes() == before  # rewritten only once a request is written
+    f.add("c", [{"type": "request", "request_id": "c", "prompt": "C"}])  # waits for b
+    f.add("b", [{"type": "round", "request_id": "b"}, {"type": "request", "request_id": "b", "prompt": "B"}])
+    f.close()
+    assert [x.get("request_id") for x in lines(path)] == [None, "a", "a", "b", "b", "c"]
 
 
 @pytest.mark.parametrize(
@@ -77,7 +81,9 @@ def test_a_group_cut_off_before_its_last_line_is_dropped(tmp_path):
 )
 def test_resuming_another_runs_file_is_refused_naming_the_field(tmp_path, change, field):
     path = tmp_path / "r.jsonl"
-    RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False).close()
+    first = RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=False)
+    first.add("a", result("a"))
+    first.close()
     with pytest.raises(ResumeMismatch, match=f"its {field} is"):
         RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", {**MANIFEST, **change}, ORDER, resume=True)
     assert manifest_difference(MANIFEST, {**MANIFEST, "layout": "retained_frontier"}) is None  # not an output field

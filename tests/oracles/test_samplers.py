@@ -4,6 +4,7 @@ import importlib.util
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,6 +123,32 @@ SAMPLERS = textwrap.dedent(
 
     def raises(p, q, drafts, k_lens, accept_u, terminal_u):
         raise RuntimeError("not implemented yet")
+
+
+    def exits(p, q, drafts, k_lens, accept_u, terminal_u):
+        import sys
+
+        sys.exit(0)
+
+
+    def strings(p, q, drafts, k_lens, accept_u, terminal_u):
+        return "accepted", "terminal"
+
+
+    def no_accepted(p, q, drafts, k_lens, accept_u, terminal_u):
+        return {"terminal": [0] * drafts.shape[0]}
+
+
+    def nan_counts(p, q, drafts, k_lens, accept_u, terminal_u):
+        return [float("nan")] * drafts.shape[0], [0] * drafts.shape[0]
+
+
+    def nan_rows(p, q, drafts, k_lens, accept_u, terminal_u):
+        return [0] * drafts.shape[0], p[:, 0] * float("nan")
+
+
+    def out_of_range(p, q, drafts, k_lens, accept_u, terminal_u):
+        return [drafts.shape[1] + 5] * drafts.shape[0], [0] * drafts.shape[0]
     '''
 )
 
@@ -161,11 +188,25 @@ def test_a_wrong_external_sampler_fails_with_a_minimal_counterexample(user_sampl
         ("user_samplers:missing", 2, "has no attribute 'missing'"),
         ("justaname", 2, "--sampler takes module:attr"),
         ("user_samplers:raises", 1, "raised RuntimeError: not implemented yet"),
+        ("user_samplers:exits", 1, "sampler user_samplers:exits exited (SystemExit 0) instead of returning"),
+        ("user_samplers:strings", 1, "returned accepted counts of type str"),
+        ("user_samplers:no_accepted", 1, "a mapping without 'accepted'"),
+        ("user_samplers:nan_counts", 1, "expected integers"),
+        ("user_samplers:nan_rows", 1, "not finite, non-negative rows"),
+        ("user_samplers:out_of_range", 1, "outside 0.."),
+        ("exits_on_import:sample", 1, "on import, exited (SystemExit 0)"),
+        ("raises_on_import:sample", 1, "on import, raised ZeroDivisionError"),
     ],
 )
 def test_bad_samplers_are_one_line(user_samplers, capsys, spec, code, message):
-    got, _, err = run_cli(["verify-oracle", "--sampler", spec], capsys)
-    assert got == code and err.count("\n") == 1 and message in err and "Traceback" not in err
+    """Code under test that exits or returns nonsense is a failed check (exit 1), never a pass."""
+    (Path.cwd() / "exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
+    (Path.cwd() / "raises_on_import.py").write_text("1 / 0\n")
+    got, out, err = run_cli(["verify-oracle", "--sampler", spec], capsys)
+    assert got == code and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert "internal error" not in err
+    for name in ("exits_on_import", "raises_on_import"):
+        sys.modules.pop(name, None)
 
 
 # -- Hugging Face's _speculative_sampling ---------------------------------------------------------------

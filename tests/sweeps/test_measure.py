@@ -43,3 +43,30 @@ def test_measured_sweep_reports_predicted_and_measured_side_by_side(tiny_models,
     assert doc["cost"]["source"] == "measured" and doc["profile"]["source"] == "measured"
     assert set(doc["gap"]) == {"mean_predicted_minus_measured", "max_abs_gap", "at"}
     assert out.read_text().count("\n") == 9
+
+
+def test_an_interrupted_measured_sweep_keeps_the_cells_measured(tiny_models, tmp_path, capsys, monkeypatch):
+    """Ctrl-C (or SIGTERM) in the third cell: the two measured cells are written, then exit 130."""
+    import csv
+
+    from specd.sweeps import measure
+
+    real, calls = measure.time_cell, []
+
+    def stopping(*args, **kwargs):
+        calls.append(args[1:3])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "time_cell", stopping)
+    out = tmp_path / "m.csv"
+    args = ["sweep-k", "--measure", "--target", tiny_models[0], "--draft", tiny_models[1], "--k", "1..3"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--batch", "1", "--max-new-tokens", "6", "--repeats", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 130 and err.endswith("specd: error: interrupted\n")
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["k"], r["policy"]) for r in rows][:2] == [("1", "fixed"), ("2", "fixed")]
+    assert all(r["measured_speedup"] != "" for r in rows if r["policy"] == "fixed")
+    assert "the 2 cells measured are in" in err
