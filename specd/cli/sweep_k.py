@@ -48,6 +48,7 @@ MEASURED_ONLY = (
     "trust_remote_code",
     "ray",
     "generation_config",
+    "rule",
 )
 
 
@@ -310,6 +311,7 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         max_new_tokens=p["max_new_tokens"],
         trust_remote_code=p["trust_remote_code"],
         generation_config=p["generation_config"],
+        rule=p["rule"],
     )
     if p["ray"] is not None:  # an unreachable cluster is refused before any model loads
         connect(p["ray"])

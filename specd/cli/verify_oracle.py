@@ -37,6 +37,12 @@ def verify_oracle(
     layout: str = typer.Option("replay_frontier", "--layout", help="replay_frontier or retained_frontier."),
     backend: str = typer.Option("max_shift", "--backend", help="Softmax backend: max_shift or online."),
     lab: bool = typer.Option(True, "--lab/--no-lab", help="Run the failure lab."),
+    rule: str = typer.Option(
+        "both",
+        "--rule",
+        help="Which rule to prove: maximal (accept with min(1, p/q)), invariant (shared Gumbel noise: "
+        "pointwise equal to target-only decoding), or both.",
+    ),
     sampler: str | None = typer.Option(
         None,
         "--sampler",
@@ -62,6 +68,7 @@ def verify_oracle(
         layout=layout,
         backend=backend,
         lab=lab,
+        rule=rule,
     )
     report = run_sampler_oracle(cfg, sampler) if sampler is not None else run_oracle(cfg)
     if as_json:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from specd.core.gumbel import RULES
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy
@@ -52,6 +53,7 @@ class EngineConfig:
     prob_dtype: torch.dtype = torch.float32
     eos_ids: frozenset[int] = frozenset()
     record_log: bool = True
+    rule: str = "maximal"  # or "invariant": shared Gumbel noise per position (specd.core.gumbel)
 
 
 class SpeculativeEngine:
@@ -70,6 +72,8 @@ class SpeculativeEngine:
     ):
         if config.k < 0:
             raise UsageError(f"k must be >= 0, got {config.k}")
+        if config.rule not in RULES:
+            raise UsageError(f"unknown rule {config.rule!r}; choose one of {', '.join(RULES)}")
         check_backend(config.backend)
         self.k_policy = k_policy
         self.target = target

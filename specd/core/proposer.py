@@ -156,7 +156,8 @@ class ModelProposer(Proposer):
         k_max = max(ks, default=0)
         q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype, device=getattr(self.model, "device", "cpu"))
         drafts: list[list[int]] = [[] for _ in states]
-        sampled = not self.policy.greedy
+        race = getattr(draws, "race", None) if not self.policy.greedy else None  # the invariant rule's noise
+        sampled = not self.policy.greedy and race is None  # proposal uniforms are read
         live = [b for b in range(b_total) if ks[b] > 0]
         if not live:
             return Proposal(tuple(() for _ in states), q, sampled)
@@ -187,8 +188,11 @@ class ModelProposer(Proposer):
                 if not here:
                     break
                 q_rows = q_rows[keep_idx.to(q_rows.device)]
-            u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
-            tokens = self.draw(q_rows, u).tolist()
+            if race is not None:
+                tokens = race([states[b] for b in here], i, q_rows).tolist()
+            else:
+                u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
+                tokens = self.draw(q_rows, u).tolist()
             q[torch.tensor(here, device=q.device), i] = q_rows.to(q)
             for b, tok in zip(here, tokens):
                 drafts[b].append(tok)

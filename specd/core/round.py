@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
+from specd.core.gumbel import SharedNoise
 from specd.core.layouts import Verified
 from specd.core.records import RunResult, round_records, round_timing
 from specd.core.session import DecodeSession
@@ -46,12 +47,15 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         return []
     plans = [eng.plan_for(s, session.draft_cache) for s in active]  # each request's source and K
     txns = [eng.transaction_cls(s, eng.layout) for s in active]
+    greedy = eng.target_policy.greedy  # p_i is a point mass on the argmax: no uniform is read
+    invariant = eng.config.rule == "invariant" and not greedy  # shared noise decides: no uniform is read
+    draws = SharedNoise(session.draws, eng.sampler) if invariant else session.draws
     try:
         # 1. propose: each row drafts up to k tokens from its source (temporary rows in that source's
         #    cache) and reports the q rows it drew them from.
         with clock.timed("draft"):
             proposal = eng.proposer.propose(
-                active, plans, session.draft_cache, session.draws, eng.config.backend, eng.config.prob_dtype
+                active, plans, session.draft_cache, draws, eng.config.backend, eng.config.prob_dtype
             )
         ks = [len(d) for d in proposal.drafts]  # a source may offer fewer drafts than asked
 
@@ -65,9 +69,11 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
         rows = target_rows(eng, active, verified, proposal.drafts)  # p, or its argmax ids when greedy
         draft, k_lens, q = batch_drafts(proposal, ks, rows.device)
-        greedy = eng.target_policy.greedy  # p_i is a point mass on the argmax: no uniform is read
-        if greedy:
-            decision = eng.sampler.decide_greedy(rows, q, draft, k_lens)
+        if greedy or invariant:  # the target's token at each position is decided: drafts match it or not
+            if greedy:
+                decision = eng.sampler.decide_greedy(rows, q, draft, k_lens)
+            else:
+                decision = eng.sampler.decide_invariant(rows, q, draft, k_lens, active)
             accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=rows.device)
         else:
             accept_u, terminal_u = uniforms(session, active, ks, rows.device)
@@ -79,7 +85,7 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
         #    the caches keep exactly the rows of what was published.
         for txn in txns:
-            stage(txn, eng.config.eos_ids, uniforms_read=not greedy)
+            stage(txn, eng.config.eos_ids, uniforms_read=not (greedy or invariant))
         commits = []
         for txn in txns:
             successor, new = txn.publish(session.store)

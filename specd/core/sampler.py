@@ -36,6 +36,7 @@ from fractions import Fraction
 
 import torch
 
+from specd.core.gumbel import race_tokens, request_key
 from specd.errors import ImpossibleProposal
 
 
@@ -224,6 +225,14 @@ class RejectionSampler:
         p_i(d_i) is 1 when d_i is the argmax and 0 otherwise, so U_i < ratio_i is
         decided for every U_i in [0, 1) and no uniform is read (U = 0 stands in).
         """
+        return self.match_targets(target_argmax, q, draft, k_lens)
+
+    def match_targets(
+        self, targets: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor
+    ) -> Decision:
+        """Accept d_i while it equals the target's decided token x_i (targets int64[B, K+1]), then
+        emit x at the first mismatch, or the bonus x_{k+1}: greedy's rule and the invariant rule's."""
+        target_argmax = targets
         b, k_max = draft.shape
         valid = valid_positions(k_lens, k_max)
         q_draft = token_probabilities(q, draft)
@@ -234,6 +243,37 @@ class RejectionSampler:
         point_mass = torch.zeros(b, q.shape[-1], dtype=torch.float64, device=q.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
         return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft)
+
+    # -- the invariant rule (specd.core.gumbel): every emitted token is the target's Gumbel-max token
+    def noise_key(self, state) -> int:
+        """The request's noise key: a function of (seed, request id) only."""
+        return request_key(state.rng.seed, state.request_id)
+
+    def draft_noise_key(self, state) -> int:
+        """The key a model draft proposes with: the target's (shared noise couples them)."""
+        return self.noise_key(state)
+
+    def noise_position(self, state, offset: int) -> int:
+        """The output position a round's row ``offset`` (0: its first) stands at for ``state``: the
+        noise is keyed by it, never by the round, so the text does not depend on how positions fall
+        into rounds."""
+        return len(state.new_tokens) + offset
+
+    def decide_invariant(
+        self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor, states
+    ) -> Decision:
+        """The invariant rule: the target's Gumbel-max token x_i at each of the round's positions
+        (p float[B, K+1, V], each request's noise at its own output positions); accept d_i while
+        d_i == x_i, then emit x at the first mismatch (or the bonus x_{k+1}). No uniform is read."""
+        return self.match_targets(self.race_targets(p, states), q, draft, k_lens)
+
+    def race_targets(self, p: torch.Tensor, states) -> torch.Tensor:
+        """The target's Gumbel-max token at each of the round's positions: p float[B, K+1, V] ->
+        int64[B, K+1] (rows past a request's k_len + 1 are unused)."""
+        b, k_rows, _ = p.shape
+        keys = [self.noise_key(s) for s in states for _ in range(k_rows)]
+        positions = [self.noise_position(s, i) for s in states for i in range(k_rows)]
+        return race_tokens(p.reshape(b * k_rows, -1), keys, positions).reshape(b, k_rows)
 
     def sample_terminal(self, terminal_rows: torch.Tensor, terminal_u: torch.Tensor) -> torch.Tensor:
         """terminal_rows float[B, V], terminal_u float64[B] -> the correction/bonus tokens int64[B]."""

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
+from specd.core.gumbel import RULES
 from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
@@ -58,6 +59,7 @@ def specs(cls) -> dict[str, tuple[Spec, object]]:
     return {f.name: (f.metadata["spec"], f.default) for f in fields(cls) if "spec" in f.metadata}
 
 
+DEFAULT_RULE = "invariant"
 MAX_NUMBER = 2**64  # no option takes an integer this large (a seed is below it)
 
 
@@ -235,6 +237,17 @@ class GenerateOptions:
         None, "--draft-top-p", kind="float?", help="Draft top-p (default: the target's).", check=sampling(check_top_p)
     )
     seed: int = option(0, "--seed", kind="int", help="Seed of every request's random streams.")
+    rule: str = option(
+        DEFAULT_RULE,
+        "--rule",
+        kind="str",
+        help="How sampled drafts are verified. invariant: draft and target share Gumbel noise per output "
+        "position and a draft is kept iff it is the target's own token, so the seed alone decides the text "
+        "(the same with any K, draft, batch size or machine); maximal: accept with probability min(1, p/q) "
+        "and correct from (p - q)+ (more drafts accepted, but the text depends on the K schedule). Both "
+        "sample exactly the target's distribution; greedy decoding is the same under both.",
+        check=one_of("rule", RULES),
+    )
     layout: str = option(
         "replay_frontier",
         "--layout",

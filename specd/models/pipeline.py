@@ -223,7 +223,12 @@ class Pipeline:
         its costs at that batch size)."""
         o = self.options
         config = EngineConfig(
-            k=0 if k == "auto" else k, layout=o.layout, backend=o.backend, eos_ids=self.eos_ids, record_log=record_log
+            k=0 if k == "auto" else k,
+            layout=o.layout,
+            backend=o.backend,
+            eos_ids=self.eos_ids,
+            record_log=record_log,
+            rule=o.rule,
         )
         observers = (self.costs.observe,)  # every run's timings are facts about the machine
         if baseline:
@@ -369,6 +374,7 @@ class Pipeline:
             "draft_stop": None if baseline else o.draft_stop,
             "k_schedule": None if baseline else o.k_schedule,
             "seed": o.seed,
+            "rule": o.rule,
             "max_new_tokens": o.max_new_tokens,
             "stop": list(o.stop),
             "chat": bool(o.chat),

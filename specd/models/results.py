@@ -59,6 +59,7 @@ OUTPUT_FIELDS = (
     "draft_stop",
     "k_schedule",
     "seed",
+    "rule",
     "max_new_tokens",
     "stop",
     "chat",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specd.core.gumbel import RULES
 from specd.core.layouts import make_layout
 from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy, check_bias, check_penalty, check_temperature
@@ -22,6 +23,9 @@ MAX_DRAFT_PATHS = 20_000
 
 
 MAX_SAMPLES = 200_000  # a batch of this many requests through the engine: about a minute
+
+
+ORACLE_RULES = (*RULES, "both")
 
 
 @dataclass(frozen=True)
@@ -40,11 +44,14 @@ class OracleConfig:
     backend: str = "max_shift"
     prompt: tuple[int, ...] = (0, 1)
     lab: bool = True
+    rule: str = "both"  # which rule's checks run: maximal, invariant (specd.core.gumbel) or both
 
     def __post_init__(self) -> None:
         """Every value checked once, here: sizes, policies, and that the case can be enumerated."""
         if self.vocab < 2:
             raise UsageError(f"--vocab must be >= 2, got {self.vocab}")
+        if self.rule not in ORACLE_RULES:
+            raise UsageError(f"--rule takes {', '.join(ORACLE_RULES)}; got {self.rule!r}")
         if self.k < 1:
             raise UsageError(f"--k must be >= 1, got {self.k}")
         if self.horizon is not None and self.horizon < 1:

@@ -13,6 +13,7 @@ from specd.oracles.degenerate import check_degenerate
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.exact import target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import run_lab
 from specd.oracles.record import Check
 from specd.oracles.samplers import load_sampler
@@ -49,9 +50,14 @@ def _run_oracle(cfg: OracleConfig) -> dict:
     reference = target_joint(rig, horizon)
     exact, spec_joint = _exact(rig, horizon, reference, "target", "exact_joint")
     fx = Fixture(cfg, rig, horizon, reference, spec_joint)
-    checks = [exact] + [check(fx) for check in CHECKS if check is not check_monte_carlo or cfg.samples]
-    checks += [_backend_parity(rig, reference, horizon), _ngram_exact(rig, horizon)]
-    lab = run_lab(cfg) if cfg.lab else []
+    checks, lab = [], []
+    if cfg.rule != "invariant":  # the maximal rule's proofs
+        checks = [exact] + [check(fx) for check in CHECKS if check is not check_monte_carlo or cfg.samples]
+        checks += [_backend_parity(rig, reference, horizon), _ngram_exact(rig, horizon)]
+        lab = run_lab(cfg) if cfg.lab else []
+    if cfg.rule != "maximal":  # the invariant rule's: pointwise, against the oracle's own chain, in law
+        checks += invariant_checks(rig, horizon)
+        lab += invariant_lab(build_rig(cfg, lab=True), horizon) if cfg.lab else []
     if cfg.lab:
         checks.append(
             Check(
@@ -73,6 +79,7 @@ def _run_oracle(cfg: OracleConfig) -> dict:
             "samples": cfg.samples,
             "layout": cfg.layout,
             "backend": cfg.backend,
+            "rule": cfg.rule,
             "prompt": list(rig.prompt),
             "target_policy": rig.target_policy.describe(),
             "draft_policy": rig.draft_policy.describe(),

@@ -40,6 +40,7 @@ class Rig:
     eos_ids: frozenset[int] = field(default_factory=frozenset)
     k_policy_factory: Callable[[Rig], KPolicy] | None = None  # default: the fixed K above
     draft_stop: float = 0.0  # the model proposer's --draft-stop
+    rule: str = "maximal"  # or "invariant" (specd.core.gumbel)
 
     @property
     def vocab(self) -> int:
@@ -56,6 +57,7 @@ class Rig:
             prob_dtype=self.prob_dtype,
             eos_ids=self.eos_ids,
             record_log=record_log,
+            rule=self.rule,
         )
         return SpeculativeEngine(
             self.target,

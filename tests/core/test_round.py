@@ -11,7 +11,7 @@ from specd.core.state import Request
 from tests.helpers import table_engine
 
 PACKAGE = Path(specd.__file__).parent
-DECISIONS = {"decide", "decide_greedy"}
+DECISIONS = {"decide", "decide_greedy", "decide_invariant"}
 
 
 def calls_of(names: set[str]) -> list[tuple[str, str]]:

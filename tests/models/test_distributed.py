@@ -173,3 +173,16 @@ def test_the_connect_check_refuses_a_bad_address_shape():
         pytest.skip("ray is not installed")
     with pytest.raises(UsageError, match="HOST:PORT"):
         connect("nohostport")
+
+
+@needs_ray
+@pytest.mark.slow
+def test_a_sampled_text_on_ray_is_the_local_text_under_the_invariant_rule(ray_local, tiny_models, capsys):
+    base = ["generate", "--target", tiny_models[0], "--draft", tiny_models[1], "--json", "--max-new-tokens", "12"]
+    base += ["--temperature", "0.7", "--seed", "3", "--rule", "invariant", "-p", "the quick brown fox", "-p", "hello"]
+    runs = []
+    for extra in (["--baseline"], ["-k", "4", "--ray"]):
+        code, out, err = run_cli([*base, *extra], capsys)
+        assert code == 0, err
+        runs.append([r["text"] for r in json.loads(out)["results"]])
+    assert runs[0] == runs[1]

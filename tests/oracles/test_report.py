@@ -33,6 +33,10 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "batch_invariance",
         "dtype_edges",
         "failure_lab",
+        "invariant_reference",
+        "invariant_pointwise",
+        "invariant_shared_noise",
+        "invariant_law",
     }
 
 

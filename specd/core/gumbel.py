@@ -1,0 +1,112 @@
+"""Drafter-invariant sampling: shared Gumbel noise per output position (the ``invariant`` rule).
+
+Under the ``invariant`` rule the token at output position t of a request is
+
+    x_t = argmax_v ( log p_t(v) + G_t(v) ),
+
+the Gumbel-max of the target's processed row p_t, where the noise G_t(v) is a pure function
+of (seed, request id, t, v). Gumbel-max draws exactly from p_t (P(x_t = v) = p_t(v)), and the
+noise of one position is independent of every other's, so decoding this way samples the
+target's joint exactly. A model draft proposes with the same noise on its own row q_t
+(d_t = argmax_v log q_t(v) + G_t(v)); verification accepts d_t iff it equals x_t and at the
+first mismatch emits x_t (after K accepted drafts, the bonus x_{t+K}). Every emitted token is
+then the target's own Gumbel-max token, so the text is that of target-only decoding with the
+same seed, token for token, whatever the draft, K, batch, layout or machine: speculation
+changes only the speed. A draft token is accepted with probability at least (1 - TV)/(1 + TV)
+(TV: total variation between p_t and q_t), below the ``maximal`` rule's 1 - TV.
+
+The noise comes from a counter-based generator written in integer tensor ops (SplitMix64
+over the key, the position and the token id), vectorized over the vocabulary, with the same
+bits on every device. The comparison runs in float64.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+RULES = ("maximal", "invariant")  # maximal: the accept/reject rule of specd.core.sampler
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def _signed(x: int) -> int:
+    """A 64-bit pattern as the int64 that holds it (torch has no uint64 arithmetic)."""
+    x &= _MASK
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (torch's >> is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finalizer on int64[...] bit patterns (wrapping multiplication) -> int64[...]."""
+    x = x + _signed(_GOLDEN)
+    x = (x ^ _shift_right(x, 30)) * _signed(_MIX1)
+    x = (x ^ _shift_right(x, 27)) * _signed(_MIX2)
+    return x ^ _shift_right(x, 31)
+
+
+def request_key(seed: int, request_id: str) -> int:
+    """The noise key of one request: 64 bits of blake2b over (seed, request id), as an int64."""
+    digest = hashlib.blake2b(f"{seed}\x1f{request_id}\x1finvariant".encode(), digest_size=8).digest()
+    return _signed(int.from_bytes(digest, "little"))
+
+
+def uniforms(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """U_t(v) in (0, 1) for each position and token: key int64 (or one per position, int64[R]),
+    positions int64[R] -> float64[R, V].
+
+    Each is 53 bits of SplitMix64(SplitMix64(key ^ SplitMix64(t)) ^ SplitMix64(v)), offset by
+    half a step so that neither 0 nor 1 occurs (log(-log U) is finite)."""
+    device = positions.device
+    per_position = splitmix64(splitmix64(positions.to(torch.int64)) ^ key)  # [R]
+    tokens = torch.arange(vocab, dtype=torch.int64, device=device)
+    bits = splitmix64(per_position.unsqueeze(-1) ^ splitmix64(tokens).unsqueeze(0))  # [R, V]
+    return (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+
+
+def gumbel(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """G_t(v) = -log(-log U_t(v)), standard Gumbel noise: -> float64[R, V]."""
+    return -torch.log(-torch.log(uniforms(key, positions, vocab)))
+
+
+def race(rows: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The Gumbel-max token of each row: rows float[R, V] (probabilities, need not be normalized),
+    noise float64[R, V] -> int64[R]. A token of zero mass never wins."""
+    rows64 = rows.to(torch.float64)
+    scores = torch.where(rows64 > 0, rows64.log(), torch.full_like(rows64, float("-inf"))) + noise.to(rows64.device)
+    return scores.argmax(dim=-1)
+
+
+def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> torch.Tensor:
+    """The Gumbel-max token of each row under its own request's noise at its own output position:
+    rows float[R, V], keys and positions of length R -> int64[R]."""
+    key = torch.tensor(keys, dtype=torch.int64, device=rows.device)
+    at = torch.tensor(positions, dtype=torch.int64, device=rows.device)
+    return race(rows, gumbel(key, at, rows.shape[-1]))
+
+
+class SharedNoise:
+    """A round's draws under the invariant rule: the streams as before (``draws``) for whatever
+    still reads them, and ``race``, by which a model draft proposes the Gumbel-max of its row
+    under the request's noise at each drafted position. Keys and positions come from the
+    sampler (its extension points ``draft_noise_key`` and ``noise_position``)."""
+
+    def __init__(self, draws, sampler):
+        self.draws, self.sampler = draws, sampler
+
+    def __call__(self, state, stream: str, n: int) -> list[float]:
+        return self.draws(state, stream, n)
+
+    def race(self, states, offset: int, q_rows: torch.Tensor) -> torch.Tensor:
+        """The drafts at ``offset`` (0: the round's first position) for ``states``: q_rows float[N, V] -> int64[N]."""
+        keys = [self.sampler.draft_noise_key(s) for s in states]
+        positions = [self.sampler.noise_position(s, offset) for s in states]
+        return race_tokens(q_rows, keys, positions)

@@ -1,0 +1,247 @@
+"""The oracle's proof of the invariant rule (specd.core.gumbel), and its failure lab.
+
+The rule's claim is pointwise: for every noise draw, speculative decoding emits exactly the
+tokens target-only decoding emits with the same noise, whatever the draft and K. With that,
+exactness in law follows from target-only decoding being the Gumbel-max chain of the target's
+rows, which draws each token exactly from p (P(argmax_v log p(v) + G(v) = x) = p(x) for i.i.d.
+standard Gumbel G). The checks:
+
+- ``invariant_reference``: target-only decoding under the rule emits, for every seed, the chain
+  the oracle computes itself from its own target rows and the noise generator (an independent
+  argmax, in Python floats): the engine's text is the Gumbel-max chain of the exact p.
+- ``invariant_pointwise``: speculative decoding emits that same text, token for token, for every
+  seed, with a model draft, a lookup draft, the target as its own draft, K fixed at 1 and at K,
+  K varying with the history, in both layouts, all requests in one batch.
+- ``invariant_shared_noise``: a draft identical to the target has every draft accepted (the draft
+  proposes with the target's noise; a draft with noise of its own is still exact in law but is
+  not the coupling, and loses acceptance).
+- ``invariant_law``: the Monte Carlo joint of those texts against the exact target joint, each
+  sequence within a Bernstein bound (failure probability 1e-6 over the table).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from specd.core.gumbel import gumbel, request_key
+from specd.core.layouts import LAYOUTS
+from specd.core.proposer import ModelProposer, NgramProposer
+from specd.core.sampler import RejectionSampler, token_probabilities, valid_positions
+from specd.core.sources import Plan, first_available
+from specd.core.state import Request
+from specd.errors import SpecdError
+from specd.oracles.exact import Reference, target_joint
+from specd.oracles.montecarlo import bernstein_bound
+from specd.oracles.record import Check
+from specd.oracles.rig import Rig
+from specd.policy.kpolicy import FixedK, KPolicy
+
+INVARIANT_SEEDS = 128  # noise draws (one request each) of every check
+
+
+class KFromHistory(KPolicy):
+    """K that varies with the committed history (1 + output length mod K): a legal schedule."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def plan(self, state, sources) -> Plan:
+        return first_available(sources, 1 + len(state.output) % max(self.k, 1))
+
+
+def texts(rig: Rig, seeds: int, horizon: int, baseline: bool = False, stats: bool = False):
+    """The output of one request per seed (all in one batch) -> list of token tuples (and the run's
+    stats when asked)."""
+    engine = rig.engine()
+    if baseline:
+        engine = type(engine).baseline(rig.target, rig.target_policy, engine.config, sampler=engine.sampler)
+    requests = [Request(f"r{s}", rig.prompt, horizon, seed=s) for s in range(seeds)]
+    result = engine.run(requests)
+    outputs = [tuple(t) for t in result.new_tokens()]
+    return (outputs, result.stats) if stats else outputs
+
+
+def reference_texts(rig: Rig, seeds: int, horizon: int) -> list[tuple[int, ...]]:
+    """The Gumbel-max chain of the oracle's own target rows, one per seed, computed here."""
+    ref, out = Reference(rig), []
+    for s in range(seeds):
+        key, seq = request_key(s, f"r{s}"), ()
+        for t in range(horizon):
+            p = ref.p(rig.prompt + seq)
+            noise = gumbel(key, torch.tensor([t]), len(p))[0].tolist()
+            scores = [math.log(x) + g if x > 0 else -math.inf for x, g in zip(p, noise)]
+            seq += (max(range(len(p)), key=scores.__getitem__),)
+        out.append(seq)
+    return out
+
+
+def configurations(rig: Rig) -> list[tuple[str, Rig]]:
+    """The speculative set-ups whose text must equal target-only decoding's."""
+    out = []
+    for layout in LAYOUTS:
+        base = rig.but(layout_name=layout)
+        out += [
+            (f"{layout}/model/k=1", base.but(k=1)),
+            (f"{layout}/model/k={rig.k}", base),
+            (f"{layout}/model/k-from-history", base.but(k_policy_factory=lambda r: KFromHistory(r.k))),
+        ]
+    out.append(("replay_frontier/lookup", rig.but(proposer_factory=lambda r: NgramProposer(2, r.vocab))))
+    out.append(("replay_frontier/target-as-draft", self_draft(rig)))
+    return out
+
+
+def self_draft(rig: Rig) -> Rig:
+    return rig.but(
+        proposer_factory=lambda r: ModelProposer(r.target, r.target_policy), k_policy_factory=lambda r: FixedK(r.k)
+    )
+
+
+def invariant_checks(rig: Rig, horizon: int, seeds: int = INVARIANT_SEEDS) -> list[Check]:
+    """The four checks above on ``rig`` under the invariant rule."""
+    return list(each_invariant_check(rig, horizon, seeds))
+
+
+def each_invariant_check(rig: Rig, horizon: int, seeds: int):
+    """The checks one at a time (the lab stops at the first that fails)."""
+    rig = rig.but(rule="invariant")
+    baseline = texts(rig, seeds, horizon, baseline=True)
+    ours = reference_texts(rig, seeds, horizon)
+    differs = [s for s in range(seeds) if baseline[s] != ours[s]]
+    yield Check(
+        "invariant_reference",
+        not differs,
+        {"seeds": seeds, "differ": len(differs)},
+        "target-only decoding is the Gumbel-max chain of the exact target rows"
+        + (f"; seed {differs[0]}: engine {baseline[differs[0]]}, oracle {ours[differs[0]]}" if differs else ""),
+    )
+    yield pointwise(rig, horizon, seeds, baseline)
+    yield shared_noise(rig, horizon, seeds)
+    yield law(rig, horizon, baseline)
+
+
+def pointwise(rig: Rig, horizon: int, seeds: int, baseline) -> Check:
+    compared, first = 0, None
+    for name, spec in configurations(rig):
+        got = texts(spec, seeds, horizon)
+        compared += seeds
+        wrong = [s for s in range(seeds) if got[s] != baseline[s]]
+        if wrong and first is None:
+            first = f"{name}, seed {wrong[0]}: speculative {got[wrong[0]]}, target-only {baseline[wrong[0]]}"
+    return Check(
+        "invariant_pointwise",
+        first is None,
+        {"texts_compared": compared, "configurations": len(configurations(rig))},
+        first or "every speculative text equals target-only decoding's with the same noise, token for token",
+    )
+
+
+def shared_noise(rig: Rig, horizon: int, seeds: int) -> Check:
+    _, stats = texts(self_draft(rig), seeds, horizon, stats=True)
+    drafted, accepted = stats.proposed, stats.accepted
+    return Check(
+        "invariant_shared_noise",
+        drafted > 0 and accepted == drafted,
+        {"drafted": drafted, "accepted": accepted},
+        f"a draft identical to the target (same rows, same noise) must have every draft accepted: {accepted} "
+        f"of {drafted}",
+    )
+
+
+def law(rig: Rig, horizon: int, outputs) -> Check:
+    exact = target_joint(rig, horizon)
+    n = len(outputs)
+    counts: dict[tuple[int, ...], int] = {}
+    for seq in outputs:
+        counts[seq] = counts.get(seq, 0) + 1
+    worst, where = 0.0, None
+    for seq in set(exact) | set(counts):
+        p = exact.get(seq, 0.0)
+        gap = abs(counts.get(seq, 0) / n - p)
+        ratio = gap / bernstein_bound(p, n, len(exact)) if p > 0 else (math.inf if gap else 0.0)
+        if ratio > worst:
+            worst, where = ratio, seq
+    return Check(
+        "invariant_law",
+        worst <= 1.0,
+        {"samples": n, "sequences": len(exact), "worst_gap_over_bound": worst},
+        f"Monte Carlo joint within its Bernstein bound of the exact target joint (worst at {where})",
+    )
+
+
+# -- the lab: known-wrong variants of the invariant rule -------------------------------------------
+class NoiseByRound(RejectionSampler):
+    """Noise keyed by (round, row) instead of the output position: exact in law, but the text then
+    depends on how positions fall into rounds (on K)."""
+
+    def noise_position(self, state, offset):
+        return 1000 * state.rounds + offset
+
+
+class IndependentDraftNoise(RejectionSampler):
+    """The draft proposes with noise of its own: still exact in law, but not the coupling."""
+
+    def draft_noise_key(self, state):
+        return request_key(state.rng.seed + 7919, state.request_id)
+
+
+class RatioWithSharedNoise(RejectionSampler):
+    """Accept d with probability min(1, p/q) (the shared uniform of d as the test's uniform), and
+    at the first rejection emit the target's Gumbel-max token: the maximal rule's test mixed
+    with the shared noise."""
+
+    def decide_invariant(self, p, q, draft, k_lens, states):
+        b, k_max = draft.shape
+        valid = valid_positions(k_lens, k_max)
+        p_draft, q_draft = token_probabilities(p[:, :k_max], draft), token_probabilities(q, draft)
+        u = torch.ones(b, k_max, dtype=torch.float64)
+        for i, s in enumerate(states):
+            for j in range(int(k_lens[i])):
+                g = gumbel(self.noise_key(s), torch.tensor([self.noise_position(s, j)]), p.shape[-1])[0]
+                u[i, j] = torch.exp(-torch.exp(-g[draft[i, j]]))  # the shared uniform of d
+        accepted = self.count_accepted(valid & (u < p_draft / q_draft.clamp_min(1e-300)))
+        targets = self.race_targets(p, states)
+        for i in range(b):
+            targets[i, : int(accepted[i])] = draft[i, : int(accepted[i])]
+        return self.match_targets(targets, q, draft, k_lens)
+
+
+INVARIANT_VARIANTS = (
+    ("noise_keyed_by_round", "Gumbel noise keyed by the round instead of the output position", NoiseByRound),
+    (
+        "draft_with_independent_noise",
+        "the draft proposes with independent noise (exact in law, not invariant coupling)",
+        IndependentDraftNoise,
+    ),
+    (
+        "ratio_test_with_shared_noise",
+        "accept-on-ratio (U < p/q) mixed with the shared noise's terminal token",
+        RatioWithSharedNoise,
+    ),
+)
+LAB_SEEDS = 32
+
+
+def invariant_lab(rig: Rig, horizon: int) -> list[dict]:
+    out = []
+    for name, description, sampler_cls in INVARIANT_VARIANTS:
+        variant = rig.but(sampler_cls=sampler_cls)
+        caught, by, detail = False, None, "not caught"
+        try:
+            for check in each_invariant_check(variant, horizon, LAB_SEEDS):
+                if check.passed is False:
+                    caught, by, detail = True, check.name, check.detail
+                    break
+        except SpecdError as err:
+            caught, by, detail = True, err.code, str(err)
+        out.append(
+            {
+                "variant": "invariant/" + name,
+                "description": description,
+                "caught": caught,
+                "caught_by": by,
+                "detail": detail,
+            }
+        )
+    return out

@@ -1,0 +1,76 @@
+"""The seed decides the text: under the invariant rule a sampled run prints the same text with any
+K, draft, batch size, layout, target-only, resumed, and on Ray (tests/models/test_distributed.py)."""
+
+import json
+
+import pytest
+
+from tests.helpers import run_cli
+
+PROMPTS = ["the quick brown fox", "hello world, write a haiku", "def add(a, b):", "a cheap draft proposes"]
+SAMPLED = ["--temperature", "0.7", "--seed", "3", "--max-new-tokens", "16", "--rule", "invariant"]
+
+
+def texts(tiny_models, capsys, *extra, draft=None):
+    args = ["generate", "--target", tiny_models[0], "--draft", draft or tiny_models[1], *SAMPLED, "--json"]
+    for p in PROMPTS:
+        args += ["-p", p]
+    code, out, err = run_cli([*args, *extra], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    return [r["text"] for r in doc["results"]], doc
+
+
+def test_a_sampled_text_does_not_depend_on_k_draft_batch_layout_or_speculation(tiny_models, capsys):
+    reference, doc = texts(tiny_models, capsys, "--baseline")
+    assert doc["manifest"]["rule"] == "invariant" and len(set(reference)) == len(PROMPTS)
+    variations = {
+        "k=1": ["-k", "1"],
+        "k=4": ["-k", "4"],
+        "k=8": ["-k", "8"],
+        "auto": ["-k", "auto"],
+        "batch 1": ["--batch-size", "1"],
+        "batch 16": ["--batch-size", "16", "-k", "3"],
+        "retained": ["--layout", "retained_frontier", "-k", "2"],
+        "draft-stop": ["--draft-stop", "0.3"],
+    }
+    for name, extra in variations.items():
+        assert texts(tiny_models, capsys, *extra)[0] == reference, name
+    for draft in ("ngram:2", "suffix", f"suffix,{tiny_models[1]}"):
+        assert texts(tiny_models, capsys, "-k", "3", draft=draft)[0] == reference, draft
+
+
+def test_the_maximal_rule_is_exact_but_its_text_moves_with_k(tiny_models, capsys):
+    """Why invariant is the default: under maximal the same seed gives another sample at another K."""
+    one = texts(tiny_models, capsys, "--rule", "maximal", "-k", "1")[0]
+    four = texts(tiny_models, capsys, "--rule", "maximal", "-k", "4")[0]
+    assert one != four
+
+
+@pytest.mark.parametrize("k", ["3", "auto"])
+def test_a_resumed_run_writes_the_uninterrupted_runs_texts(tiny_models, tmp_path, capsys, k):
+    """With a fixed K the resumed file is the uninterrupted one byte for byte; under -k auto the
+    recorded K schedules may differ (they follow measured time), the texts may not."""
+    full, part = tmp_path / "full.jsonl", tmp_path / "part.jsonl"
+    texts(tiny_models, capsys, "--out", str(full), "-k", k)
+    lines = full.read_bytes().split(b"\n")
+    part.write_bytes(b"\n".join(lines[:3]) + b"\n")  # stopped after two requests
+    _, doc = texts(tiny_models, capsys, "--out", str(part), "--resume", "-k", k, "--batch-size", "1")
+    assert doc["already_complete"] == 2
+    if k != "auto":
+        assert part.read_bytes() == full.read_bytes()
+    read = [[json.loads(x).get("text") for x in f.read_text().split("\n")[1:] if x] for f in (full, part)]
+    assert read[0] == read[1] and len(read[0]) == len(PROMPTS)
+
+
+@pytest.mark.parametrize("greedy_flag", [["--temperature", "0"]])
+def test_greedy_is_the_same_under_both_rules(tiny_models, capsys, greedy_flag):
+    a = texts(tiny_models, capsys, *greedy_flag, "--rule", "maximal")[0]
+    b = texts(tiny_models, capsys, *greedy_flag, "--rule", "invariant")[0]
+    assert a == b
+
+
+def test_an_unknown_rule_is_one_line(tiny_models, capsys):
+    args = ["generate", "--target", tiny_models[0], "--draft", tiny_models[1], "-p", "hi", "--rule", "fastest"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and err.count("\n") == 1 and "unknown rule 'fastest'" in err

@@ -1,0 +1,77 @@
+"""The invariant rule's noise: SplitMix64 in integer tensor ops, Gumbel-max's law, and the rule."""
+
+import torch
+
+from specd.core.gumbel import gumbel, race, race_tokens, request_key, splitmix64, uniforms
+from specd.core.sampler import RejectionSampler
+
+MASK = (1 << 64) - 1
+
+
+def reference_splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def test_splitmix64_in_int64_tensors_equals_the_reference_on_unsigned_integers():
+    values = [0, 1, 2, 12345678901234567, (1 << 63) - 1, 1 << 63, MASK - 4, MASK]
+    signed = torch.tensor([v - (1 << 64) if v >= 1 << 63 else v for v in values], dtype=torch.int64)
+    assert [v & MASK for v in splitmix64(signed).tolist()] == [reference_splitmix64(v) for v in values]
+
+
+def test_the_noise_is_a_function_of_key_position_and_token_only():
+    key = request_key(5, "req")
+    a = uniforms(key, torch.tensor([3, 7]), 11)
+    b = uniforms(key, torch.tensor([7]), 11)
+    assert torch.equal(a[1], b[0])  # position 7 alone or with another: the same draws
+    assert torch.equal(uniforms(key, torch.tensor([3]), 20)[0, :11], a[0])  # a wider vocabulary: a prefix
+    assert not torch.equal(uniforms(request_key(6, "req"), torch.tensor([3]), 11), a[:1])
+    assert bool(((a > 0) & (a < 1)).all()) and a.dtype == torch.float64
+
+
+def test_the_uniforms_are_uniform_and_the_race_draws_from_p():
+    u = uniforms(request_key(1, "r"), torch.arange(4000), 50).flatten()
+    counts = torch.histc(u, bins=10, min=0.0, max=1.0)
+    assert (counts - u.numel() / 10).abs().max() < 5 * (u.numel() / 10) ** 0.5
+    p = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0], dtype=torch.float64)
+    n = 100_000
+    tokens = race(p.expand(n, 5), gumbel(request_key(2, "r"), torch.arange(n), 5))
+    freq = torch.bincount(tokens, minlength=5).double() / n
+    assert freq[4] == 0 and (freq - p).abs().max() < 5 * (0.25 / n) ** 0.5
+
+
+def test_race_tokens_uses_each_rows_own_key_and_position():
+    rows = torch.softmax(torch.randn(6, 9, generator=torch.Generator().manual_seed(0)), -1)
+    keys = [request_key(0, "a"), request_key(0, "b")] * 3
+    positions = [0, 0, 1, 1, 2, 2]
+    together = race_tokens(rows, keys, positions)
+    alone = torch.stack([race_tokens(rows[i : i + 1], keys[i : i + 1], positions[i : i + 1])[0] for i in range(6)])
+    assert torch.equal(together, alone)
+
+
+class Out:
+    def __init__(self, n):
+        self.new_tokens = (0,) * n
+        self.request_id = "r"
+
+        class Rng:
+            seed = 3
+
+        self.rng = Rng()
+
+
+def test_the_invariant_decision_accepts_exactly_the_target_tokens():
+    sampler = RejectionSampler()
+    p = torch.softmax(torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64), -1)
+    state = Out(10)
+    x = sampler.race_targets(p, [state])[0]
+    q = torch.full((1, 3, 6), 1 / 6, dtype=torch.float64)
+    for wrong_at in range(3):  # drafts equal to x up to one position
+        draft = x[:3].clone().unsqueeze(0)
+        draft[0, wrong_at] = (draft[0, wrong_at] + 1) % 6
+        d = sampler.decide_invariant(p, q, draft, torch.tensor([3]), [state])
+        assert int(d.accepted) == wrong_at and int(d.terminal_rows.argmax()) == int(x[wrong_at])
+    d = sampler.decide_invariant(p, q, x[:3].unsqueeze(0), torch.tensor([3]), [state])
+    assert int(d.accepted) == 3 and bool(d.is_bonus) and int(d.terminal_rows.argmax()) == int(x[3])

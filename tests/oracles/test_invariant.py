@@ -1,0 +1,44 @@
+"""The oracle's proof of the invariant rule, and its lab, on several fixtures."""
+
+import pytest
+
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.invariant import INVARIANT_VARIANTS, invariant_checks, invariant_lab
+from specd.oracles.report import run_oracle
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        OracleConfig(vocab=2, k=3),
+        OracleConfig(vocab=3, k=2, layout="retained_frontier", repetition_penalty=1.3),
+        OracleConfig(vocab=4, k=3, target_temperature=0.6, draft_temperature=1.2, seed=4),
+    ],
+)
+def test_the_invariant_rule_passes_every_check(cfg):
+    rig = build_rig(cfg)
+    checks = {c.name: c for c in invariant_checks(rig, cfg.effective_horizon)}
+    assert set(checks) == {"invariant_reference", "invariant_pointwise", "invariant_shared_noise", "invariant_law"}
+    assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
+    assert checks["invariant_pointwise"].figures["texts_compared"] >= 1000
+    assert checks["invariant_shared_noise"].figures["drafted"] > 0
+
+
+def test_every_invariant_variant_is_caught_by_name():
+    cfg = OracleConfig(vocab=3, k=2)
+    found = {v["variant"]: v for v in invariant_lab(build_rig(cfg, lab=True), cfg.effective_horizon)}
+    expected = {
+        "invariant/noise_keyed_by_round": "invariant_reference",
+        "invariant/draft_with_independent_noise": "invariant_shared_noise",
+        "invariant/ratio_test_with_shared_noise": "invariant_pointwise",
+    }
+    assert len(found) == len(INVARIANT_VARIANTS)
+    assert {name: v["caught_by"] for name, v in found.items()} == expected
+
+
+def test_verify_oracle_rule_selects_the_proofs():
+    invariant = run_oracle(OracleConfig(vocab=2, k=2, rule="invariant", lab=False))
+    names = [c["name"] for c in invariant["checks"]]
+    assert invariant["passed"] and all(n.startswith("invariant_") for n in names)
+    maximal = run_oracle(OracleConfig(vocab=2, k=2, rule="maximal", lab=False))
+    assert maximal["passed"] and not any(c["name"].startswith("invariant_") for c in maximal["checks"])
