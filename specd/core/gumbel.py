@@ -87,10 +87,21 @@ def race(rows: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
 
 def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> torch.Tensor:
     """The Gumbel-max token of each row under its own request's noise at its own output position:
-    rows float[R, V], keys and positions of length R -> int64[R]."""
-    key = torch.tensor(keys, dtype=torch.int64, device=rows.device)
-    at = torch.tensor(positions, dtype=torch.int64, device=rows.device)
-    return race(rows, gumbel(key, at, rows.shape[-1]))
+    rows float[R, V], keys and positions of length R -> int64[R].
+
+    Noise is drawn only where a row has mass (a token of zero mass never wins, and each draw is a
+    function of its token id alone), so with top-k or top-p a row costs its support, not V."""
+    device = rows.device
+    key = torch.tensor(keys, dtype=torch.int64, device=device)
+    at = torch.tensor(positions, dtype=torch.int64, device=device)
+    rows64 = rows.to(torch.float64)
+    row, token = (rows64 > 0).nonzero(as_tuple=True)
+    per_position = splitmix64(splitmix64(at) ^ key)  # as in ``uniforms``
+    bits = splitmix64(per_position[row] ^ splitmix64(token))
+    u = (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+    scores = torch.full_like(rows64, float("-inf"))
+    scores[row, token] = rows64[row, token].log() - torch.log(-torch.log(u))
+    return scores.argmax(dim=-1)
 
 
 class SharedNoise:

@@ -31,13 +31,56 @@ HF_DEFAULT = "Hugging Face default"
 SPECD_DEFAULT = "specd default"
 
 
+# Keys of a generation config that generate() applies and specd does not implement, each with
+# the values at which generate() skips it (None, an empty list or mapping, too) and whether it
+# acts only when sampling. Such a key is refused by name rather than silently dropped, because
+# the output would then not have generate()'s distribution.
+UNAPPLIED = {
+    "typical_p": ((1.0,), True),
+    "epsilon_cutoff": ((0.0,), True),
+    "eta_cutoff": ((0.0,), True),
+    "min_p": ((0.0,), True),
+    "top_h": ((), True),
+    "no_repeat_ngram_size": ((0,), False),
+    "bad_words_ids": ((), False),
+    "force_words_ids": ((), False),
+    "suppress_tokens": ((), False),
+    "begin_suppress_tokens": ((), False),
+    "sequence_bias": ((), False),
+    "min_length": ((0,), False),
+    "min_new_tokens": ((0,), False),
+    "forced_eos_token_id": ((), False),
+    "exponential_decay_length_penalty": ((), False),
+    "guidance_scale": ((1.0,), False),
+    "num_beams": ((1,), False),
+    "num_beam_groups": ((1,), False),
+    "diversity_penalty": ((0.0,), False),
+    "penalty_alpha": ((0.0,), False),
+    "dola_layers": ((), False),
+    "watermarking_config": ((), False),
+}
+
+
+def unapplied(values: Mapping) -> dict:
+    """The keys of ``values`` that generate() would apply and specd cannot (see UNAPPLIED)."""
+    out = {}
+    for key, (neutral, _) in UNAPPLIED.items():
+        value = values.get(key)
+        if value is None or value in ({}, [], ()) or (not isinstance(value, (list, dict)) and value in neutral):
+            continue
+        out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class GenerationDefaults:
-    """The sampling values a model's generation config sets (only those it sets), and where from."""
+    """The sampling values a model's generation config sets (only those it sets), and where from;
+    ``unapplied``: the keys it sets that specd does not implement (refused when they would act)."""
 
     mode: str  # auto | none
     values: Mapping[str, object] = field(default_factory=dict)
     where: str = FILE_NAME
+    unapplied: Mapping[str, object] = field(default_factory=dict)
 
     def describe(self) -> dict:
         return {"mode": self.mode, "file": self.where, "values": dict(self.values)}
@@ -83,7 +126,7 @@ def read_folder(mode: str, folder: str | Path) -> GenerationDefaults | None:
     data = loads_json(text, str(path), what="not JSON; fix it or use --generation-config none")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a generation config must be a JSON object; use --generation-config none to skip it")
-    return GenerationDefaults("auto", _checked(data, str(path)), str(path))
+    return GenerationDefaults("auto", _checked(data, str(path)), str(path), unapplied(data))
 
 
 def from_model(mode: str, model, name: str) -> GenerationDefaults:
@@ -92,7 +135,8 @@ def from_model(mode: str, model, name: str) -> GenerationDefaults:
         return GenerationDefaults("none", {}, "not read (--generation-config none)")
     config = getattr(model, "generation_config", None)
     values = config.to_dict() if config is not None else {}
-    return GenerationDefaults("auto", _checked(values, f"{name}: generation_config"), f"{name}: generation_config")
+    where = f"{name}: generation_config"
+    return GenerationDefaults("auto", _checked(values, where), where, unapplied(values))
 
 
 @dataclass(frozen=True)
@@ -135,6 +179,13 @@ def resolve(given: Mapping[str, tuple[object, str]], defaults: GenerationDefault
         else:
             setting = from_file(key)
         out[key] = Setting(None if setting.value == off else setting.value, setting.source)
+    for key, value in defaults.unapplied.items():
+        if sampling or not UNAPPLIED[key][1]:
+            raise UsageError(
+                f"{defaults.where}: generate() would apply {key} = {value!r}, which specd does not implement, so "
+                "the output would not have generate()'s distribution; remove the key from the file or pass "
+                "--generation-config none"
+            )
     return out
 
 

@@ -183,3 +183,32 @@ def test_the_summary_names_each_value_and_its_source(folder, tiny_models, capsys
 def test_bad_generation_config_mode_is_refused(tiny_models, capsys):
     code, _, err = run_cli(["generate", "--target", tiny_models[0], "--generation-config", "maybe", "-p", "x"], capsys)
     assert code == 2 and "--generation-config takes auto or none" in err
+
+
+@pytest.mark.parametrize(
+    "values,sampled,refused",
+    [
+        ({"do_sample": True, "min_p": 0.1}, True, "min_p = 0.1"),
+        ({"do_sample": True, "typical_p": 0.9}, True, "typical_p = 0.9"),
+        ({"do_sample": True, "epsilon_cutoff": 0.001}, True, "epsilon_cutoff"),
+        ({"no_repeat_ngram_size": 3}, False, "no_repeat_ngram_size = 3"),
+        ({"bad_words_ids": [[5]]}, False, "bad_words_ids"),
+        ({"num_beams": 4}, False, "num_beams = 4"),
+        ({"do_sample": False, "min_p": 0.1}, False, None),  # sampling-only key, greedy run: generate() skips it
+        ({"do_sample": True, "typical_p": 1.0, "no_repeat_ngram_size": 0, "min_p": None}, True, None),  # neutral
+    ],
+)
+def test_a_key_generate_would_apply_and_specd_cannot_is_refused_by_name(
+    folder, tiny_models, capsys, values, sampled, refused
+):
+    write_config(folder, values)
+    args = ["generate", "--target", str(folder), "--draft", tiny_models[1], "-p", "hi", "--max-new-tokens", "4"]
+    code, _, err = run_cli(args, capsys)
+    if refused is None:
+        assert code == 0, err
+    else:
+        assert code == 2 and err.count("\n") == 1 and refused in err and "--generation-config none" in err, err
+        assert run_cli([*args, "--generation-config", "none"], capsys)[0] == 0
+    if not sampled and refused is None:  # with sampling asked for, the sampling-only key acts: refused
+        code, _, err = run_cli([*args, "--temperature", "0.7"], capsys)
+        assert code == 2 and "min_p" in err
