@@ -34,6 +34,16 @@ def verify_oracle(
     repetition_penalty: float | None = typer.Option(
         None, "--repetition-penalty", help="Target repetition penalty (stateful)."
     ),
+    min_p: float | None = typer.Option(None, "--min-p", help="Target min-p in [0, 1] (Hugging Face's)."),
+    presence_penalty: float | None = typer.Option(
+        None, "--presence-penalty", help="Target presence penalty (vLLM's; stateful: the output so far)."
+    ),
+    frequency_penalty: float | None = typer.Option(
+        None, "--frequency-penalty", help="Target frequency penalty (vLLM's; stateful)."
+    ),
+    no_repeat_ngram_size: int | None = typer.Option(
+        None, "--no-repeat-ngram-size", help="Target no-repeat n-gram size (Hugging Face's; stateful)."
+    ),
     layout: str = typer.Option("replay_frontier", "--layout", help="replay_frontier or retained_frontier."),
     backend: str = typer.Option("max_shift", "--backend", help="Softmax backend: max_shift or online."),
     lab: bool = typer.Option(True, "--lab/--no-lab", help="Run the failure lab."),
@@ -69,6 +79,16 @@ def verify_oracle(
         backend=backend,
         lab=lab,
         rule=rule,
+        controls={
+            name: value
+            for name, value in (
+                ("min_p", min_p),
+                ("presence_penalty", presence_penalty),
+                ("frequency_penalty", frequency_penalty),
+                ("no_repeat_ngram_size", no_repeat_ngram_size),
+            )
+            if value is not None
+        },
     )
     report = run_sampler_oracle(cfg, sampler) if sampler is not None else run_oracle(cfg)
     if as_json:

@@ -55,6 +55,23 @@ def check_penalty(value, name: str = "repetition penalty") -> None:
         raise UsageError(f"{name} must be a finite number > 0, got {value}")
 
 
+def check_min_p(value, name: str = "min-p") -> None:
+    if value is not None and not (_finite(value) and 0.0 <= value <= 1.0):
+        raise UsageError(f"{name} must be in [0, 1] (0: off), got {value}")
+
+
+def check_additive_penalty(value, name: str) -> None:
+    """Presence and frequency penalties (vLLM/OpenAI): finite and >= 0 (0: off)."""
+    if value is not None and not (_finite(value) and value >= 0):
+        raise UsageError(f"{name} must be a finite number >= 0 (0: off), got {value}")
+
+
+def check_count(value, name: str) -> None:
+    """An integer >= 0 (0: off): --no-repeat-ngram-size, --min-new-tokens."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {value}")
+
+
 def check_bias(bias: Mapping[int, float] | None, name: str = "logit bias", vocab: int | None = None) -> None:
     for token, value in (bias or {}).items():
         if vocab is not None and not 0 <= token < vocab:
@@ -73,6 +90,43 @@ class RepetitionState:
         if token in self.seen:
             return self
         return RepetitionState(self.seen | {token})
+
+
+@dataclass(frozen=True)
+class OutputCounts:
+    """How often each token id occurs in the output so far (not the prompt): (token, count) pairs."""
+
+    counts: tuple[tuple[int, int], ...] = ()
+
+    def advance(self, token: int) -> OutputCounts:
+        d = dict(self.counts)
+        d[token] = d.get(token, 0) + 1
+        return OutputCounts(tuple(sorted(d.items())))
+
+
+@dataclass(frozen=True)
+class History:
+    """The last ``keep`` tokens of prompt + output (all of them when keep is None)."""
+
+    tokens: tuple[int, ...] = ()
+    keep: int | None = None
+
+    def advance(self, token: int) -> History:
+        if self.keep == 0:
+            return self
+        tokens = self.tokens + (token,)
+        return History(tokens if self.keep is None else tokens[-self.keep :], self.keep)
+
+
+@dataclass(frozen=True)
+class NewTokens:
+    """How many tokens have been generated, counted up to ``cap`` (past it the processor is idle)."""
+
+    count: int = 0
+    cap: int = 0
+
+    def advance(self, token: int) -> NewTokens:
+        return self if self.count >= self.cap else NewTokens(self.count + 1, self.cap)
 
 
 class Processor:
@@ -184,6 +238,136 @@ class RepetitionPenalty(Processor):
         return torch.where(mask, penalized, logits)
 
 
+def _banned(logits: torch.Tensor, banned: Sequence[Sequence[int]]) -> torch.Tensor:
+    """-inf at banned[row] token ids of each row."""
+    rows = [r for r, ids in enumerate(banned) for _ in ids]
+    if not rows:
+        return logits
+    cols = [t for ids in banned for t in ids]
+    out = logits.clone()
+    out[torch.tensor(rows), torch.tensor(cols)] = NEG_INF
+    return out
+
+
+@dataclass(frozen=True)
+class PresenceFrequencyPenalty(Processor):
+    """vLLM/OpenAI penalties on the output so far: logit(t) -= frequency * count(t) + presence * [count(t) > 0]."""
+
+    presence: float
+    frequency: float
+    name = "presence_frequency_penalty"
+    stateful = True
+
+    def describe(self) -> dict:
+        return {"name": self.name, "presence": self.presence, "frequency": self.frequency}
+
+    def initial_state(self, prompt):
+        return OutputCounts()
+
+    def apply(self, logits, states):
+        penalty = torch.zeros_like(logits)
+        for row, state in enumerate(states):
+            for token, count in state.counts:
+                penalty[row, token] = self.frequency * count + self.presence
+        return logits - penalty
+
+
+@dataclass(frozen=True)
+class NoRepeatNGram(Processor):
+    """Hugging Face's no_repeat_ngram_size: a token that would complete an n-gram already in
+    prompt + output is banned."""
+
+    n: int
+    name = "no_repeat_ngram"
+    stateful = True
+
+    def describe(self) -> dict:
+        return {"name": self.name, "n": self.n}
+
+    def initial_state(self, prompt):
+        return History(tuple(int(t) for t in prompt))
+
+    def apply(self, logits, states):
+        n, banned = self.n, []
+        for state in states:
+            seq = state.tokens
+            if len(seq) + 1 < n:
+                banned.append(())
+                continue
+            prefix = seq[len(seq) - n + 1 :]
+            banned.append(tuple({seq[i + n - 1] for i in range(len(seq) - n + 1) if seq[i : i + n - 1] == prefix}))
+        return _banned(logits, banned)
+
+
+@dataclass(frozen=True)
+class BadWords(Processor):
+    """Hugging Face's bad_words_ids: a one-token sequence is always banned; a longer one bans its
+    last token when the output ends with the rest of it."""
+
+    sequences: tuple[tuple[int, ...], ...]
+    name = "bad_words"
+    stateful = True
+
+    def describe(self) -> dict:
+        return {"name": self.name, "sequences": [list(s) for s in self.sequences]}
+
+    def initial_state(self, prompt):
+        longest = max(len(s) for s in self.sequences)
+        return History(tuple(int(t) for t in prompt)[-(longest - 1) :] if longest > 1 else (), max(longest - 1, 0))
+
+    def apply(self, logits, states):
+        banned = []
+        for state in states:
+            tail = state.tokens
+            banned.append(
+                tuple(
+                    s[-1]
+                    for s in self.sequences
+                    if len(s) == 1 or (len(tail) >= len(s) - 1 and tail[len(tail) - len(s) + 1 :] == s[:-1])
+                )
+            )
+        return _banned(logits, banned)
+
+
+@dataclass(frozen=True)
+class MinNewTokens(Processor):
+    """Hugging Face's min_new_tokens: every end-of-sequence id is banned until this many tokens
+    have been generated."""
+
+    min_new: int
+    eos_ids: tuple[int, ...]
+    name = "min_new_tokens"
+    stateful = True
+
+    def describe(self) -> dict:
+        return {"name": self.name, "min_new_tokens": self.min_new, "eos_ids": list(self.eos_ids)}
+
+    def initial_state(self, prompt):
+        return NewTokens(0, self.min_new)
+
+    def apply(self, logits, states):
+        return _banned(logits, [self.eos_ids if s.count < self.min_new else () for s in states])
+
+
+@dataclass(frozen=True)
+class MinP(Processor):
+    """Hugging Face's min_p: drop tokens whose probability is below min_p times the largest one
+    (after temperature, top-k and top-p); the most likely token always stays."""
+
+    p: float
+    name = "min_p"
+
+    def describe(self) -> dict:
+        return {"name": self.name, "p": self.p}
+
+    def apply(self, logits, states):
+        probs = torch.softmax(logits.to(torch.float32) if logits.dtype != torch.float64 else logits, dim=-1)
+        threshold = self.p * probs.max(dim=-1, keepdim=True).values
+        drop = probs < threshold
+        drop.scatter_(-1, logits.argmax(dim=-1, keepdim=True), False)
+        return logits.masked_fill(drop, NEG_INF)
+
+
 @dataclass(frozen=True)
 class VocabMask(Processor):
     """Mask logit columns past the tokenizer's real vocabulary (padded embedding rows)."""
@@ -246,13 +430,28 @@ class SamplingPolicy:
         logit_bias: Mapping[int, float] | None = None,
         repetition_penalty: float | None = None,
         real_vocab: int | None = None,
+        *,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        no_repeat_ngram_size: int | None = None,
+        bad_words_ids: Sequence[Sequence[int]] = (),
+        min_new_tokens: int | None = None,
+        eos_ids: Sequence[int] = (),
+        min_p: float | None = None,
     ) -> SamplingPolicy:
-        """Hugging Face order: bias and penalties on raw logits, then temperature, top-k, top-p."""
+        """Hugging Face order: bias and penalties on raw logits (repetition, then vLLM's presence and
+        frequency), the bans (no-repeat n-grams, bad words, EOS before min_new_tokens), then
+        temperature, top-k, top-p, min-p."""
         check_temperature(temperature)
         check_top_k(top_k)
         check_top_p(top_p)
         check_penalty(repetition_penalty)
         check_bias(logit_bias)
+        check_min_p(min_p)
+        check_additive_penalty(presence_penalty, "presence penalty")
+        check_additive_penalty(frequency_penalty, "frequency penalty")
+        check_count(no_repeat_ngram_size, "no-repeat n-gram size")
+        check_count(min_new_tokens, "min new tokens")
         procs: list[Processor] = []
         if real_vocab is not None:
             procs.append(VocabMask(real_vocab))
@@ -260,6 +459,15 @@ class SamplingPolicy:
             procs.append(LogitBias(tuple(sorted((int(k), float(v)) for k, v in logit_bias.items()))))
         if repetition_penalty is not None and repetition_penalty != 1.0:
             procs.append(RepetitionPenalty(float(repetition_penalty)))
+        if presence_penalty or frequency_penalty:
+            procs.append(PresenceFrequencyPenalty(float(presence_penalty or 0.0), float(frequency_penalty or 0.0)))
+        if no_repeat_ngram_size:
+            procs.append(NoRepeatNGram(int(no_repeat_ngram_size)))
+        sequences = tuple(tuple(int(t) for t in s) for s in bad_words_ids if list(s) not in ([e] for e in eos_ids))
+        if sequences:
+            procs.append(BadWords(sequences))
+        if min_new_tokens and eos_ids:
+            procs.append(MinNewTokens(int(min_new_tokens), tuple(sorted(int(e) for e in eos_ids))))
         greedy = temperature == 0
         if not greedy and temperature != 1.0:
             procs.append(Temperature(float(temperature)))
@@ -267,6 +475,8 @@ class SamplingPolicy:
             procs.append(TopK(int(top_k)))
         if top_p is not None and top_p < 1.0:
             procs.append(TopP(float(top_p)))
+        if min_p and not greedy:  # Hugging Face applies it when sampling (it never moves the argmax)
+            procs.append(MinP(float(min_p)))
         return cls(tuple(procs), greedy, any(p.stateful for p in procs))
 
     def describe(self) -> dict:

@@ -19,7 +19,15 @@ from dataclasses import dataclass, field, fields
 from specd.core.gumbel import RULES
 from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
-from specd.core.processors import check_penalty, check_temperature, check_top_k, check_top_p
+from specd.core.processors import (
+    check_additive_penalty,
+    check_count,
+    check_min_p,
+    check_penalty,
+    check_temperature,
+    check_top_k,
+    check_top_p,
+)
 from specd.core.proposer import check_draft_stop
 from specd.errors import UsageError
 from specd.models.drafts import parse_drafts
@@ -223,6 +231,49 @@ class GenerateOptions:
         help="Target repetition penalty (finite, > 0).",
         check=sampling(check_penalty),
     )
+    min_p: float | None = option(
+        None,
+        "--min-p",
+        kind="float?",
+        help="Drop tokens below min-p times the most likely one's probability, when sampling (in [0, 1]; "
+        "Hugging Face's min_p, after top-k and top-p).",
+        check=sampling(check_min_p),
+    )
+    presence_penalty: float | None = option(
+        None,
+        "--presence-penalty",
+        kind="float?",
+        help="Subtract this from the logit of every token already in the output (vLLM/OpenAI; finite, >= 0).",
+        check=sampling(lambda v, w: check_additive_penalty(v, w)),
+    )
+    frequency_penalty: float | None = option(
+        None,
+        "--frequency-penalty",
+        kind="float?",
+        help="Subtract this times its count in the output from a token's logit (vLLM/OpenAI; finite, >= 0).",
+        check=sampling(lambda v, w: check_additive_penalty(v, w)),
+    )
+    no_repeat_ngram_size: int | None = option(
+        None,
+        "--no-repeat-ngram-size",
+        kind="int?",
+        help="Never repeat an n-gram of this size from prompt and output (Hugging Face's; >= 0, 0 = off).",
+        check=sampling(lambda v, w: check_count(v, w)),
+    )
+    bad_words: tuple[str, ...] = option(
+        (),
+        "--bad-words",
+        kind="strs",
+        help="A string never to generate (repeatable): banned as the tokenizer encodes it, with and without "
+        "a leading space (Hugging Face's bad_words_ids).",
+    )
+    min_new_tokens: int | None = option(
+        None,
+        "--min-new-tokens",
+        kind="int?",
+        help="End-of-sequence is suppressed until this many tokens are generated (Hugging Face's; >= 0).",
+        check=sampling(lambda v, w: check_count(v, w)),
+    )
     draft_temperature: float | None = option(
         None,
         "--draft-temperature",
@@ -302,6 +353,11 @@ class GenerateOptions:
                 raise UsageError(f"give {self.flag(model)} or {self.flag(gguf)}, not both")
         if self.draft_gguf and not (self.target or self.target_gguf):
             raise UsageError("--draft-gguf needs a --target or --target-gguf (the embedded default has its own draft)")
+        if self.min_new_tokens is not None and self.min_new_tokens > self.max_new_tokens:
+            raise UsageError(
+                f"{self.where('min_new_tokens')} {self.min_new_tokens} is above {self.where('max_new_tokens')} "
+                f"{self.max_new_tokens}: no run could honour both"
+            )
         if self.max_memory is not None and self.device_map is None:
             raise UsageError("--max-memory needs --device-map auto")
         built = [s for s in parse_drafts(self.draft) if s.kind in ("self-dtype", "self-layers")]

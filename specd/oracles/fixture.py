@@ -45,6 +45,8 @@ class OracleConfig:
     prompt: tuple[int, ...] = (0, 1)
     lab: bool = True
     rule: str = "both"  # which rule's checks run: maximal, invariant (specd.core.gumbel) or both
+    # The target's further controls (specd.core.processors), each stateful along the drafted branch:
+    controls: dict = field(default_factory=dict)  # SamplingPolicy.build keywords: min_p, presence_penalty, ...
 
     def __post_init__(self) -> None:
         """Every value checked once, here: sizes, policies, and that the case can be enumerated."""
@@ -61,6 +63,7 @@ class OracleConfig:
         check_temperature(self.target_temperature, "--target-temperature")
         check_temperature(self.draft_temperature, "--draft-temperature")
         check_penalty(self.repetition_penalty, "--repetition-penalty")
+        SamplingPolicy.build(**self.controls)  # each control's own check, with its name
         check_bias(self.target_bias, "--target-bias", self.vocab)
         check_bias(self.draft_bias, "--draft-bias", self.vocab)
         make_layout(self.layout)
@@ -87,7 +90,10 @@ def build_rig(cfg: OracleConfig, lab: bool = False) -> Rig:
         draft_policy = SamplingPolicy.build(temperature=0.6, top_k=v - 1 if v >= 3 else None)
     else:
         target_policy = SamplingPolicy.build(
-            temperature=cfg.target_temperature, logit_bias=cfg.target_bias, repetition_penalty=cfg.repetition_penalty
+            temperature=cfg.target_temperature,
+            logit_bias=cfg.target_bias,
+            repetition_penalty=cfg.repetition_penalty,
+            **cfg.controls,
         )
         draft_policy = SamplingPolicy.build(temperature=cfg.draft_temperature, logit_bias=cfg.draft_bias)
     # The lab's one-token prompt leaves tokens unseen, so a repetition state that

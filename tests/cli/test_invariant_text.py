@@ -74,3 +74,32 @@ def test_an_unknown_rule_is_one_line(tiny_models, capsys):
     args = ["generate", "--target", tiny_models[0], "--draft", tiny_models[1], "-p", "hi", "--rule", "fastest"]
     code, _, err = run_cli(args, capsys)
     assert code == 2 and err.count("\n") == 1 and "unknown rule 'fastest'" in err
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--rule", "both"], "unknown rule 'both'"),
+        (["--min-p", "1.5"], "--min-p must be in [0, 1]"),
+        (["--min-p", "nan"], "--min-p must be"),
+        (["--presence-penalty", "-0.1"], "--presence-penalty must be a finite number >= 0"),
+        (["--frequency-penalty", "inf"], "--frequency-penalty must be a finite number"),
+        (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size must be an integer >= 0"),
+        (["--bad-words", ""], "encodes to no token"),
+        (["--min-new-tokens", "20", "--max-new-tokens", "8"], "--min-new-tokens 20 is above --max-new-tokens 8"),
+    ],
+)
+def test_bad_sampling_controls_are_one_line(tiny_models, capsys, extra, message):
+    args = ["generate", "--target", tiny_models[0], "--draft", tiny_models[1], "-p", "hi", "--temperature", "0.7"]
+    code, _, err = run_cli([*args, *extra], capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_the_sampling_controls_keep_the_text_invariant(tiny_models, capsys):
+    controls = ["--min-p", "0.05", "--presence-penalty", "0.4", "--frequency-penalty", "0.2"]
+    controls += ["--no-repeat-ngram-size", "3", "--min-new-tokens", "6"]
+    reference, doc = texts(tiny_models, capsys, "--baseline", *controls)
+    names = [p["name"] for p in doc["manifest"]["target_policy"]["processors"]]
+    assert {"min_p", "presence_frequency_penalty", "no_repeat_ngram", "min_new_tokens"} <= set(names)
+    for extra in (["-k", "1"], ["-k", "4"], ["-k", "auto"], ["--batch-size", "1", "-k", "3"]):
+        assert texts(tiny_models, capsys, *extra, *controls)[0] == reference, extra

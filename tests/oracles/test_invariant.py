@@ -42,3 +42,25 @@ def test_verify_oracle_rule_selects_the_proofs():
     assert invariant["passed"] and all(n.startswith("invariant_") for n in names)
     maximal = run_oracle(OracleConfig(vocab=2, k=2, rule="maximal", lab=False))
     assert maximal["passed"] and not any(c["name"].startswith("invariant_") for c in maximal["checks"])
+
+
+@pytest.mark.parametrize(
+    "controls",
+    [
+        {"min_p": 0.3},
+        {"presence_penalty": 0.5, "frequency_penalty": 0.7},
+        {"no_repeat_ngram_size": 2},
+        {"bad_words_ids": [[2, 1]]},
+        {"min_new_tokens": 2, "eos_ids": (0,)},
+    ],
+)
+def test_every_sampling_control_is_exact_under_both_rules(controls):
+    """Each control is stateful along the drafted branch and rolled back on rejection: the exact
+    joints (one round, several rounds, -k auto), the rational check, Monte Carlo and the invariant
+    rule's pointwise and reference checks all pass with it on the target."""
+    cfg = OracleConfig(vocab=3, k=2, samples=300, lab=False, controls=controls)
+    report = run_oracle(cfg)
+    failed = [(c["name"], c["detail"]) for c in report["checks"] if not c["passed"]]
+    assert report["passed"], failed
+    names = {c["name"] for c in report["checks"]}
+    assert {"exact_joint", "exact_joint_rounds", "invariant_pointwise", "invariant_reference"} <= names
