@@ -8,6 +8,8 @@ tiny tokenizer, then runs `specd generate --compare` at batch 1 and 8 for
 K = 1..8, and a measured `specd sweep-k` at batch 1, 8 and 32. Prints one JSON
 document with tokens/s, speedups and predicted vs measured ledger figures.
 Random weights make acceptance meaningless for quality but real for cost.
+First, the invariant rule's noise on both devices: the same SplitMix64 bits and Gumbel-max
+tokens on CPU and CUDA (``noise_parity``), and a sampled run's text equal on both.
 """
 
 from __future__ import annotations
@@ -54,13 +56,39 @@ def specd(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
+def noise_parity() -> dict:
+    """The invariant rule's noise bits and race winners, CPU against CUDA."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from specd.core.gumbel import race_tokens, request_key, uniforms
+
+    key = request_key(3, "gpu")
+    positions = torch.arange(4096)
+    cpu = uniforms(key, positions, 1024)
+    gpu = uniforms(key, positions.cuda(), 1024).cpu()
+    rows = torch.softmax(torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0), dtype=torch.float64), -1)
+    keys, at = [key] * 4096, positions.tolist()
+    winners_cpu = race_tokens(rows, keys, at)
+    winners_gpu = race_tokens(rows.cuda(), keys, at).cpu()
+    return {
+        "uniform_bits_equal": bool(torch.equal(cpu, gpu)),
+        "race_winners_equal": int((winners_cpu == winners_gpu).sum()),
+        "races": 4096,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu_check.json")
     args = ap.parse_args()
-    report: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    report: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "noise_parity": noise_parity()}
     with tempfile.TemporaryDirectory() as tmp:
         target = str(build(Path(tmp)))
+        sampled = ["generate", "--target", target, "--draft", "self:layers=4", "-p", "the quick brown fox"]
+        sampled += ["--temperature", "0.8", "--seed", "3", "--max-new-tokens", "32", "-k", "4", "--rule", "invariant"]
+        texts = {dev: specd(*sampled, "--device", dev).get("results", [{}])[0].get("text") for dev in ("cpu", "cuda")}
+        report["invariant_text_cpu_equals_cuda"] = texts["cpu"] is not None and texts["cpu"] == texts["cuda"]
         prompts = Path(tmp) / "p.jsonl"
         prompts.write_text("".join(json.dumps({"prompt": f"the quick brown fox {i}"}) + "\n" for i in range(8)))
         for batch in (1, 8):
