@@ -59,17 +59,22 @@ def request_key(seed: int, request_id: str) -> int:
     return _signed(int.from_bytes(digest, "little"))
 
 
-def uniforms(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """U_t(v) in (0, 1) for each position and token: key int64 (or one per position, int64[R]),
-    positions int64[R] -> float64[R, V].
-
-    Each is 53 bits of SplitMix64(SplitMix64(key ^ SplitMix64(t)) ^ SplitMix64(v)), offset by
-    half a step so that neither 0 nor 1 occurs (log(-log U) is finite)."""
-    device = positions.device
-    per_position = splitmix64(splitmix64(positions.to(torch.int64)) ^ key)  # [R]
-    tokens = torch.arange(vocab, dtype=torch.int64, device=device)
-    bits = splitmix64(per_position.unsqueeze(-1) ^ splitmix64(tokens).unsqueeze(0))  # [R, V]
+def uniforms_at(key: int | torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """U_t(v) in (0, 1), elementwise: key int64 (or int64[...] like positions), positions and tokens
+    int64[...] of one shape -> float64[...]. The one home of the noise's formula: 53 bits of
+    SplitMix64(SplitMix64(key ^ SplitMix64(t)) ^ SplitMix64(v)), offset by half a step so that
+    neither 0 nor 1 occurs (log(-log U) is finite)."""
+    per_position = splitmix64(splitmix64(positions.to(torch.int64)) ^ key)
+    bits = splitmix64(per_position ^ splitmix64(tokens.to(torch.int64)))
     return (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+
+
+def uniforms(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """U_t(v) for each position and every token: key int64 (or one per position, int64[R]),
+    positions int64[R] -> float64[R, V]."""
+    tokens = torch.arange(vocab, dtype=torch.int64, device=positions.device).unsqueeze(0)
+    key = key.unsqueeze(-1) if isinstance(key, torch.Tensor) else key
+    return uniforms_at(key, positions.unsqueeze(-1), tokens)
 
 
 def gumbel(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -96,9 +101,7 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     at = torch.tensor(positions, dtype=torch.int64, device=device)
     rows64 = rows.to(torch.float64)
     row, token = (rows64 > 0).nonzero(as_tuple=True)
-    per_position = splitmix64(splitmix64(at) ^ key)  # as in ``uniforms``
-    bits = splitmix64(per_position[row] ^ splitmix64(token))
-    u = (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+    u = uniforms_at(key[row], at[row], token)
     scores = torch.full_like(rows64, float("-inf"))
     scores[row, token] = rows64[row, token].log() - torch.log(-torch.log(u))
     return scores.argmax(dim=-1)

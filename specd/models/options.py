@@ -244,21 +244,21 @@ class GenerateOptions:
         "--presence-penalty",
         kind="float?",
         help="Subtract this from the logit of every token already in the output (vLLM/OpenAI; finite, >= 0).",
-        check=sampling(lambda v, w: check_additive_penalty(v, w)),
+        check=sampling(check_additive_penalty),
     )
     frequency_penalty: float | None = option(
         None,
         "--frequency-penalty",
         kind="float?",
         help="Subtract this times its count in the output from a token's logit (vLLM/OpenAI; finite, >= 0).",
-        check=sampling(lambda v, w: check_additive_penalty(v, w)),
+        check=sampling(check_additive_penalty),
     )
     no_repeat_ngram_size: int | None = option(
         None,
         "--no-repeat-ngram-size",
         kind="int?",
         help="Never repeat an n-gram of this size from prompt and output (Hugging Face's; >= 0, 0 = off).",
-        check=sampling(lambda v, w: check_count(v, w)),
+        check=sampling(check_count),
     )
     bad_words: tuple[str, ...] = option(
         (),
@@ -272,7 +272,7 @@ class GenerateOptions:
         "--min-new-tokens",
         kind="int?",
         help="End-of-sequence is suppressed until this many tokens are generated (Hugging Face's; >= 0).",
-        check=sampling(lambda v, w: check_count(v, w)),
+        check=sampling(check_count),
     )
     draft_temperature: float | None = option(
         None,

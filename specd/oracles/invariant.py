@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from specd.core.gumbel import gumbel, request_key
+from specd.core.gumbel import gumbel, request_key, uniforms_at
 from specd.core.layouts import LAYOUTS
 from specd.core.proposer import ModelProposer, NgramProposer
 from specd.core.sampler import RejectionSampler, token_probabilities, valid_positions
@@ -197,9 +197,8 @@ class RatioWithSharedNoise(RejectionSampler):
         p_draft, q_draft = token_probabilities(p[:, :k_max], draft), token_probabilities(q, draft)
         u = torch.ones(b, k_max, dtype=torch.float64)
         for i, s in enumerate(states):
-            for j in range(int(k_lens[i])):
-                g = gumbel(self.noise_key(s), torch.tensor([self.noise_position(s, j)]), p.shape[-1])[0]
-                u[i, j] = torch.exp(-torch.exp(-g[draft[i, j]]))  # the shared uniform of d
+            for j in range(int(k_lens[i])):  # the shared uniform of d at its position
+                u[i, j] = uniforms_at(self.noise_key(s), torch.tensor(self.noise_position(s, j)), draft[i, j])
         accepted = self.count_accepted(valid & (u < p_draft / q_draft.clamp_min(1e-300)))
         targets = self.race_targets(p, states)
         for i in range(b):
