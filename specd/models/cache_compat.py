@@ -8,7 +8,9 @@ keyword was renamed from ``past_key_values`` to ``cache``. specd never calls
 ``crop``: it reads and writes the tensors through these functions, so the cache
 surgery (truncate, batch select, gather-compact) is the same on every version.
 Caches with sliding-window or otherwise bounded layers are refused: dropping and
-gathering rows there would change which positions a layer can see.
+gathering rows there would change which positions a layer can see. A model with
+sliding-window layers gets full layers instead (``new_dynamic_cache``), and its runs
+are kept within the window (``sliding_window``), where a window hides nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +20,24 @@ import torch
 from specd.errors import UnsupportedCache
 
 
+def sliding_window(config) -> int | None:
+    """The attention window of a model with sliding-window layers (Gemma 3's local layers, Mistral),
+    or None. While a sequence's cache stays within it, every layer sees every position, exactly as
+    a full-attention layer does."""
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return window if any("sliding" in str(t) for t in types) else None
+    return window if getattr(config, "use_sliding_window", True) else None
+
+
 def new_dynamic_cache(config=None):
     from transformers import DynamicCache
 
+    if config is not None and sliding_window(config) is not None:
+        return DynamicCache()  # full layers: rows can be dropped; the run stays within the window
     try:
         return DynamicCache(config=config) if config is not None else DynamicCache()
     except TypeError:  # releases whose DynamicCache takes no config

@@ -21,6 +21,7 @@ import torch
 
 from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
+from specd.errors import CacheIdentityError
 from specd.models import cache_compat
 
 COMPACT_MIN_POSITIONS = 64  # below this, holes cost less than a gather
@@ -105,9 +106,13 @@ class HFCache(KVCache):
     drops all free rows in one copy.
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, window: int | None = None):
+        """``window``: the model's attention window (sliding-window layers), or None. The physical
+        cache (holes included) must then stay within it: ``tidy`` compacts early, and a step that
+        would cross it is refused (a window would start to hide positions)."""
         super().__init__()
         self.device = device
+        self.window = window
         self.dyn = None
         self.rows: list[int | None] = []  # physical batch row -> slot (None: a free row)
         self._row: dict[int, int] = {}  # slot -> physical batch row
@@ -204,7 +209,8 @@ class HFCache(KVCache):
             self.valid = self.valid[:, :length]
         counts = self.valid.sum(dim=1)
         longest = int(counts.max().item()) if counts.numel() else 0
-        if length >= COMPACT_MIN_POSITIONS and 3 * (length - longest) > length:
+        near_window = self.window is not None and 2 * length > self.window
+        if longest < length and (near_window or (length >= COMPACT_MIN_POSITIONS and 3 * (length - longest) > length)):
             # Left-align each row's valid positions (order kept); the rest is masked padding.
             order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :longest]
             cache_compat.gather_positions(self.dyn, order)
@@ -220,6 +226,7 @@ class HFCausalLM:
         self.device = input_device(model)
         self.dtype = next(model.parameters()).dtype
         self.vocab_size = width if width is not None else logit_width(model)
+        self.window = cache_compat.sliding_window(model.config)  # runs stay within it (Pipeline.context)
         self.pad_id = pad_id
         # the config without where it was read from: two spellings of one folder are one model
         config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
@@ -246,7 +253,7 @@ class HFCausalLM:
         return OutputHead(model.lm_head, calibrate=self.device.type == "cpu") if plain else None
 
     def new_cache(self) -> HFCache:
-        return HFCache(self.device)
+        return HFCache(self.device, self.window)
 
     @torch.no_grad()
     def step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
@@ -269,7 +276,7 @@ class HFCausalLM:
 
     def _prefill_apart(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:
         """Run ``rows`` (empty slots) in a cache of their own, then copy their K/V into ``cache``."""
-        apart = HFCache(self.device)
+        apart = HFCache(self.device, cache.window)
         for r in rows:
             apart.open(r.slot)
         out = self._step(apart, rows, logits_for)
@@ -296,6 +303,11 @@ class HFCausalLM:
                 pos[b, :n] = torch.tensor(row.positions)
                 real[b, :n] = True
             pos[b, n:] = torch.arange(start + n, start + n_new)  # padding: masked for later steps
+        if cache.window is not None and cache.valid.shape[1] + n_new > cache.window:
+            raise CacheIdentityError(
+                f"a step of {n_new} rows would take the cache past the model's attention window of "
+                f"{cache.window} positions ({cache.valid.shape[1]} held), where the window would hide positions"
+            )
         if cache.dyn is None:
             cache.dyn = cache_compat.new_dynamic_cache(self.model.config)
         # Padding is visible to its own queries in this call only (no fully masked row, no NaN),

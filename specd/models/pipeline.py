@@ -25,7 +25,7 @@ from specd.core.session import RequestLog
 from specd.core.sources import SourceSet
 from specd.core.state import History, Request, RequestState
 from specd.core.stops import StopStrings
-from specd.errors import UsageError
+from specd.errors import UnsupportedCache, UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
 from specd.models.embedded import MODEL_NAME, ensure_default_model
@@ -36,7 +36,7 @@ from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOption
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
 from specd.policy.autok import AutoK, OnlineCosts
-from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
+from specd.policy.kpolicy import MAX_K, FixedK, KPolicy, ScheduleK
 
 DEFAULT_DRAFT = "suffix,self:bf16"  # the embedded model: a free lookup, and its bf16 copy where it is cheap
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
@@ -163,7 +163,7 @@ class Pipeline:
             device,
             time.perf_counter() - t0,
             min(
-                (c for c in (context_length(target.model), context_length(getattr(draft_lm, "model", None))) if c),
+                (c for lm in (target_lm, draft_lm) if lm is not None and (c := context_length(lm.model, lm.window))),
                 default=None,
             ),
             generation,
@@ -425,10 +425,18 @@ def policies(
     return target_policy, draft_policy, {"target": target, "draft": draft}
 
 
-def context_length(model) -> int | None:
-    """Positions a model can read, from its config (None when it does not say)."""
-    if model is None:
-        return None
+def context_length(model, window: int | None = None) -> int | None:
+    """Positions a model can read, from its config (None when it does not say). With an attention
+    ``window`` (sliding-window layers) a run must stay within it, the widest round included (MAX_K
+    drafts and the bonus row): the window minus MAX_K + 1, or the config's limit if smaller."""
+    if window is not None:
+        if window <= MAX_K + 2:
+            raise UnsupportedCache(
+                f"the model's attention window ({window} positions) is too narrow for specd's widest round "
+                f"({MAX_K + 1} rows): its sliding-window layers would hide positions"
+            )
+        inner = context_length(model)
+        return min(c for c in (window - (MAX_K + 1), inner) if c is not None)
     cfg = model.config
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
         value = getattr(cfg, name, None)
