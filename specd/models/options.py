@@ -31,6 +31,7 @@ from specd.core.processors import (
 from specd.core.proposer import check_draft_stop
 from specd.errors import UsageError
 from specd.models.drafts import parse_drafts
+from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
 from specd.policy.kpolicy import MAX_K, check_k, check_k_max
 
@@ -348,6 +349,7 @@ class GenerateOptions:
             object.__setattr__(self, name, value)
             if spec.check is not None:
                 spec.check(value, self.where(name))
+        embedded_name(self.target, self.target_gguf)  # an unknown embedded:NAME: refused before anything loads
         for model, gguf in (("target", "target_gguf"), ("draft", "draft_gguf")):
             if getattr(self, model) and getattr(self, gguf):
                 raise UsageError(f"give {self.flag(model)} or {self.flag(gguf)}, not both")
@@ -388,8 +390,14 @@ class GenerateOptions:
         return self.k == "auto"
 
     @property
+    def embedded(self) -> str | None:
+        """The embedded model the target names (none given: the default), else None."""
+        return embedded_name(self.target, self.target_gguf)
+
+    @property
     def uses_default_model(self) -> bool:
-        return not (self.target or self.target_gguf)
+        """An embedded model (specd.models.embedded), not a folder, hub id or GGUF of the user's."""
+        return self.embedded is not None
 
 
 def parse_max_memory(text: str, where: str = "--max-memory") -> dict:

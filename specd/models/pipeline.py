@@ -28,7 +28,7 @@ from specd.core.stops import StopStrings
 from specd.errors import UnsupportedCache, UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
-from specd.models.embedded import MODEL_NAME, ensure_default_model
+from specd.models.embedded import EMBEDDED, ensure_default_model
 from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
@@ -38,7 +38,6 @@ from specd.models.results import load_k_schedules
 from specd.policy.autok import AutoK, OnlineCosts
 from specd.policy.kpolicy import MAX_K, FixedK, KPolicy, ScheduleK
 
-DEFAULT_DRAFT = "suffix,self:bf16"  # the embedded model: a free lookup, and its bf16 copy where it is cheap
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
 
@@ -109,12 +108,12 @@ class Pipeline:
         dtype = resolve_dtype(opts.dtype)
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
-        default_model = opts.uses_default_model
-        if default_model:
-            folder = ensure_default_model(report)
-            opts = dataclasses.replace(opts, target=str(folder), chat=True if opts.chat is None else opts.chat)
+        embedded = EMBEDDED[opts.embedded] if opts.embedded else None
+        if embedded is not None:
+            folder = ensure_default_model(report, embedded.name)
+            opts = dataclasses.replace(opts, target=str(folder), chat=embedded.chat if opts.chat is None else opts.chat)
         if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
-            opts = dataclasses.replace(opts, draft=DEFAULT_DRAFT if default_model else DEFAULT_OWN_TARGET_DRAFT)
+            opts = dataclasses.replace(opts, draft=embedded.draft if embedded else DEFAULT_OWN_TARGET_DRAFT)
         specs = parse_drafts(opts.draft) if with_draft else ()
         if with_draft and opts.draft_gguf:
             specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
@@ -130,8 +129,8 @@ class Pipeline:
         target = load(opts.target, opts.target_gguf, dtype, device, **placement)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
-        if default_model:
-            target.name = MODEL_NAME
+        if embedded is not None:
+            target.name = embedded.label
         model_spec = next((spec for spec in specs if spec.needs_model), None)
         loaded_draft = None
         if model_spec is not None:
