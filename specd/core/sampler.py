@@ -232,14 +232,13 @@ class RejectionSampler:
     ) -> Decision:
         """Accept d_i while it equals the target's decided token x_i (targets int64[B, K+1]), then
         emit x at the first mismatch, or the bonus x_{k+1}: greedy's rule and the invariant rule's."""
-        target_argmax = targets
         b, k_max = draft.shape
         valid = valid_positions(k_lens, k_max)
         q_draft = token_probabilities(q, draft)
-        p_draft = ((draft == target_argmax[:, :k_max]) & valid).to(q_draft.dtype)
+        p_draft = ((draft == targets[:, :k_max]) & valid).to(q_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
         accepted = self.count_accepted((ratios >= 1) & valid)
-        argmax_at = target_argmax.gather(1, accepted.unsqueeze(1)).squeeze(1)
+        argmax_at = targets.gather(1, accepted.unsqueeze(1)).squeeze(1)
         point_mass = torch.zeros(b, q.shape[-1], dtype=torch.float64, device=q.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
         return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft)

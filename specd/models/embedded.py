@@ -111,7 +111,7 @@ def converted_folder(name: str = DEFAULT_EMBEDDED) -> Path:
     return cache_root() / EMBEDDED[name].cache_key / f"transformers-{transformers.__version__}"
 
 
-def ensure_default_model(report: Callable[[str], None] | None = None, name: str = DEFAULT_EMBEDDED) -> Path:
+def ensure_embedded(name: str = DEFAULT_EMBEDDED, report: Callable[[str], None] | None = None) -> Path:
     """The converted folder of an embedded model, creating it once from its packaged GGUF."""
     model_name = EMBEDDED[name].label
     folder = converted_folder(name)

@@ -28,7 +28,7 @@ from specd.core.stops import StopStrings
 from specd.errors import UnsupportedCache, UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
-from specd.models.embedded import EMBEDDED, ensure_default_model
+from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
@@ -110,7 +110,7 @@ class Pipeline:
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
         if embedded is not None:
-            folder = ensure_default_model(report, embedded.name)
+            folder = ensure_embedded(embedded.name, report)
             opts = dataclasses.replace(opts, target=str(folder), chat=embedded.chat if opts.chat is None else opts.chat)
         if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
             opts = dataclasses.replace(opts, draft=embedded.draft if embedded else DEFAULT_OWN_TARGET_DRAFT)
@@ -144,7 +144,8 @@ class Pipeline:
         draft_lm = (
             HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
         )
-        extra = controls(opts, tok, eos_ids(target.model, tok))
+        eos = eos_ids(target.model, tok)
+        extra = controls(opts, tok, eos)
         target_policy, draft_policy, sampling = policies(opts, space, generation, extra)
         proposer = None
         if with_draft:
@@ -158,7 +159,7 @@ class Pipeline:
             space,
             target_policy,
             draft_policy if with_draft else None,
-            eos_ids(target.model, tok),
+            eos,
             device,
             time.perf_counter() - t0,
             min(

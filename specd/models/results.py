@@ -136,19 +136,16 @@ class RequestLines:
     def _load(self, manifest: dict) -> None:
         path, where = self.path, f"--resume: {self.path}"
         raw = read_bytes(path, self.what, error=UsageError)
-        lines = raw.split(b"\n")
-        complete = lines[:-1]  # whatever follows the last newline was cut off mid-write
-        if lines[-1]:
-            self.notes.append(f"{path}: dropped a torn last line ({len(lines[-1])} bytes) left by an interrupted run")
+        end = raw.rfind(b"\n") + 1  # whatever follows the last newline was cut off mid-write
+        torn = raw[end:]
+        if torn:
+            self.notes.append(f"{path}: dropped a torn last line ({len(torn)} bytes) left by an interrupted run")
+        try:
+            text = raw[:end].decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UsageError(f"{where} is not UTF-8 text (byte {err.start}); it is not a file specd wrote") from None
         parsed = []
-        for n, line in enumerate(complete, 1):
-            if not line.strip():
-                continue
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UsageError(f"{where}:{n} is not UTF-8 text; it is not a file specd wrote") from None
-            obj = loads_json(text, f"{where}:{n}", what="is corrupt (not JSON); it is not a file specd wrote")
+        for n, obj in jsonl_records(text, where, what="is corrupt (not JSON); it is not a file specd wrote"):
             if not isinstance(obj, dict):
                 raise UsageError(f"{where}:{n} is not a JSON object; it is not a file specd wrote")
             parsed.append(obj)
@@ -189,7 +186,7 @@ class RequestLines:
             )
         self.groups = {rid: g for rid, g in group_lines.items() if rid in finished}
         self._prefix = None
-        if lines[-1] or cut or duplicates:  # rewritten (when the first request is), so appends start clean
+        if torn or cut or duplicates:  # rewritten (when the first request is), so appends start clean
             body = "".join(line for group in self.groups.values() for line in group)
             self._prefix = json_line(parsed[0]) + body
 
