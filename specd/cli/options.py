@@ -184,6 +184,7 @@ def run_inputs(options: GenerateOptions, run: RunArgs, config_path: str | None) 
         "--k-schedule": options.k_schedule,
         "--target-gguf": options.target_gguf,
         "--draft-gguf": options.draft_gguf,
+        "--draft-vocab": options.draft_vocab,
     }
     for flag, folder in (("--target", options.target), ("--draft", options.draft)):
         for path in folder_files(folder):

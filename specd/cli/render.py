@@ -96,7 +96,9 @@ def _sources(histogram: dict[str, int]) -> str:
 def _source(identity: str) -> str:
     """A draft source as the user named it: suffix, ngram:3, or a model's name (self:bf16(...) and
     folders shortened to their last part)."""
-    name = identity.split(":", 2)[1] if identity.startswith("hf:") else identity
+    name = identity[3:].rsplit(":", 3)[0] if identity.startswith("hf:") else identity  # hf:NAME:dtype:device:cfg
+    if name.startswith("self:"):  # self:bf16(target), self:vocab=N(target): the spec as written
+        return printable(name.split("(", 1)[0], newlines=False)
     return printable(name.rsplit("/", 1)[-1], newlines=False)
 
 

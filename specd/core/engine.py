@@ -88,6 +88,12 @@ class SpeculativeEngine:
         self.config = config
         self.sampler = sampler or RejectionSampler()
         self.layout = layout or make_layout(config.layout)
+        shared = [s.identity for s in self.proposer.sources if s.shares_target_cache]
+        if shared and config.layout != "replay_frontier":
+            raise UsageError(
+                f"{shared[0].split('(')[0]} drafts the frontier into the target's cache, which the "
+                f"{config.layout} layout already holds: use --layout replay_frontier"
+            )
         self.transaction_cls = transaction_cls
         self.observers = tuple(observers)
         self._source_names = tuple(enumerate(self.proposer.identities))  # (index, identity) per source

@@ -32,6 +32,9 @@ class StepOutput:
     logits: list[torch.Tensor]  # one float[n_i, V] per RowInput: its last n_i rows (see logits_for);
     # the logit row of input j scores the token after input j
     kv: list[KVRows]  # one per RowInput: identities of the rows this step staged
+    # step(hidden=True): one float[n_i, D] per RowInput, the final hidden states of the rows that
+    # would have had logits (the head not applied; ``head_logits`` applies it). None otherwise.
+    hidden: list[torch.Tensor] | None = None
 
 
 class CausalLM(Protocol):

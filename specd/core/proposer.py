@@ -39,6 +39,9 @@ class Proposal:
     # the draft cache catches up on output it did not see, e.g. after K = 0 rounds) and its seconds.
     first_call_tokens: int = 0
     first_call_seconds: float = 0.0
+    # A shared-body draft (specd.core.shared_body): per row, the hidden states float[j, D] of the j
+    # rows it wrote into the *target's* cache this round (F, d_1, ..); None for every other source.
+    staged: tuple | None = None
 
 
 class Proposer:
@@ -49,6 +52,7 @@ class Proposer:
     policy = SamplingPolicy()
     deterministic = False
     vocab_size = 0
+    shares_target_cache = False  # drafts into the target's own cache (specd.core.shared_body)
 
     def new_cache(self) -> KVCache | None:
         return None
@@ -127,6 +131,10 @@ class ModelProposer(Proposer):
     def new_cache(self) -> KVCache:
         return self.model.new_cache()
 
+    def with_policy(self, policy: SamplingPolicy, draft_stop: float) -> ModelProposer:
+        """The same draft under another policy and draft-stop."""
+        return ModelProposer(self.model, policy, draft_stop)
+
     @property
     def forward_calls(self) -> int:
         return getattr(self.model, "forward_calls", 0)
@@ -163,14 +171,14 @@ class ModelProposer(Proposer):
             return Proposal(tuple(() for _ in states), q, sampled)
         uniforms = {b: draws(states[b], "proposal", ks[b]) for b in live} if sampled else {}
         proc = {b: states[b].draft_proc for b in live}
+        staged: dict[int, list[torch.Tensor]] = {}
         rows = []
         for b in live:
             tokens = self.pending(cache, states[b])
             start = cache.length(states[b].slot)
             rows.append(RowInput(states[b].slot, tokens, tuple(range(start, start + len(tokens)))))
         started = time.perf_counter()
-        out = self.model.step(cache, rows, logits_for=1)
-        raw = {b: logits[-1] for b, logits in zip(live, out.logits)}
+        raw = dict(zip(live, self.forward(cache, rows, staged)))
         first_call = (max(len(r.tokens) for r in rows), time.perf_counter() - started)
         ks = list(ks)
         for i in range(k_max):
@@ -200,9 +208,17 @@ class ModelProposer(Proposer):
             feed = [b for b in here if ks[b] > i + 1]
             if feed:
                 step_rows = [RowInput(states[b].slot, (drafts[b][-1],), (cache.length(states[b].slot),)) for b in feed]
-                out = self.model.step(cache, step_rows, logits_for=1)
-                raw.update({b: logits[-1] for b, logits in zip(feed, out.logits)})
-        return Proposal(tuple(tuple(d) for d in drafts), q, sampled, *first_call)
+                raw.update(zip(feed, self.forward(cache, step_rows, staged)))
+        return Proposal(tuple(tuple(d) for d in drafts), q, sampled, *first_call, self.staged_rows(states, staged))
+
+    def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
+        """One draft step -> the raw logit row after each row's last input, float[V] each. ``staged``
+        (slot -> hidden rows) collects what a shared-body draft wrote into the target's cache."""
+        return [logits[-1] for logits in self.model.step(cache, rows, logits_for=1).logits]
+
+    def staged_rows(self, states, staged: dict) -> tuple | None:
+        """Proposal.staged (a draft with a cache of its own stages nothing in the target's)."""
+        return None
 
     def step_seconds(self, batch: int) -> float:
         """One draft step for ``batch`` rows, timed on a scratch cache holding a two-token context

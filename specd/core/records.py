@@ -68,8 +68,15 @@ class RoundTiming:
     draft_steps: int  # draft forward calls, every source (0 for lookups)
     sources: tuple[SourceTiming, ...]  # each source's turn
     verify_seconds: float  # the target call(s)
-    verify_rows: int  # tokens the verification call fed, all requests together
+    verify_rows: int  # rows the verification scored (drafts + 1 per request), all requests together
     other_seconds: float  # the rest of the round: sampling, staging, publication, cache commit
+    # The shared-body source every drafting request used, when its verification was a body step of
+    # the last draft plus the full head over the staged rows (not a target call over verify_rows);
+    # MIXED when only some rows were; None for an ordinary verification call.
+    verify_source: str | None = None
+
+
+MIXED = "mixed"
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,11 @@ def round_timing(txns: Sequence, drafted, blocks: dict[str, float], seconds: flo
     """A published round's costs: ``txns`` its transactions, ``drafted`` what the sources returned
     (with each source's timing), the seconds of its draft and verify blocks and of the whole round."""
     draft_seconds, verify_seconds = blocks["draft"], blocks["verify"]
+    staged = [drafted.sources[b] for b, h in enumerate(drafted.staged) if h is not None]
+    plain = sum(
+        1 for b, txn in enumerate(txns) if txn.drafts and (b >= len(drafted.staged) or drafted.staged[b] is None)
+    )
+    shared = staged[0] if staged and len(set(staged)) == 1 and not plain else (MIXED if staged else None)
     return RoundTiming(
         batch=len(txns),
         draft_seconds=draft_seconds,
@@ -96,6 +108,7 @@ def round_timing(txns: Sequence, drafted, blocks: dict[str, float], seconds: flo
         verify_seconds=verify_seconds,
         verify_rows=sum(len(txn.drafts) + 1 for txn in txns),
         other_seconds=max(0.0, seconds - draft_seconds - verify_seconds),
+        verify_source=shared,
     )
 
 

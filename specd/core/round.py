@@ -21,13 +21,16 @@ from contextlib import contextmanager
 import torch
 
 from specd.core.gumbel import SharedNoise
+from specd.core.kv import KVRows
 from specd.core.layouts import Verified
+from specd.core.model import RowInput
 from specd.core.records import RunResult, round_records, round_timing
 from specd.core.session import DecodeSession
 from specd.core.sources import Drafted
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
 from specd.core.transaction import Outcome, RoundTransaction, SpeculativeCommit
+from specd.errors import CacheIdentityError
 
 PublishCallback = Callable[[RequestState, tuple[int, ...]], None]
 
@@ -52,17 +55,17 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
     draws = SharedNoise(session.draws, eng.sampler) if invariant else session.draws
     try:
         # 1. propose: each row drafts up to k tokens from its source (temporary rows in that source's
-        #    cache) and reports the q rows it drew them from.
+        #    cache, or for a shared-body draft in the target's) and reports the q rows it drew them from.
         with clock.timed("draft"):
             proposal = eng.proposer.propose(
-                active, plans, session.draft_cache, draws, eng.config.backend, eng.config.prob_dtype
+                active, plans, session.draft_cache, draws, eng.config.backend, eng.config.prob_dtype, session.cache
             )
         ks = [len(d) for d in proposal.drafts]  # a source may offer fewer drafts than asked
 
         # 2. verify: one target call scores every row's drafts and the bonus position (its K/V rows
-        #    stay temporary in the target cache).
+        #    stay temporary in the target cache; rows a shared-body draft staged are not fed again).
         with clock.timed("verify"):
-            verified = verify(session, active, proposal.drafts)
+            verified = verify(session, active, proposal.drafts, proposal.staged)
         for txn, drafts, v, used, source in zip(txns, proposal.drafts, verified, proposal.draws, proposal.sources):
             txn.verified(drafts, v, used, source)
 
@@ -211,22 +214,51 @@ def materialize_frontiers(session: DecodeSession, clock: RoundClock) -> list[Req
     return [session.store.get(s.request_id) for s in active]
 
 
-def verify(session: DecodeSession, active: Sequence[RequestState], drafts) -> list[Verified]:
-    """One target call for the batch -> per-row Verified (its rows stay temporary in the cache)."""
-    layout = session.engine.layout
+def verify(session: DecodeSession, active: Sequence[RequestState], drafts, staged=()) -> list[Verified]:
+    """One target call for the batch -> per-row Verified (its rows stay temporary in the cache).
+
+    ``staged``: per row, the hidden states float[j, D] of the first j rows of its verification
+    input that a shared-body draft already wrote into the target's cache (None: none). Such a row
+    feeds only the rest, and its logits are the full head over all of its hidden states (one head
+    product for the whole batch)."""
+    target, layout = session.engine.target, session.engine.layout
     inputs = [layout.verification_input(s, d) for s, d in zip(active, drafts)]
-    call = [row for row in inputs if row is not None]
-    out = session.engine.target.step(session.cache, call) if call else None
+    if not any(h is not None for h in staged):
+        call = [row for row in inputs if row is not None]
+        out = target.step(session.cache, call) if call else None
+        if call:
+            session.stats.count_target_call(sum(len(r.tokens) for r in call))
+        by_slot = {row.slot: i for i, row in enumerate(call)}
+        verified = []
+        for s, d in zip(active, drafts):
+            i = by_slot.get(s.slot)
+            logits = out.logits[i] if i is not None else None
+            kv = out.kv[i] if i is not None else None
+            verified.append(layout.extract(logits, kv, s, len(d)))
+        return verified
+    # Some rows were staged by a shared-body draft: the body runs on what is left, the head on all.
+    for row, h in zip(inputs, staged):
+        if h is not None and session.cache.temporary(row.slot) != row.tokens[: len(h)]:
+            raise CacheIdentityError(f"slot {row.slot}: the draft's staged rows are not the verification input's")
+    rest = [
+        RowInput(row.slot, row.tokens[len(h) :], row.positions[len(h) :]) if h is not None else row
+        for row, h in zip(inputs, staged)
+    ]
+    call = [row for row in rest if row.tokens]
+    out = target.step(session.cache, call, hidden=True) if call else None
     if call:
         session.stats.count_target_call(sum(len(r.tokens) for r in call))
     by_slot = {row.slot: i for i, row in enumerate(call)}
-    verified = []
-    for s, d in zip(active, drafts):
-        i = by_slot.get(s.slot)
-        logits = out.logits[i] if i is not None else None
-        kv = out.kv[i] if i is not None else None
-        verified.append(layout.extract(logits, kv, s, len(d)))
-    return verified
+    hidden = []
+    for row, h in zip(rest, staged):
+        i = by_slot.get(row.slot)
+        parts = ([h] if h is not None else []) + ([out.hidden[i]] if i is not None else [])
+        hidden.append(torch.cat(parts))
+    logits = target.head_logits(torch.cat(hidden)).split([len(h) for h in hidden])
+    return [
+        layout.extract(lg, KVRows(row.slot, row.tokens, row.positions), s, len(d))
+        for lg, row, s, d in zip(logits, inputs, active, drafts)
+    ]
 
 
 def target_rows(engine, active, verified: Sequence[Verified], drafts) -> torch.Tensor:

@@ -62,6 +62,9 @@ class Drafted:
     draws: tuple[int, ...]  # proposal-stream uniforms each row consumed
     sources: tuple[str | None, ...]  # the source each row drafted from (None: no drafts)
     timings: tuple[SourceTiming, ...]
+    # per row: hidden states float[j, D] of the j rows a shared-body draft already wrote into the
+    # target's cache this round (None: the verification call feeds the row whole)
+    staged: tuple = ()
 
 
 class SourceCaches:
@@ -136,12 +139,16 @@ class SourceSet:
             return (self.sources[0].available(state, caches.caches[0]),)
         return tuple(s.available(state, c) for s, c in zip(self.sources, caches.caches))
 
-    def propose(self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype) -> Drafted:
-        """Each source drafts for the rows whose plan names it; rows of K = 0 draft nothing."""
+    def propose(
+        self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype, target_cache=None
+    ) -> Drafted:
+        """Each source drafts for the rows whose plan names it; rows of K = 0 draft nothing. A
+        shared-body source drafts into ``target_cache`` (the target's cache)."""
         b_total = len(states)
         drafts: list[tuple[int, ...]] = [() for _ in states]
         used = [0] * b_total
         names: list[str | None] = [None] * b_total
+        staged: list = [None] * b_total
         parts, timings = [], []
         for index, source in enumerate(self.sources):
             rows = [b for b, plan in enumerate(plans) if plan.source == index and plan.k > 0]
@@ -150,10 +157,13 @@ class SourceSet:
             calls = source.forward_calls
             started = time.perf_counter()
             mine, ks = [states[b] for b in rows], [plans[b].k for b in rows]
-            proposal = source.propose(mine, ks, caches.caches[index], draws, backend, dtype)
+            cache = target_cache if source.shares_target_cache else caches.caches[index]
+            proposal = source.propose(mine, ks, cache, draws, backend, dtype)
             seconds = time.perf_counter() - started
             for j, b in enumerate(rows):
                 drafts[b] = tuple(proposal.drafts[j])
+                if proposal.staged is not None:
+                    staged[b] = proposal.staged[j]
                 used[b] = len(drafts[b]) if proposal.sampled else 0
                 names[b] = source.identity if drafts[b] else None
             parts.append((rows, proposal.q))
@@ -176,7 +186,7 @@ class SourceSet:
             width = min(part.shape[1], k_max)
             if width:
                 q[torch.tensor(rows, device=device), :width] = part[:, :width].to(device=device, dtype=dtype)
-        return Drafted(tuple(drafts), q, tuple(used), tuple(names), tuple(timings))
+        return Drafted(tuple(drafts), q, tuple(used), tuple(names), tuple(timings), tuple(staged))
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
         """Every source's cache follows the published output (None: the round aborted)."""

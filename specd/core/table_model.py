@@ -7,6 +7,10 @@ normal keyed by (seed, prefix), so they do not depend on query order.
 
 Like a real transformer it conditions on what its cache holds plus the inputs:
 feed it a duplicated row and it answers a different (wrong) question.
+
+Its "body" is the whole table and its head the identity: ``step(hidden=True)`` returns the
+logit rows as the hidden states, so a shared-body draft (specd.core.shared_body) runs on it
+with its head restricted to a subset of columns.
 """
 
 from __future__ import annotations
@@ -63,7 +67,20 @@ class TableModel:
     def new_cache(self) -> KVCache:
         return KVCache()
 
-    def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+    splits_head = True
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The full head (the identity): hidden float[N, V] -> logits float[N, V]."""
+        return hidden
+
+    def subset_head(self, columns: torch.Tensor):
+        """-> hidden float[N, V] -> float[N, len(columns)]: the logits at ``columns``."""
+        return lambda hidden: hidden[:, columns]
+
+    def step(
+        self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None, hidden: bool = False
+    ) -> StepOutput:
+        """``hidden``: the rows also come back as ``StepOutput.hidden`` (the head is the identity)."""
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
@@ -80,4 +97,4 @@ class TableModel:
             cache.stage(new_rows)
             logits.append(block)
             kv.append(new_rows)
-        return StepOutput(logits, kv)
+        return StepOutput(logits, kv, list(logits) if hidden else None)

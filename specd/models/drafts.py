@@ -4,6 +4,7 @@
     self:bf16         the target's weights in bfloat16 (a copy)
     self:fp16         the target's weights in float16 (a copy)
     self:layers=N     early exit: the target's first N layers + its final norm and head (shared weights)
+    self:vocab=N      the target's own body and a head over its N most frequent tokens (specd.core.shared_body)
     ngram:N           prompt lookup over the output; q is a point mass on each proposed token
     suffix            lookup by a suffix automaton over the prompt and output (specd.core.suffix)
 
@@ -23,6 +24,7 @@ import torch
 
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer, NgramProposer, Proposer
+from specd.core.shared_body import SharedBodyProposer
 from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
 from specd.models.hf import HFCausalLM
@@ -30,7 +32,7 @@ from specd.models.hf import HFCausalLM
 
 @dataclass(frozen=True)
 class DraftSpec:
-    kind: str  # "model" | "self-dtype" | "self-layers" | "ngram" | "suffix"
+    kind: str  # "model" | "self-dtype" | "self-layers" | "self-vocab" | "ngram" | "suffix"
     value: str | int | torch.dtype | None = None
     text: str = ""  # as the user wrote it
 
@@ -53,6 +55,10 @@ def parse_draft(spec: str | None) -> DraftSpec | None:
         return DraftSpec("self-dtype", torch.float16, spec)
     if m := re.fullmatch(r"self:layers=(\d+)", spec):
         return DraftSpec("self-layers", int(m.group(1)), spec)
+    if m := re.fullmatch(r"self:vocab=(\d+)", spec):
+        if int(m.group(1)) < 2:
+            raise UsageError(f"--draft: {spec!r}: self:vocab=N needs N >= 2 tokens")
+        return DraftSpec("self-vocab", int(m.group(1)), spec)
     if m := re.fullmatch(r"ngram:(\d+)", spec):
         if int(m.group(1)) < 1:
             raise UsageError(f"--draft: {spec!r}: ngram:N needs N >= 1")
@@ -61,8 +67,8 @@ def parse_draft(spec: str | None) -> DraftSpec | None:
         return DraftSpec("suffix", None, spec)
     if spec.startswith(("self:", "ngram:", "suffix:")):
         raise UsageError(
-            f"--draft: unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, ngram:N, suffix "
-            "or a model"
+            f"--draft: unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, self:vocab=N, ngram:N, "
+            "suffix or a model"
         )
     return DraftSpec("model", spec, spec)
 
@@ -111,8 +117,13 @@ def build_proposer(
     policy: SamplingPolicy,
     loaded_draft: HFCausalLM | None = None,
     draft_stop: float = 0.0,
+    columns: tuple[int, ...] | None = None,
 ) -> Proposer:
-    """``draft_stop``: see ModelProposer (an n-gram draft's q is a point mass: it never stops early)."""
+    """``draft_stop``: see ModelProposer (an n-gram draft's q is a point mass: it never stops early).
+    ``columns``: the draft vocabulary of a self:vocab=N draft (specd.models.vocab_table)."""
+    if spec.kind == "self-vocab":
+        label = target.identity.replace(f"hf:{target.name}:", f"hf:self:vocab={spec.value}({target.name}):", 1)
+        return SharedBodyProposer(target, columns, policy, draft_stop, label=label)
     if spec.kind == "model":
         return ModelProposer(loaded_draft, policy, draft_stop)
     if spec.kind == "ngram":

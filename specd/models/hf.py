@@ -21,11 +21,22 @@ import torch
 
 from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
-from specd.errors import CacheIdentityError
+from specd.errors import CacheIdentityError, UsageError
 from specd.models import cache_compat
 
 COMPACT_MIN_POSITIONS = 64  # below this, holes cost less than a gather
-SPLIT_HEAD_MODEL_TYPES = {"llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "granite"}
+SPLIT_HEAD_MODEL_TYPES = {
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "olmo2",
+    "granite",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+}
 
 
 class OutputHead:
@@ -33,34 +44,28 @@ class OutputHead:
 
     On some CPU BLAS builds a [M, D] x [D, V] product with small M > 1 is several
     times slower than the transposed [V, D] x [D, M] one (measured here: 20 ms vs
-    3 ms for M = 3 on SmolLM2's 49152 x 576 head). The faster form is chosen per M
-    by a one-time timing at load; on CUDA the plain linear is used.
+    3 ms for M = 3 on SmolLM2's 49152 x 576 head), and on others the reverse (Gemma 3's
+    262144 x 640 head: 57 ms vs 133 ms at M = 3). On a CPU the form is chosen per M by
+    timing: the first call with M rows runs the transposed form, the second the plain one,
+    and later calls the faster (the transposed one only when it is clearly faster). No
+    call is wasted on timing; on CUDA the plain linear is used.
     """
 
-    def __init__(self, linear: torch.nn.Linear, calibrate: bool):
-        self.weight = linear.weight
-        self.bias = linear.bias
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, calibrate: bool, softcap: float | None = None):
+        """``softcap``: the model's final logit soft-capping c (logits = c tanh(x / c)), or None."""
+        self.weight = weight
+        self.bias = bias
+        self.softcap = softcap
+        self.calibrate = calibrate
         self.transposed_for: set[int] = set()
-        if calibrate:
-            self._calibrate()
+        self.decided: set[int] = set()
+        self.timed: dict[int, float] = {}  # M -> seconds of its transposed call
 
-    def _calibrate(self, max_rows: int = 16) -> None:
-        import time
-
-        d = self.weight.shape[1]
-        for m in range(1, max_rows + 1):
-            x = torch.randn(m, d, dtype=self.weight.dtype, device=self.weight.device)
-            best = {}
-            for name, fn in (("linear", self._linear), ("transposed", self._transposed)):
-                fn(x)
-                times = []
-                for _ in range(3):
-                    t = time.perf_counter()
-                    fn(x)
-                    times.append(time.perf_counter() - t)
-                best[name] = sorted(times)[1]
-            if best["transposed"] < 0.8 * best["linear"]:
-                self.transposed_for.add(m)
+    def restricted(self, columns: torch.Tensor) -> OutputHead:
+        """The head over ``columns`` int64[N] only (a copy of those rows of the weight): its logits
+        are the full head's at those columns."""
+        bias = self.bias.detach()[columns].contiguous() if self.bias is not None else None
+        return OutputHead(self.weight.detach()[columns].contiguous(), bias, self.calibrate, self.softcap)
 
     def _linear(self, x):
         return torch.nn.functional.linear(x, self.weight, self.bias)
@@ -71,12 +76,29 @@ class OutputHead:
         out = torch.mm(self.weight, x.t()).t()
         return out + self.bias if self.bias is not None else out
 
+    def _product(self, flat: torch.Tensor) -> torch.Tensor:
+        m = flat.shape[0]
+        if not self.calibrate or m in self.decided:
+            return (self._transposed if m in self.transposed_for else self._linear)(flat)
+        import time
+
+        started = time.perf_counter()
+        if m not in self.timed:
+            out = self._transposed(flat)
+            self.timed[m] = time.perf_counter() - started
+            return out
+        out = self._linear(flat)
+        if self.timed[m] < 0.8 * (time.perf_counter() - started):
+            self.transposed_for.add(m)
+        self.decided.add(m)
+        return out
+
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden float[B, n, D] -> logits float[B, n, V]."""
-        b, n, d = hidden.shape
-        flat = hidden.reshape(b * n, d)
-        fn = self._transposed if b * n in self.transposed_for else self._linear
-        return fn(flat).reshape(b, n, -1)
+        """hidden float[..., n, D] -> logits float[..., n, V]."""
+        logits = self._product(hidden.reshape(-1, hidden.shape[-1]))
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits.reshape(*hidden.shape[:-1], -1)
 
 
 def input_device(model) -> torch.device:
@@ -245,19 +267,48 @@ class HFCausalLM:
         plain = (
             not hasattr(model, "hf_device_map")  # accelerate's hooks move the weights: keep its forward
             and getattr(cfg, "model_type", None) in SPLIT_HEAD_MODEL_TYPES
-            and not getattr(cfg, "final_logit_softcapping", None)
             and getattr(cfg, "logit_scale", None) in (None, 1.0)
             and isinstance(getattr(model, "lm_head", None), torch.nn.Linear)
             and hasattr(model, "model")
         )
-        return OutputHead(model.lm_head, calibrate=self.device.type == "cpu") if plain else None
+        if not plain:
+            return None
+        head = model.lm_head
+        softcap = getattr(cfg, "final_logit_softcapping", None)
+        return OutputHead(head.weight, head.bias, calibrate=self.device.type == "cpu", softcap=softcap)
+
+    @property
+    def splits_head(self) -> bool:
+        """The body's hidden states and the head are separate verbs (``step(hidden=True)``,
+        ``head_logits``): what a shared-body draft needs."""
+        return self.head is not None
+
+    @torch.no_grad()
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The full head: hidden float[N, D] (``step(hidden=True)``'s rows) -> logits float32[N, V]."""
+        return self.head(hidden)[:, : self.vocab_size].float()
+
+    def subset_head(self, columns: torch.Tensor):
+        """-> a function hidden float[N, D] -> float32[N, len(columns)]: the full head's logits at
+        ``columns`` int64[N_sub], from a head holding those rows only."""
+        small = self.head.restricted(columns.to(self.head.weight.device))
+
+        @torch.no_grad()
+        def logits(hidden: torch.Tensor) -> torch.Tensor:
+            return small(hidden).float()
+
+        return logits
 
     def new_cache(self) -> HFCache:
         return HFCache(self.device, self.window)
 
     @torch.no_grad()
-    def step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+    def step(
+        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None, hidden: bool = False
+    ) -> StepOutput:
         """``logits_for``: how many trailing rows of each input need logits (None: all, 0: none).
+        ``hidden``: return those rows' final hidden states (``StepOutput.hidden``) instead of their
+        logits (``splits_head`` models only; ``head_logits`` turns them into logits).
 
         Requests that just joined a running batch (an empty slot, a whole prompt to feed) are
         run in a call of their own and their K/V copied into their rows: fed together, every
@@ -266,24 +317,32 @@ class HFCausalLM:
         fresh = [r for r in rows if len(r.tokens) > 1 and cache.length(r.slot) == 0]
         if cache.dyn is not None and fresh:
             rest = [r for r in rows if r not in fresh]
-            joined = self._prefill_apart(cache, fresh, logits_for)
-            out = self._step(cache, rest, logits_for) if rest else StepOutput([], [])
+            joined = self._prefill_apart(cache, fresh, logits_for, hidden)
+            out = self._step(cache, rest, logits_for, hidden) if rest else StepOutput([], [], [] if hidden else None)
             # each input row's output: (the call that ran it, its index there)
             where = {r.slot: (joined, i) for i, r in enumerate(fresh)} | {r.slot: (out, i) for i, r in enumerate(rest)}
             parts = [where[r.slot] for r in rows]
-            return StepOutput([o.logits[i] for o, i in parts], [o.kv[i] for o, i in parts])
-        return self._step(cache, rows, logits_for)
+            return StepOutput(
+                [o.logits[i] for o, i in parts],
+                [o.kv[i] for o, i in parts],
+                [o.hidden[i] for o, i in parts] if hidden else None,
+            )
+        return self._step(cache, rows, logits_for, hidden)
 
-    def _prefill_apart(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:
+    def _prefill_apart(
+        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool
+    ) -> StepOutput:
         """Run ``rows`` (empty slots) in a cache of their own, then copy their K/V into ``cache``."""
         apart = HFCache(self.device, cache.window)
         for r in rows:
             apart.open(r.slot)
-        out = self._step(apart, rows, logits_for)
+        out = self._step(apart, rows, logits_for, hidden)
         cache.splice(apart)
         return out
 
-    def _step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None) -> StepOutput:
+    def _step(
+        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool = False
+    ) -> StepOutput:
         self.forward_calls += 1
         by_slot = {r.slot: r for r in rows}
         missing = [r.slot for r in rows if not cache.is_open(r.slot)]
@@ -326,25 +385,35 @@ class HFCausalLM:
             "use_cache": True,
             self._cache_kw: cache.dyn,
         }  # the dynamic cache is updated in place
+        if hidden and self.head is None:
+            raise UsageError(
+                f"{self.name}: its head cannot be run apart from its body (a shared-body draft needs that)"
+            )
         if self.head is not None:
-            hidden = self.model.model(**inputs).last_hidden_state
-            all_logits = self.head(hidden[:, n_new - keep :]) if keep else None
+            states = self.model.model(**inputs).last_hidden_state
+            # hidden=True: the rows' hidden states stand where their logits would
+            all_logits = (
+                (states[:, n_new - keep :] if hidden else self.head(states[:, n_new - keep :])) if keep else None
+            )
         else:
             all_logits = self.model(**inputs, logits_to_keep=max(keep, 1)).logits
         start_col = cache.valid.shape[1]
         cache.valid = torch.cat([cache.valid, real.to(cache.device)], dim=1)
-        logits, kv = [], []
+        logits, kv, states_out = [], [], []
         for r in rows:
             b = cache.row_of(r.slot)
             n = len(r.tokens)
             cache.temp_cols.setdefault(r.slot, []).extend(range(start_col, start_col + n))
             rows_kv = KVRows(r.slot, r.tokens, r.positions)
             cache.stage(rows_kv)
-            if keep:
-                first = n_new - keep  # physical column of all_logits[:, 0]
-                lo = n - (n if need is None else min(n, need))
+            first = n_new - keep  # physical column of all_logits[:, 0]
+            lo = n - (n if need is None else min(n, need))
+            if hidden:
+                states_out.append(all_logits[b, lo - first : n - first] if keep else states[b, :0])
+                logits.append(torch.empty(0, self.vocab_size))
+            elif keep:
                 logits.append(all_logits[b, lo - first : n - first, : self.vocab_size].float())
             else:
                 logits.append(torch.empty(0, self.vocab_size))
             kv.append(rows_kv)
-        return StepOutput(logits, kv)
+        return StepOutput(logits, kv, states_out if hidden else None)

@@ -155,9 +155,17 @@ class GenerateOptions:
         "--draft",
         kind="str?",
         help="Draft sources, one or a comma-separated list (each round, each request drafts from one): "
-        "folder/hub id, self:bf16, self:fp16, self:layers=N, ngram:N, suffix. Default: suffix,self:bf16 for the "
-        "embedded model, suffix for your own target.",
+        "folder/hub id, self:bf16, self:fp16, self:layers=N, self:vocab=N, ngram:N, suffix. Default: "
+        "suffix,self:bf16 for the embedded SmolLM2, suffix,self:vocab=16384 for embedded Gemma 3, suffix for your "
+        "own target.",
         check=draft_value,
+    )
+    draft_vocab: str | None = option(
+        None,
+        "--draft-vocab",
+        kind="str?",
+        help="The frequency table self:vocab=N takes its N tokens from (a specd.vocab-frequency/v1 file). Default: "
+        "the embedded model's shipped table, else one built from your target on first use and cached.",
     )
     target_gguf: str | None = option(None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).")
     draft_gguf: str | None = option(None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).")
@@ -362,7 +370,7 @@ class GenerateOptions:
             )
         if self.max_memory is not None and self.device_map is None:
             raise UsageError("--max-memory needs --device-map auto")
-        built = [s for s in parse_drafts(self.draft) if s.kind in ("self-dtype", "self-layers")]
+        built = [s for s in parse_drafts(self.draft) if s.kind in ("self-dtype", "self-layers", "self-vocab")]
         if self.device_map and built:
             raise UsageError(
                 f"--draft {built[0].text} is built from the target, which --device-map spreads over devices "
@@ -370,6 +378,16 @@ class GenerateOptions:
             )
         if sum(1 for s in parse_drafts(self.draft) if s.needs_model) + bool(self.draft_gguf) > 1:
             raise UsageError(f"--draft {self.draft}: at most one separate draft model per run")
+        shared = [s for s in parse_drafts(self.draft) if s.kind == "self-vocab"]
+        if shared and self.layout != "replay_frontier":
+            raise UsageError(
+                f"--draft {shared[0].text} drafts the frontier into the target's cache, which {self.where('layout')} "
+                f"{self.layout} already holds: use --layout replay_frontier"
+            )
+        if self.draft_vocab is not None and not shared and self.draft is not None:
+            raise UsageError(
+                f"{self.where('draft_vocab')} is the table of a self:vocab=N draft; --draft {self.draft} has none"
+            )
 
     @staticmethod
     def flag(name: str) -> str:

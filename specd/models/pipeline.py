@@ -10,6 +10,9 @@ stop strings applied.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,19 +29,64 @@ from specd.core.sources import SourceSet
 from specd.core.state import History, Request, RequestState
 from specd.core.stops import StopStrings
 from specd.errors import UnsupportedCache, UsageError
+from specd.files import read_text
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
-from specd.models.embedded import EMBEDDED, ensure_embedded
+from specd.models.embedded import EMBEDDED, cache_root, ensure_embedded
 from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
 from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOptions, parse_max_memory
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
+from specd.models.vocab_table import DATA, build_table, read_table, tokenizer_digest, write_table
 from specd.policy.autok import AutoK, OnlineCosts
 from specd.policy.kpolicy import MAX_K, FixedK, KPolicy, ScheduleK
 
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
+
+
+def precheck_draft_vocabulary(shared: Sequence[DraftSpec], folder: str | None, table: str | None, trust: bool) -> None:
+    """self:vocab=N against a local target folder's vocabulary, and the table (when one is named)
+    against its tokenizer, before the weights load (a hub id or GGUF is checked after loading)."""
+    if not folder or not os.path.isfile(os.path.join(folder, "config.json")):
+        return
+    config = json.loads(read_text(os.path.join(folder, "config.json"), "the target's config.json"))
+    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    for spec in shared:
+        if isinstance(vocab, int) and not 2 <= spec.value < vocab:
+            raise UsageError(
+                f"--draft {spec.text}: N must be in [2, {vocab}) (the target's vocabulary has {vocab} tokens)"
+            )
+    if table is not None and isinstance(vocab, int):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
+        read_table(table, tokenizer_digest(tok), vocab).columns(
+            max(s.value for s in shared), f"--draft {shared[0].text}"
+        )
+
+
+def draft_vocabulary(target: HFCausalLM, tokenizer, path: str | None, chat: bool | None, report=None):
+    """The self:vocab=N table: the named one (--draft-vocab, or an embedded model's shipped table), else
+    this target's cached table, built from its own generations on first use (specd.models.vocab_table)."""
+    digest = tokenizer_digest(tokenizer)
+    vocab = min(target.vocab_size, len(tokenizer))
+    if path is not None:
+        return read_table(path, digest, vocab)
+    key = hashlib.sha256(f"{target.identity}:{digest}".encode()).hexdigest()[:20]
+    cached = cache_root() / "vocab" / f"{key}.json"
+    if cached.is_file():
+        return read_table(cached, digest, vocab)
+    if report:
+        report(f"first use of self:vocab=N with {target.name}: ranking its vocabulary from its own generations (once)")
+    table = build_table(target.model, tokenizer, vocab, target.name, chat=bool(chat))
+    write_table(table, cached)
+    if report:
+        report(f"draft vocabulary table cached at {cached}")
+    return table
+
+
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
 
 
@@ -126,6 +174,12 @@ class Pipeline:
         )
         # A local folder's generation_config.json is read (and refused if broken) before anything loads.
         generation = read_folder(opts.generation_config, opts.target) if opts.target else None
+        shared = [spec for spec in specs if spec.kind == "self-vocab"]
+        table_path = opts.draft_vocab or (
+            str(DATA / embedded.vocab_table) if embedded and embedded.vocab_table else None
+        )
+        if shared:  # N against the vocabulary, and the table against the tokenizer: before any weights load
+            precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
         target = load(opts.target, opts.target_gguf, dtype, device, **placement)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
@@ -149,7 +203,18 @@ class Pipeline:
         target_policy, draft_policy, sampling = policies(opts, space, generation, extra)
         proposer = None
         if with_draft:
-            built = [build_proposer(spec, target_lm, draft_policy, draft_lm, opts.draft_stop) for spec in specs]
+            table = draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None
+            built = [
+                build_proposer(
+                    spec,
+                    target_lm,
+                    draft_policy,
+                    draft_lm,
+                    opts.draft_stop,
+                    table.columns(spec.value, f"--draft {spec.text}") if spec.kind == "self-vocab" else None,
+                )
+                for spec in specs
+            ]
             proposer = SourceSet(built)
         return cls(
             opts,
@@ -179,7 +244,7 @@ class Pipeline:
         if proposer is not None:
             proposer = SourceSet(
                 [
-                    ModelProposer(s.model, draft_policy, opts.draft_stop) if isinstance(s, ModelProposer) else s
+                    s.with_policy(draft_policy, opts.draft_stop) if isinstance(s, ModelProposer) else s
                     for s in proposer.sources
                 ]
             )
@@ -241,6 +306,9 @@ class Pipeline:
             policy: KPolicy = ScheduleK(self.k_schedules)
         elif k == "auto":
             sources = self.proposer.sources
+            for source in sources:
+                if source.shares_target_cache:
+                    self.costs.share_body(source.identity)
             policy = AutoK(o.k_max, batch, self.costs, lambda index, rows: sources[index].step_seconds(rows))
         else:
             policy = FixedK(k)
@@ -328,9 +396,9 @@ class Pipeline:
             requests.append(Request(item.request_id, prompt, allowed, seed=self.options.seed))
         return requests, tuple(notes)
 
-    def _draft_model(self):
-        """The model among the draft sources (or the first source, when all are lookups)."""
-        models = self.proposer.models
+    def _draft_source(self):
+        """The model source among the draft sources (or the first source, when all are lookups)."""
+        models = [s for s in self.proposer.sources if isinstance(s, ModelProposer)]
         return models[0] if models else self.proposer.sources[0]
 
     def sampling_doc(self, baseline: bool = False) -> dict:
@@ -357,10 +425,23 @@ class Pipeline:
                 "parameters": sum(p.numel() for p in lm.model.parameters()),
             }
 
+        def draft_entry(source) -> dict | None:
+            if not getattr(source, "shares_target_cache", False):
+                return model_entry(getattr(source, "model", source))
+            columns = source.columns.tolist()
+            vocabulary = {"tokens": len(columns), "sha256": hashlib.sha256(json.dumps(columns).encode()).hexdigest()}
+            name = f"self:vocab={len(columns)}({self.target.name})"  # the target's body, a restricted head
+            return {
+                **model_entry(self.target),
+                "name": name,
+                "identity": source.identity,
+                "draft_vocabulary": vocabulary,
+            }
+
         o = self.options
         return {
             "target": model_entry(self.target),
-            "draft": None if baseline else model_entry(self._draft_model()),
+            "draft": None if baseline else draft_entry(self._draft_source()),
             "draft_sources": None if baseline else list(self.proposer.identities),
             "dtype": o.dtype,
             "device": str(self.device),

@@ -18,6 +18,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.probability import softmax
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
+from specd.errors import UsageError
 from specd.oracles import sampler_checks as sc
 from specd.oracles.coupling import coupling_matrix
 from specd.oracles.exact import Enumerator, Reference, speculative_joint, target_joint
@@ -25,7 +26,7 @@ from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
 from specd.oracles.rational import rational_difference
 from specd.oracles.record import EXACT_TOLERANCE, Check, exact_check, max_abs_diff
-from specd.oracles.rig import Rig, multi_source_rig, ngram_rig
+from specd.oracles.rig import Rig, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
 from specd.policy.autok import AutoK, FixedCosts
 from specd.policy.ledger import CostModel
@@ -127,6 +128,42 @@ def check_multi_source(fx: Fixture) -> Check:
         figures,
         "the source and K per round from each source's acceptance history, a lookup and a sampled model draft"
         + ("" if varied else f"; only {sorted(seen)} drafted: the choice never varied"),
+    )
+
+
+def check_shared_body(fx: Fixture) -> Check:
+    """The shared-body draft (``self:vocab=N``): the target's own rows, staged in its cache by the
+    draft, and a head restricted to the lower half of the vocabulary (q = 0 outside it, those tokens
+    reachable only by a correction or bonus token); verification by the full head over the staged
+    hidden states. Fixed K and -k auto's rule, speculative rounds to the horizon, the replay layout
+    (the retained one is refused, and that refusal is checked)."""
+    base = fx.rig.but(layout_name="replay_frontier")
+    columns = shared_body_columns(base.vocab)
+    figures, ok = {"tolerance": EXACT_TOLERANCE, "draft_vocabulary": list(columns)}, True
+    outside: set[int] = set()
+    for name, policy in (("fixed_k", None), ("auto_k", lambda r: AutoK(max(r.k, 2), 1, AUTO_COSTS))):
+        rig = shared_body_rig(base.but(k_policy_factory=policy))
+        check = exact_check(name, fx.reference, Enumerator(rig, fx.horizon, "rounds").joint(), "")
+        figures[f"max_abs_diff_{name}"] = check.figures["max_abs_diff"]
+        figures[f"total_mass_{name}"] = check.figures["total_mass"]
+        ok &= check.passed
+        outside |= {t for seq, m in fx.reference.items() if m > 0 for t in seq if t not in columns}
+    try:
+        shared_body_rig(base.but(layout_name="retained_frontier")).engine()
+        refused = False
+    except UsageError:
+        refused = True
+    figures["retained_frontier_refused"] = refused
+    figures["tokens_outside_the_draft_vocabulary"] = sorted(outside)
+    reaches = bool(outside)  # the joint must put mass on tokens the draft never proposes
+    return Check(
+        "exact_joint_shared_body",
+        ok and refused and reaches,
+        figures,
+        "the draft runs the target's body into the target's cache and a head over half the vocabulary; verification "
+        "applies the full head to the staged rows, fixed K and -k auto, rounds to the horizon"
+        + ("" if refused else "; the retained layout was not refused")
+        + ("" if reaches else "; no token outside the draft vocabulary has mass: nothing was checked there"),
     )
 
 
@@ -303,6 +340,7 @@ CHECKS = (
     check_rounds,
     check_auto_k,
     check_multi_source,
+    check_shared_body,
     check_rational,
     check_monte_carlo,
     check_coupling,

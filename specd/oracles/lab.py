@@ -19,6 +19,7 @@ from specd.core.model import RowInput
 from specd.core.probability import softmax
 from specd.core.proposer import ModelProposer, NgramProposer, Proposal
 from specd.core.sampler import RejectionSampler
+from specd.core.shared_body import SharedBodyProposer
 from specd.core.sources import Drafted, SourceSet
 from specd.core.transaction import RoundTransaction
 from specd.errors import SpecdError
@@ -27,7 +28,7 @@ from specd.oracles.exact import Reference, speculative_joint, target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import run_monte_carlo
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
-from specd.oracles.rig import NGRAM_N, Rig, multi_source_rig, ngram_rig
+from specd.oracles.rig import NGRAM_N, Rig, multi_source_rig, ngram_rig, shared_body_rig
 from specd.policy.kpolicy import FixedK
 
 
@@ -210,6 +211,21 @@ class NgramUniformQ(NgramProposer):
         return Proposal(proposal.drafts, q.to(dtype).contiguous(), proposal.sampled)
 
 
+class VerifyWithSmallHead(SharedBodyProposer):
+    """The drafted positions verified through the draft's restricted head instead of the full one:
+    the hidden states it hands to verification are its small head's view (on a table model, whose
+    hidden states are its logits, the logits outside the draft vocabulary become -inf)."""
+
+    def staged_rows(self, states, staged):
+        rows = super().staged_rows(states, staged)
+        return tuple(None if h is None else self._restricted(h) for h in rows)
+
+    def _restricted(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = torch.full_like(hidden, float("-inf"))
+        out[:, self.columns] = hidden[:, self.columns]
+        return out
+
+
 class AdvanceOverRejected(RoundTransaction):
     def stage_processor(self, state, emitted):
         for token in (*self.drafts, self.outcome.terminal):
@@ -225,7 +241,7 @@ class SourceAfterTargetP(SourceSet):
         super().__init__(sources)
         self.reference = Reference(rig)
 
-    def propose(self, states, plans, caches, draws, backend, dtype):
+    def propose(self, states, plans, caches, draws, backend, dtype, target_cache=None):
         k = max((p.k for p in plans), default=0)
         runs = [
             src.propose(states, [k] * len(states), c, draws, backend, dtype)
@@ -367,6 +383,17 @@ MULTI_SOURCE_VARIANTS: tuple[Variant, ...] = (
 )
 
 
+# On the shared-body rig (the target's own rows, a head restricted to half the vocabulary).
+SHARED_BODY_VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        "verify_with_small_head",
+        "drafted positions verified with the draft's restricted head instead of the full head",
+        lambda r: shared_body_rig(r, VerifyWithSmallHead),
+    ),
+    *(v for v in VARIANTS if v.name in ("rejected_kv_committed", "logit_rows_off_by_one", "correction_from_p")),
+)
+
+
 LAB_MC_SAMPLES = 64
 
 
@@ -378,6 +405,7 @@ def run_lab(cfg: OracleConfig) -> list[dict]:
         ("", base, VARIANTS),
         ("ngram/", ngram_rig(base), NGRAM_VARIANTS),
         ("multi/", multi_source_rig(base, lambda r: FixedK(max(r.k, 2))), MULTI_SOURCE_VARIANTS),
+        ("shared/", shared_body_rig(base.but(layout_name="replay_frontier")), SHARED_BODY_VARIANTS),
     )
     for prefix, rig, variants in families:
         reference = target_joint(rig, horizon)

@@ -16,6 +16,7 @@ from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.processors import PolicyState, SamplingPolicy
 from specd.core.proposer import ModelProposer, NgramProposer, Proposer
 from specd.core.sampler import RejectionSampler
+from specd.core.shared_body import SharedBodyProposer
 from specd.core.table_model import TableModel
 from specd.core.transaction import RoundTransaction
 from specd.policy.kpolicy import KPolicy
@@ -93,6 +94,38 @@ def ngram_rig(rig: Rig) -> Rig:
     v = rig.vocab
     prompt = tuple(i % v for i in range(2 * v)) + (0,)
     return rig.but(proposer_factory=lambda r: NgramProposer(NGRAM_N, r.vocab), prompt=prompt)
+
+
+class RestrictedTable(TableModel):
+    """The table a shared-body draft reads (the reference's q): the target's raw logits at the
+    draft vocabulary ``columns``, -inf elsewhere."""
+
+    def __init__(self, target: TableModel, columns: tuple[int, ...]):
+        super().__init__(target.vocab_size, name="restricted")
+        self.target, self.columns = target, tuple(columns)
+        self.identity = f"restricted({target.identity}, {list(columns)})"
+
+    def raw_logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        row = torch.full((self.vocab_size,), float("-inf"), dtype=self.dtype)
+        row[list(self.columns)] = self.target.raw_logits(prefix)[list(self.columns)]
+        return row
+
+
+def shared_body_columns(vocab: int) -> tuple[int, ...]:
+    """The oracle's draft vocabulary: the lower half of the tokens (at least one), so the upper
+    half is reachable only by a correction or bonus token."""
+    return tuple(range(max(1, vocab // 2)))
+
+
+def shared_body_rig(rig: Rig, proposer_cls=None) -> Rig:
+    """The fixture with the shared-body draft (specd.core.shared_body): the target's own rows, its
+    head restricted to ``shared_body_columns``; the reference's q is the RestrictedTable's."""
+    columns = shared_body_columns(rig.vocab)
+    cls = proposer_cls or SharedBodyProposer
+    return rig.but(
+        draft=RestrictedTable(rig.target, columns),
+        proposer_factory=lambda r: cls(r.target, columns, r.draft_policy, r.draft_stop),
+    )
 
 
 def multi_source_rig(rig: Rig, k_policy_factory) -> Rig:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-from specd.core.records import RoundTiming
+from specd.core.records import MIXED, RoundTiming
 from specd.core.sources import Plan
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
@@ -105,6 +105,10 @@ class OnlineCosts:
         self.window = window
         self.target: deque[tuple[int, float]] = deque(maxlen=window)
         self.draft: dict[str, deque[tuple[int, float]]] = {}
+        # A shared-body source's verification (a body step and the full head over the staged rows) by
+        # its scored rows; until one is timed, a one-row target call per request prices it (the head
+        # reads its weight once whatever its rows, and the body feeds one token per request).
+        self.shared: dict[str, deque[tuple[int, float]]] = {}
         self.other: deque[float] = deque(maxlen=window)
         self.version = 0
         self._read: dict = {}
@@ -124,9 +128,18 @@ class OnlineCosts:
         self._steps(source).append((rows, seconds))
         self.version += 1
 
+    def share_body(self, source: str) -> None:
+        """``source`` verifies through the target's head alone (specd.core.shared_body)."""
+        self.shared.setdefault(source, deque(maxlen=self.window))
+
     def observe(self, t: RoundTiming) -> None:
         if t.verify_rows > 0 and t.verify_seconds > 0:
-            self.target.append((t.verify_rows, t.verify_seconds))
+            if t.verify_source is None:
+                self.target.append((t.verify_rows, t.verify_seconds))
+            elif t.verify_source != MIXED:
+                self.shared.setdefault(t.verify_source, deque(maxlen=self.window)).append(
+                    (t.verify_rows, t.verify_seconds)
+                )
         for source in t.sources:
             step = self._draft_step(source)
             if step is not None:
@@ -159,9 +172,17 @@ class OnlineCosts:
         costs = None
         if target is not None and draft is not None:
             unit = target(1)
+            head = _curve(self.shared.get(source, ()))
+            shared = source in self.shared
+
+            def verify(k: int) -> float:
+                if k == 0 or (shared and head is None):
+                    return target(batch)
+                return head(batch * (k + 1)) if shared else target(batch * (k + 1))
+
             costs = MeasuredCosts(
                 draft_step={batch: draft(batch) / unit},
-                verify={(k, batch): target(batch * (k + 1)) / unit for k in range(k_max + 1)},
+                verify={(k, batch): verify(k) / unit for k in range(k_max + 1)},
                 baseline={batch: target(batch) / unit},
                 state_cost=statistics.median(self.other) / unit if self.other else 0.0,
                 source="online",

@@ -77,6 +77,38 @@ def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repe
     return _timed(call, device, warmup, repeats)
 
 
+def time_shared(source, batch: int, context: int, head_rows: int, device, warmup: int, repeats: int) -> float:
+    """A shared-body draft's calls (specd.core.shared_body), ``batch`` requests at ``context``: a body
+    step of one token each, then its restricted head (``head_rows`` 0: a draft step) or the full head
+    over ``head_rows`` rows each (a verification of K = head_rows - 1 drafts)."""
+    lm = source.model
+    cache = lm.new_cache()
+    prefix = tuple((7 * i + 3) % max(lm.vocab_size - 1, 2) for i in range(context))
+    for b in range(batch):
+        cache.open(b)
+    lm.step(cache, [RowInput(b, prefix, tuple(range(context))) for b in range(batch)], logits_for=0)
+    for b in range(batch):
+        cache.commit(b, context)
+
+    def call():
+        out = lm.step(cache, [RowInput(b, (5,), (context,)) for b in range(batch)], logits_for=1, hidden=True)
+        hidden = torch.cat(out.hidden)
+        if head_rows:
+            lm.head_logits(hidden.repeat_interleave(head_rows, dim=0))
+        else:
+            source.small_head(hidden)
+        for b in range(batch):
+            cache.discard(b)
+
+    return _timed(call, device, warmup, repeats)
+
+
+def shared_source(pipe: Pipeline):
+    """The run's first model source when it is a shared-body draft, else None."""
+    models = [s for s in pipe.proposer.sources if hasattr(s, "model")]
+    return models[0] if models and models[0].shares_target_cache else None
+
+
 @dataclass(frozen=True)
 class BatchTimes:
     """Timings at one batch size, all on one worker, in units of that worker's batch-1 target step."""
@@ -91,7 +123,11 @@ def time_batch(pipe: Pipeline, b: int, context: int, texts, max_new_tokens: int,
     unit = time_call(pipe.target, 1, context, 1, pipe.device, warmup, repeats)
     models = pipe.proposer.models
     draft_lm = models[0] if models else None  # a lookup costs no model step
-    draft = time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
+    shared = shared_source(pipe)
+    if shared is not None:
+        draft = time_shared(shared, b, context, 0, pipe.device, warmup, repeats) / unit
+    else:
+        draft = time_call(draft_lm, b, context, 1, pipe.device, warmup, repeats) / unit if draft_lm is not None else 0.0
     base = pipe.run(_batch_items(texts, b), baseline=True, max_new_tokens=max_new_tokens, record_log=False).stats
     return BatchTimes(
         unit,
@@ -116,9 +152,13 @@ def time_cell(
     the measured speedup). Without ``batch`` it is timed here too, so a cell run on its own worker is
     normalized there."""
     batch = batch or time_batch(pipe, b, context, texts, max_new_tokens, warmup, repeats)
-    verify = (
-        None if k == "auto" else time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
-    )
+    shared = shared_source(pipe)
+    if k == "auto":
+        verify = None
+    elif shared is not None:  # a body step of the last draft and the full head over the K + 1 staged rows
+        verify = time_shared(shared, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
+    else:
+        verify = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
     spec = pipe.run(_batch_items(texts, b), k=k, max_new_tokens=max_new_tokens, record_log=False).stats
     return batch, verify, batch.base_time_per_token / (spec.decode_time / spec.emitted)
 

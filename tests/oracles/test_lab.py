@@ -1,7 +1,7 @@
 import pytest
 
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.lab import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, VARIANTS, run_lab
+from specd.oracles.lab import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, SHARED_BODY_VARIANTS, VARIANTS, run_lab
 from specd.oracles.rig import ngram_rig
 
 
@@ -11,7 +11,10 @@ from specd.oracles.rig import ngram_rig
 def test_every_known_wrong_variant_is_caught(vocab, k, layout):
     results = run_lab(OracleConfig(vocab=vocab, k=k, layout=layout))
     expected = [v.name for v in VARIANTS] + [f"ngram/{v.name}" for v in NGRAM_VARIANTS]
-    assert [r["variant"] for r in results] == expected + [f"multi/{v.name}" for v in MULTI_SOURCE_VARIANTS]
+    expected += [f"multi/{v.name}" for v in MULTI_SOURCE_VARIANTS]
+    expected += [f"shared/{v.name}" for v in SHARED_BODY_VARIANTS]
+    assert [r["variant"] for r in results] == expected
+    assert "shared/verify_with_small_head" in expected
     missed = [r["variant"] for r in results if not r["caught"]]
     assert not missed
     assert all(r["caught_by"] and r["detail"] for r in results)

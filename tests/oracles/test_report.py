@@ -24,6 +24,7 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "exact_joint_rounds",
         "exact_joint_auto_k",
         "exact_joint_multi_source",
+        "exact_joint_shared_body",
         "exact_rational",
         "monte_carlo",
         "coupling",

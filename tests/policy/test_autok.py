@@ -153,6 +153,25 @@ def test_past_the_row_counts_seen_a_call_is_priced_by_its_fixed_part_not_by_a_li
     assert ledger.verify[(8, 1)] == pytest.approx(1.3 * 25 / 18)
 
 
+def test_a_shared_body_verification_is_priced_by_its_own_curve_not_the_target_calls():
+    """A shared-body draft verifies with a body step of one row and the full head over its K + 1
+    staged rows: such rounds feed their own curve; until one is timed, a one-row target call per
+    request prices it; a round where only some rows were staged feeds neither curve."""
+    costs = OnlineCosts()
+    costs.share_body("s")
+    step = dict(source="s", seconds=0.005, steps=1, max_k=1)
+    costs.observe(timing(verify_seconds=0.010, verify_rows=1))  # K = 0: an ordinary target call
+    costs.observe(timing(step, verify_seconds=0.010))  # times the draft step (an ordinary 1-row verification)
+    before = costs.ledger_costs(1, 4, "s")
+    assert all(before.verify[(k, 1)] == pytest.approx(1.0) for k in range(5))  # the prior: one target row
+    costs.observe(timing(step, verify_seconds=0.012, verify_rows=3, verify_source="s"))
+    costs.observe(timing(step, verify_seconds=0.030, verify_rows=9, verify_source="mixed"))
+    after = costs.ledger_costs(1, 4, "s")
+    assert after.verify[(2, 1)] == pytest.approx(0.012 / 0.010)
+    assert list(costs.target) == [(1, 0.010), (1, 0.010)]  # neither shared round joined the target curve
+    assert costs.ledger_costs(1, 4, "d") is None  # another source: no step timed yet
+
+
 def test_the_source_with_the_best_rate_is_chosen_and_each_source_keeps_its_own_acceptance():
     cheap_lookup = CostModel(draft_cost=0.001, row_cost=0.02, draft_row_cost=0.0, state_cost=0.01)
     costs = FixedCosts(CHEAP.model, {"lookup": cheap_lookup})

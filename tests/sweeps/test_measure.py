@@ -7,7 +7,10 @@ import pytest
 from specd.cli import main
 
 
-def test_measured_sweep_reports_predicted_and_measured_side_by_side(tiny_models, tmp_path, capsys):
+@pytest.mark.parametrize("draft", ["model", "self:vocab=64"])
+def test_measured_sweep_reports_predicted_and_measured_side_by_side(tiny_models, tmp_path, capsys, draft):
+    """With a draft model, and with the shared-body draft (its step: a body step and the restricted
+    head; its verification: a body step and the full head over K + 1 rows, timed as such)."""
     models = tiny_models
     out = tmp_path / "m.csv"
     with pytest.raises(SystemExit) as exit_:
@@ -18,7 +21,7 @@ def test_measured_sweep_reports_predicted_and_measured_side_by_side(tiny_models,
                 "--target",
                 models[0],
                 "--draft",
-                models[1],
+                models[1] if draft == "model" else draft,
                 "--k",
                 "1..3",
                 "--batch",
