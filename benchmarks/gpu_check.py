@@ -9,7 +9,9 @@ K = 1..8, and a measured `specd sweep-k` at batch 1, 8 and 32. Prints one JSON
 document with tokens/s, speedups and predicted vs measured ledger figures.
 Random weights make acceptance meaningless for quality but real for cost.
 First, the invariant rule's noise on both devices: the same SplitMix64 bits and Gumbel-max
-tokens on CPU and CUDA (``noise_parity``), and a sampled run's text equal on both.
+tokens on CPU and CUDA (``noise_parity``), and a sampled run's text equal on both. Then the
+shared-body draft (self:vocab=64 of the 300-token vocabulary) on CUDA at K = 2 and 4: greedy
+output identical to target-only, and its speedup.
 """
 
 from __future__ import annotations
@@ -89,6 +91,16 @@ def main() -> int:
         sampled += ["--temperature", "0.8", "--seed", "3", "--max-new-tokens", "32", "-k", "4", "--rule", "invariant"]
         texts = {dev: specd(*sampled, "--device", dev).get("results", [{}])[0].get("text") for dev in ("cpu", "cuda")}
         report["invariant_text_cpu_equals_cuda"] = texts["cpu"] is not None and texts["cpu"] == texts["cuda"]
+        for k in (2, 4):
+            doc = specd(
+                "generate", "--target", target, "--draft", "self:vocab=64", "-p", "the quick brown fox",
+                "-k", str(k), "--max-new-tokens", "64", "--dtype", "bfloat16", "--device", "cuda", "--compare",
+            )  # fmt: skip
+            report[f"shared_body_k{k}"] = {
+                "speedup": doc.get("speedup"),
+                "identical": doc.get("identical_outputs"),
+                "error": doc.get("error"),
+            }
         prompts = Path(tmp) / "p.jsonl"
         prompts.write_text("".join(json.dumps({"prompt": f"the quick brown fox {i}"}) + "\n" for i in range(8)))
         for batch in (1, 8):
