@@ -153,6 +153,24 @@ class Systems:
         return run.results[0].tokens, time.perf_counter() - t
 
 
+def rotate(run, names, items, encoded, repeats: int, sample: bool) -> tuple[list, list]:
+    """Every system on every prompt, back to back in an order rotated per prompt ->
+    (blocks: per prompt its tag and each system's tokens/s, greedy outputs that differ from HF greedy's)."""
+    blocks, mismatches, order = [], [], list(names)
+    for rep in range(repeats):
+        for item in items:
+            order = order[1:] + order[:1]
+            outs, rates = {}, {}
+            for name in order:
+                out, wall = run(name, item, encoded[item.request_id], sample, rep)
+                outs[name], rates[name] = out, len(out) / wall
+            blocks.append({"tag": item.tag, "rates": rates})
+            if not sample:
+                mismatches += [(n, item.request_id) for n, o in outs.items() if o != outs["HF greedy"]]
+        print(f"  repeat {rep + 1} done", flush=True)
+    return blocks, mismatches
+
+
 def measure(systems: Systems, names, repeats: int, sample: bool = False) -> dict:
     items = [PromptItem(f"{cat}-{i}", text, cat) for cat, texts in CATEGORIES.items() for i, text in enumerate(texts)]
     pipe = systems.pipes["specd target-only"]
@@ -161,18 +179,7 @@ def measure(systems: Systems, names, repeats: int, sample: bool = False) -> dict
         systems.run(name, items[0], encoded[items[0].request_id][:64], sample)
     systems.k_hist.clear()
     systems.source_hist.clear()
-    blocks, mismatches, order = [], [], list(names)
-    for rep in range(repeats):
-        for item in items:
-            order = order[1:] + order[:1]
-            outs, rates = {}, {}
-            for name in order:
-                out, wall = systems.run(name, item, encoded[item.request_id], sample, seed=rep)
-                outs[name], rates[name] = out, len(out) / wall
-            blocks.append({"tag": item.tag, "rates": rates})
-            if not sample:
-                mismatches += [(n, item.request_id) for n, o in outs.items() if o != outs["HF greedy"]]
-        print(f"  repeat {rep + 1} done", flush=True)
+    blocks, mismatches = rotate(systems.run, names, items, encoded, repeats, sample)
     return {"blocks": blocks, "mismatches": mismatches, "k": dict(systems.k_hist), "sources": dict(systems.source_hist)}
 
 

@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grounded import CATEGORIES as GROUNDED_CATEGORIES  # noqa: E402
+from grounded import hf_generate, rotate  # noqa: E402
 
 from specd.core.model import RowInput  # noqa: E402
 from specd.core.shared_body import SharedBodyProposer  # noqa: E402
@@ -79,15 +80,7 @@ class Systems:
 
     def run(self, name: str, item: PromptItem, ids, sample: bool, seed: int):
         if name.startswith("HF"):
-            kwargs = dict(max_new_tokens=self.max_new, do_sample=sample, pad_token_id=0)
-            if sample:
-                kwargs.update(temperature=0.7, top_k=50)
-                torch.manual_seed(seed)  # the benchmark's own process, not the library
-            x = torch.tensor([ids])
-            t = time.perf_counter()
-            with torch.no_grad():
-                out = self.model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
-            return tuple(out[0, len(ids) :].tolist()), time.perf_counter() - t
+            return hf_generate(self.model, ids, self.max_new, sample, seed)
         pipe = self.base
         if sample:
             pipe = pipe.with_options(dataclasses.replace(pipe.options, temperature=0.7, top_k=50, seed=seed))
@@ -170,17 +163,7 @@ def measure(systems: Systems, names, repeats: int, sample: bool) -> dict:
         systems.run(name, items[0], encoded[items[0].request_id], sample, 0)
     systems.k_hist.clear()
     systems.accept.clear()
-    blocks, mismatches, order = [], [], list(names)
-    for rep in range(repeats):
-        for item in items:
-            order = order[1:] + order[:1]
-            outs, rates = {}, {}
-            for name in order:
-                out, wall = systems.run(name, item, encoded[item.request_id], sample, rep)
-                outs[name], rates[name] = out, len(out) / wall
-            blocks.append({"tag": item.tag, "rates": rates})
-            if not sample:
-                mismatches += [(n, item.request_id) for n, o in outs.items() if o != outs["HF greedy"]]
+    blocks, mismatches = rotate(systems.run, names, items, encoded, repeats, sample)
     return {"blocks": blocks, "mismatches": mismatches}
 
 

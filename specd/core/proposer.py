@@ -221,8 +221,9 @@ class ModelProposer(Proposer):
         return None
 
     def step_seconds(self, batch: int) -> float:
-        """One draft step for ``batch`` rows, timed on a scratch cache holding a two-token context
-        (nothing of the run's caches is touched; the round counts only its own draft calls)."""
+        """One draft step (``forward``) for ``batch`` rows, timed on a scratch cache holding a
+        two-token context (nothing of the run's caches is touched; the round counts only its own
+        draft calls)."""
         cache = self.model.new_cache()
         for slot in range(batch):
             cache.open(slot)
@@ -230,8 +231,8 @@ class ModelProposer(Proposer):
         for slot in range(batch):
             cache.commit(slot, 2)
         started = time.perf_counter()
-        out = self.model.step(cache, [RowInput(slot, (3,), (2,)) for slot in range(batch)], logits_for=1)
-        float(out.logits[0][-1, 0])  # waits for the device
+        rows = self.forward(cache, [RowInput(slot, (3,), (2,)) for slot in range(batch)], {})
+        float(rows[0][0])  # waits for the device
         return time.perf_counter() - started
 
     def settle(self, cache, slot, output):

@@ -21,7 +21,6 @@ and p is the target's full head over its own hidden states.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
@@ -105,16 +104,3 @@ class SharedBodyProposer(ModelProposer):
 
     def settle(self, cache, slot, output) -> None:
         """Nothing of its own to align: the round commits the target's cache."""
-
-    def step_seconds(self, batch: int) -> float:
-        """One draft step for ``batch`` rows (a body step and the restricted head), on a scratch cache."""
-        cache = self.model.new_cache()
-        for slot in range(batch):
-            cache.open(slot)
-        self.model.step(cache, [RowInput(slot, (1, 2), (0, 1)) for slot in range(batch)], logits_for=0)
-        for slot in range(batch):
-            cache.commit(slot, 2)
-        started = time.perf_counter()
-        out = self.model.step(cache, [RowInput(slot, (3,), (2,)) for slot in range(batch)], logits_for=1, hidden=True)
-        float(self.small_head(torch.stack([h[-1] for h in out.hidden]))[0, 0])  # waits for the device
-        return time.perf_counter() - started

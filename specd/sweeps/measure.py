@@ -58,8 +58,8 @@ def _timed(fn: Callable[[], None], device: torch.device, warmup: int, repeats: i
     return statistics.median(times)
 
 
-def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repeats: int) -> float:
-    """Seconds for one call feeding ``rows`` tokens to each of ``batch`` requests at ``context``."""
+def scratch_cache(lm, batch: int, context: int):
+    """A cache of its own for ``batch`` requests, each holding ``context`` committed rows."""
     cache = lm.new_cache()
     prefix = tuple((7 * i + 3) % max(lm.vocab_size - 1, 2) for i in range(context))
     for b in range(batch):
@@ -67,6 +67,12 @@ def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repe
     lm.step(cache, [RowInput(b, prefix, tuple(range(context))) for b in range(batch)], logits_for=0)
     for b in range(batch):
         cache.commit(b, context)
+    return cache
+
+
+def time_call(lm, batch: int, context: int, rows: int, device, warmup: int, repeats: int) -> float:
+    """Seconds for one call feeding ``rows`` tokens to each of ``batch`` requests at ``context``."""
+    cache = scratch_cache(lm, batch, context)
     tokens = tuple(range(5, 5 + rows))
 
     def call():
@@ -82,13 +88,7 @@ def time_shared(source, batch: int, context: int, head_rows: int, device, warmup
     step of one token each, then its restricted head (``head_rows`` 0: a draft step) or the full head
     over ``head_rows`` rows each (a verification of K = head_rows - 1 drafts)."""
     lm = source.model
-    cache = lm.new_cache()
-    prefix = tuple((7 * i + 3) % max(lm.vocab_size - 1, 2) for i in range(context))
-    for b in range(batch):
-        cache.open(b)
-    lm.step(cache, [RowInput(b, prefix, tuple(range(context))) for b in range(batch)], logits_for=0)
-    for b in range(batch):
-        cache.commit(b, context)
+    cache = scratch_cache(lm, batch, context)
 
     def call():
         out = lm.step(cache, [RowInput(b, (5,), (context,)) for b in range(batch)], logits_for=1, hidden=True)
