@@ -83,6 +83,8 @@ def test_prompts_file_with_tags_trace_show_and_summarize(models, tmp_path, capsy
             "0.8",
             "--seed",
             "3",
+            "-k",
+            "3",  # a fixed K: under -k auto a draft as big as the target may rightly never draft
             "--trace",
             str(log),
         ],
