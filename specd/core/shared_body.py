@@ -32,14 +32,19 @@ from specd.core.proposer import ModelProposer
 from specd.errors import CacheIdentityError, UsageError
 
 
-def check_subset(columns: Sequence[int], vocab_size: int, where: str = "self:vocab=N", smallest: int = 1) -> None:
-    """The draft vocabulary: smallest <= N < V distinct token ids, each in [0, V) (a user's N is at
-    least 2; the oracle's tiny vocabularies use N = 1, a draft that always proposes one token)."""
-    n = len(columns)
+def check_size(n: int, vocab_size: int, where: str = "self:vocab=N", smallest: int = 1) -> None:
+    """The draft vocabulary's size: smallest <= N < V."""
     if not smallest <= n < vocab_size:
         raise UsageError(
             f"{where}: N must be in [{smallest}, {vocab_size}) (the vocabulary has {vocab_size} tokens), got {n}"
         )
+
+
+def check_subset(columns: Sequence[int], vocab_size: int, where: str = "self:vocab=N", smallest: int = 1) -> None:
+    """The draft vocabulary: smallest <= N < V distinct token ids, each in [0, V) (a user's N is at
+    least 2; the oracle's tiny vocabularies use N = 1, a draft that always proposes one token)."""
+    n = len(columns)
+    check_size(n, vocab_size, where, smallest)
     if len(set(columns)) != n:
         raise UsageError(f"{where}: the draft vocabulary names a token twice")
     bad = next((c for c in columns if not 0 <= c < vocab_size), None)

@@ -25,6 +25,7 @@ from specd.core.proposer import ModelProposer
 from specd.core.records import RunResult
 from specd.core.round import decode
 from specd.core.session import RequestLog
+from specd.core.shared_body import check_size
 from specd.core.sources import SourceSet
 from specd.core.state import History, Request, RequestState
 from specd.core.stops import StopStrings
@@ -46,25 +47,26 @@ from specd.policy.kpolicy import MAX_K, FixedK, KPolicy, ScheduleK
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
 
 
-def precheck_draft_vocabulary(shared: Sequence[DraftSpec], folder: str | None, table: str | None, trust: bool) -> None:
+def precheck_draft_vocabulary(shared: Sequence[DraftSpec], folder: str | None, table: str | None, trust: bool):
     """self:vocab=N against a local target folder's vocabulary, and the table (when one is named)
-    against its tokenizer, before the weights load (a hub id or GGUF is checked after loading)."""
+    against its tokenizer, before the weights load (a hub id or GGUF is checked after loading).
+    -> the table read and checked, or None."""
     if not folder or not os.path.isfile(os.path.join(folder, "config.json")):
-        return
+        return None
     config = json.loads(read_text(os.path.join(folder, "config.json"), "the target's config.json"))
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(vocab, int):
+        return None
     for spec in shared:
-        if isinstance(vocab, int) and not 2 <= spec.value < vocab:
-            raise UsageError(
-                f"--draft {spec.text}: N must be in [2, {vocab}) (the target's vocabulary has {vocab} tokens)"
-            )
-    if table is not None and isinstance(vocab, int):
-        from transformers import AutoTokenizer
+        check_size(spec.value, vocab, f"--draft {spec.text}", smallest=2)
+    if table is None:
+        return None
+    from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
-        read_table(table, tokenizer_digest(tok), vocab).columns(
-            max(s.value for s in shared), f"--draft {shared[0].text}"
-        )
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
+    checked = read_table(table, tokenizer_digest(tok), min(vocab, len(tok)))  # the bound draft_vocabulary reads with
+    checked.columns(max(s.value for s in shared), f"--draft {shared[0].text}")
+    return checked
 
 
 def draft_vocabulary(target: HFCausalLM, tokenizer, path: str | None, chat: bool | None, report=None):
@@ -178,8 +180,9 @@ class Pipeline:
         table_path = opts.draft_vocab or (
             str(DATA / embedded.vocab_table) if embedded and embedded.vocab_table else None
         )
-        if shared:  # N against the vocabulary, and the table against the tokenizer: before any weights load
-            precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
+        checked = None  # N against the vocabulary, and the table against the tokenizer: before any weights load
+        if shared:
+            checked = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
         target = load(opts.target, opts.target_gguf, dtype, device, **placement)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
@@ -203,7 +206,7 @@ class Pipeline:
         target_policy, draft_policy, sampling = policies(opts, space, generation, extra)
         proposer = None
         if with_draft:
-            table = draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None
+            table = checked or (draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None)
             built = [
                 build_proposer(
                     spec,
