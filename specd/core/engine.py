@@ -96,7 +96,6 @@ class SpeculativeEngine:
             )
         self.transaction_cls = transaction_cls
         self.observers = tuple(observers)
-        self._source_names = tuple(enumerate(self.proposer.identities))  # (index, identity) per source
 
     @classmethod
     def baseline(cls, target, target_policy: SamplingPolicy, config: EngineConfig = EngineConfig(), **kw):
@@ -107,14 +106,13 @@ class SpeculativeEngine:
         """This round's source and K for a request: the request's own K from the first source that
         can propose, else the K policy's plan (else the config's K), K within the request's budget
         (``RequestState.draft_budget``). A source with nothing to propose is not offered."""
-        available = self.proposer.available(state, caches)
-        sources = [pair for pair, ok in zip(self._source_names, available) if ok]
+        offers = self.proposer.offers(state, caches)
         if state.k is not None or self.k_policy is None:
-            plan = first_available(sources, self.config.k if state.k is None else state.k)
+            plan = first_available(offers, self.config.k if state.k is None else state.k)
         else:
-            plan = self.k_policy.plan(state, sources)
+            plan = self.k_policy.plan(state, offers)
         k = max(0, min(plan.k, state.draft_budget))
-        return Plan(plan.source if k else None, k)
+        return Plan(plan.source, k, plan.match) if k else Plan(None, 0)
 
     def publish_timing(self, timing: RoundTiming) -> None:
         for observe in self.observers:

@@ -80,6 +80,12 @@ class Proposer:
         reads the published output only.)"""
         return True
 
+    def match_length(self, state: RequestState, cache) -> int | None:
+        """A lookup's evidence for this round's proposal: the length of the earlier occurrence of the
+        output's suffix it continues (the longer, the more the continuation is a copy), a function of
+        the published output. None for a source without one (a model)."""
+        return None
+
     def step_seconds(self, batch: int) -> float:
         """Seconds one draft step takes for ``batch`` rows on this machine (a proposer without a
         model: nothing to time)."""
@@ -266,17 +272,25 @@ class NgramProposer(Proposer):
         self.policy = SamplingPolicy(greedy=True)
 
     def available(self, state, cache) -> bool:
-        return bool(self.lookup(state.output, 1))
+        return bool(self.find(state.output, 1)[0])
+
+    def match_length(self, state, cache) -> int | None:
+        return self.find(state.output, 1)[1]
 
     def lookup(self, seq: tuple[int, ...], k: int) -> tuple[int, ...]:
+        return self.find(seq, k)[0]
+
+    def find(self, seq: tuple[int, ...], k: int) -> tuple[tuple[int, ...], int]:
+        """-> (up to k tokens that followed the most recent earlier occurrence of the longest tail of
+        ``seq`` of at most N tokens, that tail's length); ((), 0) without one."""
         for size in range(min(self.n, len(seq) - 1), 0, -1):
             tail = seq[-size:]
             for start in range(len(seq) - size - 1, -1, -1):  # most recent earlier occurrence first
                 if seq[start : start + size] == tail:
                     follow = seq[start + size : start + size + k]
                     if follow:
-                        return follow
-        return ()
+                        return follow, size
+        return (), 0
 
     def propose(self, states, ks, cache, draws, backend, dtype):
         drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))

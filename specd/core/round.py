@@ -66,8 +66,10 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         #    stay temporary in the target cache; rows a shared-body draft staged are not fed again).
         with clock.timed("verify"):
             verified = verify(session, active, proposal.drafts, proposal.staged)
-        for txn, drafts, v, used, source in zip(txns, proposal.drafts, verified, proposal.draws, proposal.sources):
-            txn.verified(drafts, v, used, source)
+        for txn, drafts, v, used, source, plan in zip(
+            txns, proposal.drafts, verified, proposal.draws, proposal.sources, plans
+        ):
+            txn.verified(drafts, v, used, source, plan.match)
 
         # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
         rows = target_rows(eng, active, verified, proposal.drafts)  # p, or its argmax ids when greedy
@@ -133,7 +135,7 @@ def stage(txn: RoundTransaction, eos_ids: frozenset[int], uniforms_read: bool) -
         rng=start.rng.advance_all(txn.proposal_draws, reached, terminal_draws),
         generation=start.generation + 1,
         rounds=start.rounds + 1,
-        history=start.history.after(len(txn.drafts), outcome.accepted, txn.source),
+        history=start.history.after(len(txn.drafts), outcome.accepted, txn.source, txn.match),
         finish_reason=stop.finish_reason,
         retained_logits=None,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -27,19 +28,35 @@ from specd.core.proposer import ModelProposer, NullProposer, Proposer
 from specd.core.state import RequestState
 
 
+class Offer(NamedTuple):
+    """A source that can propose for a request this round: its index into the run's sources, its
+    identity, and a lookup's match length (``Proposer.match_length``; None for a model)."""
+
+    index: int
+    identity: str
+    match: int | None = None
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a request does this round: draft up to ``k`` tokens from source ``source`` (an index
-    into the run's sources; None with k = 0: a plain target step)."""
+    into the run's sources; None with k = 0: a plain target step). ``match``: the chosen source's
+    match length this round (its offer's), kept in the request's history as the evidence the
+    round's acceptance is filed under."""
 
     source: int | None
     k: int
+    match: int | None = None
 
 
-def first_available(sources, k: int) -> Plan:
-    """K drafts from the first available source, ``sources`` as (index, identity) pairs (none
-    available, or K = 0: a plain target step)."""
-    return Plan(sources[0][0], k) if sources and k > 0 else Plan(None, 0)
+def plan_from(offer: Offer, k: int) -> Plan:
+    """K drafts from ``offer``'s source."""
+    return Plan(offer.index, k, offer.match)
+
+
+def first_available(offers: Sequence[Offer], k: int) -> Plan:
+    """K drafts from the first source on offer (none on offer, or K = 0: a plain target step)."""
+    return plan_from(offers[0], k) if offers and k > 0 else Plan(None, 0)
 
 
 @dataclass(frozen=True)
@@ -138,6 +155,15 @@ class SourceSet:
         if len(self.sources) == 1:
             return (self.sources[0].available(state, caches.caches[0]),)
         return tuple(s.available(state, c) for s, c in zip(self.sources, caches.caches))
+
+    def offers(self, state: RequestState, caches: SourceCaches) -> list[Offer]:
+        """The sources that could propose for ``state`` this round, in the user's order, each with
+        its match length."""
+        return [
+            Offer(i, s.identity, s.match_length(state, c))
+            for i, (s, c, ok) in enumerate(zip(self.sources, caches.caches, self.available(state, caches)))
+            if ok
+        ]
 
     def propose(
         self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype, target_cache=None

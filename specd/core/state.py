@@ -35,6 +35,14 @@ def positions_reached(k: int, accepted: int) -> int:
     return min(accepted + 1, k)
 
 
+MATCH_TIERS = 5  # match lengths 1, 2-3, 4-7, 8-15, 16+
+
+
+def match_tier(match: int) -> int:
+    """A lookup's match length (>= 1) to its tier, 0..MATCH_TIERS - 1: lengths that double share one."""
+    return min(max(match, 1).bit_length() - 1, MATCH_TIERS - 1)
+
+
 @dataclass(frozen=True)
 class History:
     """What one request's published rounds did (its own acceptance, nobody else's).
@@ -45,6 +53,8 @@ class History:
     proposed in each round, in order, and source_schedule the source each round drafted
     from ("" for a round without drafts); ``of(source)`` is the same history restricted to
     the rounds of one source (its own acceptance, for choosing between sources).
+    ``at_match`` pools a lookup's rounds by the tier of their match length (``match_tier``):
+    ((source, tier), drafts reached, drafts accepted), the evidence ``matched`` reads.
     """
 
     draft_tokens: int = 0
@@ -55,9 +65,11 @@ class History:
     source_schedule: tuple[str, ...] = ()
     solo: str | None = None  # the one source every drafting round so far used (then of(solo) is self)
     by_source: tuple[tuple[str, History], ...] = ()  # once a second source drafted: each source's own
+    at_match: tuple[tuple[tuple[str, int], int, int], ...] = ()
 
-    def after(self, k: int, accepted: int, source: str | None = None) -> History:
-        """The history once a round with ``k`` drafts from ``source`` accepted ``accepted`` of them."""
+    def after(self, k: int, accepted: int, source: str | None = None, match: int | None = None) -> History:
+        """The history once a round with ``k`` drafts from ``source`` (a lookup: at match length
+        ``match``) accepted ``accepted`` of them."""
         width = max(len(self.reached), k)
         reached = list(self.reached) + [0] * (width - len(self.reached))
         accepted_at = list(self.accepted_at) + [0] * (width - len(self.accepted_at))
@@ -74,6 +86,12 @@ class History:
                     by_source, solo = ((solo, self),), None
                 mine = self.of(source).after(k, accepted)
                 by_source = tuple((name, h) for name, h in by_source if name != source) + ((source, mine),)
+        at_match = self.at_match
+        if source and k and match:
+            key = (source, match_tier(match))
+            reached_n, accepted_n = self.matched(*key)
+            entry = (key, reached_n + positions_reached(k, accepted), accepted_n + accepted)
+            at_match = tuple(e for e in at_match if e[0] != key) + (entry,)
         return History(
             self.draft_tokens + k,
             self.accepted_tokens + accepted,
@@ -83,7 +101,12 @@ class History:
             (*self.source_schedule, source if (source and k) else ""),
             solo,
             by_source,
+            at_match,
         )
+
+    def matched(self, source: str, tier: int) -> tuple[int, int]:
+        """(drafts reached, drafts accepted) over the rounds of ``source`` at match tier ``tier``."""
+        return next(((r, a) for key, r, a in self.at_match if key == (source, tier)), (0, 0))
 
     def of(self, source: str) -> History:
         """The rounds that drafted from ``source`` only."""

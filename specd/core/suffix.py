@@ -9,8 +9,9 @@ rescans the context); it lives in the source's cache, one per request slot, and
 follows the published output only, so a proposal is a function of the published
 output (q is the point mass on each proposed token: exact under the rule).
 
-``SuffixIndex.lookup`` also returns the match length (the longer the match, the more the
-continuation is a copy): evidence a K policy may use; -k auto does not yet.
+The match length (the longer the match, the more the continuation is a copy) is the
+source's evidence for a round (``match_length``): -k auto reads the request's acceptance
+at matches of that length (specd.policy.autok).
 """
 
 from __future__ import annotations
@@ -142,6 +143,12 @@ class SuffixProposer(Proposer):
 
     def available(self, state, cache: SuffixCache | None) -> bool:
         return cache is not None and bool(cache.follow(state.slot, state.output).match_state())
+
+    def match_length(self, state, cache: SuffixCache | None) -> int | None:
+        if cache is None:
+            return 0
+        index = cache.follow(state.slot, state.output)
+        return index.length[index.match_state()]
 
     def propose(self, states, ks, cache, draws, backend, dtype):
         drafts = tuple(cache.follow(s.slot, s.output).lookup(k)[0] if k > 0 else () for s, k in zip(states, ks))

@@ -85,6 +85,7 @@ class RoundTransaction:
         self.drafts: tuple[int, ...] = ()
         self.proposal_draws = 0
         self.source: str | None = None
+        self.match: int | None = None  # the source's match length (a lookup's evidence)
         self.verified_rows: Verified | None = None
         self._temporary: tuple[int, ...] | None = None
         self.outcome: Outcome | None = None
@@ -95,13 +96,19 @@ class RoundTransaction:
 
     # -- phases ---------------------------------------------------------------
     def verified(
-        self, drafts: tuple[int, ...], verified: Verified, proposal_draws: int, source: str | None = None
+        self,
+        drafts: tuple[int, ...],
+        verified: Verified,
+        proposal_draws: int,
+        source: str | None = None,
+        match: int | None = None,
     ) -> None:
-        """The drafts (from ``source``, having consumed ``proposal_draws`` proposal uniforms) and the
-        target's verification of them."""
+        """The drafts (from ``source`` at match length ``match``, having consumed ``proposal_draws``
+        proposal uniforms) and the target's verification of them."""
         self._expect(Phase.READY)
         self.drafts, self.verified_rows, self.proposal_draws = drafts, verified, proposal_draws
         self.source = source if drafts else None
+        self.match = match if drafts else None
         self.phase = Phase.VERIFIED
         self.checkpoint("verified")
 

@@ -34,10 +34,11 @@ from specd.policy.ledger import CostModel
 BACKEND_TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
 
 MULTI_SOURCE_K, MULTI_SOURCE_HORIZON = 2, 3
-# Two sources: a lookup that costs nothing and the model draft at 0.15 target steps a step.
+# Two sources: the model draft at 0.15 target steps a step and the lookup priced at 0.3, so that
+# each is the best for some history (the lookup's match-length prior alone would always win it).
 MULTI_COSTS = FixedCosts(
     CostModel(draft_cost=0.15, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02),
-    {"ngram:2": CostModel(draft_cost=0.0, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02)},
+    {"ngram:2": CostModel(draft_cost=0.3, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02)},
 )
 # -k auto's rule under costs that do not move (so the enumeration is deterministic): a draft step
 # of 0.15 target steps and 0.05 per extra verified row make K = 0, 1 and 2 each the best for some
@@ -102,11 +103,11 @@ def check_auto_k(fx: Fixture) -> Check:
 
 def check_multi_source(fx: Fixture) -> Check:
     """Two draft sources, a lookup (q a point mass) and the model draft (q sampled), chosen per request
-    and round by -k auto's rule from each source's own acceptance history (fixed costs: the lookup
-    free, the model a step of 0.15), speculative rounds to the horizon, both layouts. The choice must
-    be seen to vary (both sources used), else nothing data-dependent was checked. On the lab's
-    policies (sampled target and draft, every processor kind), whatever the checked case's: a greedy
-    target would decide every round alike."""
+    and round by -k auto's rule from each source's own acceptance history (the lookup's at its match
+    length; fixed costs: MULTI_COSTS), speculative rounds to the horizon, both layouts. The choice
+    must be seen to vary (both sources used), else nothing data-dependent was checked. On the lab's
+    policies (sampled target and draft, every processor kind), whatever the checked case's: a
+    greedy target would decide every round alike."""
     # Every proposal uniform of the model is integrated in lookup rounds too: K 2 and 4 tokens suffice.
     lab = build_rig(fx.cfg, lab=True)
     k, horizon = min(lab.k, MULTI_SOURCE_K), MULTI_SOURCE_HORIZON

@@ -6,9 +6,14 @@ E[G(K)] / E[T_round(K)] (``specd.policy.ledger.progress_rate``, the one home of 
 formula), over K in 0..k_max, where
 
 - the acceptance profile is the request's own (its ``History``: reach-conditioned
-  alpha_j from its published rounds), each position's rate shrunk toward the request's
-  pooled rate, and that toward a Beta(1, 1) prior: nothing from other requests, so a
-  request's K does not depend on its batch-mates;
+  alpha_j from its published rounds of that source), each position's rate shrunk toward
+  the request's pooled rate, and that toward a Beta(1, 1) prior: nothing from other
+  requests, so a request's K does not depend on its batch-mates. A lookup reports how
+  long a match its proposal continues (``Offer.match``, a function of the published
+  output), and a long match is a copy where a short one is a guess: its profile is the
+  request's own acceptance at matches of that tier (``match_tier``: lengths that double
+  share one), every position alike, shrunk toward L / (L + 1) for a match of length L
+  (1: even odds; 8: 0.89), so the first long match already drafts far;
 - the costs are the run's, measured as it goes (``OnlineCosts``): a target call and a
   draft step as functions of their row counts, from moving medians of recent rounds,
   and the rest of a round (sampling, staging, cache commit). They are facts about the
@@ -19,7 +24,11 @@ formula), over K in 0..k_max, where
   nothing, each emitting one token) pay for this request's drafts too
   (``progress_rate(..., companions=B - 1)``). At B = 1 this is the plain rate.
 
-K = 0 is a plain target step for that request. A request at K = 0 probes (the best
+K = 0 is a plain target step for that request. A source the request never drafted from is
+tried once when nothing beats K = 0, if drafting perfectly for the rest of the request's
+budget would save more than the try costs: its draft steps and, for a model, reading the
+output it has not seen (the prompt, at the first try), priced as a draft call over that
+many rows (``catch_up``). A request at K = 0 probes (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
 that did not bring it back, so that it returns when drafting would pay again and a
 useless draft costs almost nothing. When the draft is so slow that even perfect
@@ -35,11 +44,12 @@ sample: the K schedule is recorded per request and ``ScheduleK`` replays it.
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 
 from specd.core.records import MIXED, RoundTiming
-from specd.core.sources import Plan
-from specd.core.state import History, RequestState
+from specd.core.sources import Offer, Plan, plan_from
+from specd.core.state import History, RequestState, match_tier
 from specd.errors import UsageError
 from specd.policy.kpolicy import KPolicy, check_k_max
 from specd.policy.ledger import CostModel, MeasuredCosts, best_k, progress_rate
@@ -50,6 +60,7 @@ PROBE_AFTER = 4  # K = 0 rounds before a probe; doubles after each probe that di
 PROBE_AFTER_MAX = 128  # also: K = 0 rounds before re-timing a draft too slow to ever pay
 PRIOR = (1.0, 1.0)  # Beta(a, b) for a request's pooled acceptance rate
 POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward the pooled rate
+MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward L / (L + 1)
 FIXED_ROWS_PRIOR = 16.0  # one timed row count: T(R) taken proportional to (16 + R)
 WINDOW = 48  # recent rounds the costs are read from
 
@@ -65,6 +76,23 @@ def request_profile(history: History, k_max: int) -> AcceptanceProfile:
         a = history.accepted_at[j] if j < len(history.accepted_at) else 0
         alphas.append((a + POSITION_STRENGTH * pooled) / (n + POSITION_STRENGTH))
     return AcceptanceProfile(tuple(alphas), False, "request history")
+
+
+def match_profile(history: History, source: str, match: int) -> AcceptanceProfile:
+    """One request's acceptance of ``source``'s drafts when they continue a match of length ``match``:
+    (accepted + s * L / (L + 1)) / (reached + s) over its rounds at that match tier, one rate for
+    every position (a copy goes on or stops, whatever the position)."""
+    reached, accepted = history.matched(source, match_tier(match))
+    prior = match / (match + 1)
+    rate = (accepted + MATCH_STRENGTH * prior) / (reached + MATCH_STRENGTH)
+    return AcceptanceProfile((rate,), True, "request history at this match length")
+
+
+def offer_profile(history: History, offer: Offer, k_max: int) -> AcceptanceProfile:
+    """The acceptance profile a request's plan reads for one offer (see the module docstring)."""
+    if offer.match:
+        return match_profile(history, offer.identity, offer.match)
+    return request_profile(history.of(offer.identity), k_max)
 
 
 def _curve(samples):
@@ -110,6 +138,7 @@ class OnlineCosts:
         # reads its weight once whatever its rows, and the body feeds one token per request).
         self.shared: dict[str, deque[tuple[int, float]]] = {}
         self.other: deque[float] = deque(maxlen=window)
+        self.aside = 0.0  # seconds of draft timing done inside the round being timed: not the round's cost
         self.version = 0
         self._read: dict = {}
 
@@ -123,9 +152,12 @@ class OnlineCosts:
     def _steps(self, source: str) -> deque:
         return self.draft.setdefault(source, deque(maxlen=self.window))
 
-    def record_draft_step(self, source: str, rows: int, seconds: float) -> None:
-        """A draft step of ``source`` timed outside a round (see Proposer.step_seconds)."""
+    def record_draft_step(self, source: str, rows: int, seconds: float, spent: float = 0.0) -> None:
+        """A draft step of ``source`` timed outside a round's own calls (see Proposer.step_seconds);
+        ``spent``: the seconds the timing took, inside the round now being timed, which the rest of
+        that round must not be charged with (a one-off, not a cost of every round)."""
         self._steps(source).append((rows, seconds))
+        self.aside += spent
         self.version += 1
 
     def share_body(self, source: str) -> None:
@@ -144,7 +176,8 @@ class OnlineCosts:
             step = self._draft_step(source)
             if step is not None:
                 self._steps(source.source).append((max(source.rows, 1), step))
-        self.other.append(t.other_seconds)
+        self.other.append(max(t.other_seconds - self.aside, 0.0))
+        self.aside = 0.0
         self.version += 1
 
     @staticmethod
@@ -161,6 +194,15 @@ class OnlineCosts:
         if t.steps >= 2:
             return max(t.seconds - t.first_seconds, 0.0) / (t.steps - 1)
         return None
+
+    def catch_up(self, source: str, tokens: int) -> float:
+        """A model source reading ``tokens`` tokens of output it has not seen, in units of a one-row
+        target call: one draft step scaled as a target call over that many rows (the timed calls'
+        curve); 0 until both are timed."""
+        target, draft = _curve(self.target), _curve(self.draft.get(source, ()))
+        if target is None or draft is None or tokens <= 1:
+            return 0.0
+        return draft(1) * target(tokens) / target(1) ** 2
 
     def ledger_costs(self, batch: int, k_max: int, source: str) -> MeasuredCosts | None:
         """The ledger's cost record of ``source`` at ``batch`` for K = 0..k_max, in units of a one-row
@@ -209,6 +251,9 @@ class FixedCosts:
     def timed_draft(self, source: str) -> bool:
         return True
 
+    def catch_up(self, source: str, tokens: int) -> float:
+        return 0.0
+
 
 def trailing_zeros(schedule: tuple[int, ...]) -> int:
     """How many of the last rounds had K = 0."""
@@ -253,23 +298,27 @@ class AutoK(KPolicy):
         self.time_draft_step = time_draft_step
 
     def plan(self, state: RequestState, sources) -> Plan:
-        """``sources``: the (index, identity) of each source available this round, in the user's order."""
+        """``sources``: the ``Offer`` of each source that can propose this round, in the user's order."""
         cap = min(self.k_max, state.draft_budget)
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
-        options = []  # (progress rate at the source's best K >= 1, could it ever pay, its plan)
-        for index, name in sources:
+        options = []  # (progress rate at the source's best K >= 1, could it ever pay, never tried, offer, K)
+        for offer in sources:
+            name = offer.identity
             if not self.costs.timed_draft(name):
                 if self.time_draft_step is None:
-                    return Plan(index, min(TIMING_K, cap))
-                self.costs.record_draft_step(name, self.batch, self.time_draft_step(index, self.batch))
+                    return plan_from(offer, min(TIMING_K, cap))
+                started = time.perf_counter()
+                seconds = self.time_draft_step(offer.index, self.batch)
+                self.costs.record_draft_step(name, self.batch, seconds, time.perf_counter() - started)
             costs = self.costs.ledger_costs(self.batch, self.k_max, name)
-            mine = state.history.of(name)
-            profile = request_profile(mine, self.k_max)
+            profile = offer_profile(state.history, offer, self.k_max)
             k = best_k(profile, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
-            untried = not any(mine.k_schedule)
+            untried = not any(state.history.of(name).k_schedule)
             rate = progress_rate(profile, costs, k, self.batch, companions=self.batch - 1)
-            options.append((rate, self.could_pay(costs, cap), untried, index, k))
+            options.append(
+                (rate, self.could_pay(costs, cap), untried and self.worth_trying(state, costs, offer, cap), offer, k)
+            )
         off = progress_rate(
             request_profile(state.history, self.k_max),
             self._any_costs(sources),
@@ -277,23 +326,37 @@ class AutoK(KPolicy):
             self.batch,
             companions=self.batch - 1,
         )
-        rate, _, _, index, k = max(options, key=lambda o: (o[0], -o[3]))
+        rate, _, _, offer, k = max(options, key=lambda o: (o[0], -o[3].index))
         if rate > off:
-            return Plan(index, k)
+            return plan_from(offer, k)
         schedule = state.history.k_schedule
         payable = [o for o in options if o[1]]
-        fresh = [o for o in payable if o[2]]  # a source never tried: its prior is no evidence against it
+        fresh = [o for o in payable if o[2]]  # never tried (its prior is no evidence against it), worth a try
         if fresh:
-            return Plan(fresh[0][3], fresh[0][4])
+            return plan_from(fresh[0][3], fresh[0][4])
         if payable and probe_due(schedule):
-            best = max(payable, key=lambda o: (o[0], -o[3]))
-            return Plan(best[3], best[4])
+            best = max(payable, key=lambda o: (o[0], -o[3].index))
+            return plan_from(best[3], best[4])
         if trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # even perfect acceptance would lose: re-time
-            return Plan(sources[0][0], min(TIMING_K, cap))
+            return plan_from(sources[0], min(TIMING_K, cap))
         return Plan(None, 0)
 
     def _any_costs(self, sources):
-        return self.costs.ledger_costs(self.batch, self.k_max, sources[0][1])
+        return self.costs.ledger_costs(self.batch, self.k_max, sources[0].identity)
+
+    def worth_trying(self, state: RequestState, costs, offer: Offer, cap: int) -> bool:
+        """Would drafting from ``offer``'s source with every draft accepted, over the rest of the
+        request's budget, save more time than one try costs (its K steps, and a model's reading of
+        the output so far)? A lookup costs (almost) nothing to try."""
+        perfect = AcceptanceProfile((1.0,), True, "perfect")
+        k = best_k(perfect, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
+        rate = progress_rate(perfect, costs, k, self.batch, companions=self.batch - 1)
+        off = progress_rate(perfect, costs, 0, self.batch, companions=self.batch - 1)
+        if rate <= off:
+            return False
+        saved = state.remaining * (1.0 / off - 1.0 / rate)
+        unseen = 0 if offer.match is not None else len(state.output)
+        return saved > costs.draft_time(k, self.batch) + self.costs.catch_up(offer.identity, unseen)
 
     def could_pay(self, costs, cap: int) -> bool:
         """Would any K >= 1 beat K = 0 if every draft were accepted? If not, no acceptance history can

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from specd.core.sources import Plan, first_available
+from specd.core.sources import Plan, first_available, plan_from
 from specd.core.state import RequestState
 from specd.errors import KScheduleMismatch, UsageError
 
@@ -43,10 +43,10 @@ def check_k_max(value: int, where: str = "--k-max") -> None:
 
 class KPolicy:
     """The interface: ``plan`` a request's round, the source it drafts from and how many drafts it
-    asks for (before the engine clamps K to the request's budget), given the sources available this
-    round as (index, identity) pairs in the user's order. Costs reach a policy that needs them
-    through the cost object it was built with (the engine publishes each round's timing to its
-    observers)."""
+    asks for (before the engine clamps K to the request's budget), given the sources that can
+    propose this round as ``Offer``s (index, identity, a lookup's match length) in the user's
+    order. Costs reach a policy that needs them through the cost object it was built with (the
+    engine publishes each round's timing to its observers)."""
 
     def plan(self, state: RequestState, sources) -> Plan:
         raise NotImplementedError
@@ -84,10 +84,10 @@ class ScheduleK(KPolicy):
             return Plan(None, 0)
         if not source:  # recorded before sources were recorded: the first that proposes
             return first_available(sources, k)
-        index = next((i for i, name in sources if name == source), None)
-        if index is None:
+        offer = next((o for o in sources if o.identity == source), None)
+        if offer is None:
             raise KScheduleMismatch(
                 f"--k-schedule: request {state.request_id!r} drafted from {source!r} in round {state.rounds + 1}, "
                 "which this run does not have or cannot use there (another --draft than the recorded run's)"
             )
-        return Plan(index, k)
+        return plan_from(offer, k)

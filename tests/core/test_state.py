@@ -2,7 +2,7 @@
 
 from specd.core.processors import SamplingPolicy
 from specd.core.rng import RngState
-from specd.core.state import History, RequestState, positions_reached
+from specd.core.state import History, RequestState, match_tier, positions_reached
 
 
 def state(output=(1, 2, 3), prompt_len=2, cache=(1, 2), max_new_tokens=4, **kw) -> RequestState:
@@ -38,3 +38,13 @@ def test_evolve_copies_without_touching_the_original():
     s = state()
     t = s.evolve(output=(1, 2, 3, 4), generation=1)
     assert s.output == (1, 2, 3) and s.generation == 0 and t.output == (1, 2, 3, 4) and t.request_id == "r"
+
+
+def test_a_lookups_rounds_are_pooled_by_the_tier_of_their_match_length():
+    assert [match_tier(n) for n in (1, 2, 3, 4, 7, 8, 15, 16, 500)] == [0, 1, 1, 2, 2, 3, 3, 4, 4]
+    h = History().after(4, 4, "suffix", match=9).after(4, 1, "suffix", match=12).after(2, 0, "suffix", match=1)
+    h = h.after(3, 3, "model")  # a model's rounds have no match length: no tier
+    assert h.matched("suffix", match_tier(9)) == (4 + 2, 4 + 1)  # reached 4 then 2; accepted 4 then 1
+    assert h.matched("suffix", match_tier(1)) == (1, 0)
+    assert h.matched("suffix", match_tier(4)) == (0, 0) and h.matched("model", 0) == (0, 0)
+    assert h.after(0, 0, "suffix", match=9).at_match == h.at_match  # a round without drafts is no evidence

@@ -2,9 +2,11 @@
 the continuation seen most often there, and grows in amortized constant work per token."""
 
 import random
+from types import SimpleNamespace
 
 import torch
 
+from specd.core.proposer import NgramProposer
 from specd.core.suffix import SuffixCache, SuffixIndex, SuffixProposer
 from tests.helpers import table_engine
 
@@ -78,3 +80,23 @@ def test_the_suffix_source_proposes_point_masses_and_is_exact_for_greedy():
     requests = [Request("a", (1, 2, 3, 1, 2), 10), Request("b", (0, 0, 1), 8)]
     spec = SpeculativeEngine(engine.target, SuffixProposer(4), engine.target_policy, engine.config)
     assert spec.run(requests).new_tokens() == base.run(requests).new_tokens()
+
+
+def test_each_lookup_reports_the_length_of_the_match_its_proposal_continues():
+    rng = random.Random(5)
+    suffix, ngram = SuffixProposer(4), NgramProposer(3, 4)
+    for _ in range(30):
+        output = tuple(rng.randrange(3) for _ in range(rng.randrange(2, 40)))
+        state = SimpleNamespace(slot=0, output=output)  # what a lookup reads of a request
+        cache = SuffixCache()
+        cache.open(0)
+        length = suffix.match_length(state, cache)
+        assert length == longest_earlier_suffix(list(output))
+        assert suffix.available(state, cache) == (length > 0)
+        found, size = ngram.find(output, 4)
+        assert ngram.match_length(state, None) == size <= 3 and (size > 0) == bool(found)
+        if found:  # the tail of that length occurred earlier, followed by the proposal
+            assert any(
+                output[s : s + size] == output[-size:] and output[s + size : s + size + len(found)] == found
+                for s in range(len(output) - size)
+            )

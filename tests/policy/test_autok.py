@@ -5,13 +5,22 @@ import pytest
 
 from specd.core.processors import SamplingPolicy
 from specd.core.records import RoundTiming
-from specd.core.sources import Plan, SourceTiming
+from specd.core.sources import Offer, Plan, SourceTiming
 from specd.core.state import History, RequestState
 from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, target_joint
 from specd.oracles.record import max_abs_diff
-from specd.policy.autok import PROBE_AFTER, PROBE_AFTER_MAX, AutoK, FixedCosts, OnlineCosts, probe_due, request_profile
-from specd.policy.ledger import CostModel, progress_rate
+from specd.policy.autok import (
+    PROBE_AFTER,
+    PROBE_AFTER_MAX,
+    AutoK,
+    FixedCosts,
+    OnlineCosts,
+    match_profile,
+    probe_due,
+    request_profile,
+)
+from specd.policy.ledger import CostModel, best_k, progress_rate
 from specd.sweeps.ledger import ledger_row
 from tests.helpers import rig
 
@@ -19,7 +28,7 @@ CHEAP = FixedCosts(CostModel(draft_cost=0.05, row_cost=0.02, draft_row_cost=0.0,
 USELESS = FixedCosts(CostModel(draft_cost=2.0, row_cost=0.1, draft_row_cost=0.0, state_cost=0.01))
 
 
-DRAFT = [(0, "d")]  # the one source of these tests: (index, identity)
+DRAFT = [Offer(0, "d")]  # the one source of these tests (a model: no match length)
 
 
 def choose(policy, state, sources=DRAFT) -> int:
@@ -28,10 +37,10 @@ def choose(policy, state, sources=DRAFT) -> int:
 
 
 class State:
-    """What AutoK reads of a request: its history and remaining budget."""
+    """What AutoK reads of a request: its history, remaining budget and output so far."""
 
-    def __init__(self, history=History(), remaining=100):
-        self.history, self.remaining = history, remaining
+    def __init__(self, history=History(), remaining=100, output=(1, 2)):
+        self.history, self.remaining, self.output = history, remaining, output
 
     draft_budget = RequestState.draft_budget  # the real rule, read off ``remaining``
 
@@ -175,7 +184,7 @@ def test_a_shared_body_verification_is_priced_by_its_own_curve_not_the_target_ca
 def test_the_source_with_the_best_rate_is_chosen_and_each_source_keeps_its_own_acceptance():
     cheap_lookup = CostModel(draft_cost=0.001, row_cost=0.02, draft_row_cost=0.0, state_cost=0.01)
     costs = FixedCosts(CHEAP.model, {"lookup": cheap_lookup})
-    sources = [(0, "lookup"), (1, "model")]
+    sources = [Offer(0, "lookup"), Offer(1, "model")]
     policy = AutoK(8, 1, costs)
     # the lookup accepts everything, the model nothing: the lookup
     h = history(*[(4, 4)] * 6, source="lookup")
@@ -188,8 +197,63 @@ def test_the_source_with_the_best_rate_is_chosen_and_each_source_keeps_its_own_a
         h = h.after(k, a, "model")
     assert policy.plan(State(h), sources).source == 1
     # a lookup with no match this round is not offered: only the model is
-    assert policy.plan(State(h), [(1, "model")]).source == 1
+    assert policy.plan(State(h), [Offer(1, "model")]).source == 1
     assert policy.plan(State(h), []) == Plan(None, 0)
+
+
+# A free lookup on a CPU-like target: each further verified row costs a fifth of a step.
+FREE_LOOKUP = FixedCosts(CostModel(draft_cost=0.0, row_cost=0.2, draft_row_cost=0.0, state_cost=0.01))
+
+
+def test_a_lookup_drafts_far_on_a_long_match_and_little_on_a_short_one():
+    policy = AutoK(8, 1, FREE_LOOKUP)
+    ks = [choose(policy, State(), [Offer(0, "suffix", n)]) for n in (1, 4, 8, 16)]
+    assert ks == sorted(set(ks)) and ks[-1] == 8  # no evidence yet: the prior L / (L + 1), rising with L
+    profile = match_profile(History(), "suffix", 16)
+    assert profile.alpha(1) == profile.alpha(8) == pytest.approx(16 / 17)
+    assert choose(policy, State(), [Offer(0, "suffix")]) == best_k(
+        request_profile(History(), 8), FREE_LOOKUP.model, range(1, 9)
+    )  # a source without a match length: the request's plain profile
+
+
+def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
+    policy = AutoK(8, 1, FREE_LOOKUP)
+    h = History()
+    for _ in range(6):  # long matches that did not copy
+        h = h.after(8, 0, "suffix", match=20)
+    assert match_profile(h, "suffix", 20).alpha(1) == pytest.approx((0 + 2 * 20 / 21) / (6 + 2))
+    assert choose(policy, State(h), [Offer(0, "suffix", 20)]) <= 1
+    assert choose(policy, State(h), [Offer(0, "suffix", 5)]) == choose(policy, State(), [Offer(0, "suffix", 5)])
+    for _ in range(6):  # short matches that did
+        h = h.after(4, 4, "suffix", match=1)
+    assert choose(policy, State(h), [Offer(0, "suffix", 1)]) > choose(policy, State(), [Offer(0, "suffix", 1)])
+
+
+def slow_draft_costs(step: float) -> OnlineCosts:
+    """Online costs with a target call timed at 1 and 2 rows and a model draft step of ``step`` s."""
+    costs = OnlineCosts()
+    costs.observe(timing(verify_seconds=0.040, verify_rows=1))
+    costs.observe(timing(verify_seconds=0.044, verify_rows=2))
+    costs.record_draft_step("d", 1, step)
+    return costs
+
+
+def test_a_fresh_model_draft_is_tried_only_if_perfect_drafts_would_repay_the_try():
+    costs = slow_draft_costs(0.030)  # 0.75 of a target step: pays a little, if every draft is accepted
+    policy = AutoK(8, 1, costs)
+    assert policy.could_pay(costs.ledger_costs(1, 8, "d"), 8)
+    prompt = tuple(range(100))  # a first try reads the whole prompt into the draft's cache
+    assert costs.catch_up("d", 100) > costs.catch_up("d", 10) > 0
+    assert choose(policy, State(remaining=20, output=prompt)) == 0  # 20 tokens cannot repay it
+    assert choose(policy, State(remaining=5000, output=prompt)) >= 1  # 5000 can
+
+
+def test_a_draft_timed_inside_a_round_is_not_charged_to_that_round():
+    costs = OnlineCosts()
+    costs.record_draft_step("d", 1, 0.02, spent=0.05)  # -k auto timed it while planning the round
+    costs.observe(timing(other_seconds=0.052))
+    costs.observe(timing(other_seconds=0.002))
+    assert list(costs.other) == [pytest.approx(0.002), pytest.approx(0.002)]
 
 
 @pytest.mark.parametrize("k_max", [0, 65])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specd.core.sources import Plan
+from specd.core.sources import Offer, Plan
 from specd.core.state import History
 from specd.errors import KScheduleMismatch, UsageError
 from specd.policy.kpolicy import MAX_K, FixedK, ScheduleK, check_k, check_k_max
@@ -13,7 +13,7 @@ class State:
         self.request_id, self.rounds, self.history = request_id, rounds, History()
 
 
-SOURCES = [(0, "suffix"), (1, "model")]
+SOURCES = [Offer(0, "suffix"), Offer(1, "model")]
 
 
 def test_fixed_k_is_the_same_every_round_from_the_first_source_that_proposes():
