@@ -33,7 +33,7 @@ from specd.errors import UsageError
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
-from specd.policy.kpolicy import MAX_K, check_k, check_k_max
+from specd.policy.kpolicy import DEFAULT_K_MAX, MAX_K, check_k, check_k_max
 
 BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -187,7 +187,11 @@ class GenerateOptions:
         check=check_k,
     )
     k_max: int = option(
-        8, "--k-max", kind="int", help=f"The largest K that -k auto may choose, 1..{MAX_K}.", check=check_k_max
+        DEFAULT_K_MAX,
+        "--k-max",
+        kind="int",
+        help=f"The largest K that -k auto may choose, 1..{MAX_K}.",
+        check=check_k_max,
     )
     draft_stop: float = option(
         0.0,

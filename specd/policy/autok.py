@@ -51,7 +51,7 @@ from specd.core.records import MIXED, RoundTiming
 from specd.core.sources import Offer, Plan, plan_from
 from specd.core.state import History, RequestState, match_tier
 from specd.errors import UsageError
-from specd.policy.kpolicy import KPolicy, check_k_max
+from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max
 from specd.policy.ledger import CostModel, MeasuredCosts, best_k, progress_rate
 from specd.policy.profile import AcceptanceProfile
 
@@ -285,7 +285,7 @@ class AutoK(KPolicy):
     subscribes its ``observe`` to the engine's round timings), or any object with
     ``ledger_costs(batch, k_max, source)`` (the oracle passes fixed costs)."""
 
-    def __init__(self, k_max: int = 8, batch: int = 1, costs=None, time_draft_step=None):
+    def __init__(self, k_max: int = DEFAULT_K_MAX, batch: int = 1, costs=None, time_draft_step=None):
         """``time_draft_step(source index, rows) -> seconds``: times one step of a draft source when the
         costs have none yet (Proposer.step_seconds), so the first decision need not draft to learn
         what drafting costs."""

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from specd.policy.kpolicy import DEFAULT_K_MAX
 from tests.helpers import run_cli
 
 
@@ -18,7 +19,7 @@ def test_auto_is_the_default_and_reports_its_k_and_vllm_counters(tiny_models, ca
     code, out, err = run_cli(generate(tiny_models, *PROMPTS, "--compare", "--json"), capsys)
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["manifest"]["k"] == "auto" and doc["manifest"]["k_max"] == 8
+    assert doc["manifest"]["k"] == "auto" and doc["manifest"]["k_max"] == DEFAULT_K_MAX
     assert doc["identical_outputs"] is True  # greedy: auto emits the target's tokens
     stats = doc["stats"]["speculative"]
     for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos"):
