@@ -54,6 +54,7 @@ class RoundRecord:
     start_position: int  # output length before the round
     committed_token_count: int
     finish_reason: str | None
+    match: int | None = None  # a lookup's match length that the drafts continued (None: a model, or no drafts)
 
     def as_dict(self) -> dict:
         return {"type": "round", **asdict(self), "emitted": list(self.emitted)}
@@ -159,6 +160,7 @@ def round_records(
             start_position=len(s.output),
             committed_token_count=committed,
             finish_reason=txn.successor.finish_reason,
+            match=txn.match,
         )
         out.append((s.request_id, acceptance, record))
     return out

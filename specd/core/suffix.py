@@ -12,6 +12,16 @@ output (q is the point mass on each proposed token: exact under the rule).
 The match length (the longer the match, the more the continuation is a copy) is the
 source's evidence for a round (``match_length``): -k auto reads the request's acceptance
 at matches of that length (specd.policy.autok).
+
+``suffix:run`` also looks in the texts (prompt and output) of the requests already
+finished in the run (``RunTexts``: one automaton over them all, each text ended by a
+separator no token equals, and per open request where its suffix stands in it, walked
+forward a token at a time). The longer of the two matches proposes (the request's own on a
+tie). A proposal is then a function of the request's published output and of texts that
+were published before the round: still exact. But a request's drafts now depend on which
+requests finished before it: under ``--rule maximal`` a sampled text then depends on the
+batch and the order of the prompts (under the default invariant rule, and with greedy
+decoding, the text never depends on the draft).
 """
 
 from __future__ import annotations
@@ -94,17 +104,72 @@ class SuffixIndex:
         return proposal, self.length[state]
 
 
-class SuffixCache:
-    """The suffix source's per-slot state: one index per open request, following its published output."""
+class RunTexts:
+    """The texts of the requests finished so far in a run, in one suffix automaton (each text ended
+    by its own negative separator), and per open request the state of the longest suffix of its
+    output found there (updated a token at a time; walked again from the start when a text joined)."""
 
     def __init__(self) -> None:
+        self.index = SuffixIndex()
+        self.texts = 0
+        # slot -> (texts seen, tokens walked, the last of them, state, length)
+        self.walks: dict[int, tuple[int, int, int, int, int]] = {}
+
+    def add(self, tokens: list[int]) -> None:
+        self.texts += 1
+        for token in (*tokens, -self.texts):
+            self.index.extend(token)
+
+    def match(self, slot: int, output: tuple[int, ...]) -> tuple[int, int]:
+        """(state, length) of the longest suffix of ``output`` that occurs in a finished text."""
+        texts, walked, last, state, length = self.walks.get(slot, (-1, 0, 0, 0, 0))
+        # an output only grows by publication; its last walked token tells another history in O(1)
+        if texts != self.texts or walked > len(output) or (walked and output[walked - 1] != last):
+            walked, state, length = 0, 0, 0
+        nxt, link, lengths = self.index.next, self.index.link, self.index.length
+        for token in output[walked:]:
+            while state and token not in nxt[state]:
+                state = link[state]
+                length = lengths[state]
+            if token in nxt[state]:
+                state, length = nxt[state][token], length + 1
+        self.walks[slot] = (self.texts, len(output), output[-1] if output else 0, state, length)
+        return state, length
+
+    def lookup(self, slot: int, output: tuple[int, ...], k: int) -> tuple[tuple[int, ...], int]:
+        """-> (up to k tokens that followed the match in its text, the match length); ((), 0) without one."""
+        state, length = self.match(slot, output)
+        if not length or k <= 0:
+            return (), 0
+        end = self.index.first_end[state]
+        follow = []
+        for token in self.index.tokens[end + 1 : end + 1 + k]:
+            if token < 0:  # the text's end
+                break
+            follow.append(token)
+        return (tuple(follow), length) if follow else ((), 0)
+
+    def forget(self, slot: int) -> None:
+        self.walks.pop(slot, None)
+
+
+class SuffixCache:
+    """The suffix source's per-slot state: one index per open request, following its published output
+    (and with ``run``, the finished requests' texts: RunTexts)."""
+
+    def __init__(self, run: bool = False) -> None:
         self.indexes: dict[int, SuffixIndex] = {}
+        self.run = RunTexts() if run else None
 
     def open(self, slot: int) -> None:
         self.indexes[slot] = SuffixIndex()
 
     def close(self, slot: int) -> None:
-        self.indexes.pop(slot, None)
+        index = self.indexes.pop(slot, None)
+        if self.run is not None:
+            self.run.forget(slot)
+            if index is not None and index.tokens:  # a finished request's text joins the run's
+                self.run.add(index.tokens)
 
     def is_open(self, slot: int) -> bool:
         return slot in self.indexes
@@ -127,31 +192,40 @@ class SuffixCache:
             index.extend(token)
         return index
 
+    def lookup(self, slot: int, output: tuple[int, ...], k: int) -> tuple[tuple[int, ...], int]:
+        """-> (up to k proposed tokens, the match length): the request's own match, or with ``run`` a
+        longer one in a finished text."""
+        own = self.follow(slot, output).lookup(k)
+        if self.run is None:
+            return own
+        other = self.run.lookup(slot, output, k)
+        return other if other[1] > own[1] else own
+
 
 class SuffixProposer(Proposer):
-    """The lookup draft over a suffix automaton (see the module docstring)."""
+    """The lookup draft over a suffix automaton (see the module docstring); ``run``: suffix:run."""
 
     deterministic = True
-    identity = "suffix"
 
-    def __init__(self, vocab_size: int):
+    def __init__(self, vocab_size: int, run: bool = False):
         self.vocab_size = vocab_size
+        self.run = run
+        self.identity = "suffix:run" if run else "suffix"
         self.policy = SamplingPolicy(greedy=True)
 
     def new_cache(self) -> SuffixCache:
-        return SuffixCache()
+        return SuffixCache(self.run)
 
     def available(self, state, cache: SuffixCache | None) -> bool:
-        return cache is not None and bool(cache.follow(state.slot, state.output).match_state())
+        return bool(self.match_length(state, cache))
 
     def match_length(self, state, cache: SuffixCache | None) -> int | None:
         if cache is None:
             return 0
-        index = cache.follow(state.slot, state.output)
-        return index.length[index.match_state()]
+        return cache.lookup(state.slot, state.output, 1)[1]
 
     def propose(self, states, ks, cache, draws, backend, dtype):
-        drafts = tuple(cache.follow(s.slot, s.output).lookup(k)[0] if k > 0 else () for s, k in zip(states, ks))
+        drafts = tuple(cache.lookup(s.slot, s.output, k)[0] if k > 0 else () for s, k in zip(states, ks))
         return point_masses(drafts, self.vocab_size, dtype)
 
     def settle(self, cache, slot, output):

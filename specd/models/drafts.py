@@ -7,6 +7,7 @@
     self:vocab=N      the target's own body and a head over its N most frequent tokens (specd.core.shared_body)
     ngram:N           prompt lookup over the output; q is a point mass on each proposed token
     suffix            lookup by a suffix automaton over the prompt and output (specd.core.suffix)
+    suffix:run        the same, also over the texts of the requests already finished in the run
 
 ``--draft`` takes one of these or a comma-separated list (``suffix,self:bf16``): each round,
 each request drafts from one source of the list (specd.core.sources). Every source is exact
@@ -63,12 +64,12 @@ def parse_draft(spec: str | None) -> DraftSpec | None:
         if int(m.group(1)) < 1:
             raise UsageError(f"--draft: {spec!r}: ngram:N needs N >= 1")
         return DraftSpec("ngram", int(m.group(1)), spec)
-    if spec == "suffix":
-        return DraftSpec("suffix", None, spec)
+    if spec in ("suffix", "suffix:run"):
+        return DraftSpec("suffix", spec == "suffix:run", spec)
     if spec.startswith(("self:", "ngram:", "suffix:")):
         raise UsageError(
             f"--draft: unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, self:vocab=N, ngram:N, "
-            "suffix or a model"
+            "suffix, suffix:run or a model"
         )
     return DraftSpec("model", spec, spec)
 
@@ -129,7 +130,7 @@ def build_proposer(
     if spec.kind == "ngram":
         return NgramProposer(int(spec.value), target.vocab_size)
     if spec.kind == "suffix":
-        return SuffixProposer(target.vocab_size)
+        return SuffixProposer(target.vocab_size, run=bool(spec.value))
     if spec.kind == "self-dtype":
         dtype = spec.value
         model = copy.deepcopy(target.model).to(dtype)

@@ -25,8 +25,8 @@ formula), over K in 0..k_max, where
   (``progress_rate(..., companions=B - 1)``). At B = 1 this is the plain rate.
 
 K = 0 is a plain target step for that request. A source the request never drafted from is
-tried once when nothing beats K = 0, if drafting perfectly for the rest of the request's
-budget would save more than the try costs: its draft steps and, for a model, reading the
+tried (first, or by a probe) when nothing beats K = 0 only if drafting perfectly for the rest
+of the request's budget would save more than the try costs: its draft steps and, for a model, reading the
 output it has not seen (the prompt, at the first try), priced as a draft call over that
 many rows (``catch_up``). A request at K = 0 probes (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
@@ -302,7 +302,7 @@ class AutoK(KPolicy):
         cap = min(self.k_max, state.draft_budget)
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
-        options = []  # (progress rate at the source's best K >= 1, could it ever pay, never tried, offer, K)
+        options = []  # (progress rate at the source's best K >= 1, may it be tried now, never tried, offer, K)
         for offer in sources:
             name = offer.identity
             if not self.costs.timed_draft(name):
@@ -316,9 +316,9 @@ class AutoK(KPolicy):
             k = best_k(profile, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
             untried = not any(state.history.of(name).k_schedule)
             rate = progress_rate(profile, costs, k, self.batch, companions=self.batch - 1)
-            options.append(
-                (rate, self.could_pay(costs, cap), untried and self.worth_trying(state, costs, offer, cap), offer, k)
-            )
+            # worth a try (a probe, or a first try): it could pay at all, and a first try repays itself
+            triable = self.could_pay(costs, cap) and (not untried or self.worth_trying(state, costs, offer, cap))
+            options.append((rate, triable, untried, offer, k))
         off = progress_rate(
             request_profile(state.history, self.k_max),
             self._any_costs(sources),
@@ -330,12 +330,12 @@ class AutoK(KPolicy):
         if rate > off:
             return plan_from(offer, k)
         schedule = state.history.k_schedule
-        payable = [o for o in options if o[1]]
-        fresh = [o for o in payable if o[2]]  # never tried (its prior is no evidence against it), worth a try
+        triable = [o for o in options if o[1]]
+        fresh = [o for o in triable if o[2]]  # never tried: its prior is no evidence against it
         if fresh:
             return plan_from(fresh[0][3], fresh[0][4])
-        if payable and probe_due(schedule):
-            best = max(payable, key=lambda o: (o[0], -o[3].index))
+        if triable and probe_due(schedule):
+            best = max(triable, key=lambda o: (o[0], -o[3].index))
             return plan_from(best[3], best[4])
         if trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # even perfect acceptance would lose: re-time
             return plan_from(sources[0], min(TIMING_K, cap))

@@ -15,7 +15,9 @@ specd/models/results.py). Line types:
   correction_distribution_id, committed_token_count
 - ``round`` (one per round): request_id, round_id, round_index, k, accepted,
   terminal_kind (correction | bonus | stop), terminal_token, terminal_text,
-  emitted, start_position, committed_token_count, finish_reason
+  emitted, start_position, committed_token_count, finish_reason, source (the draft
+  source, null without drafts), match (a lookup's match length that the drafts
+  continued: how many tokens of the output's suffix occurred earlier; null for a model)
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ _OPTIONAL = {
     "p_prob": (int, float),
     "accept_ratio": (int, float),
     "source": (str, type(None)),
+    "match": (int, type(None)),
 }
 TERMINAL_KINDS = ("correction", "bonus", "stop")
 

@@ -245,7 +245,7 @@ def test_sweep_config_values(tmp_path, capsys, yaml_text, message):
         ("ngram:3,suffix,ngram:3", "'ngram:3' is named twice"),
         ("ngram:0", "ngram:N needs N >= 1"),
         ("suffix,self:int4", "unknown draft source 'self:int4'"),
-        ("suffix:run", "unknown draft source 'suffix:run'"),
+        ("suffix:all", "unknown draft source 'suffix:all'"),
         ("./one-model,./another-model", "at most one separate draft model"),
     ],
 )

@@ -36,7 +36,7 @@ def test_a_sampled_text_does_not_depend_on_k_draft_batch_layout_or_speculation(t
     }
     for name, extra in variations.items():
         assert texts(tiny_models, capsys, *extra)[0] == reference, name
-    for draft in ("ngram:2", "suffix", f"suffix,{tiny_models[1]}"):
+    for draft in ("ngram:2", "suffix", "suffix:run", f"suffix,{tiny_models[1]}"):
         assert texts(tiny_models, capsys, "-k", "3", draft=draft)[0] == reference, draft
 
 

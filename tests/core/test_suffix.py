@@ -6,7 +6,9 @@ from types import SimpleNamespace
 
 import torch
 
+from specd.core.engine import SpeculativeEngine
 from specd.core.proposer import NgramProposer
+from specd.core.state import Request
 from specd.core.suffix import SuffixCache, SuffixIndex, SuffixProposer
 from tests.helpers import table_engine
 
@@ -100,3 +102,60 @@ def test_each_lookup_reports_the_length_of_the_match_its_proposal_continues():
                 output[s : s + size] == output[-size:] and output[s + size : s + size + len(found)] == found
                 for s in range(len(output) - size)
             )
+
+
+def test_suffix_run_also_matches_the_texts_of_requests_already_finished():
+    cache = SuffixCache(run=True)
+    cache.open(0)
+    cache.follow(0, (7, 1, 2, 3, 4, 5, 6))
+    cache.close(0)  # finished: its text joins the run's
+    cache.open(1)
+    assert cache.lookup(1, (9, 2, 3), 3) == ((4, 5, 6), 2)  # a match in the finished text
+    assert cache.lookup(1, (9, 2, 3, 4), 5) == ((5, 6), 3)  # never past that text's end
+    assert cache.lookup(1, (2, 3, 8, 2, 3), 2) == ((8, 2), 2)  # a tie: the request's own match
+    assert cache.lookup(1, (2, 3, 8, 2, 3, 4), 2) == ((5, 6), 3)  # a longer one in the finished text
+    own = SuffixCache()
+    own.open(1)
+    assert own.lookup(1, (9, 2, 3), 3) == ((), 0)  # plain suffix: nothing of other requests
+
+
+def test_suffix_run_walks_each_request_forward_and_again_when_a_text_joins():
+    rng = random.Random(9)
+    texts = [tuple(rng.randrange(4) for _ in range(30)) for _ in range(3)]
+    cache = SuffixCache(run=True)
+    for slot, text in enumerate(texts):
+        cache.open(slot)
+        cache.follow(slot, text)
+    cache.close(0)
+    cache.close(1)
+    probe = texts[2]
+    for n in range(1, len(probe) + 1):
+        _, length = cache.run.match(2, probe[:n])  # forward, one token a call
+        brute = max(
+            (
+                m
+                for m in range(1, n + 1)
+                for t in texts[:2]
+                if any(t[s : s + m] == probe[n - m : n] for s in range(31 - m))
+            ),
+            default=0,
+        )
+        assert length == brute
+    cache.open(3)
+    cache.close(3)  # an empty text adds nothing
+    assert cache.run.texts == 2
+
+
+def test_a_request_drafts_from_a_finished_requests_text_under_suffix_run():
+    base = table_engine(vocab=16, target_temperature=0, k=4)
+    same = [Request("a", (3, 1, 4, 1, 5), 20), Request("b", (3, 1, 4, 1, 5), 20)]  # b decodes after a
+
+    def run(proposer):
+        engine = SpeculativeEngine(base.target, proposer, base.target_policy, base.config)
+        return engine.run(same, batch_size=1)
+
+    plain, shared = run(SuffixProposer(16)), run(SuffixProposer(16, run=True))
+    assert shared.new_tokens() == plain.new_tokens()  # greedy: the draft never changes the text
+    b_plain, b_shared = (r.states[1].history for r in (plain, shared))
+    assert b_shared.accepted_tokens == b_shared.draft_tokens == 16  # a's text, copied: 4 rounds of 4 + 1
+    assert b_shared.k_schedule == (4, 4, 4, 4) and b_plain.accepted_tokens < 16

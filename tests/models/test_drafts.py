@@ -103,7 +103,14 @@ def test_bad_source_lists_are_refused_naming_the_element(text, message):
         parse_drafts(text)
 
 
-SOURCE_LISTS = ["suffix", "suffix,ngram:2", "ngram:2,self:bf16", "suffix,self:layers=1", "self:bf16,suffix"]
+SOURCE_LISTS = [
+    "suffix",
+    "suffix,ngram:2",
+    "ngram:2,self:bf16",
+    "suffix,self:layers=1",
+    "self:bf16,suffix",
+    "suffix:run,self:bf16",
+]
 
 
 @pytest.mark.parametrize("sources", SOURCE_LISTS)
@@ -124,6 +131,7 @@ def test_greedy_output_equals_the_targets_for_every_source_list_alone_and_in_a_b
 
     together = engine().run(batch)
     assert together.new_tokens() == expected
+    assert engine().run(batch, batch_size=2).new_tokens() == expected  # later requests join finished ones
     assert [engine().run([r]).new_tokens()[0] for r in batch] == expected
     if not auto:  # the first source that proposes: the lookups find matches in these prompts
         assert together.stats.proposed > 0 and set(together.stats.source_hist) <= set(engine().proposer.identities)

@@ -246,6 +246,8 @@ def test_a_fresh_model_draft_is_tried_only_if_perfect_drafts_would_repay_the_try
     assert costs.catch_up("d", 100) > costs.catch_up("d", 10) > 0
     assert choose(policy, State(remaining=20, output=prompt)) == 0  # 20 tokens cannot repay it
     assert choose(policy, State(remaining=5000, output=prompt)) >= 1  # 5000 can
+    waited = history(*[(0, 0)] * PROBE_AFTER)  # a probe is due: it is no back door for the same try
+    assert probe_due(waited.k_schedule) and choose(policy, State(waited, remaining=20, output=prompt)) == 0
 
 
 def test_a_draft_timed_inside_a_round_is_not_charged_to_that_round():
