@@ -83,7 +83,8 @@ class Proposer:
     def match_length(self, state: RequestState, cache) -> int | None:
         """A lookup's evidence for this round's proposal: the length of the earlier occurrence of the
         output's suffix it continues (the longer, the more the continuation is a copy), a function of
-        the published output. None for a source without one (a model)."""
+        the published output; 0 exactly when it has nothing to propose (then ``available`` is not
+        asked). None for a source without one (a model)."""
         return None
 
     def step_seconds(self, batch: int) -> float:

@@ -158,12 +158,13 @@ class SourceSet:
 
     def offers(self, state: RequestState, caches: SourceCaches) -> list[Offer]:
         """The sources that could propose for ``state`` this round, in the user's order, each with
-        its match length."""
-        return [
-            Offer(i, s.identity, s.match_length(state, c))
-            for i, (s, c, ok) in enumerate(zip(self.sources, caches.caches, self.available(state, caches)))
-            if ok
-        ]
+        its match length. A lookup proposes exactly when it has a match, so it is asked once."""
+        offers = []
+        for i, (source, cache) in enumerate(zip(self.sources, caches.caches)):
+            match = source.match_length(state, cache)
+            if match if match is not None else source.available(state, cache):
+                offers.append(Offer(i, source.identity, match))
+        return offers
 
     def propose(
         self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype, target_cache=None

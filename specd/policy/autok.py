@@ -25,10 +25,10 @@ formula), over K in 0..k_max, where
   (``progress_rate(..., companions=B - 1)``). At B = 1 this is the plain rate.
 
 K = 0 is a plain target step for that request. A source the request never drafted from is
-tried (first, or by a probe) when nothing beats K = 0 only if drafting perfectly for the rest
-of the request's budget would save more than the try costs: its draft steps and, for a model, reading the
-output it has not seen (the prompt, at the first try), priced as a draft call over that
-many rows (``catch_up``). A request at K = 0 probes (the best
+tried (first, or by a probe) when nothing beats K = 0 only if drafting perfectly for the
+rest of the request's budget would save more than the try costs: its draft steps and, for
+a model, reading the output it has not seen (the prompt, at the first try), priced as a
+draft call over that many rows (``catch_up``). A request at K = 0 probes (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
 that did not bring it back, so that it returns when drafting would pay again and a
 useless draft costs almost nothing. When the draft is so slow that even perfect
