@@ -216,6 +216,18 @@ def materialize_frontiers(session: DecodeSession, clock: RoundClock) -> list[Req
     return [session.store.get(s.request_id) for s in active]
 
 
+def target_call(session: DecodeSession, rows: list[RowInput], hidden: bool = False):
+    """One counted target call over ``rows`` (none: no call) -> (its StepOutput or None, slot -> index
+    of the slot's row in it)."""
+    if not rows:
+        return None, {}
+    target = session.engine.target
+    # only a shared-body verification asks for hidden states (the CausalLM protocol's step has no such flag)
+    out = target.step(session.cache, rows, hidden=True) if hidden else target.step(session.cache, rows)
+    session.stats.count_target_call(sum(len(r.tokens) for r in rows))
+    return out, {row.slot: i for i, row in enumerate(rows)}
+
+
 def verify(session: DecodeSession, active: Sequence[RequestState], drafts, staged=()) -> list[Verified]:
     """One target call for the batch -> per-row Verified (its rows stay temporary in the cache).
 
@@ -226,11 +238,7 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     target, layout = session.engine.target, session.engine.layout
     inputs = [layout.verification_input(s, d) for s, d in zip(active, drafts)]
     if not any(h is not None for h in staged):
-        call = [row for row in inputs if row is not None]
-        out = target.step(session.cache, call) if call else None
-        if call:
-            session.stats.count_target_call(sum(len(r.tokens) for r in call))
-        by_slot = {row.slot: i for i, row in enumerate(call)}
+        out, by_slot = target_call(session, [row for row in inputs if row is not None])
         verified = []
         for s, d in zip(active, drafts):
             i = by_slot.get(s.slot)
@@ -246,11 +254,7 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
         RowInput(row.slot, row.tokens[len(h) :], row.positions[len(h) :]) if h is not None else row
         for row, h in zip(inputs, staged)
     ]
-    call = [row for row in rest if row.tokens]
-    out = target.step(session.cache, call, hidden=True) if call else None
-    if call:
-        session.stats.count_target_call(sum(len(r.tokens) for r in call))
-    by_slot = {row.slot: i for i, row in enumerate(call)}
+    out, by_slot = target_call(session, [row for row in rest if row.tokens], hidden=True)
     hidden = []
     for row, h in zip(rest, staged):
         i = by_slot.get(row.slot)
