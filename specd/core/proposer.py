@@ -87,6 +87,12 @@ class Proposer:
         asked). None for a source without one (a model)."""
         return None
 
+    def behind(self, state: RequestState, cache) -> int:
+        """How many tokens of the published output this source's cache lacks: what its first call
+        this round must read (1 or 2 after a round it drafted in; the whole prompt at its first).
+        0 for a source without a cache of its own."""
+        return 0
+
     def step_seconds(self, batch: int) -> float:
         """Seconds one draft step takes for ``batch`` rows on this machine (a proposer without a
         model: nothing to time)."""
@@ -153,6 +159,12 @@ class ModelProposer(Proposer):
             cache.reset(state.slot)
             committed = ()
         return state.output[len(committed) :]
+
+    def behind(self, state: RequestState, cache: KVCache) -> int:
+        committed = cache.committed(state.slot)
+        if state.output[: len(committed)] != committed:
+            return len(state.output)
+        return len(state.output) - len(committed)
 
     def draw(self, q_rows: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
         """d_i from q_i: inverse CDF at the proposal uniform u float64[N] (argmax when the draft is
@@ -228,17 +240,21 @@ class ModelProposer(Proposer):
         return None
 
     def step_seconds(self, batch: int) -> float:
-        """One draft step (``forward``) for ``batch`` rows, timed on a scratch cache holding a
-        two-token context (nothing of the run's caches is touched; the round counts only its own
-        draft calls)."""
+        """One draft step (``forward``) for ``batch`` rows, timed on a scratch cache (nothing of the
+        run's caches is touched; the round counts only its own draft calls). On an accelerator a
+        model's first call pays for its kernels' selection, so a first call there holds a two-token
+        context untimed; on a CPU it does not (a first call costs about a step, measured: 65 vs 55
+        ms), and the one timed call is the step, at a one-token context."""
         cache = self.model.new_cache()
         for slot in range(batch):
             cache.open(slot)
-        self.model.step(cache, [RowInput(slot, (1, 2), (0, 1)) for slot in range(batch)], logits_for=0)
-        for slot in range(batch):
-            cache.commit(slot, 2)
+        context = 0 if torch.device(getattr(self.model, "device", "cpu")).type == "cpu" else 2
+        if context:
+            self.model.step(cache, [RowInput(slot, (1, 2), (0, 1)) for slot in range(batch)], logits_for=0)
+            for slot in range(batch):
+                cache.commit(slot, context)
         started = time.perf_counter()
-        rows = self.forward(cache, [RowInput(slot, (3,), (2,)) for slot in range(batch)], {})
+        rows = self.forward(cache, [RowInput(slot, (3,), (context,)) for slot in range(batch)], {})
         float(rows[0][0])  # waits for the device
         return time.perf_counter() - started
 

@@ -91,6 +91,9 @@ class SharedBodyProposer(ModelProposer):
             )
         return state.output[-1:]
 
+    def behind(self, state, cache) -> int:
+        return 0  # the target's cache, which every round commits, holds all but the frontier
+
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
         """A body step of the target on its own cache (temporary rows), its hidden states kept per
         slot, and the restricted head -> float[V] rows, -inf outside the draft vocabulary."""

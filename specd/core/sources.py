@@ -9,7 +9,9 @@ skipped. ``propose`` runs each source on the rows that chose it and returns one
 uniforms consumed and the source; per source its timing.
 
 Exactness is the single source's: the choice reads the request's committed history,
-the availability of a lookup (a function of the published output) and measured time,
+the availability of a lookup (a function of the published output), how far a model's
+cache is behind the output (a function of the published output and of which sources
+the request drafted from before) and measured time,
 never the round's target rows or uniforms, so the number of drafts and their source
 form a stopping time of the draft process and the rule stays exact.
 """
@@ -30,11 +32,13 @@ from specd.core.state import RequestState
 
 class Offer(NamedTuple):
     """A source that can propose for a request this round: its index into the run's sources, its
-    identity, and a lookup's match length (``Proposer.match_length``; None for a model)."""
+    identity, a lookup's match length (``Proposer.match_length``; None for a model) and how many
+    output tokens a model's cache lacks (``Proposer.behind``: what its first call this round reads)."""
 
     index: int
     identity: str
     match: int | None = None
+    behind: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,12 +162,13 @@ class SourceSet:
 
     def offers(self, state: RequestState, caches: SourceCaches) -> list[Offer]:
         """The sources that could propose for ``state`` this round, in the user's order, each with
-        its match length. A lookup proposes exactly when it has a match, so it is asked once."""
+        its match length and how far behind the output its cache is. A lookup proposes exactly when
+        it has a match, so it is asked once."""
         offers = []
         for i, (source, cache) in enumerate(zip(self.sources, caches.caches)):
             match = source.match_length(state, cache)
             if match if match is not None else source.available(state, cache):
-                offers.append(Offer(i, source.identity, match))
+                offers.append(Offer(i, source.identity, match, source.behind(state, cache)))
         return offers
 
     def propose(

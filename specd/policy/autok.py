@@ -19,6 +19,12 @@ formula), over K in 0..k_max, where
   and the rest of a round (sampling, staging, cache commit). They are facts about the
   machine, shared by every request; ``batch`` (the number of requests the run decodes
   together, a setting of the run) is the B at which they are read;
+- a model draft whose cache is behind the output (``Offer.behind``: the tokens emitted in
+  rounds it did not draft, or the prompt at its first) reads them in its first call of the
+  round, priced as a draft step scaled like a target call over that many rows
+  (``OnlineCosts.catch_up``), added to that round's draft time (``CatchingUp``): on a CPU a
+  model that joins after a lookup's rounds pays for its catch-up, which a K = 1 round that
+  gains a few per cent does not repay;
 - in a batch, a request's K is priced with the whole batch's cost: a batched verification
   call is as wide as its longest row, so the B - 1 other requests (counted as drafting
   nothing, each emitting one token) pay for this request's drafts too
@@ -27,8 +33,7 @@ formula), over K in 0..k_max, where
 K = 0 is a plain target step for that request. A source the request never drafted from is
 tried (first, or by a probe) when nothing beats K = 0 only if drafting perfectly for the
 rest of the request's budget would save more than the try costs: its draft steps and, for
-a model, reading the output it has not seen (the prompt, at the first try), priced as a
-draft call over that many rows (``catch_up``). A request at K = 0 probes (the best
+a model, its catch-up. A request at K = 0 probes (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
 that did not bring it back, so that it returns when drafting would pay again and a
 useless draft costs almost nothing. When the draft is so slow that even perfect
@@ -46,6 +51,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from specd.core.records import MIXED, RoundTiming
 from specd.core.sources import Offer, Plan, plan_from
@@ -63,6 +69,33 @@ POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward the pooled rate
 MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward L / (L + 1)
 FIXED_ROWS_PRIOR = 16.0  # one timed row count: T(R) taken proportional to (16 + R)
 WINDOW = 48  # recent rounds the costs are read from
+ORDINARY_READ = 2  # tokens a draft's first call reads after a round it drafted in (its last draft, the bonus)
+
+
+@dataclass(frozen=True)
+class CatchingUp:
+    """A source's ledger costs for a round whose first draft call also reads the output its cache
+    lacks: ``extra`` (in target steps) more draft time for any K >= 1, nothing at K = 0."""
+
+    costs: object  # a CostModel or MeasuredCosts
+    extra: float
+
+    def draft_time(self, k: int, batch: int) -> float:
+        return self.costs.draft_time(k, batch) + (self.extra if k > 0 else 0.0)
+
+    def verify_time(self, k: int, batch: int, context: int) -> float:
+        return self.costs.verify_time(k, batch, context)
+
+    def baseline_time(self, batch: int, context: int) -> float:
+        return self.costs.baseline_time(batch, context)
+
+    @property
+    def state_cost(self) -> float:
+        return self.costs.state_cost
+
+    @property
+    def queue_cost(self) -> float:
+        return self.costs.queue_cost
 
 
 def request_profile(history: History, k_max: int) -> AcceptanceProfile:
@@ -196,13 +229,15 @@ class OnlineCosts:
         return None
 
     def catch_up(self, source: str, tokens: int) -> float:
-        """A model source reading ``tokens`` tokens of output it has not seen, in units of a one-row
-        target call: one draft step scaled as a target call over that many rows (the timed calls'
-        curve); 0 until both are timed."""
+        """What a model source's first call of a round costs beyond an ordinary draft step when it
+        reads ``tokens`` tokens of output (its cache is that far behind), in units of a one-row target
+        call: the draft step scaled as a target call over that many rows (the timed calls' curve),
+        less the step itself; 0 for the one or two tokens of an ordinary round, or until both are
+        timed."""
         target, draft = _curve(self.target), _curve(self.draft.get(source, ()))
-        if target is None or draft is None or tokens <= 1:
+        if target is None or draft is None or tokens <= ORDINARY_READ:
             return 0.0
-        return draft(1) * target(tokens) / target(1) ** 2
+        return draft(1) * (target(tokens) - target(1)) / target(1) ** 2
 
     def ledger_costs(self, batch: int, k_max: int, source: str) -> MeasuredCosts | None:
         """The ledger's cost record of ``source`` at ``batch`` for K = 0..k_max, in units of a one-row
@@ -288,7 +323,9 @@ class AutoK(KPolicy):
     def __init__(self, k_max: int = DEFAULT_K_MAX, batch: int = 1, costs=None, time_draft_step=None):
         """``time_draft_step(source index, rows) -> seconds``: times one step of a draft source when the
         costs have none yet (Proposer.step_seconds), so the first decision need not draft to learn
-        what drafting costs."""
+        what drafting costs. It is called only when the sources already timed (in the user's order)
+        cannot beat K = 0 this round: timing a model costs its steps, and a lookup that drafts far
+        may never need the model at all."""
         check_k_max(k_max)
         if batch < 1:
             raise UsageError(f"batch must be >= 1, got {batch}")
@@ -302,30 +339,26 @@ class AutoK(KPolicy):
         cap = min(self.k_max, state.draft_budget)
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
-        options = []  # (progress rate at the source's best K >= 1, may it be tried now, never tried, offer, K)
+        options, off = [], None  # options: (progress rate at its best K >= 1, triable now, never tried, offer, K)
         for offer in sources:
-            name = offer.identity
-            if not self.costs.timed_draft(name):
+            if not self.costs.timed_draft(offer.identity):
                 if self.time_draft_step is None:
                     return plan_from(offer, min(TIMING_K, cap))
+                # timing a model costs its steps: only when the sources timed so far cannot beat K = 0
+                if options and max(o[0] for o in options) > off:
+                    continue
                 started = time.perf_counter()
                 seconds = self.time_draft_step(offer.index, self.batch)
-                self.costs.record_draft_step(name, self.batch, seconds, time.perf_counter() - started)
-            costs = self.costs.ledger_costs(self.batch, self.k_max, name)
-            profile = offer_profile(state.history, offer, self.k_max)
-            k = best_k(profile, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
-            untried = not any(state.history.of(name).k_schedule)
-            rate = progress_rate(profile, costs, k, self.batch, companions=self.batch - 1)
-            # worth a try (a probe, or a first try): it could pay at all, and a first try repays itself
-            triable = self.could_pay(costs, cap) and (not untried or self.worth_trying(state, costs, offer, cap))
-            options.append((rate, triable, untried, offer, k))
-        off = progress_rate(
-            request_profile(state.history, self.k_max),
-            self._any_costs(sources),
-            0,
-            self.batch,
-            companions=self.batch - 1,
-        )
+                self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)
+            options.append(self._option(state, offer, cap))
+            if off is None:  # K = 0 is a plain target step, whichever source's costs it is read from
+                off = progress_rate(
+                    request_profile(state.history, self.k_max),
+                    self.costs.ledger_costs(self.batch, self.k_max, offer.identity),
+                    0,
+                    self.batch,
+                    companions=self.batch - 1,
+                )
         rate, _, _, offer, k = max(options, key=lambda o: (o[0], -o[3].index))
         if rate > off:
             return plan_from(offer, k)
@@ -341,22 +374,33 @@ class AutoK(KPolicy):
             return plan_from(sources[0], min(TIMING_K, cap))
         return Plan(None, 0)
 
-    def _any_costs(self, sources):
-        return self.costs.ledger_costs(self.batch, self.k_max, sources[0].identity)
+    def _option(self, state: RequestState, offer: Offer, cap: int) -> tuple:
+        """One timed source's best K this round and what it would make of the request's progress:
+        (rate, may it be tried now, never tried, offer, K)."""
+        name = offer.identity
+        plain = self.costs.ledger_costs(self.batch, self.k_max, name)
+        extra = self.costs.catch_up(name, offer.behind)
+        # a model behind the output (after lookup or K = 0 rounds) reads it first, this round
+        costs = CatchingUp(plain, extra) if extra > 0 else plain
+        profile = offer_profile(state.history, offer, self.k_max)
+        k = best_k(profile, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
+        untried = not any(state.history.of(name).k_schedule)
+        rate = progress_rate(profile, costs, k, self.batch, companions=self.batch - 1)
+        # worth a try (a probe, or a first try): it could pay at all, and a first try repays itself
+        triable = self.could_pay(plain, cap) and (not untried or self.worth_trying(state, plain, extra, cap))
+        return rate, triable, untried, offer, k
 
-    def worth_trying(self, state: RequestState, costs, offer: Offer, cap: int) -> bool:
-        """Would drafting from ``offer``'s source with every draft accepted, over the rest of the
-        request's budget, save more time than one try costs (its K steps, and a model's reading of
-        the output so far)? A lookup costs (almost) nothing to try."""
+    def worth_trying(self, state: RequestState, costs, extra: float, cap: int) -> bool:
+        """Would drafting with every draft accepted, over the rest of the request's budget, save more
+        time than one try costs: its K draft steps and ``extra``, a model's reading of the output its
+        cache lacks (``catch_up``)? A lookup costs (almost) nothing to try."""
         perfect = AcceptanceProfile((1.0,), True, "perfect")
         k = best_k(perfect, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
         rate = progress_rate(perfect, costs, k, self.batch, companions=self.batch - 1)
         off = progress_rate(perfect, costs, 0, self.batch, companions=self.batch - 1)
         if rate <= off:
             return False
-        saved = state.remaining * (1.0 / off - 1.0 / rate)
-        unseen = 0 if offer.match is not None else len(state.output)
-        return saved > costs.draft_time(k, self.batch) + self.costs.catch_up(offer.identity, unseen)
+        return state.remaining * (1.0 / off - 1.0 / rate) > costs.draft_time(k, self.batch) + extra
 
     def could_pay(self, costs, cap: int) -> bool:
         """Would any K >= 1 beat K = 0 if every draft were accepted? If not, no acceptance history can

@@ -1,12 +1,18 @@
 """-k auto: the policy's choices from a request's history and the costs, its probes, its
 exactness (any K it picks keeps the law), and its independence from batch-mates."""
 
+from types import SimpleNamespace
+
 import pytest
 
+from specd.core.engine import EngineConfig, SpeculativeEngine
+from specd.core.model import RowInput
 from specd.core.processors import SamplingPolicy
+from specd.core.proposer import ModelProposer
 from specd.core.records import RoundTiming
 from specd.core.sources import Offer, Plan, SourceTiming
-from specd.core.state import History, RequestState
+from specd.core.state import History, Request, RequestState
+from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, target_joint
 from specd.oracles.record import max_abs_diff
@@ -14,6 +20,7 @@ from specd.policy.autok import (
     PROBE_AFTER,
     PROBE_AFTER_MAX,
     AutoK,
+    CatchingUp,
     FixedCosts,
     OnlineCosts,
     match_profile,
@@ -120,6 +127,27 @@ def test_online_costs_time_the_first_round_plainly_then_the_draft_once():
     assert timed == [1] and costs.timed_draft("d") and k >= 1
     choose(policy, State())
     assert timed == [1]  # timed once, then from the rounds
+
+
+def test_a_model_is_timed_only_when_the_sources_timed_before_it_cannot_beat_k0():
+    costs = OnlineCosts()
+    costs.observe(timing(verify_seconds=0.040, verify_rows=1))
+    costs.observe(timing(verify_seconds=0.044, verify_rows=2))
+    timed = []
+
+    def time_step(index, rows):
+        timed.append(index)
+        return 0.0 if index == 0 else 0.03  # source 0 a lookup, 1 a model
+
+    policy = AutoK(8, 1, costs, time_draft_step=time_step)
+    long_match = [Offer(0, "suffix", 16), Offer(1, "d", None, 2)]
+    assert policy.plan(State(), long_match).source == 0
+    assert timed == [0]  # the lookup drafts far: the model's step was not timed
+    weak = History()
+    for _ in range(20):  # the lookup's one-token matches fail here
+        weak = weak.after(2, 0, "suffix", 1)
+    policy.plan(State(weak), [Offer(0, "suffix", 1), Offer(1, "d", None, 2)])
+    assert timed == [0, 1]  # nothing timed beats K = 0: now the model is timed
 
 
 def test_a_catch_up_call_is_not_a_draft_step():
@@ -242,12 +270,44 @@ def test_a_fresh_model_draft_is_tried_only_if_perfect_drafts_would_repay_the_try
     costs = slow_draft_costs(0.030)  # 0.75 of a target step: pays a little, if every draft is accepted
     policy = AutoK(8, 1, costs)
     assert policy.could_pay(costs.ledger_costs(1, 8, "d"), 8)
-    prompt = tuple(range(100))  # a first try reads the whole prompt into the draft's cache
-    assert costs.catch_up("d", 100) > costs.catch_up("d", 10) > 0
-    assert choose(policy, State(remaining=20, output=prompt)) == 0  # 20 tokens cannot repay it
-    assert choose(policy, State(remaining=5000, output=prompt)) >= 1  # 5000 can
+    fresh = [Offer(0, "d", None, 100)]  # a first try reads the whole prompt into the draft's cache
+    assert costs.catch_up("d", 100) > costs.catch_up("d", 10) > 0 == costs.catch_up("d", 2)
+    assert choose(policy, State(remaining=20), fresh) == 0  # 20 tokens cannot repay it
+    assert choose(policy, State(remaining=5000), fresh) >= 1  # 5000 can
     waited = history(*[(0, 0)] * PROBE_AFTER)  # a probe is due: it is no back door for the same try
-    assert probe_due(waited.k_schedule) and choose(policy, State(waited, remaining=20, output=prompt)) == 0
+    assert probe_due(waited.k_schedule) and choose(policy, State(waited, remaining=20), fresh) == 0
+
+
+def test_a_model_behind_the_output_pays_for_reading_it_in_that_round():
+    """The same model, the same history: an ordinary round drafts, but one whose first call must
+    first read 60 tokens emitted without it (a lookup's rounds) does not, when the catch-up costs
+    more than the round gains."""
+    costs = slow_draft_costs(0.030)
+    policy = AutoK(8, 1, costs)
+    h = history(*[(4, 3)] * 4)  # it drafts and is accepted fairly well
+    current = choose(policy, State(h), [Offer(0, "d", None, 2)])
+    assert current >= 1
+    extra = costs.catch_up("d", 60)
+    assert extra > 0
+    assert choose(policy, State(h), [Offer(0, "d", None, 60)]) == 0
+    behind = CatchingUp(costs.ledger_costs(1, 8, "d"), extra)
+    plain = costs.ledger_costs(1, 8, "d")
+    assert behind.draft_time(0, 1) == plain.draft_time(0, 1) == 0
+    assert behind.draft_time(3, 1) == pytest.approx(plain.draft_time(3, 1) + extra)
+
+
+def test_a_model_is_behind_by_what_its_cache_lacks_and_a_lookup_never_is(hf_pair):
+    _, draft = hf_pair
+    state = SimpleNamespace(slot=0, output=(3, 4, 5))
+    model = ModelProposer(draft, SamplingPolicy.build(temperature=0))
+    cache = model.new_cache()
+    cache.open(0)
+    assert model.behind(state, cache) == 3  # an empty cache lacks the whole prompt
+    model.forward(cache, [RowInput(0, (3, 4), (0, 1))], {})
+    model.settle(cache, 0, (3, 4, 5))  # its rows of 3 and 4 are kept
+    assert model.behind(state, cache) == 1
+    assert model.behind(SimpleNamespace(slot=0, output=(3, 9, 5, 6)), cache) == 4  # diverged: all of it
+    assert SuffixProposer(draft.vocab_size).behind(state, None) == 0
 
 
 def test_a_draft_timed_inside_a_round_is_not_charged_to_that_round():
@@ -277,9 +337,6 @@ def test_auto_k_and_draft_stop_keep_the_target_law_over_rounds(layout):
 
 
 def test_greedy_output_does_not_depend_on_k(hf_pair):
-    from specd.core.engine import EngineConfig, SpeculativeEngine
-    from specd.core.proposer import ModelProposer
-    from specd.core.state import Request
 
     greedy = SamplingPolicy.build(temperature=0)
     target, draft = hf_pair
@@ -298,9 +355,6 @@ def test_greedy_output_does_not_depend_on_k(hf_pair):
 
 def test_a_requests_sampled_tokens_do_not_depend_on_its_batch_mates(hf_pair):
     """Given the same costs, K is the request's own business: in a batch or alone, same draws, same tokens."""
-    from specd.core.engine import EngineConfig, SpeculativeEngine
-    from specd.core.proposer import ModelProposer
-    from specd.core.state import Request
 
     sampler = SamplingPolicy.build(temperature=1.0)
     target, draft = hf_pair
