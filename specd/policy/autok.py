@@ -272,11 +272,16 @@ class OnlineCosts:
 
 class FixedCosts:
     """A cost model that does not move (the oracle's, the tests', sweep-k's analytic auto row):
-    a ledger CostModel read at any batch, the same for every source (or one per source)."""
+    a ledger CostModel read at any batch, the same for every source (or one per source), and a
+    model's catch-up priced at ``catch_up_per_token`` target steps per token it reads beyond an
+    ordinary round's (0: free)."""
 
-    def __init__(self, model: CostModel, per_source: dict[str, CostModel] | None = None):
+    def __init__(
+        self, model: CostModel, per_source: dict[str, CostModel] | None = None, catch_up_per_token: float = 0.0
+    ):
         self.model = model
         self.per_source = per_source or {}
+        self.catch_up_per_token = catch_up_per_token
 
     def ledger_costs(self, batch: int, k_max: int, source: str | None = None) -> CostModel:
         return self.per_source.get(source, self.model)
@@ -287,7 +292,7 @@ class FixedCosts:
         return True
 
     def catch_up(self, source: str, tokens: int) -> float:
-        return 0.0
+        return self.catch_up_per_token * max(tokens - ORDINARY_READ, 0)
 
 
 def trailing_zeros(schedule: tuple[int, ...]) -> int:
