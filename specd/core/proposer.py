@@ -152,19 +152,21 @@ class ModelProposer(Proposer):
     def forward_calls(self) -> int:
         return getattr(self.model, "forward_calls", 0)
 
+    def held(self, cache: KVCache, state: RequestState) -> int:
+        """How many of the output's tokens the draft cache holds: its committed rows when they are a
+        prefix of the output, else 0 (it diverged and must start again)."""
+        committed = cache.committed(state.slot)
+        return len(committed) if state.output[: len(committed)] == committed else 0
+
     def pending(self, cache: KVCache, state: RequestState) -> tuple[int, ...]:
         """Output tokens the draft cache does not hold yet (all of them if it diverged)."""
-        committed = cache.committed(state.slot)
-        if state.output[: len(committed)] != committed:
+        held = self.held(cache, state)
+        if held < len(cache.committed(state.slot)):
             cache.reset(state.slot)
-            committed = ()
-        return state.output[len(committed) :]
+        return state.output[held:]
 
     def behind(self, state: RequestState, cache: KVCache) -> int:
-        committed = cache.committed(state.slot)
-        if state.output[: len(committed)] != committed:
-            return len(state.output)
-        return len(state.output) - len(committed)
+        return len(state.output) - self.held(cache, state)
 
     def draw(self, q_rows: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
         """d_i from q_i: inverse CDF at the proposal uniform u float64[N] (argmax when the draft is
