@@ -154,12 +154,6 @@ class SourceSet:
     def new_cache(self) -> SourceCaches:
         return SourceCaches([s.new_cache() for s in self.sources])
 
-    def available(self, state: RequestState, caches: SourceCaches) -> tuple[bool, ...]:
-        """Which sources could propose for ``state`` this round (a lookup needs a match)."""
-        if len(self.sources) == 1:
-            return (self.sources[0].available(state, caches.caches[0]),)
-        return tuple(s.available(state, c) for s, c in zip(self.sources, caches.caches))
-
     def offers(self, state: RequestState, caches: SourceCaches) -> list[Offer]:
         """The sources that could propose for ``state`` this round, in the user's order, each with
         its match length and how far behind the output its cache is. A lookup proposes exactly when
