@@ -2,7 +2,7 @@
 the machine's measured costs.
 
 For each request and round K maximizes the ledger's predicted progress per unit time,
-E[G(K)] / E[T_round(K)] (``specd.policy.ledger.progress_rate``, the one home of the
+E[G(K)] / E[T_round(K)] (``specd.policy.ledger.progress_rates``, the one home of the
 formula), over K in 0..k_max, where
 
 - the acceptance profile is the request's own (its ``History``: reach-conditioned
@@ -12,8 +12,9 @@ formula), over K in 0..k_max, where
   long a match its proposal continues (``Offer.match``, a function of the published
   output), and a long match is a copy where a short one is a guess: its profile is the
   request's own acceptance at matches of that tier (``match_tier``: lengths that double
-  share one), every position alike, shrunk toward L / (L + 1) for a match of length L
-  (1: even odds; 8: 0.89), so the first long match already drafts far;
+  share one), shrunk toward L / (L + 1) for a match of length L (1: even odds; 8: 0.89),
+  so the first long match already drafts far, and rising along the draft, since a copy
+  that has gone on is likelier to go on (``match_profile``);
 - the costs are the run's, measured as it goes (``OnlineCosts``): a target call and a
   draft step as functions of their row counts, from moving medians of recent rounds,
   and the rest of a round (sampling, staging, cache commit). They are facts about the
@@ -28,7 +29,7 @@ formula), over K in 0..k_max, where
 - in a batch, a request's K is priced with the whole batch's cost: a batched verification
   call is as wide as its longest row, so the B - 1 other requests (counted as drafting
   nothing, each emitting one token) pay for this request's drafts too
-  (``progress_rate(..., companions=B - 1)``). At B = 1 this is the plain rate.
+  (``progress_rates(..., companions=B - 1)``). At B = 1 this is the plain rate.
 
 K = 0 is a plain target step for that request. A source the request never drafted from is
 tried (first, or by a probe) when nothing beats K = 0 only if drafting perfectly for the
@@ -58,7 +59,7 @@ from specd.core.sources import Offer, Plan, plan_from
 from specd.core.state import History, RequestState, match_tier
 from specd.errors import UsageError
 from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max
-from specd.policy.ledger import CostModel, MeasuredCosts, best_k, progress_rate
+from specd.policy.ledger import CostModel, MeasuredCosts, progress_rates
 from specd.policy.profile import AcceptanceProfile
 
 TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
@@ -67,6 +68,7 @@ PROBE_AFTER_MAX = 128  # also: K = 0 rounds before re-timing a draft too slow to
 PRIOR = (1.0, 1.0)  # Beta(a, b) for a request's pooled acceptance rate
 POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward the pooled rate
 MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward L / (L + 1)
+COPY_MEMORY = 4.0  # pseudo-drafts of a copy's acceptance before its own accepted drafts raise it
 FIXED_ROWS_PRIOR = 16.0  # one timed row count: T(R) taken proportional to (16 + R)
 WINDOW = 48  # recent rounds the costs are read from
 ORDINARY_READ = 2  # tokens a draft's first call reads after a round it drafted in (its last draft, the bonus)
@@ -111,20 +113,26 @@ def request_profile(history: History, k_max: int) -> AcceptanceProfile:
     return AcceptanceProfile(tuple(alphas), False, "request history")
 
 
-def match_profile(history: History, source: str, match: int) -> AcceptanceProfile:
-    """One request's acceptance of ``source``'s drafts when they continue a match of length ``match``:
-    (accepted + s * L / (L + 1)) / (reached + s) over its rounds at that match tier, one rate for
-    every position (a copy goes on or stops, whatever the position)."""
+def match_profile(history: History, source: str, match: int, k_max: int) -> AcceptanceProfile:
+    """One request's acceptance of ``source``'s drafts when they continue a match of length ``match``.
+
+    The tier's rate m = (accepted + s * L / (L + 1)) / (reached + s) over the request's rounds at
+    that match tier, and a copy that has gone on is likelier to go on: the draft at position j,
+    reached after j - 1 accepted, is accepted with (m * c + j - 1) / (c + j - 1), a Polya urn with
+    COPY_MEMORY = c pseudo-drafts of weight m (on the benchmark's 21 prompts a draft's acceptance
+    follows the length of the match it continues, the first position's and the later ones alike:
+    0.67 at 2-3 tokens, 0.85 at 4-7, 0.93 at 8-15)."""
     reached, accepted = history.matched(source, match_tier(match))
     prior = match / (match + 1)
     rate = (accepted + MATCH_STRENGTH * prior) / (reached + MATCH_STRENGTH)
-    return AcceptanceProfile((rate,), True, "request history at this match length")
+    alphas = tuple((rate * COPY_MEMORY + j) / (COPY_MEMORY + j) for j in range(max(k_max, 1)))
+    return AcceptanceProfile(alphas, False, "request history at this match length")
 
 
 def offer_profile(history: History, offer: Offer, k_max: int) -> AcceptanceProfile:
     """The acceptance profile a request's plan reads for one offer (see the module docstring)."""
     if offer.match:
-        return match_profile(history, offer.identity, offer.match)
+        return match_profile(history, offer.identity, offer.match, k_max)
     return request_profile(history.of(offer.identity), k_max)
 
 
@@ -295,6 +303,19 @@ class FixedCosts:
         return self.catch_up_per_token * max(tokens - ORDINARY_READ, 0)
 
 
+@dataclass(frozen=True)
+class Option:
+    """One timed source's best K >= 1 for a request this round."""
+
+    offer: Offer
+    k: int
+    rate: float  # the ledger's progress rate at k (CatchingUp included)
+    off: float  # the rate at K = 0 (a plain target step)
+    untried: bool  # the request never drafted from this source
+    costs: object  # the source's ledger costs, without the catch-up
+    extra: float  # the catch-up, in target steps, a K >= 1 round from it would pay
+
+
 def trailing_zeros(schedule: tuple[int, ...]) -> int:
     """How many of the last rounds had K = 0."""
     zeros = 0
@@ -338,71 +359,82 @@ class AutoK(KPolicy):
         self.batch = batch
         self.costs = costs if costs is not None else OnlineCosts()
         self.time_draft_step = time_draft_step
+        self._perfect_read: dict = {}
 
     def plan(self, state: RequestState, sources) -> Plan:
         """``sources``: the ``Offer`` of each source that can propose this round, in the user's order."""
         cap = min(self.k_max, state.draft_budget)
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
-        options, off = [], None  # options: (progress rate at its best K >= 1, triable now, never tried, offer, K)
+        options, off = [], None  # options: Option per timed source, in the user's order
         for offer in sources:
             if not self.costs.timed_draft(offer.identity):
                 if self.time_draft_step is None:
                     return plan_from(offer, min(TIMING_K, cap))
                 # timing a model costs its steps: only when the sources timed so far cannot beat K = 0
-                if options and max(o[0] for o in options) > off:
+                if options and max(o.rate for o in options) > off:
                     continue
                 started = time.perf_counter()
                 seconds = self.time_draft_step(offer.index, self.batch)
                 self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)
-            options.append(self._option(state, offer, cap))
+            option = self._option(state, offer, cap)
+            options.append(option)
             if off is None:  # K = 0 is a plain target step, whichever source's costs it is read from
-                off = progress_rate(
-                    request_profile(state.history, self.k_max),
-                    self.costs.ledger_costs(self.batch, self.k_max, offer.identity),
-                    0,
-                    self.batch,
-                    companions=self.batch - 1,
-                )
-        rate, _, _, offer, k = max(options, key=lambda o: (o[0], -o[3].index))
-        if rate > off:
-            return plan_from(offer, k)
+                off = option.off
+        best = max(options, key=lambda o: (o.rate, -o.offer.index))
+        if best.rate > off:
+            return plan_from(best.offer, best.k)
         schedule = state.history.k_schedule
-        triable = [o for o in options if o[1]]
-        fresh = [o for o in triable if o[2]]  # never tried: its prior is no evidence against it
+        triable = [o for o in options if self._triable(state, o, cap)]
+        fresh = [o for o in triable if o.untried]  # never tried: its prior is no evidence against it
         if fresh:
-            return plan_from(fresh[0][3], fresh[0][4])
+            return plan_from(fresh[0].offer, fresh[0].k)
         if triable and probe_due(schedule):
-            best = max(triable, key=lambda o: (o[0], -o[3].index))
-            return plan_from(best[3], best[4])
+            best = max(triable, key=lambda o: (o.rate, -o.offer.index))
+            return plan_from(best.offer, best.k)
         if trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # even perfect acceptance would lose: re-time
             return plan_from(sources[0], min(TIMING_K, cap))
         return Plan(None, 0)
 
-    def _option(self, state: RequestState, offer: Offer, cap: int) -> tuple:
-        """One timed source's best K this round and what it would make of the request's progress:
-        (rate, may it be tried now, never tried, offer, K)."""
+    def _option(self, state: RequestState, offer: Offer, cap: int) -> Option:
+        """One timed source's best K >= 1 this round and what it would make of the request's progress."""
         name = offer.identity
         plain = self.costs.ledger_costs(self.batch, self.k_max, name)
         extra = self.costs.catch_up(name, offer.behind)
         # a model behind the output (after lookup or K = 0 rounds) reads it first, this round
         costs = CatchingUp(plain, extra) if extra > 0 else plain
         profile = offer_profile(state.history, offer, self.k_max)
-        k = best_k(profile, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
+        rates = progress_rates(profile, costs, cap, self.batch, companions=self.batch - 1)
+        k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
         untried = not any(state.history.of(name).k_schedule)
-        rate = progress_rate(profile, costs, k, self.batch, companions=self.batch - 1)
-        # worth a try (a probe, or a first try): it could pay at all, and a first try repays itself
-        triable = self.could_pay(plain, cap) and (not untried or self.worth_trying(state, plain, extra, cap))
-        return rate, triable, untried, offer, k
+        return Option(offer, k, rates[k], rates[0], untried, plain, extra)
+
+    def _triable(self, state: RequestState, option: Option, cap: int) -> bool:
+        """May a source that does not beat K = 0 be tried now (a probe, or a first try)? It could pay
+        at all, and a first try repays itself."""
+        if not self.could_pay(option.costs, cap):
+            return False
+        return not option.untried or self.worth_trying(state, option.costs, option.extra, cap)
+
+    def _perfect(self, costs, cap: int) -> tuple[int, float, float]:
+        """(best K >= 1, its rate, K = 0's rate) if every draft were accepted, at ``costs``: a fact
+        about the costs alone, kept while they are the same record."""
+        key = (id(costs), cap)
+        kept = self._perfect_read.get(key)
+        if kept is None or kept[0] is not costs:
+            perfect = AcceptanceProfile((1.0,), True, "perfect")
+            rates = progress_rates(perfect, costs, cap, self.batch, companions=self.batch - 1)
+            k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
+            if len(self._perfect_read) > 64:
+                self._perfect_read.clear()
+            kept = self._perfect_read[key] = (costs, (k, rates[k], rates[0]))
+        return kept[1]
 
     def worth_trying(self, state: RequestState, costs, extra: float, cap: int) -> bool:
         """Would drafting with every draft accepted, over the rest of the request's budget, save more
         time than one try costs: its K draft steps and ``extra``, a model's reading of the output its
         cache lacks (``catch_up``)? A lookup costs (almost) nothing to try."""
-        perfect = AcceptanceProfile((1.0,), True, "perfect")
-        k = best_k(perfect, costs, range(1, cap + 1), self.batch, companions=self.batch - 1)
-        rate = progress_rate(perfect, costs, k, self.batch, companions=self.batch - 1)
-        off = progress_rate(perfect, costs, 0, self.batch, companions=self.batch - 1)
+        k, rate, off = self._perfect(costs, cap)
         if rate <= off:
             return False
         return state.remaining * (1.0 / off - 1.0 / rate) > costs.draft_time(k, self.batch) + extra
@@ -410,8 +442,5 @@ class AutoK(KPolicy):
     def could_pay(self, costs, cap: int) -> bool:
         """Would any K >= 1 beat K = 0 if every draft were accepted? If not, no acceptance history can
         make drafting pay at these costs, and probing for one is wasted time."""
-        perfect = AcceptanceProfile((1.0,), True, "perfect")
-        off = progress_rate(perfect, costs, 0, self.batch, companions=self.batch - 1)
-        return any(
-            progress_rate(perfect, costs, k, self.batch, companions=self.batch - 1) > off for k in range(1, cap + 1)
-        )
+        _, rate, off = self._perfect(costs, cap)
+        return rate > off

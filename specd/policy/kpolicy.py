@@ -27,9 +27,9 @@ from specd.core.state import RequestState
 from specd.errors import KScheduleMismatch, UsageError
 
 MAX_K = 64  # drafts per round, fixed or auto; past this a draft is never the bottleneck worth widening
-# -k auto's largest K unless --k-max says: a lookup copying a passage still gains from 8 to 16
-# drafts on a CPU (16 verified rows cost about 2 target steps there), and the ledger picks below it.
-DEFAULT_K_MAX = 16
+# -k auto's largest K unless --k-max says: a lookup copying a passage still gains from 16 to 32
+# drafts on a CPU (33 verified rows cost 1.1-1.3 times 17 there), and the ledger picks below it.
+DEFAULT_K_MAX = 32
 
 
 def check_k(value: int | str, where: str = "-k") -> None:

@@ -115,6 +115,33 @@ def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
     return cost.draft_time(k, batch) + cost.verify_time(k, batch, context) + cost.state_cost + cost.queue_cost
 
 
+def progress_rates(
+    profile: AcceptanceProfile,
+    cost,
+    k_max: int,
+    batch: int = 1,
+    context: int = 0,
+    stop_probability: float = 0.0,
+    companions: int = 0,
+) -> list[float]:
+    """E[G(K)] / E[T_round(K)] for K = 0..k_max, in one pass over the positions: committed tokens
+    per unit time, what -k auto maximizes over K.
+
+    ``companions``: requests of the batch that share the round's verification call without
+    drafting. They emit one token each and pay its width too (a batched call is as wide as its
+    longest row), so one request's K is priced with the whole batch's cost:
+    (E[G(K)] + companions) / E[T_round(K)]. 0: every request of the batch drafts K (the table's view).
+    """
+    keep = 1.0 - stop_probability
+    reach, progress = 1.0, 1.0  # s_K (1 - eta)^K and E[G(K)], from K = 0 on
+    rates = [(progress + companions) / round_time(cost, 0, batch, context)]
+    for k in range(1, k_max + 1):
+        reach *= profile.alpha(k) * keep
+        progress += reach
+        rates.append((progress + companions) / round_time(cost, k, batch, context))
+    return rates
+
+
 def progress_rate(
     profile: AcceptanceProfile,
     cost,
@@ -124,15 +151,8 @@ def progress_rate(
     stop_probability: float = 0.0,
     companions: int = 0,
 ) -> float:
-    """E[G(K)] / E[T_round(K)]: committed tokens per unit time, what -k auto maximizes over K.
-
-    ``companions``: requests of the batch that share the round's verification call without
-    drafting. They emit one token each and pay its width too (a batched call is as wide as its
-    longest row), so one request's K is priced with the whole batch's cost:
-    (E[G(K)] + companions) / E[T_round(K)]. 0: every request of the batch drafts K (the table's view).
-    """
-    progress = expected_progress(profile, k, stop_probability) + companions
-    return progress / round_time(cost, k, batch, context)
+    """The progress rate at one K (``progress_rates``)."""
+    return progress_rates(profile, cost, k, batch, context, stop_probability, companions)[k]
 
 
 def best_k(
@@ -145,4 +165,6 @@ def best_k(
     companions: int = 0,
 ) -> int:
     """-k auto's choice: the K in ``ks`` with the highest progress rate, the smaller K on a tie."""
-    return max(ks, key=lambda k: (progress_rate(profile, cost, k, batch, context, stop_probability, companions), -k))
+    ks = list(ks)
+    rates = progress_rates(profile, cost, max(ks), batch, context, stop_probability, companions)
+    return max(ks, key=lambda k: (rates[k], -k))

@@ -17,6 +17,7 @@ from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, target_joint
 from specd.oracles.record import max_abs_diff
 from specd.policy.autok import (
+    COPY_MEMORY,
     PROBE_AFTER,
     PROBE_AFTER_MAX,
     AutoK,
@@ -236,12 +237,28 @@ FREE_LOOKUP = FixedCosts(CostModel(draft_cost=0.0, row_cost=0.2, draft_row_cost=
 def test_a_lookup_drafts_far_on_a_long_match_and_little_on_a_short_one():
     policy = AutoK(8, 1, FREE_LOOKUP)
     ks = [choose(policy, State(), [Offer(0, "suffix", n)]) for n in (1, 4, 8, 16)]
-    assert ks == sorted(set(ks)) and ks[-1] == 8  # no evidence yet: the prior L / (L + 1), rising with L
-    profile = match_profile(History(), "suffix", 16)
-    assert profile.alpha(1) == profile.alpha(8) == pytest.approx(16 / 17)
+    assert ks == sorted(ks) and ks[0] < ks[1] < ks[-1] == 8  # no evidence yet: the prior L / (L + 1), rising with L
+    profile = match_profile(History(), "suffix", 16, 8)
+    assert profile.alpha(1) == pytest.approx(16 / 17)
     assert choose(policy, State(), [Offer(0, "suffix")]) == best_k(
         request_profile(History(), 8), FREE_LOOKUP.model, range(1, 9)
     )  # a source without a match length: the request's plain profile
+
+
+def test_a_copy_that_has_gone_on_is_likelier_to_go_on():
+    rate = 0.5  # a match of 1 token, no evidence: even odds at the first draft
+    profile = match_profile(History(), "suffix", 1, 8)
+    alphas = [profile.alpha(j) for j in range(1, 9)]
+    assert alphas[0] == pytest.approx(rate)
+    assert alphas == sorted(alphas) and alphas[-1] < 1.0  # rising along the draft, never certain
+    c = COPY_MEMORY
+    assert alphas[3] == pytest.approx((rate * c + 3) / (c + 3))  # 3 accepted drafts before position 4
+    certain = History()
+    for _ in range(40):
+        certain = certain.after(8, 8, "suffix", match=16)
+    assert match_profile(certain, "suffix", 16, 8).alpha(8) == pytest.approx(
+        match_profile(certain, "suffix", 16, 8).alpha(1), abs=0.01
+    )  # a tier that always copied stays near its rate
 
 
 def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
@@ -249,7 +266,7 @@ def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
     h = History()
     for _ in range(6):  # long matches that did not copy
         h = h.after(8, 0, "suffix", match=20)
-    assert match_profile(h, "suffix", 20).alpha(1) == pytest.approx((0 + 2 * 20 / 21) / (6 + 2))
+    assert match_profile(h, "suffix", 20, 8).alpha(1) == pytest.approx((0 + 2 * 20 / 21) / (6 + 2))
     assert choose(policy, State(h), [Offer(0, "suffix", 20)]) <= 1
     assert choose(policy, State(h), [Offer(0, "suffix", 5)]) == choose(policy, State(), [Offer(0, "suffix", 5)])
     for _ in range(6):  # short matches that did
