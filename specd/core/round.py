@@ -83,7 +83,9 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         else:
             accept_u, terminal_u = uniforms(session, active, ks, rows.device)
             decision = eng.sampler.decide(rows, q.to(rows.dtype), draft, k_lens, accept_u)
-        terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
+        terminal = decision.decided_terminal  # greedy and invariant: the target's token, nothing to draw
+        if terminal is None:
+            terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
         for txn, a, t, bonus in zip(txns, decision.accepted.tolist(), terminal.tolist(), decision.is_bonus.tolist()):
             txn.decided(Outcome(a, t, bonus))
 

@@ -138,6 +138,9 @@ class Decision:
     ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding
     p_draft: torch.Tensor  # float[B, K] p_i(d_i)
     q_draft: torch.Tensor  # float[B, K] q_i(d_i)
+    # int64[B] the terminal token where the rule decided it (greedy, the invariant rule): terminal_rows
+    # is then its point mass, and drawing from it would return it whatever the uniform
+    decided_terminal: torch.Tensor | None = None
 
 
 class RejectionSampler:
@@ -241,7 +244,7 @@ class RejectionSampler:
         argmax_at = targets.gather(1, accepted.unsqueeze(1)).squeeze(1)
         point_mass = torch.zeros(b, q.shape[-1], dtype=torch.float64, device=q.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
-        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft)
+        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, argmax_at)
 
     # -- the invariant rule (specd.core.gumbel): every emitted token is the target's Gumbel-max token
     def noise_key(self, state) -> int:
