@@ -312,7 +312,13 @@ class Pipeline:
             for source in sources:
                 if source.shares_target_cache:
                     self.costs.share_body(source.identity)
-            policy = AutoK(o.k_max, batch, self.costs, lambda index, rows: sources[index].step_seconds(rows))
+            policy = AutoK(
+                o.k_max,
+                batch,
+                self.costs,
+                lambda index, rows: sources[index].step_seconds(rows),
+                greedy=self.target_policy.greedy,
+            )
         else:
             policy = FixedK(k)
         return SpeculativeEngine(

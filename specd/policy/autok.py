@@ -13,8 +13,9 @@ formula), over K in 0..k_max, where
   output), and a long match is a copy where a short one is a guess: its profile is the
   request's own acceptance at matches of that tier (``match_tier``: lengths that double
   share one), shrunk toward L / (L + 1) for a match of length L (1: even odds; 8: 0.89),
-  so the first long match already drafts far, and rising along the draft, since a copy
-  that has gone on is likelier to go on (``match_profile``);
+  so the first long match already drafts far, and with a greedy target rising along the
+  draft, since a copy that has gone on is likelier to go on (``match_profile``; sampled,
+  each draft is kept with the target's chance of the copied token, alike along the draft);
 - the costs are the run's, measured as it goes (``OnlineCosts``): a target call and a
   draft step as functions of their row counts, from moving medians of recent rounds,
   and the rest of a round (sampling, staging, cache commit). They are facts about the
@@ -113,26 +114,31 @@ def request_profile(history: History, k_max: int) -> AcceptanceProfile:
     return AcceptanceProfile(tuple(alphas), False, "request history")
 
 
-def match_profile(history: History, source: str, match: int, k_max: int) -> AcceptanceProfile:
+def match_profile(history: History, source: str, match: int, k_max: int, rising: bool) -> AcceptanceProfile:
     """One request's acceptance of ``source``'s drafts when they continue a match of length ``match``.
 
     The tier's rate m = (accepted + s * L / (L + 1)) / (reached + s) over the request's rounds at
-    that match tier, and a copy that has gone on is likelier to go on: the draft at position j,
-    reached after j - 1 accepted, is accepted with (m * c + j - 1) / (c + j - 1), a Polya urn with
-    COPY_MEMORY = c pseudo-drafts of weight m (on the benchmark's 21 prompts a draft's acceptance
-    follows the length of the match it continues, the first position's and the later ones alike:
-    0.67 at 2-3 tokens, 0.85 at 4-7, 0.93 at 8-15)."""
+    that match tier. ``rising`` (a greedy target, whose copy goes on until its argmax leaves it): a
+    copy that has gone on is likelier to go on, so the draft at position j, reached after j - 1
+    accepted, is accepted with (m * c + j - 1) / (c + j - 1), a Polya urn with COPY_MEMORY = c
+    pseudo-drafts of weight m (on the benchmark's 21 prompts, greedy, a draft's acceptance follows
+    the length of the match it continues, the first position's and the later ones alike: 0.67 at
+    2-3 tokens, 0.85 at 4-7, 0.93 at 8-15). Otherwise (sampled: each draft is kept with the
+    target's chance of the copied token) m at every position."""
     reached, accepted = history.matched(source, match_tier(match))
     prior = match / (match + 1)
     rate = (accepted + MATCH_STRENGTH * prior) / (reached + MATCH_STRENGTH)
+    if not rising:
+        return AcceptanceProfile((rate,), True, "request history at this match length")
     alphas = tuple((rate * COPY_MEMORY + j) / (COPY_MEMORY + j) for j in range(max(k_max, 1)))
-    return AcceptanceProfile(alphas, False, "request history at this match length")
+    return AcceptanceProfile(alphas, False, "request history at this match length, rising along a copy")
 
 
-def offer_profile(history: History, offer: Offer, k_max: int) -> AcceptanceProfile:
-    """The acceptance profile a request's plan reads for one offer (see the module docstring)."""
+def offer_profile(history: History, offer: Offer, k_max: int, greedy: bool = False) -> AcceptanceProfile:
+    """The acceptance profile a request's plan reads for one offer (see the module docstring);
+    ``greedy``: the target decodes greedily."""
     if offer.match:
-        return match_profile(history, offer.identity, offer.match, k_max)
+        return match_profile(history, offer.identity, offer.match, k_max, rising=greedy)
     return request_profile(history.of(offer.identity), k_max)
 
 
@@ -346,7 +352,9 @@ class AutoK(KPolicy):
     subscribes its ``observe`` to the engine's round timings), or any object with
     ``ledger_costs(batch, k_max, source)`` (the oracle passes fixed costs)."""
 
-    def __init__(self, k_max: int = DEFAULT_K_MAX, batch: int = 1, costs=None, time_draft_step=None):
+    def __init__(
+        self, k_max: int = DEFAULT_K_MAX, batch: int = 1, costs=None, time_draft_step=None, greedy: bool = False
+    ):
         """``time_draft_step(source index, rows) -> seconds``: times one step of a draft source when the
         costs have none yet (Proposer.step_seconds), so the first decision need not draft to learn
         what drafting costs. It is called only when the sources already timed (in the user's order)
@@ -359,6 +367,7 @@ class AutoK(KPolicy):
         self.batch = batch
         self.costs = costs if costs is not None else OnlineCosts()
         self.time_draft_step = time_draft_step
+        self.greedy = greedy  # the target decodes greedily: a lookup's copy rises along the draft (match_profile)
         self._perfect_read: dict = {}
 
     def plan(self, state: RequestState, sources) -> Plan:
@@ -403,7 +412,7 @@ class AutoK(KPolicy):
         extra = self.costs.catch_up(name, offer.behind)
         # a model behind the output (after lookup or K = 0 rounds) reads it first, this round
         costs = CatchingUp(plain, extra) if extra > 0 else plain
-        profile = offer_profile(state.history, offer, self.k_max)
+        profile = offer_profile(state.history, offer, self.k_max, self.greedy)
         rates = progress_rates(profile, costs, cap, self.batch, companions=self.batch - 1)
         k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
         untried = not any(state.history.of(name).k_schedule)

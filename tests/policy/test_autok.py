@@ -238,7 +238,7 @@ def test_a_lookup_drafts_far_on_a_long_match_and_little_on_a_short_one():
     policy = AutoK(8, 1, FREE_LOOKUP)
     ks = [choose(policy, State(), [Offer(0, "suffix", n)]) for n in (1, 4, 8, 16)]
     assert ks == sorted(ks) and ks[0] < ks[1] < ks[-1] == 8  # no evidence yet: the prior L / (L + 1), rising with L
-    profile = match_profile(History(), "suffix", 16, 8)
+    profile = match_profile(History(), "suffix", 16, 8, rising=True)
     assert profile.alpha(1) == pytest.approx(16 / 17)
     assert choose(policy, State(), [Offer(0, "suffix")]) == best_k(
         request_profile(History(), 8), FREE_LOOKUP.model, range(1, 9)
@@ -247,7 +247,7 @@ def test_a_lookup_drafts_far_on_a_long_match_and_little_on_a_short_one():
 
 def test_a_copy_that_has_gone_on_is_likelier_to_go_on():
     rate = 0.5  # a match of 1 token, no evidence: even odds at the first draft
-    profile = match_profile(History(), "suffix", 1, 8)
+    profile = match_profile(History(), "suffix", 1, 8, rising=True)
     alphas = [profile.alpha(j) for j in range(1, 9)]
     assert alphas[0] == pytest.approx(rate)
     assert alphas == sorted(alphas) and alphas[-1] < 1.0  # rising along the draft, never certain
@@ -256,9 +256,13 @@ def test_a_copy_that_has_gone_on_is_likelier_to_go_on():
     certain = History()
     for _ in range(40):
         certain = certain.after(8, 8, "suffix", match=16)
-    assert match_profile(certain, "suffix", 16, 8).alpha(8) == pytest.approx(
-        match_profile(certain, "suffix", 16, 8).alpha(1), abs=0.01
+    assert match_profile(certain, "suffix", 16, 8, rising=True).alpha(8) == pytest.approx(
+        match_profile(certain, "suffix", 16, 8, rising=True).alpha(1), abs=0.01
     )  # a tier that always copied stays near its rate
+    sampled = match_profile(History(), "suffix", 1, 8, rising=False)  # each draft kept with p's chance
+    assert [sampled.alpha(j) for j in range(1, 9)] == [rate] * 8
+    greedy_k = choose(AutoK(8, 1, FREE_LOOKUP, greedy=True), State(), [Offer(0, "suffix", 2)])
+    assert greedy_k > choose(AutoK(8, 1, FREE_LOOKUP), State(), [Offer(0, "suffix", 2)])
 
 
 def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
@@ -266,7 +270,7 @@ def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
     h = History()
     for _ in range(6):  # long matches that did not copy
         h = h.after(8, 0, "suffix", match=20)
-    assert match_profile(h, "suffix", 20, 8).alpha(1) == pytest.approx((0 + 2 * 20 / 21) / (6 + 2))
+    assert match_profile(h, "suffix", 20, 8, rising=True).alpha(1) == pytest.approx((0 + 2 * 20 / 21) / (6 + 2))
     assert choose(policy, State(h), [Offer(0, "suffix", 20)]) <= 1
     assert choose(policy, State(h), [Offer(0, "suffix", 5)]) == choose(policy, State(), [Offer(0, "suffix", 5)])
     for _ in range(6):  # short matches that did
