@@ -413,7 +413,7 @@ class AutoK(KPolicy):
         # a model behind the output (after lookup or K = 0 rounds) reads it first, this round
         costs = CatchingUp(plain, extra) if extra > 0 else plain
         profile = offer_profile(state.history, offer, self.k_max, self.greedy)
-        rates = progress_rates(profile, costs, cap, self.batch, companions=self.batch - 1)
+        rates = progress_rates(profile, costs, range(cap + 1), self.batch, companions=self.batch - 1)
         k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
         untried = not any(state.history.of(name).k_schedule)
         return Option(offer, k, rates[k], rates[0], untried, plain, extra)
@@ -432,7 +432,7 @@ class AutoK(KPolicy):
         kept = self._perfect_read.get(key)
         if kept is None or kept[0] is not costs:
             perfect = AcceptanceProfile((1.0,), True, "perfect")
-            rates = progress_rates(perfect, costs, cap, self.batch, companions=self.batch - 1)
+            rates = progress_rates(perfect, costs, range(cap + 1), self.batch, companions=self.batch - 1)
             k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
             if len(self._perfect_read) > 64:
                 self._perfect_read.clear()

@@ -118,27 +118,31 @@ def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
 def progress_rates(
     profile: AcceptanceProfile,
     cost,
-    k_max: int,
+    ks,
     batch: int = 1,
     context: int = 0,
     stop_probability: float = 0.0,
     companions: int = 0,
-) -> list[float]:
-    """E[G(K)] / E[T_round(K)] for K = 0..k_max, in one pass over the positions: committed tokens
-    per unit time, what -k auto maximizes over K.
+) -> dict[int, float]:
+    """K -> E[G(K)] / E[T_round(K)] for each K in ``ks``, in one pass over the positions (E[G(K)]
+    is ``expected_progress``, accumulated position by position): committed tokens per unit time,
+    what -k auto maximizes over K. Only the K asked are priced (a measured cost may hold no others).
 
     ``companions``: requests of the batch that share the round's verification call without
     drafting. They emit one token each and pay its width too (a batched call is as wide as its
     longest row), so one request's K is priced with the whole batch's cost:
     (E[G(K)] + companions) / E[T_round(K)]. 0: every request of the batch drafts K (the table's view).
     """
+    wanted = set(ks)
     keep = 1.0 - stop_probability
     reach, progress = 1.0, 1.0  # s_K (1 - eta)^K and E[G(K)], from K = 0 on
-    rates = [(progress + companions) / round_time(cost, 0, batch, context)]
-    for k in range(1, k_max + 1):
-        reach *= profile.alpha(k) * keep
-        progress += reach
-        rates.append((progress + companions) / round_time(cost, k, batch, context))
+    rates = {}
+    for k in range(max(wanted) + 1):
+        if k:
+            reach *= profile.alpha(k) * keep
+            progress += reach
+        if k in wanted:
+            rates[k] = (progress + companions) / round_time(cost, k, batch, context)
     return rates
 
 
@@ -152,7 +156,7 @@ def progress_rate(
     companions: int = 0,
 ) -> float:
     """The progress rate at one K (``progress_rates``)."""
-    return progress_rates(profile, cost, k, batch, context, stop_probability, companions)[k]
+    return progress_rates(profile, cost, (k,), batch, context, stop_probability, companions)[k]
 
 
 def best_k(
@@ -165,6 +169,5 @@ def best_k(
     companions: int = 0,
 ) -> int:
     """-k auto's choice: the K in ``ks`` with the highest progress rate, the smaller K on a tie."""
-    ks = list(ks)
-    rates = progress_rates(profile, cost, max(ks), batch, context, stop_probability, companions)
-    return max(ks, key=lambda k: (rates[k], -k))
+    rates = progress_rates(profile, cost, ks, batch, context, stop_probability, companions)
+    return max(rates, key=lambda k: (rates[k], -k))
