@@ -60,7 +60,7 @@ from specd.core.sources import Offer, Plan, plan_from
 from specd.core.state import History, RequestState, match_tier
 from specd.errors import UsageError
 from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max
-from specd.policy.ledger import CostModel, MeasuredCosts, progress_rates
+from specd.policy.ledger import CostModel, MeasuredCosts, best_of, progress_rates
 from specd.policy.profile import AcceptanceProfile
 
 TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
@@ -414,7 +414,7 @@ class AutoK(KPolicy):
         costs = CatchingUp(plain, extra) if extra > 0 else plain
         profile = offer_profile(state.history, offer, self.k_max, self.greedy)
         rates = progress_rates(profile, costs, range(cap + 1), self.batch, companions=self.batch - 1)
-        k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
+        k = best_of(rates, range(1, cap + 1))
         untried = not any(state.history.of(name).k_schedule)
         return Option(offer, k, rates[k], rates[0], untried, plain, extra)
 
@@ -433,7 +433,7 @@ class AutoK(KPolicy):
         if kept is None or kept[0] is not costs:
             perfect = AcceptanceProfile((1.0,), True, "perfect")
             rates = progress_rates(perfect, costs, range(cap + 1), self.batch, companions=self.batch - 1)
-            k = max(range(1, cap + 1), key=lambda j: (rates[j], -j))
+            k = best_of(rates, range(1, cap + 1))
             if len(self._perfect_read) > 64:
                 self._perfect_read.clear()
             kept = self._perfect_read[key] = (costs, (k, rates[k], rates[0]))

@@ -104,10 +104,18 @@ def accepted_distribution(profile: AcceptanceProfile, k: int) -> list[float]:
     return [s[a] - s[a + 1] for a in range(k)] + [s[k]]
 
 
-def expected_progress(profile: AcceptanceProfile, k: int, stop_probability: float = 0.0) -> float:
-    s = [1.0, *survival(profile, k)]
+def progress_by_k(profile: AcceptanceProfile, k_max: int, stop_probability: float = 0.0) -> list[float]:
+    """E[G(K)] for K = 0..k_max in one pass: E[G(K)] = E[G(K - 1)] + s_K (1 - eta)^K, E[G(0)] = 1."""
     keep = 1.0 - stop_probability
-    return sum(s[i - 1] * keep ** (i - 1) for i in range(1, k + 2))
+    reach, progress = 1.0, [1.0]  # s_K (1 - eta)^K, from K = 0 on
+    for k in range(1, k_max + 1):
+        reach *= profile.alpha(k) * keep
+        progress.append(progress[-1] + reach)
+    return progress
+
+
+def expected_progress(profile: AcceptanceProfile, k: int, stop_probability: float = 0.0) -> float:
+    return progress_by_k(profile, k, stop_probability)[k]
 
 
 def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
@@ -124,9 +132,9 @@ def progress_rates(
     stop_probability: float = 0.0,
     companions: int = 0,
 ) -> dict[int, float]:
-    """K -> E[G(K)] / E[T_round(K)] for each K in ``ks``, in one pass over the positions (E[G(K)]
-    is ``expected_progress``, accumulated position by position): committed tokens per unit time,
-    what -k auto maximizes over K. Only the K asked are priced (a measured cost may hold no others).
+    """K -> E[G(K)] / E[T_round(K)] for each K in ``ks``, E[G] in one pass (``progress_by_k``):
+    committed tokens per unit time, what -k auto maximizes over K. Only the K asked are priced (a
+    measured cost may hold no others).
 
     ``companions``: requests of the batch that share the round's verification call without
     drafting. They emit one token each and pay its width too (a batched call is as wide as its
@@ -134,16 +142,8 @@ def progress_rates(
     (E[G(K)] + companions) / E[T_round(K)]. 0: every request of the batch drafts K (the table's view).
     """
     wanted = set(ks)
-    keep = 1.0 - stop_probability
-    reach, progress = 1.0, 1.0  # s_K (1 - eta)^K and E[G(K)], from K = 0 on
-    rates = {}
-    for k in range(max(wanted) + 1):
-        if k:
-            reach *= profile.alpha(k) * keep
-            progress += reach
-        if k in wanted:
-            rates[k] = (progress + companions) / round_time(cost, k, batch, context)
-    return rates
+    progress = progress_by_k(profile, max(wanted), stop_probability)
+    return {k: (progress[k] + companions) / round_time(cost, k, batch, context) for k in sorted(wanted)}
 
 
 def progress_rate(
@@ -169,5 +169,9 @@ def best_k(
     companions: int = 0,
 ) -> int:
     """-k auto's choice: the K in ``ks`` with the highest progress rate, the smaller K on a tie."""
-    rates = progress_rates(profile, cost, ks, batch, context, stop_probability, companions)
-    return max(rates, key=lambda k: (rates[k], -k))
+    return best_of(progress_rates(profile, cost, ks, batch, context, stop_probability, companions))
+
+
+def best_of(rates: dict[int, float], ks=None) -> int:
+    """The K (of ``ks``, default all) with the highest rate in ``rates``, the smaller K on a tie."""
+    return max(rates if ks is None else ks, key=lambda k: (rates[k], -k))
