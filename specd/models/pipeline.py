@@ -318,6 +318,7 @@ class Pipeline:
                 self.costs,
                 lambda index, rows: sources[index].step_seconds(rows),
                 greedy=self.target_policy.greedy,
+                lookup_first=any(source.deterministic for source in sources),
             )
         else:
             policy = FixedK(k)

@@ -41,6 +41,9 @@ that did not bring it back, so that it returns when drafting would pay again and
 useless draft costs almost nothing. When the draft is so slow that even perfect
 acceptance would lose, there is nothing to probe for: only every PROBE_AFTER_MAX
 rounds is one K = 2 round spent re-timing it (the machine's load may have changed).
+A model's step is timed (``Proposer.step_seconds``) when the sources timed before it cannot
+beat K = 0; in a run that also has a lookup, only once a request has gone PROBE_AFTER rounds
+in a row at K = 0, so that a request that copies never pays for it.
 
 Exactness: K depends on the request's committed history and on past timings only
 (see specd.policy.kpolicy). With sampling, timings decide which uniforms a request
@@ -353,13 +356,21 @@ class AutoK(KPolicy):
     ``ledger_costs(batch, k_max, source)`` (the oracle passes fixed costs)."""
 
     def __init__(
-        self, k_max: int = DEFAULT_K_MAX, batch: int = 1, costs=None, time_draft_step=None, greedy: bool = False
+        self,
+        k_max: int = DEFAULT_K_MAX,
+        batch: int = 1,
+        costs=None,
+        time_draft_step=None,
+        greedy: bool = False,
+        lookup_first: bool = False,
     ):
         """``time_draft_step(source index, rows) -> seconds``: times one step of a draft source when the
         costs have none yet (Proposer.step_seconds), so the first decision need not draft to learn
         what drafting costs. It is called only when the sources already timed (in the user's order)
         cannot beat K = 0 this round: timing a model costs its steps, and a lookup that drafts far
-        may never need the model at all."""
+        may never need the model at all. ``lookup_first``: the run also drafts from a lookup, so a
+        model is timed only once the request has gone PROBE_AFTER rounds in a row at K = 0 (when it
+        would probe): a request that copies keeps its lookup busy and never pays for the timing."""
         check_k_max(k_max)
         if batch < 1:
             raise UsageError(f"batch must be >= 1, got {batch}")
@@ -368,6 +379,7 @@ class AutoK(KPolicy):
         self.costs = costs if costs is not None else OnlineCosts()
         self.time_draft_step = time_draft_step
         self.greedy = greedy  # the target decodes greedily: a lookup's copy rises along the draft (match_profile)
+        self.lookup_first = lookup_first
         self._perfect_read: dict = {}
 
     def plan(self, state: RequestState, sources) -> Plan:
@@ -375,6 +387,7 @@ class AutoK(KPolicy):
         cap = min(self.k_max, state.draft_budget)
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
+        schedule = state.history.k_schedule
         options, off = [], None  # options: Option per timed source, in the user's order
         for offer in sources:
             if not self.costs.timed_draft(offer.identity):
@@ -383,6 +396,8 @@ class AutoK(KPolicy):
                 # timing a model costs its steps: only when the sources timed so far cannot beat K = 0
                 if options and max(o.rate for o in options) > off:
                     continue
+                if self.lookup_first and trailing_zeros(schedule) < PROBE_AFTER:
+                    continue
                 started = time.perf_counter()
                 seconds = self.time_draft_step(offer.index, self.batch)
                 self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)
@@ -390,10 +405,11 @@ class AutoK(KPolicy):
             options.append(option)
             if off is None:  # K = 0 is a plain target step, whichever source's costs it is read from
                 off = option.off
+        if not options:  # a model not yet timed, and the request not yet due to time it
+            return Plan(None, 0)
         best = max(options, key=lambda o: (o.rate, -o.offer.index))
         if best.rate > off:
             return plan_from(best.offer, best.k)
-        schedule = state.history.k_schedule
         triable = [o for o in options if self._triable(state, o, cap)]
         fresh = [o for o in triable if o.untried]  # never tried: its prior is no evidence against it
         if fresh:

@@ -393,3 +393,29 @@ def test_a_requests_sampled_tokens_do_not_depend_on_its_batch_mates(hf_pair):
     schedules = [s.history.k_schedule for s in together.states]
     assert schedules == [a.states[0].history.k_schedule for a in alone]
     assert len({k for s in schedules for k in s}) >= 2  # the schedule really moved
+
+
+def test_beside_a_lookup_a_model_is_timed_only_when_the_request_would_probe():
+    costs = OnlineCosts()
+    costs.observe(timing(verify_seconds=0.040, verify_rows=1))
+    costs.observe(timing(verify_seconds=0.044, verify_rows=2))
+    timed = []
+
+    def time_step(index, rows):
+        timed.append(index)
+        return 0.0 if index == 0 else 0.03
+
+    policy = AutoK(8, 1, costs, time_draft_step=time_step, lookup_first=True)
+    history = History()
+    for _ in range(20):  # the lookup's one-token matches fail
+        history = history.after(2, 0, "suffix", 1)
+    weak = [Offer(0, "suffix", 1), Offer(1, "d", None, 2)]
+    for _ in range(PROBE_AFTER):
+        plan = policy.plan(State(history), weak)
+        assert plan.k == 0 and 1 not in timed  # not due yet: a plain step, the model untimed
+        history = history.after(0, 0, None)
+    policy.plan(State(history), weak)
+    assert timed.count(1) == 1  # PROBE_AFTER rounds at K = 0: now it is timed
+    lone = AutoK(8, 1, OnlineCosts(), time_draft_step=time_step, lookup_first=True)
+    lone.costs.observe(timing(verify_seconds=0.040, verify_rows=1))
+    assert lone.plan(State(), [Offer(1, "d", None, 2)]).k == 0  # no match this round, still not due
