@@ -130,7 +130,8 @@ def test_online_costs_time_the_first_round_plainly_then_the_draft_once():
     assert timed == [1]  # timed once, then from the rounds
 
 
-def test_a_model_is_timed_only_when_the_sources_timed_before_it_cannot_beat_k0():
+def lookup_and_model(**options):
+    """(AutoK over a timed target whose source 0 is a lookup and 1 a model, the source indices it timed)."""
     costs = OnlineCosts()
     costs.observe(timing(verify_seconds=0.040, verify_rows=1))
     costs.observe(timing(verify_seconds=0.044, verify_rows=2))
@@ -138,9 +139,13 @@ def test_a_model_is_timed_only_when_the_sources_timed_before_it_cannot_beat_k0()
 
     def time_step(index, rows):
         timed.append(index)
-        return 0.0 if index == 0 else 0.03  # source 0 a lookup, 1 a model
+        return 0.0 if index == 0 else 0.03
 
-    policy = AutoK(8, 1, costs, time_draft_step=time_step)
+    return AutoK(8, 1, costs, time_draft_step=time_step, **options), timed
+
+
+def test_a_model_is_timed_only_when_the_sources_timed_before_it_cannot_beat_k0():
+    policy, timed = lookup_and_model()
     long_match = [Offer(0, "suffix", 16), Offer(1, "d", None, 2)]
     assert policy.plan(State(), long_match).source == 0
     assert timed == [0]  # the lookup drafts far: the model's step was not timed
@@ -396,16 +401,7 @@ def test_a_requests_sampled_tokens_do_not_depend_on_its_batch_mates(hf_pair):
 
 
 def test_beside_a_lookup_a_model_is_timed_only_when_the_request_would_probe():
-    costs = OnlineCosts()
-    costs.observe(timing(verify_seconds=0.040, verify_rows=1))
-    costs.observe(timing(verify_seconds=0.044, verify_rows=2))
-    timed = []
-
-    def time_step(index, rows):
-        timed.append(index)
-        return 0.0 if index == 0 else 0.03
-
-    policy = AutoK(8, 1, costs, time_draft_step=time_step, lookup_first=True)
+    policy, timed = lookup_and_model(lookup_first=True)
     history = History()
     for _ in range(20):  # the lookup's one-token matches fail
         history = history.after(2, 0, "suffix", 1)
@@ -416,6 +412,5 @@ def test_beside_a_lookup_a_model_is_timed_only_when_the_request_would_probe():
         history = history.after(0, 0, None)
     policy.plan(State(history), weak)
     assert timed.count(1) == 1  # PROBE_AFTER rounds at K = 0: now it is timed
-    lone = AutoK(8, 1, OnlineCosts(), time_draft_step=time_step, lookup_first=True)
-    lone.costs.observe(timing(verify_seconds=0.040, verify_rows=1))
-    assert lone.plan(State(), [Offer(1, "d", None, 2)]).k == 0  # no match this round, still not due
+    lone, timed = lookup_and_model(lookup_first=True)
+    assert lone.plan(State(), [Offer(1, "d", None, 2)]).k == 0 and not timed  # no match this round, not due
