@@ -396,8 +396,8 @@ class AutoK(KPolicy):
                 # timing a model costs its steps: only when the sources timed so far cannot beat K = 0
                 if options and max(o.rate for o in options) > off:
                     continue
-                if self.lookup_first and trailing_zeros(schedule) < PROBE_AFTER:
-                    continue
+                if self.lookup_first and offer.match is None and trailing_zeros(schedule) < PROBE_AFTER:
+                    continue  # a model (no match length) beside a lookup: not until the request would probe
                 started = time.perf_counter()
                 seconds = self.time_draft_step(offer.index, self.batch)
                 self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)

@@ -408,9 +408,12 @@ def test_beside_a_lookup_a_model_is_timed_only_when_the_request_would_probe():
     weak = [Offer(0, "suffix", 1), Offer(1, "d", None, 2)]
     for _ in range(PROBE_AFTER):
         plan = policy.plan(State(history), weak)
-        assert plan.k == 0 and 1 not in timed  # not due yet: a plain step, the model untimed
+        assert plan.k == 0 and timed == [0]  # the lookup timed at once; not due yet: the model untimed
         history = history.after(0, 0, None)
     policy.plan(State(history), weak)
-    assert timed.count(1) == 1  # PROBE_AFTER rounds at K = 0: now it is timed
+    assert timed == [0, 1]  # PROBE_AFTER rounds at K = 0: now the model is timed
+    fresh, timed = lookup_and_model(lookup_first=True)
+    assert fresh.plan(State(), [Offer(0, "suffix", 16), Offer(1, "d", None, 2)]).source == 0  # a copy drafts at once
+    assert timed == [0]
     lone, timed = lookup_and_model(lookup_first=True)
     assert lone.plan(State(), [Offer(1, "d", None, 2)]).k == 0 and not timed  # no match this round, not due
