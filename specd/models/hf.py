@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 import torch
 
@@ -23,6 +24,7 @@ from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
 from specd.errors import CacheIdentityError, UsageError
 from specd.models import cache_compat
+from specd.models.products import ProductForms, forms_of
 
 COMPACT_MIN_POSITIONS = 64  # below this, holes cost less than a gather
 SPLIT_HEAD_MODEL_TYPES = {
@@ -40,65 +42,38 @@ SPLIT_HEAD_MODEL_TYPES = {
 
 
 class OutputHead:
-    """The LM head, applied only to the rows whose logits are needed.
+    """The LM head, applied only to the rows whose logits are needed, in the product form its
+    model's ``ProductForms`` chose for that row count (specd.models.products; None: the plain
+    linear, as on CUDA)."""
 
-    On some CPU BLAS builds a [M, D] x [D, V] product with small M > 1 is several
-    times slower than the transposed [V, D] x [D, M] one (measured here: 20 ms vs
-    3 ms for M = 3 on SmolLM2's 49152 x 576 head), and on others the reverse (Gemma 3's
-    262144 x 640 head: 57 ms vs 133 ms at M = 3). On a CPU the form is chosen per M by
-    timing: the first call with M rows runs the transposed form, the second the plain one,
-    and later calls the faster (the transposed one only when it is clearly faster). No
-    call is wasted on timing; on CUDA the plain linear is used.
-    """
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, calibrate: bool, softcap: float | None = None):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        forms: ProductForms | None,
+        softcap: float | None = None,
+    ):
         """``softcap``: the model's final logit soft-capping c (logits = c tanh(x / c)), or None."""
         self.weight = weight
         self.bias = bias
         self.softcap = softcap
-        self.calibrate = calibrate
-        self.transposed_for: set[int] = set()
-        self.decided: set[int] = set()
-        self.timed: dict[int, float] = {}  # M -> seconds of its transposed call
+        self.forms = forms
 
     def restricted(self, columns: torch.Tensor) -> OutputHead:
         """The head over ``columns`` int64[N] only (a copy of those rows of the weight): its logits
         are the full head's at those columns."""
         bias = self.bias.detach()[columns].contiguous() if self.bias is not None else None
-        return OutputHead(self.weight.detach()[columns].contiguous(), bias, self.calibrate, self.softcap)
-
-    def _linear(self, x):
-        return torch.nn.functional.linear(x, self.weight, self.bias)
-
-    def _transposed(self, x):
-        if x.shape[0] == 1:  # a single row runs as two (the GEMV path is the slow one)
-            return self._transposed(torch.cat([x, x]))[:1]
-        out = torch.mm(self.weight, x.t()).t()
-        return out + self.bias if self.bias is not None else out
-
-    def _product(self, flat: torch.Tensor) -> torch.Tensor:
-        m = flat.shape[0]
-        if not self.calibrate or m in self.decided:
-            return (self._transposed if m in self.transposed_for else self._linear)(flat)
-        import time
-
-        started = time.perf_counter()
-        if m not in self.timed:
-            out = self._transposed(flat)
-            self.timed[m] = time.perf_counter() - started
-            return out
-        out = self._linear(flat)
-        if self.timed[m] < 0.8 * (time.perf_counter() - started):
-            self.transposed_for.add(m)
-        self.decided.add(m)
-        return out
+        return OutputHead(self.weight.detach()[columns].contiguous(), bias, self.forms, self.softcap)
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden float[..., n, D] -> logits float[..., n, V]."""
-        logits = self._product(hidden.reshape(-1, hidden.shape[-1]))
+        if self.forms is None:
+            logits = torch.nn.functional.linear(hidden, self.weight, self.bias)
+        else:
+            logits = self.forms.product(hidden, self.weight, self.bias)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits.reshape(*hidden.shape[:-1], -1)
+        return logits
 
 
 def input_device(model) -> torch.device:
@@ -259,6 +234,10 @@ class HFCausalLM:
         )
         self.forward_calls = 0
         self._cache_kw = cache_compat.cache_argument(model)
+        # On a CPU every linear product runs in the form timed fastest for its row count
+        # (specd.models.products); a model spread by a device map keeps accelerate's hooks.
+        plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
+        self.forms = forms_of(model) if plain_cpu else None
         self.head = self._split_head(model)
 
     def _split_head(self, model) -> OutputHead | None:
@@ -275,7 +254,7 @@ class HFCausalLM:
             return None
         head = model.lm_head
         softcap = getattr(cfg, "final_logit_softcapping", None)
-        return OutputHead(head.weight, head.bias, calibrate=self.device.type == "cpu", softcap=softcap)
+        return OutputHead(head.weight, head.bias, self.forms, softcap=softcap)
 
     @property
     def splits_head(self) -> bool:
@@ -283,10 +262,15 @@ class HFCausalLM:
         ``head_logits``): what a shared-body draft needs."""
         return self.head is not None
 
+    def engaged(self):
+        """The context of this adapter's own calls: products in their chosen forms (CPU)."""
+        return self.forms.engaged() if self.forms is not None else nullcontext()
+
     @torch.no_grad()
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The full head: hidden float[N, D] (``step(hidden=True)``'s rows) -> logits float32[N, V]."""
-        return self.head(hidden)[:, : self.vocab_size].float()
+        with self.engaged():
+            return self.head(hidden)[:, : self.vocab_size].float()
 
     def subset_head(self, columns: torch.Tensor):
         """-> a function hidden float[N, D] -> float32[N, len(columns)]: the full head's logits at
@@ -295,7 +279,8 @@ class HFCausalLM:
 
         @torch.no_grad()
         def logits(hidden: torch.Tensor) -> torch.Tensor:
-            return small(hidden).float()
+            with self.engaged():
+                return small(hidden).float()
 
         return logits
 
@@ -314,6 +299,12 @@ class HFCausalLM:
         run in a call of their own and their K/V copied into their rows: fed together, every
         other row would be padded by the length of their prompts.
         """
+        with self.engaged():
+            return self._step_engaged(cache, rows, logits_for, hidden)
+
+    def _step_engaged(
+        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool
+    ) -> StepOutput:
         fresh = [r for r in rows if len(r.tokens) > 1 and cache.length(r.slot) == 0]
         if cache.dyn is not None and fresh:
             rest = [r for r in rows if r not in fresh]
