@@ -12,8 +12,9 @@ formula), over K in 0..k_max, where
   long a match its proposal continues (``Offer.match``, a function of the published
   output), and a long match is a copy where a short one is a guess: its profile is the
   request's own acceptance at matches of that tier (``match_tier``: lengths that double
-  share one), shrunk toward L / (L + 1) for a match of length L (1: even odds; 8: 0.89),
-  so the first long match already drafts far, and with a greedy target rising along the
+  share one), shrunk toward ``match_prior(L)`` for a match of length L (1: 0.27; 2: 0.51;
+  8: 0.89; measured), so the first long match already drafts far and a one-token match (a
+  bigram guess, not a copy) little, and with a greedy target rising along the
   draft, since a copy that has gone on is likelier to go on (``match_profile``; sampled,
   each draft is kept with the target's chance of the copied token, alike along the draft);
 - the costs are the run's, measured as it goes (``OnlineCosts``): a target call and a
@@ -71,7 +72,11 @@ PROBE_AFTER = 4  # K = 0 rounds before a probe; doubles after each probe that di
 PROBE_AFTER_MAX = 128  # also: K = 0 rounds before re-timing a draft too slow to ever pay
 PRIOR = (1.0, 1.0)  # Beta(a, b) for a request's pooled acceptance rate
 POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward the pooled rate
-MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward L / (L + 1)
+MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward match_prior(L)
+# match_prior's odds L^POWER / ODDS: fit by maximum likelihood to the first draft's acceptance after a
+# match of length L (21 prompts of benchmarks/grounded.py, greedy; 0.18 at L = 1, 0.61 at 2, 0.74 at
+# 3, 0.84 at 5, 0.95 past 16 over 1,380 drafts)
+MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS = 1.5, 2.75
 COPY_MEMORY = 4.0  # pseudo-drafts of a copy's acceptance before its own accepted drafts raise it
 FIXED_ROWS_PRIOR = 16.0  # one timed row count: T(R) taken proportional to (16 + R)
 WINDOW = 48  # recent rounds the costs are read from
@@ -117,10 +122,19 @@ def request_profile(history: History, k_max: int) -> AcceptanceProfile:
     return AcceptanceProfile(tuple(alphas), False, "request history")
 
 
+def match_prior(match: int) -> float:
+    """A lookup draft's acceptance after a match of length L >= 1, before the request's own evidence:
+    L^1.5 / (L^1.5 + 2.75) (MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS; 1: 0.27, 2: 0.51, 4: 0.74, 8: 0.89,
+    16: 0.96). A longer match is likelier a copy; one token is the lookup's bigram guess, kept about
+    one time in five where L / (L + 1) would say even odds."""
+    odds = match**MATCH_PRIOR_POWER / MATCH_PRIOR_ODDS
+    return odds / (1.0 + odds)
+
+
 def match_profile(history: History, source: str, match: int, k_max: int, rising: bool) -> AcceptanceProfile:
     """One request's acceptance of ``source``'s drafts when they continue a match of length ``match``.
 
-    The tier's rate m = (accepted + s * L / (L + 1)) / (reached + s) over the request's rounds at
+    The tier's rate m = (accepted + s * match_prior(L)) / (reached + s) over the request's rounds at
     that match tier. ``rising`` (a greedy target, whose copy goes on until its argmax leaves it): a
     copy that has gone on is likelier to go on, so the draft at position j, reached after j - 1
     accepted, is accepted with (m * c + j - 1) / (c + j - 1), a Polya urn with COPY_MEMORY = c
@@ -129,7 +143,7 @@ def match_profile(history: History, source: str, match: int, k_max: int, rising:
     2-3 tokens, 0.85 at 4-7, 0.93 at 8-15). Otherwise (sampled: each draft is kept with the
     target's chance of the copied token) m at every position."""
     reached, accepted = history.matched(source, match_tier(match))
-    prior = match / (match + 1)
+    prior = match_prior(match)
     rate = (accepted + MATCH_STRENGTH * prior) / (reached + MATCH_STRENGTH)
     if not rising:
         return AcceptanceProfile((rate,), True, "request history at this match length")

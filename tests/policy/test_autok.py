@@ -24,6 +24,7 @@ from specd.policy.autok import (
     CatchingUp,
     FixedCosts,
     OnlineCosts,
+    match_prior,
     match_profile,
     probe_due,
     request_profile,
@@ -242,16 +243,25 @@ FREE_LOOKUP = FixedCosts(CostModel(draft_cost=0.0, row_cost=0.2, draft_row_cost=
 def test_a_lookup_drafts_far_on_a_long_match_and_little_on_a_short_one():
     policy = AutoK(8, 1, FREE_LOOKUP)
     ks = [choose(policy, State(), [Offer(0, "suffix", n)]) for n in (1, 4, 8, 16)]
-    assert ks == sorted(ks) and ks[0] < ks[1] < ks[-1] == 8  # no evidence yet: the prior L / (L + 1), rising with L
+    assert ks == sorted(ks) and ks[0] < ks[1] < ks[-1] == 8  # no evidence yet: the prior, rising with L
     profile = match_profile(History(), "suffix", 16, 8, rising=True)
-    assert profile.alpha(1) == pytest.approx(16 / 17)
+    assert profile.alpha(1) == pytest.approx(match_prior(16)) and match_prior(16) > 0.95
     assert choose(policy, State(), [Offer(0, "suffix")]) == best_k(
         request_profile(History(), 8), FREE_LOOKUP.model, range(1, 9)
     )  # a source without a match length: the request's plain profile
 
 
+def test_a_longer_match_has_the_higher_prior_and_one_token_is_a_guess():
+    priors = [match_prior(n) for n in range(1, 40)]
+    assert all(0 < a < b < 1 for a, b in zip(priors, priors[1:]))
+    # the measured first-draft acceptance it was fit to (21 benchmark prompts): 0.18 at 1, 0.61 at 2,
+    # 0.84 at 5, 0.95 past 16
+    assert match_prior(1) == pytest.approx(0.27, abs=0.01) and match_prior(1) < 0.5
+    assert [round(match_prior(n), 2) for n in (2, 5, 16)] == [0.51, 0.80, 0.96]
+
+
 def test_a_copy_that_has_gone_on_is_likelier_to_go_on():
-    rate = 0.5  # a match of 1 token, no evidence: even odds at the first draft
+    rate = match_prior(1)  # a match of 1 token, no evidence: the bigram guess's prior
     profile = match_profile(History(), "suffix", 1, 8, rising=True)
     alphas = [profile.alpha(j) for j in range(1, 9)]
     assert alphas[0] == pytest.approx(rate)
@@ -266,8 +276,8 @@ def test_a_copy_that_has_gone_on_is_likelier_to_go_on():
     )  # a tier that always copied stays near its rate
     sampled = match_profile(History(), "suffix", 1, 8, rising=False)  # each draft kept with p's chance
     assert [sampled.alpha(j) for j in range(1, 9)] == [rate] * 8
-    greedy_k = choose(AutoK(8, 1, FREE_LOOKUP, greedy=True), State(), [Offer(0, "suffix", 2)])
-    assert greedy_k > choose(AutoK(8, 1, FREE_LOOKUP), State(), [Offer(0, "suffix", 2)])
+    greedy_k = choose(AutoK(8, 1, FREE_LOOKUP, greedy=True), State(), [Offer(0, "suffix", 4)])
+    assert greedy_k > choose(AutoK(8, 1, FREE_LOOKUP), State(), [Offer(0, "suffix", 4)])
 
 
 def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
@@ -275,7 +285,7 @@ def test_a_requests_acceptance_at_a_match_tier_moves_only_that_tier():
     h = History()
     for _ in range(6):  # long matches that did not copy
         h = h.after(8, 0, "suffix", match=20)
-    assert match_profile(h, "suffix", 20, 8, rising=True).alpha(1) == pytest.approx((0 + 2 * 20 / 21) / (6 + 2))
+    assert match_profile(h, "suffix", 20, 8, rising=True).alpha(1) == pytest.approx((0 + 2 * match_prior(20)) / (6 + 2))
     assert choose(policy, State(h), [Offer(0, "suffix", 20)]) <= 1
     assert choose(policy, State(h), [Offer(0, "suffix", 5)]) == choose(policy, State(), [Offer(0, "suffix", 5)])
     for _ in range(6):  # short matches that did
