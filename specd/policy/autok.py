@@ -40,8 +40,10 @@ a model, its catch-up. A request at K = 0 probes (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
 that did not bring it back, so that it returns when drafting would pay again and a
 useless draft costs almost nothing. When the draft is so slow that even perfect
-acceptance would lose, there is nothing to probe for: only every PROBE_AFTER_MAX
-rounds is one K = 2 round spent re-timing it (the machine's load may have changed).
+acceptance would lose, there is nothing to probe for, nor to price (its request's profile
+is not read): only every PROBE_AFTER_MAX rounds is one K = 2 round spent re-timing it (the
+machine's load may have changed). What depends on the costs alone (each K's round time,
+the perfect draft's rates) is read once per cost record, not once per request.
 A model's step is timed (``Proposer.step_seconds``) when the sources timed before it cannot
 beat K = 0; in a run that also has a lookup, only once a request has gone PROBE_AFTER rounds
 in a row at K = 0, so that a request that copies never pays for it.
@@ -64,7 +66,7 @@ from specd.core.sources import Offer, Plan, plan_from
 from specd.core.state import History, RequestState, match_tier
 from specd.errors import UsageError
 from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max
-from specd.policy.ledger import CostModel, MeasuredCosts, best_of, progress_rates
+from specd.policy.ledger import CostModel, MeasuredCosts, best_of, progress_rates, round_times
 from specd.policy.profile import AcceptanceProfile
 
 TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
@@ -265,10 +267,25 @@ class OnlineCosts:
         call: the draft step scaled as a target call over that many rows (the timed calls' curve),
         less the step itself; 0 for the one or two tokens of an ordinary round, or until both are
         timed."""
-        target, draft = _curve(self.target), _curve(self.draft.get(source, ()))
-        if target is None or draft is None or tokens <= ORDINARY_READ:
+        if tokens <= ORDINARY_READ:
+            return 0.0
+        target, draft = self._curves(source)
+        if target is None or draft is None:
             return 0.0
         return draft(1) * (target(tokens) - target(1)) / target(1) ** 2
+
+    def _curves(self, source: str):
+        """(the target call's curve, ``source``'s draft step curve), each None until timed; read once
+        per version of the costs (every request's plan of a round reads the same)."""
+        key = (self.version, "curves", source)
+        if key not in self._read:
+            self._remember(key, (_curve(self.target), _curve(self.draft.get(source, ()))))
+        return self._read[key]
+
+    def _remember(self, key, value) -> None:
+        if len(self._read) > 64:
+            self._read.clear()
+        self._read[key] = value
 
     def ledger_costs(self, batch: int, k_max: int, source: str) -> MeasuredCosts | None:
         """The ledger's cost record of ``source`` at ``batch`` for K = 0..k_max, in units of a one-row
@@ -276,7 +293,7 @@ class OnlineCosts:
         key = (self.version, batch, k_max, source)
         if key in self._read:
             return self._read[key]
-        target, draft = _curve(self.target), _curve(self.draft.get(source, ()))
+        target, draft = self._curves(source)
         costs = None
         if target is not None and draft is not None:
             unit = target(1)
@@ -295,9 +312,7 @@ class OnlineCosts:
                 state_cost=statistics.median(self.other) / unit if self.other else 0.0,
                 source="online",
             )
-        if len(self._read) > 64:
-            self._read.clear()
-        self._read[key] = costs
+        self._remember(key, costs)
         return costs
 
 
@@ -394,7 +409,7 @@ class AutoK(KPolicy):
         self.time_draft_step = time_draft_step
         self.greedy = greedy  # the target decodes greedily: a lookup's copy rises along the draft (match_profile)
         self.lookup_first = lookup_first
-        self._perfect_read: dict = {}
+        self._costs_read: dict = {}
 
     def plan(self, state: RequestState, sources) -> Plan:
         """``sources``: the ``Offer`` of each source that can propose this round, in the user's order."""
@@ -402,7 +417,8 @@ class AutoK(KPolicy):
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
         schedule = state.history.k_schedule
-        options, off = [], None  # options: Option per timed source, in the user's order
+        options, off = [], None  # options: Option per timed source that could pay, in the user's order
+        hopeless = False  # a timed source that even perfect drafts could not make pay at these costs
         for offer in sources:
             if not self.costs.timed_draft(offer.identity):
                 if self.time_draft_step is None:
@@ -415,59 +431,64 @@ class AutoK(KPolicy):
                 started = time.perf_counter()
                 seconds = self.time_draft_step(offer.index, self.batch)
                 self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)
-            option = self._option(state, offer, cap)
+            plain = self.costs.ledger_costs(self.batch, self.k_max, offer.identity)
+            if not self.could_pay(plain, cap):  # no profile can beat K = 0 (the perfect one does not)
+                hopeless = True
+                continue
+            option = self._option(state, offer, cap, plain)
             options.append(option)
             if off is None:  # K = 0 is a plain target step, whichever source's costs it is read from
                 off = option.off
-        if not options:  # a model not yet timed, and the request not yet due to time it
-            return Plan(None, 0)
-        best = max(options, key=lambda o: (o.rate, -o.offer.index))
-        if best.rate > off:
-            return plan_from(best.offer, best.k)
-        triable = [o for o in options if self._triable(state, o, cap)]
-        fresh = [o for o in triable if o.untried]  # never tried: its prior is no evidence against it
-        if fresh:
-            return plan_from(fresh[0].offer, fresh[0].k)
-        if triable and probe_due(schedule):
-            best = max(triable, key=lambda o: (o.rate, -o.offer.index))
-            return plan_from(best.offer, best.k)
-        if trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # even perfect acceptance would lose: re-time
+        if options:
+            best = max(options, key=lambda o: (o.rate, -o.offer.index))
+            if best.rate > off:
+                return plan_from(best.offer, best.k)
+            triable = [o for o in options if not o.untried or self.worth_trying(state, o.costs, o.extra, cap)]
+            fresh = [o for o in triable if o.untried]  # never tried: its prior is no evidence against it
+            if fresh:
+                return plan_from(fresh[0].offer, fresh[0].k)
+            if triable and probe_due(schedule):
+                best = max(triable, key=lambda o: (o.rate, -o.offer.index))
+                return plan_from(best.offer, best.k)
+        if hopeless and trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # the machine's load may have changed
             return plan_from(sources[0], min(TIMING_K, cap))
-        return Plan(None, 0)
+        return Plan(None, 0)  # nothing beats K = 0, or a model not yet due to be timed
 
-    def _option(self, state: RequestState, offer: Offer, cap: int) -> Option:
-        """One timed source's best K >= 1 this round and what it would make of the request's progress."""
+    def _option(self, state: RequestState, offer: Offer, cap: int, plain) -> Option:
+        """One timed source's best K >= 1 this round (``plain``: its ledger costs) and what it would
+        make of the request's progress."""
         name = offer.identity
-        plain = self.costs.ledger_costs(self.batch, self.k_max, name)
         extra = self.costs.catch_up(name, offer.behind)
         # a model behind the output (after lookup or K = 0 rounds) reads it first, this round
         costs = CatchingUp(plain, extra) if extra > 0 else plain
+        times = self._kept(("times", extra, cap), plain, lambda: round_times(costs, range(cap + 1), self.batch))
         profile = offer_profile(state.history, offer, self.k_max, self.greedy)
-        rates = progress_rates(profile, costs, range(cap + 1), self.batch, companions=self.batch - 1)
+        rates = progress_rates(profile, costs, range(cap + 1), self.batch, companions=self.batch - 1, times=times)
         k = best_of(rates, range(1, cap + 1))
         untried = not any(state.history.of(name).k_schedule)
         return Option(offer, k, rates[k], rates[0], untried, plain, extra)
 
-    def _triable(self, state: RequestState, option: Option, cap: int) -> bool:
-        """May a source that does not beat K = 0 be tried now (a probe, or a first try)? It could pay
-        at all, and a first try repays itself."""
-        if not self.could_pay(option.costs, cap):
-            return False
-        return not option.untried or self.worth_trying(state, option.costs, option.extra, cap)
+    def _kept(self, key, costs, compute):
+        """``compute()``, kept while ``costs`` is the same record (every request of a round reads the
+        same costs): a fact about the costs alone."""
+        key = (id(costs), *key)
+        kept = self._costs_read.get(key)
+        if kept is None or kept[0] is not costs:
+            if len(self._costs_read) > 256:
+                self._costs_read.clear()
+            kept = self._costs_read[key] = (costs, compute())
+        return kept[1]
 
     def _perfect(self, costs, cap: int) -> tuple[int, float, float]:
-        """(best K >= 1, its rate, K = 0's rate) if every draft were accepted, at ``costs``: a fact
-        about the costs alone, kept while they are the same record."""
-        key = (id(costs), cap)
-        kept = self._perfect_read.get(key)
-        if kept is None or kept[0] is not costs:
-            perfect = AcceptanceProfile((1.0,), True, "perfect")
-            rates = progress_rates(perfect, costs, range(cap + 1), self.batch, companions=self.batch - 1)
+        """(best K >= 1, its rate, K = 0's rate) if every draft were accepted, at ``costs``."""
+
+        def perfect():
+            profile = AcceptanceProfile((1.0,), True, "perfect")
+            rates = progress_rates(profile, costs, range(cap + 1), self.batch, companions=self.batch - 1)
             k = best_of(rates, range(1, cap + 1))
-            if len(self._perfect_read) > 64:
-                self._perfect_read.clear()
-            kept = self._perfect_read[key] = (costs, (k, rates[k], rates[0]))
-        return kept[1]
+            return k, rates[k], rates[0]
+
+        return self._kept(("perfect", cap), costs, perfect)
 
     def worth_trying(self, state: RequestState, costs, extra: float, cap: int) -> bool:
         """Would drafting with every draft accepted, over the rest of the request's budget, save more

@@ -123,6 +123,11 @@ def round_time(cost, k: int, batch: int = 1, context: int = 0) -> float:
     return cost.draft_time(k, batch) + cost.verify_time(k, batch, context) + cost.state_cost + cost.queue_cost
 
 
+def round_times(cost, ks, batch: int = 1, context: int = 0) -> dict[int, float]:
+    """K -> E[T_round(K)] for each K in ``ks`` (``round_time``)."""
+    return {k: round_time(cost, k, batch, context) for k in ks}
+
+
 def progress_rates(
     profile: AcceptanceProfile,
     cost,
@@ -131,6 +136,7 @@ def progress_rates(
     context: int = 0,
     stop_probability: float = 0.0,
     companions: int = 0,
+    times: dict[int, float] | None = None,
 ) -> dict[int, float]:
     """K -> E[G(K)] / E[T_round(K)] for each K in ``ks``, E[G] in one pass (``progress_by_k``):
     committed tokens per unit time, what -k auto maximizes over K. Only the K asked are priced (a
@@ -140,10 +146,14 @@ def progress_rates(
     drafting. They emit one token each and pay its width too (a batched call is as wide as its
     longest row), so one request's K is priced with the whole batch's cost:
     (E[G(K)] + companions) / E[T_round(K)]. 0: every request of the batch drafts K (the table's view).
+    ``times``: ``round_times(cost, ks, batch, context)``, when the caller has them already (a plan
+    prices every request of a round at one cost record).
     """
     wanted = set(ks)
     progress = progress_by_k(profile, max(wanted), stop_probability)
-    return {k: (progress[k] + companions) / round_time(cost, k, batch, context) for k in sorted(wanted)}
+    if times is None:
+        times = round_times(cost, wanted, batch, context)
+    return {k: (progress[k] + companions) / times[k] for k in sorted(wanted)}
 
 
 def progress_rate(

@@ -16,6 +16,7 @@ from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
 from specd.oracles.exact import Enumerator, target_joint
 from specd.oracles.record import max_abs_diff
+from specd.policy import autok
 from specd.policy.autok import (
     COPY_MEMORY,
     PROBE_AFTER,
@@ -108,6 +109,24 @@ def test_probes_come_back_after_zero_runs_with_a_doubling_wait():
     assert choose(AutoK(8, 1, USELESS), State(rejected)) == 0
     long_off = history(*([(1, 0)] * 3 + [(0, 0)] * PROBE_AFTER_MAX))
     assert choose(AutoK(8, 1, USELESS), State(long_off)) == 2
+
+
+def test_a_source_that_cannot_pay_at_alpha_one_is_not_priced(monkeypatch):
+    read = []
+    monkeypatch.setattr(
+        autok, "offer_profile", lambda h, offer, *a, **kw: read.append(offer.identity) or request_profile(h, 8)
+    )
+    costs = FixedCosts(CHEAP.model, per_source={"slow": USELESS.model})
+    sources = [Offer(0, "slow"), Offer(1, "d")]
+    for rounds in (PROBE_AFTER, PROBE_AFTER_MAX):
+        read.clear()
+        plan = AutoK(8, 1, costs).plan(State(history(*([(1, 0)] * 3 + [(0, 0)] * rounds))), sources)
+        assert read == ["d"] and plan.source == 1  # the cheap draft probes; the slow one is never read
+    # alone, the slow source is re-timed every PROBE_AFTER_MAX rounds, and not priced before
+    read.clear()
+    assert AutoK(8, 1, costs).plan(State(history(*([(0, 0)] * PROBE_AFTER_MAX))), sources[:1]) == Plan(0, 2)
+    assert AutoK(8, 1, costs).plan(State(history(*([(0, 0)] * PROBE_AFTER))), sources[:1]) == Plan(None, 0)
+    assert read == []
 
 
 def test_a_fresh_request_drafts_once_before_its_prior_can_rule_drafting_out():

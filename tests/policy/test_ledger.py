@@ -10,6 +10,7 @@ from specd.policy.ledger import (
     progress_rate,
     progress_rates,
     round_time,
+    round_times,
 )
 from specd.policy.profile import constant_profile, per_position_profile
 
@@ -26,6 +27,10 @@ def test_one_pass_equals_the_formula_at_every_k(stop, companions):
         formula = (expected_progress(profile, k, stop) + companions) / round_time(COSTS, k, 4, 300)
         assert rate == pytest.approx(formula, rel=1e-14)
         assert progress_rate(profile, COSTS, k, 4, 300, stop, companions) == rate
+    # the round times read once for many requests at one cost record: the same rates
+    times = round_times(COSTS, range(7), 4, 300)
+    assert times == {k: round_time(COSTS, k, 4, 300) for k in range(7)}
+    assert progress_rates(profile, COSTS, range(7), 4, 300, stop, companions, times=times) == rates
 
 
 def test_best_k_is_the_argmax_and_the_smaller_k_on_a_tie():
