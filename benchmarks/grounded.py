@@ -278,6 +278,7 @@ def main() -> None:
         if "sampling" in passes:
             print(f"\n== temperature 0.7 (HF do_sample, top-k 50), {threads} torch thread(s)")
             sample_names = ["HF greedy", "specd target-only", "specd default"]
+            print("   (this pass's HF greedy column is HF do_sample at temperature 0.7, top-k 50)")
             result = measure(systems, sample_names, args.repeats, sample=True)
             print_table(result, sample_names, "HF greedy", None)
             everything[f"sampling/{threads}"] = result
