@@ -418,7 +418,7 @@ class AutoK(KPolicy):
             return Plan(None, 0)
         schedule = state.history.k_schedule
         options, off = [], None  # options: Option per timed source that could pay, in the user's order
-        hopeless = False  # a timed source that even perfect drafts could not make pay at these costs
+        hopeless = None  # the first timed source that even perfect drafts could not make pay at these costs
         for offer in sources:
             if not self.costs.timed_draft(offer.identity):
                 if self.time_draft_step is None:
@@ -433,7 +433,7 @@ class AutoK(KPolicy):
                 self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)
             plain = self.costs.ledger_costs(self.batch, self.k_max, offer.identity)
             if not self.could_pay(plain, cap):  # no profile can beat K = 0 (the perfect one does not)
-                hopeless = True
+                hopeless = offer if hopeless is None else hopeless
                 continue
             option = self._option(state, offer, cap, plain)
             options.append(option)
@@ -450,8 +450,8 @@ class AutoK(KPolicy):
             if triable and probe_due(schedule):
                 best = max(triable, key=lambda o: (o.rate, -o.offer.index))
                 return plan_from(best.offer, best.k)
-        if hopeless and trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # the machine's load may have changed
-            return plan_from(sources[0], min(TIMING_K, cap))
+        if hopeless is not None and trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # the machine's load may have changed
+            return plan_from(hopeless, min(TIMING_K, cap))  # re-time that source, not another
         return Plan(None, 0)  # nothing beats K = 0, or a model not yet due to be timed
 
     def _option(self, state: RequestState, offer: Offer, cap: int, plain) -> Option:

@@ -127,6 +127,13 @@ def test_a_source_that_cannot_pay_at_alpha_one_is_not_priced(monkeypatch):
     assert AutoK(8, 1, costs).plan(State(history(*([(0, 0)] * PROBE_AFTER_MAX))), sources[:1]) == Plan(0, 2)
     assert AutoK(8, 1, costs).plan(State(history(*([(0, 0)] * PROBE_AFTER))), sources[:1]) == Plan(None, 0)
     assert read == []
+    # the re-timing round drafts from the slow source, not from one listed before it that is not worth
+    # a try this late in the request
+    mid = FixedCosts(CostModel(draft_cost=0.5, row_cost=0.1, draft_row_cost=0.0, state_cost=0.01))
+    costs = FixedCosts(mid.model, per_source={"slow": USELESS.model})
+    late = State(history(*([(0, 0)] * PROBE_AFTER_MAX)), remaining=6)
+    assert AutoK(8, 1, costs).plan(late, [Offer(0, "d")]) == Plan(None, 0)
+    assert AutoK(8, 1, costs).plan(late, [Offer(0, "d"), Offer(1, "slow")]) == Plan(1, 2)
 
 
 def test_a_fresh_request_drafts_once_before_its_prior_can_rule_drafting_out():
