@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from statistics import median
 
@@ -54,11 +54,6 @@ def plain_products(lm):
             lm.head.forms = head
 
 
-@contextmanager
-def _nothing():
-    yield
-
-
 def call_costs(lm, context: int, repeats: int) -> dict:
     """(form, R) -> median seconds of one target call of R rows at ``context``."""
     cache = lm.new_cache()
@@ -76,7 +71,7 @@ def call_costs(lm, context: int, repeats: int) -> dict:
         for rows in ROWS if rep % 2 == 0 else ROWS[::-1]:
             for form in ("plain", "chosen") if rep % 2 == 0 else ("chosen", "plain"):
                 tokens = tuple(range(7, 7 + rows))
-                with plain_products(lm) if form == "plain" else _nothing():
+                with plain_products(lm) if form == "plain" else nullcontext():
                     started = time.perf_counter()
                     lm.step(cache, [RowInput(0, tokens, tuple(range(context, context + rows)))])
                     times.setdefault((form, rows), []).append(time.perf_counter() - started)
@@ -98,7 +93,7 @@ def decode_rates(pipe, max_new: int) -> tuple[dict, dict, int]:
             if name == "HF greedy":
                 out, _ = hf_generate(pipe.target.model, ids, max_new)
             else:
-                with plain_products(pipe.target) if name.endswith("plain") else _nothing():
+                with plain_products(pipe.target) if name.endswith("plain") else nullcontext():
                     out = pipe.run([item], baseline=True, record_log=False).results[0].tokens
             rates.setdefault(name, []).append(len(out) / (time.perf_counter() - started))
             outs[name] = tuple(out)
