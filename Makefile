@@ -14,7 +14,7 @@ bench:
 	$(PYTHON) benchmarks/vs_hf.py
 
 test:
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PYTHON) -m pytest -q
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PYTHON) -m pytest -q -n auto --dist worksteal
 
 lint:
 	$(PYTHON) -m ruff check specd tests

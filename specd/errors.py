@@ -140,10 +140,23 @@ class SamplerUnavailable(UsageError):
     code = "sampler_unavailable"
 
 
+class SamplerUnloadable(UsageError):
+    """A sampler named module:attr that cannot be loaded: its module raises on import, or its class
+    raises when built with no arguments."""
+
+    code = "sampler_unloadable"
+
+
 class SamplerFailed(SpecdError):
-    """A sampler under test raised on an ordinary input, or returned something the protocol does not allow."""
+    """A sampler under test raised on an ordinary input, or returned something the protocol does not
+    allow. ``finding`` names what it did (``raised``, ``returned_non_finite_rows``, ...), as a
+    check's findings do."""
 
     code = "sampler_failed"
+
+    def __init__(self, message: str, finding: str = "raised"):
+        super().__init__(message)
+        self.finding = finding
 
 
 # -- files ----------------------------------------------------------------------------

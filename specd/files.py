@@ -11,9 +11,10 @@ specd writes reads back.
 Paths: ``check_paths`` is the one rule for a command's paths, applied before any
 model loads: every input and output is resolved (symlinks, ``./``, ``/dev/stdout``,
 ``/dev/fd/N``, ``/proc/self/fd/N``) and compared by identity (device and inode when
-the file exists); an output that is an input, or two outputs on one file, is refused
-in one line naming both flags. ``-`` (or a name of standard output, or the file
-standard output is redirected to) means "write to standard output as a stream".
+the file exists); an output that is an input, an output anywhere inside a model folder
+the run reads, or two outputs on one file, is refused in one line naming both flags.
+``-`` (or a name of standard output, or the file standard output is redirected to)
+means "write to standard output as a stream".
 
 Outputs: ``check_output`` refuses, before any work is done, a path that cannot
 take a regular file (a directory, a device node or pipe, a missing or read-only
@@ -167,10 +168,20 @@ def identity(path: str | Path) -> tuple:
         return ("path", os.path.realpath(path))
 
 
-def check_paths(inputs: Mapping[str, str | Path | None], outputs: Mapping[str, str | Path | None]) -> None:
+def check_paths(
+    inputs: Mapping[str, str | Path | None],
+    outputs: Mapping[str, str | Path | None],
+    folders: Mapping[str, str | Path | None] | None = None,
+) -> None:
     """Refuse, in one line naming both flags, an output that names an input (writing it would
-    destroy the input) or two outputs that name one file. Flags map to paths (None: not given)."""
+    destroy the input), an output anywhere inside one of ``folders`` (the model folders a run
+    reads: specd never writes into a model), or two outputs that name one file. Flags map to
+    paths (None: not given)."""
     read = {identity(p): (flag, p) for flag, p in inputs.items() if p is not None and str(p) != STDOUT}
+    read_folders = {}
+    for flag, folder in (folders or {}).items():
+        if folder is not None and (key := folder_identity(folder)) is not None:
+            read_folders.setdefault(key, (flag, folder))
     written: dict[tuple, tuple[str, object]] = {}
     for flag, p in outputs.items():
         if p is None:
@@ -182,11 +193,38 @@ def check_paths(inputs: Mapping[str, str | Path | None], outputs: Mapping[str, s
                 f"{flag} {p} is the same file as {in_flag} {in_path}: writing it would destroy that input; "
                 "give another output path"
             )
+        if key != ("stdout",) and (inside := _enclosing(p, read_folders)) is not None:
+            in_flag, folder = inside
+            raise OutputPathError(
+                f"{flag} {p} is inside {folder}, the model folder of {in_flag}: specd never writes into a model "
+                "it reads; give another output path"
+            )
         if key in written:
             other, other_path = written[key]
             where = "standard output" if key == ("stdout",) else f"one file ({other_path} and {p})"
             raise OutputPathError(f"{other} and {flag} both name {where}; give each output its own path")
         written[key] = (flag, p)
+
+
+def folder_identity(folder: str | Path) -> tuple | None:
+    """An existing folder by device and inode (through any symlink), else None."""
+    try:
+        st = os.stat(folder)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _enclosing(path: str | Path, folders: Mapping[tuple, tuple[str, object]]):
+    """The (flag, folder) of ``folders`` (keyed by folder_identity) that holds ``path`` at any depth,
+    following symlinks and ``..`` as the write would, or None."""
+    if not folders:
+        return None
+    here = Path(os.path.realpath(path)).parent
+    for folder in (here, *here.parents):
+        if (key := folder_identity(folder)) in folders:
+            return folders[key]
+    return None
 
 
 IMAGE_FORMATS = ("png", "pdf", "svg")
@@ -207,12 +245,17 @@ def image_format(path: str | Path, flag: str = "--plot") -> str:
     return suffix
 
 
-def folder_files(folder: str | Path | None) -> list[Path]:
-    """The files directly in a folder (a model's weights, config, tokenizer), or [] for anything else."""
-    try:
-        return [p for p in Path(folder).iterdir() if p.is_file()] if folder and Path(folder).is_dir() else []
-    except OSError:
+def folder_files(folder: str | Path | None, limit: int = 10_000) -> list[Path]:
+    """The files in a folder and its subfolders (a model's weights, config, tokenizer), at most
+    ``limit`` of them, or [] for anything else."""
+    if not folder or not Path(folder).is_dir():
         return []
+    found: list[Path] = []
+    for root, _, names in os.walk(folder, onerror=lambda err: None):
+        found += [p for name in names if (p := Path(root) / name).is_file()]
+        if len(found) >= limit:
+            return found[:limit]
+    return found
 
 
 def check_output(path: str | Path, what: str) -> Path:

@@ -1,5 +1,11 @@
 """Shared fixtures. Every test runs offline and with a temporary specd cache, so the
-embedded model is converted into a folder of this test session, never into ~/.cache."""
+embedded model is converted into a folder of this test session, never into ~/.cache.
+
+``make test`` runs the suite on every core (pytest-xdist): each worker then runs torch on one
+thread (two processes of two threads each on two cores collapse), the workers share one
+specd cache (the embedded models are converted once, under specd's own lock), and the
+longest tests start first, shared among the workers, so no worker is left with one of them at
+the end."""
 
 import os
 
@@ -7,12 +13,45 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # and in every process a test starts
+        os.environ[name] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+# The longest tests (minutes) first, then every other test marked slow, then the rest; with n
+# workers the ranked list is dealt like cards (worker i's share is every n-th test from the i-th),
+# because ``--dist worksteal`` gives each worker one contiguous share to start with and balances
+# only the tails: each worker starts with its share of the longest tests.
+LONGEST = (
+    "tests/test_readme.py::test_every_readme_command_runs_as_written[traces-sweep-k]",
+    "tests/test_readme.py::test_every_readme_command_runs_as_written[readme-generate]",
+    "tests/models/test_embedded.py::test_embedded_gemma_greedy_is_hugging_faces",
+    "tests/test_readme.py::test_every_readme_command_runs_as_written[choosing-k-prompt-sets-oracle]",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        if item.nodeid in LONGEST:
+            return LONGEST.index(item.nodeid)
+        return len(LONGEST) + (0 if item.get_closest_marker("slow") else 1)
+
+    ranked = sorted(items, key=rank)  # stable: within a rank, the collection order
+    n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    items[:] = [item for i in range(n) for item in ranked[i::n]]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def specd_cache_dir(tmp_path_factory):
-    """SPECD_CACHE_DIR for the whole session: a temporary folder."""
-    folder = tmp_path_factory.mktemp("specd-cache")
+    """SPECD_CACHE_DIR for the whole session: a temporary folder (one for all of a run's workers)."""
+    if WORKER:
+        folder = tmp_path_factory.getbasetemp().parent / "specd-cache"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("specd-cache")
     previous = os.environ.get("SPECD_CACHE_DIR")
     os.environ["SPECD_CACHE_DIR"] = str(folder)
     yield folder

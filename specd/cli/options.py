@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -22,6 +23,8 @@ import typer
 from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths, folder_files
+from specd.models.drafts import parse_drafts
+from specd.models.embedded import EMBEDDED, embedded_name
 from specd.models.options import (
     BATCH_SIZE_CPU,
     BATCH_SIZE_CUDA,
@@ -172,7 +175,8 @@ def read_run(ctx: typer.Context, fixed: dict | None = None) -> tuple[GenerateOpt
         run[name] = value
     _check_k_flags(options, typed_here | set(config), bool(run["baseline"]))
     run_args = RunArgs(**run)
-    check_paths(run_inputs(options, run_args, config_path), run_outputs(run_args))
+    folders = model_folders(options.target, options.draft, options.target_gguf)
+    check_paths(run_inputs(options, run_args, config_path), run_outputs(run_args), folders)
     return options, run_args
 
 
@@ -186,9 +190,47 @@ def run_inputs(options: GenerateOptions, run: RunArgs, config_path: str | None) 
         "--draft-gguf": options.draft_gguf,
         "--draft-vocab": options.draft_vocab,
     }
-    for flag, folder in (("--target", options.target), ("--draft", options.draft)):
+    return {**inputs, **model_files(model_folders(options.target, options.draft, options.target_gguf))}
+
+
+def model_folders(target: str | None, draft: str | None, target_gguf: str | None = None) -> dict[str, str]:
+    """Every model folder a run reads, by the flag that names it: ``--target``, each model of the
+    ``--draft`` list (a hub id: its snapshot in the Hugging Face cache, when it is there), and an
+    embedded target's folders in specd's cache (its converted copy, its assembled GGUF). A name
+    that is no folder here names none (loading says what is wrong with it)."""
+    folders: dict[str, str | None] = {}
+    name = embedded_name(target, target_gguf)
+    if name is not None:
+        for folder in EMBEDDED[name].cache_folders():
+            folders[f"--target embedded:{name} (specd's cache {folder.name})"] = str(folder)
+    elif target is not None:
+        folders["--target"] = local_folder(target)
+    for spec in parse_drafts(draft):
+        if spec.needs_model:
+            flag = "--draft" if spec.text == draft else f"--draft (its source {spec.text})"
+            folders[flag] = local_folder(str(spec.value))
+    return {flag: folder for flag, folder in folders.items() if folder is not None and Path(folder).is_dir()}
+
+
+def local_folder(model: str) -> str | None:
+    """The folder a model name is read from: the path itself, or a hub id's snapshot already in the
+    Hugging Face cache (looked up offline), else None."""
+    if Path(model).exists():
+        return model
+    try:
+        from huggingface_hub import snapshot_download  # imported here: only a hub id pays for it
+
+        return snapshot_download(model, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not an id, not cached, no hub library: no folder to protect
+        return None
+
+
+def model_files(folders: dict[str, str]) -> dict[str, str]:
+    """Each file of each model folder, as an input named by its folder's flag."""
+    inputs: dict[str, str] = {}
+    for flag, folder in folders.items():
         for path in folder_files(folder):
-            inputs.setdefault(f"{flag} (the model folder's {path.name})", str(path))
+            inputs.setdefault(f"{flag} (the model folder's {path.relative_to(folder)})", str(path))
     return inputs
 
 

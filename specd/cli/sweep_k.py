@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
-from specd.cli.options import command, parameters
+from specd.cli.options import command, model_files, model_folders, parameters
 from specd.errors import EmptyRange, InvalidCost, UsageError
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
 from specd.models.distributed import connect
@@ -159,9 +159,11 @@ def _sweep_k(ctx: typer.Context) -> None:
     out, plot_path, as_json, measure_mode = p["out"], p["plot"], p["json"], p["measure"]
     t0 = time.perf_counter()
     _refuse_other_mode_flags(ctx, measure_mode)
+    folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if measure_mode else {}
     check_paths(
-        {"--trace-log": p["trace_log"], "--config": p["config"]},
+        {"--trace-log": p["trace_log"], "--config": p["config"], **model_files(folders)},
         {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None},
+        folders,
     )
     for path, what in ((out, "CSV file"), (plot_path, "plot")):
         if path is not None:  # before any work

@@ -153,7 +153,7 @@ def render_sampler(report: dict) -> None:
     s, c = report["sampler"], report["config"]
     stdout.print(
         f"[bold]specd verify-oracle --sampler[/] {printable(s['spec'])}: {printable(s['description'])} "
-        f"(returns {s['returns']}); V={c['vocab']} K={c['k']} seed={c['seed']}"
+        f"(returns {s['returns'] or 'nothing the protocol allows'}); V={c['vocab']} K={c['k']} seed={c['seed']}"
     )
     checks = Table(title="Checks", title_justify="left")
     for col in ("check", "result", "found", "figures"):

@@ -60,10 +60,15 @@ def check_min_p(value, name: str = "min-p") -> None:
         raise UsageError(f"{name} must be in [0, 1] (0: off), got {value}")
 
 
+ADDITIVE_PENALTY_RANGE = (-2.0, 2.0)  # vLLM's and the OpenAI API's range
+
+
 def check_additive_penalty(value, name: str) -> None:
-    """Presence and frequency penalties (vLLM/OpenAI): finite and >= 0 (0: off)."""
-    if value is not None and not (_finite(value) and value >= 0):
-        raise UsageError(f"{name} must be a finite number >= 0 (0: off), got {value}")
+    """Presence and frequency penalties (vLLM/OpenAI): in [-2, 2] as they take them (0: off; a
+    negative value favours repeating). Bounded, so the shift stays finite for any output length."""
+    low, high = ADDITIVE_PENALTY_RANGE
+    if value is not None and not (_finite(value) and low <= value <= high):
+        raise UsageError(f"{name} must be in [{low:g}, {high:g}] (0: off; vLLM's and OpenAI's range), got {value}")
 
 
 def check_count(value, name: str) -> None:
@@ -265,10 +270,14 @@ class PresenceFrequencyPenalty(Processor):
         return OutputCounts()
 
     def apply(self, logits, states):
-        penalty = torch.zeros_like(logits)
-        for row, state in enumerate(states):
-            for token, count in state.counts:
-                penalty[row, token] = self.frequency * count + self.presence
+        rows = [row for row, state in enumerate(states) for _ in state.counts]
+        if not rows:
+            return logits
+        tokens = [token for state in states for token, _ in state.counts]
+        counts = torch.tensor([count for state in states for _, count in state.counts], dtype=torch.float64)
+        penalty = torch.zeros_like(logits)  # one scatter for the whole batch
+        values = (self.frequency * counts + self.presence).to(device=logits.device, dtype=logits.dtype)
+        penalty[torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device)] = values
         return logits - penalty
 
 

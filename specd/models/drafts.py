@@ -18,6 +18,7 @@ deterministic ones).
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass
 
@@ -28,7 +29,9 @@ from specd.core.proposer import ModelProposer, NgramProposer, Proposer
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
+from specd.files import identity
 from specd.models.hf import HFCausalLM
+from specd.models.numbers import integer
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,13 @@ class DraftSpec:
     def lookup(self) -> bool:
         return self.kind in ("ngram", "suffix")
 
+    def source_key(self) -> tuple:
+        """What the source is, whatever its spelling: self:bf16 is self:bfloat16, ngram:02 is ngram:2,
+        and a model folder is itself under any path that names it."""
+        if self.kind == "model":
+            return ("model", identity(self.value) if os.path.exists(str(self.value)) else self.value)
+        return (self.kind, self.value)
+
 
 def parse_draft(spec: str | None) -> DraftSpec | None:
     """One source of a --draft list."""
@@ -55,15 +65,17 @@ def parse_draft(spec: str | None) -> DraftSpec | None:
     if spec in ("self:fp16", "self:float16"):
         return DraftSpec("self-dtype", torch.float16, spec)
     if m := re.fullmatch(r"self:layers=(\d+)", spec):
-        return DraftSpec("self-layers", int(m.group(1)), spec)
+        return DraftSpec("self-layers", integer(m.group(1), f"--draft {spec[:40]!r}"), spec)
     if m := re.fullmatch(r"self:vocab=(\d+)", spec):
-        if int(m.group(1)) < 2:
+        n = integer(m.group(1), f"--draft {spec[:40]!r}")
+        if n < 2:
             raise UsageError(f"--draft: {spec!r}: self:vocab=N needs N >= 2 tokens")
-        return DraftSpec("self-vocab", int(m.group(1)), spec)
+        return DraftSpec("self-vocab", n, spec)
     if m := re.fullmatch(r"ngram:(\d+)", spec):
-        if int(m.group(1)) < 1:
+        n = integer(m.group(1), f"--draft {spec[:40]!r}")
+        if n < 1:
             raise UsageError(f"--draft: {spec!r}: ngram:N needs N >= 1")
-        return DraftSpec("ngram", int(m.group(1)), spec)
+        return DraftSpec("ngram", n, spec)
     if spec in ("suffix", "suffix:run"):
         return DraftSpec("suffix", spec == "suffix:run", spec)
     if spec.startswith(("self:", "ngram:", "suffix:")):
@@ -81,12 +93,15 @@ def parse_drafts(text: str | None) -> tuple[DraftSpec, ...]:
     parts = [p.strip() for p in text.split(",")]
     if any(not p for p in parts):
         raise UsageError(f"--draft {text!r}: an empty element in the list (two commas, or one at an end)")
-    seen = set()
-    for part in parts:
-        if part in seen:
-            raise UsageError(f"--draft {text!r}: the source {part!r} is named twice")
-        seen.add(part)
-    return tuple(parse_draft(p) for p in parts)
+    specs = tuple(parse_draft(p) for p in parts)
+    seen: dict[tuple, str] = {}
+    for spec in specs:
+        key = spec.source_key()
+        if key in seen:
+            same = "named twice" if seen[key] == spec.text else f"named twice ({seen[key]!r} is the same source)"
+            raise UsageError(f"--draft {text!r}: the source {spec.text!r} is {same}")
+        seen[key] = spec.text
+    return specs
 
 
 def early_exit_model(model: torch.nn.Module, layers: int) -> torch.nn.Module:

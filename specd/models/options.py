@@ -33,6 +33,7 @@ from specd.errors import UsageError
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
+from specd.models.numbers import MAX_NUMBER, integer, out_of_range
 from specd.policy.kpolicy import DEFAULT_K_MAX, MAX_K, check_k, check_k_max
 
 BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
@@ -69,7 +70,6 @@ def specs(cls) -> dict[str, tuple[Spec, object]]:
 
 
 DEFAULT_RULE = "invariant"
-MAX_NUMBER = 2**64  # no option takes an integer this large (a seed is below it)
 
 
 def typed(kind: str, value, where: str):
@@ -79,13 +79,12 @@ def typed(kind: str, value, where: str):
     if value is None and kind.endswith("?"):
         return None
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_NUMBER:
-        # refused without printing it: a number this long does not even convert to text
-        raise UsageError(f"{where}: a number of about {int(abs(value).bit_length() * 0.30103)} digits is out of range")
+        raise out_of_range(value, where)  # refused without printing it: it may not even convert to text
     if base == "k":
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"
         if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            return int(value)
+            return integer(value, where)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         raise UsageError(f"{where} must be auto or an integer, got {value!r}")
@@ -256,14 +255,16 @@ class GenerateOptions:
         None,
         "--presence-penalty",
         kind="float?",
-        help="Subtract this from the logit of every token already in the output (vLLM/OpenAI; finite, >= 0).",
+        help="Subtract this from the logit of every token already in the output (vLLM/OpenAI; in [-2, 2], "
+        "negative favours repeats).",
         check=sampling(check_additive_penalty),
     )
     frequency_penalty: float | None = option(
         None,
         "--frequency-penalty",
         kind="float?",
-        help="Subtract this times its count in the output from a token's logit (vLLM/OpenAI; finite, >= 0).",
+        help="Subtract this times its count in the output from a token's logit (vLLM/OpenAI; in [-2, 2], "
+        "negative favours repeats).",
         check=sampling(check_additive_penalty),
     )
     no_repeat_ngram_size: int | None = option(

@@ -47,6 +47,7 @@ RESULTS_SCHEMA = "specd.results/v1"
 OUTPUT_FIELDS = (
     "target",
     "draft",
+    "draft_sources",
     "dtype",
     "device",
     "torch",
@@ -74,11 +75,25 @@ _SPELLING = ("name", "identity")
 
 
 def _comparable(name: str, value):
-    """A manifest field as resume compares it: a model by its weights (and config), not its path."""
+    """A manifest field as resume compares it: a model by its weights (and config), not its path;
+    the list of draft sources by what each is (the model among them is compared by ``draft``)."""
     if name in ("target", "draft") and isinstance(value, dict) and value.get("weights_sha256"):
         config = str(value.get("identity", "")).rpartition(":cfg=")[2]
         return {**{k: v for k, v in value.items() if k not in _SPELLING}, "config": config}
+    if name == "draft_sources" and isinstance(value, list):
+        return [_source_kind(str(identity)) for identity in value]
     return value
+
+
+def _source_kind(identity: str) -> str:
+    """A draft source's identity without the model's name as spelled: ``hf:NAME:dtype:device:cfg=D``
+    -> ``hf:model:dtype:device:cfg=D`` (a shared-body or self copy keeps its ``self:...`` kind)."""
+    if not identity.startswith("hf:") or identity.count(":") < 4:
+        return identity
+    head, *tail = identity.rsplit(":", 3)
+    name = head.removeprefix("hf:")
+    kind = name.split("(")[0] if name.startswith("self:") else "model"
+    return ":".join(["hf", kind, *tail])
 
 
 def manifest_difference(recorded: dict, current: dict) -> tuple[str, object, object] | None:

@@ -123,6 +123,8 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
     with collector_paused():
         t_start = time.perf_counter()
         sampler = load_sampler(spec)
+        tokens = None
+        counterexample = None
         try:
             tokens = sc.returns_tokens(sampler)
             rig = build_rig(cfg)
@@ -131,16 +133,17 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
                 sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens),
                 sc.check_dtype_edges(sampler, tokens),
             ]
-        except SamplerFailed as err:
-            raise SamplerFailed(f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})") from None
-        checks += check_degenerate(sampler, tokens)
-        counterexample = None
-        if checks[0].passed is False:
-            counterexample = sc.minimal_counterexample(
-                sampler, tokens, lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))
-            )
-        elif checks[2].passed is False:
-            counterexample = checks[2].counterexample
+        except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
+            detail = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})"
+            checks = [Check("ordinary_round", False, {}, detail, [err.finding])]
+        else:
+            checks += check_degenerate(sampler, tokens)
+            if checks[0].passed is False:
+                counterexample = sc.minimal_counterexample(
+                    sampler, tokens, lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))
+                )
+            elif checks[2].passed is False:
+                counterexample = checks[2].counterexample
         return {
             "schema": SCHEMA,
             "mode": "sampler",
@@ -149,7 +152,7 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
                 "spec": spec,
                 "name": sampler.name,
                 "description": sampler.description,
-                "returns": ("tokens" if tokens else "distributions"),
+                "returns": {True: "tokens", False: "distributions", None: None}[tokens],
             },
             "config": {"vocab": cfg.vocab, "k": cfg.k, "seed": cfg.seed},
             "checks": [

@@ -37,7 +37,7 @@ from unittest import mock
 import torch
 
 from specd.core.sampler import RejectionSampler
-from specd.errors import SamplerFailed, SamplerUnavailable, UsageError, one_line
+from specd.errors import SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError, one_line
 
 
 @dataclass(frozen=True)
@@ -78,19 +78,32 @@ def isolated(what: str, passthrough: tuple[type, ...] = ()):
     except SamplerFailed:
         raise
     except SystemExit as err:
-        raise SamplerFailed(f"{what} exited (SystemExit {err.code!r}) instead of returning") from None
+        raise SamplerFailed(f"{what} exited (SystemExit {err.code!r}) instead of returning", "exited") from None
     except Exception as err:  # noqa: BLE001 - the code under test can fail in any way
-        raise SamplerFailed(f"{what} raised {type(err).__name__}: {one_line(str(err), 200)}") from None
+        raise SamplerFailed(f"{what} raised {type(err).__name__}: {one_line(str(err), 200)}", "raised") from None
+
+
+@contextmanager
+def loading(what: str):
+    """Load user code (import a module, build a class): whatever it raises is one SamplerUnloadable
+    line (exit 2: the sampler cannot be checked at all), never a failed check."""
+    try:
+        with isolated(what, passthrough=(UsageError,)):
+            yield
+    except SamplerFailed as err:
+        raise SamplerUnloadable(f"cannot load the sampler: {err}") from None
 
 
 def _tensor(name: str, what: str, value) -> torch.Tensor:
     if value is None or isinstance(value, (str, bytes)):
-        raise SamplerFailed(f"sampler {name} returned {what} of type {type(value).__name__}; expected a tensor")
+        raise SamplerFailed(
+            f"sampler {name} returned {what} of type {type(value).__name__}; expected a tensor", "returned_not_a_tensor"
+        )
     try:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as err:
         raise SamplerFailed(
-            f"sampler {name} returned {what} that is not a tensor ({one_line(str(err), 120)})"
+            f"sampler {name} returned {what} that is not a tensor ({one_line(str(err), 120)})", "returned_not_a_tensor"
         ) from None
 
 
@@ -100,39 +113,53 @@ def normalize_result(name: str, out, batch: int, vocab: int, k: int | None = Non
     vocabulary, a distribution that is not finite, non-negative and of positive mass."""
     if isinstance(out, Mapping):
         if "accepted" not in out or not ({"terminal", "terminal_rows"} & set(out)):
-            raise SamplerFailed(f"sampler {name} returned a mapping without 'accepted' and 'terminal'")
+            raise SamplerFailed(f"sampler {name} returned a mapping without 'accepted' and 'terminal'", "missing_parts")
         accepted, terminal = out.get("accepted"), out.get("terminal", out.get("terminal_rows"))
     elif hasattr(out, "accepted") and hasattr(out, "terminal_rows"):  # e.g. specd's Decision
         accepted, terminal = out.accepted, out.terminal_rows
     elif isinstance(out, (tuple, list)) and len(out) == 2:
         accepted, terminal = out
     else:
-        raise SamplerFailed(f"sampler {name} returned {type(out).__name__}; expected (accepted, terminal)")
+        raise SamplerFailed(
+            f"sampler {name} returned {type(out).__name__}; expected (accepted, terminal)", "returned_wrong_type"
+        )
     accepted = _tensor(name, "accepted counts", accepted).reshape(-1)
     terminal = _tensor(name, "a terminal", terminal)
     if accepted.numel() != batch:
-        raise SamplerFailed(f"sampler {name} returned {accepted.numel()} accepted counts for a batch of {batch}")
+        raise SamplerFailed(
+            f"sampler {name} returned {accepted.numel()} accepted counts for a batch of {batch}", "count_shape_wrong"
+        )
     if accepted.is_floating_point() or accepted.is_complex() or accepted.dtype == torch.bool:
-        raise SamplerFailed(f"sampler {name} returned accepted counts of dtype {accepted.dtype}; expected integers")
+        raise SamplerFailed(
+            f"sampler {name} returned accepted counts of dtype {accepted.dtype}; expected integers",
+            "count_not_integer",
+        )
     if accepted.numel() and (accepted.min() < 0 or (k is not None and accepted.max() > k)):
-        raise SamplerFailed(f"sampler {name} returned accepted counts {accepted.tolist()} outside 0..{k}")
+        raise SamplerFailed(
+            f"sampler {name} returned accepted counts {accepted.tolist()} outside 0..{k}", "count_out_of_range"
+        )
     if terminal.dim() == 2 and terminal.shape == (batch, vocab) and terminal.is_floating_point():
         rows = terminal.to(torch.float64)
         mass = rows.sum(-1, keepdim=True)
         if not bool(torch.isfinite(rows).all()) or bool((rows < 0).any()) or not bool((mass > 0).all()):
             raise SamplerFailed(
                 f"sampler {name} returned terminal distributions that are not finite, non-negative rows of "
-                "positive mass"
+                "positive mass",
+                "returned_non_finite_rows",
             )
         return SamplerResult(accepted.tolist(), None, rows / mass)
     if terminal.numel() == batch and not terminal.is_floating_point() and terminal.dtype != torch.bool:
         tokens = terminal.reshape(-1)
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab):
-            raise SamplerFailed(f"sampler {name} returned terminal tokens {tokens.tolist()} outside 0..{vocab - 1}")
+            raise SamplerFailed(
+                f"sampler {name} returned terminal tokens {tokens.tolist()} outside 0..{vocab - 1}",
+                "token_out_of_range",
+            )
         return SamplerResult(accepted.tolist(), tokens.tolist(), None)
     raise SamplerFailed(
         f"sampler {name} returned a terminal of shape {tuple(terminal.shape)}; expected tokens [{batch}] "
-        f"or distributions [{batch}, {vocab}]"
+        f"or distributions [{batch}, {vocab}]",
+        "terminal_shape_wrong",
     )
 
 
@@ -228,7 +255,7 @@ def load_sampler(spec: str) -> SamplerUnderTest:
     if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name):
         raise UsageError(f"--sampler {spec!r}: {module_name!r} is not a Python module name")
     try:
-        with isolated(f"the sampler module {module_name!r}, on import,", passthrough=(UsageError,)):
+        with loading(f"the sampler module {module_name!r}, on import,"):
             try:
                 found = importlib.util.find_spec(module_name)  # imports the parent packages
             except ModuleNotFoundError:
@@ -248,7 +275,7 @@ def load_sampler(spec: str) -> SamplerUnderTest:
             raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if inspect.isclass(obj):
-        with isolated(f"building the sampler {spec} with no arguments"):
+        with loading(f"building the sampler {spec} with no arguments"):
             obj = obj()
     if not callable(obj):
         raise UsageError(f"{spec} is not callable; a sampler is a function or a class with __call__")

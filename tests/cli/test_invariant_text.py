@@ -82,7 +82,7 @@ def test_an_unknown_rule_is_one_line(tiny_models, capsys):
         (["--rule", "both"], "unknown rule 'both'"),
         (["--min-p", "1.5"], "--min-p must be in [0, 1]"),
         (["--min-p", "nan"], "--min-p must be"),
-        (["--presence-penalty", "-0.1"], "--presence-penalty must be a finite number >= 0"),
+        (["--presence-penalty", "-2.1"], "--presence-penalty must be in [-2, 2]"),
         (["--frequency-penalty", "inf"], "--frequency-penalty must be a finite number"),
         (["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size must be an integer >= 0"),
         (["--bad-words", ""], "encodes to no token"),

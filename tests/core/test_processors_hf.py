@@ -79,8 +79,8 @@ def test_min_new_tokens_is_hugging_faces(made, minimum):
     same(proc.apply(ROWS.clone(), [state] * 3), theirs)
 
 
-def test_presence_and_frequency_penalties_are_vllms_definition():
-    presence, frequency = 0.4, 0.25
+@pytest.mark.parametrize("presence,frequency", [(0.4, 0.25), (-2.0, -1.5), (2.0, -0.5)])
+def test_presence_and_frequency_penalties_are_vllms_definition(presence, frequency):
     proc = PresenceFrequencyPenalty(presence, frequency)
     output = [[1, 1, 4], [], [7, 7, 7, 0]]
     states = []

@@ -49,6 +49,7 @@ def test_verify_oracle_rule_selects_the_proofs():
     [
         {"min_p": 0.3},
         {"presence_penalty": 0.5, "frequency_penalty": 0.7},
+        {"presence_penalty": -1.5, "frequency_penalty": -2.0},  # vLLM's range: negative favours repeats
         {"no_repeat_ngram_size": 2},
         {"bad_words_ids": [[2, 1]]},
         {"min_new_tokens": 2, "eos_ids": (0,)},

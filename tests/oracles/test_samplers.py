@@ -149,6 +149,10 @@ SAMPLERS = textwrap.dedent(
 
     def out_of_range(p, q, drafts, k_lens, accept_u, terminal_u):
         return [drafts.shape[1] + 5] * drafts.shape[0], [0] * drafts.shape[0]
+
+
+    def token_out_of_range(p, q, drafts, k_lens, accept_u, terminal_u):
+        return [0] * drafts.shape[0], [99] * drafts.shape[0]
     '''
 )
 
@@ -181,32 +185,64 @@ def test_a_wrong_external_sampler_fails_with_a_minimal_counterexample(user_sampl
     assert code == 1 and "minimal counterexample" in out and "FAILED" in out
 
 
-@pytest.mark.parametrize(
-    "spec,code,message",
-    [
-        ("no_such_module_xyz:sample", 2, "cannot import the sampler module 'no_such_module_xyz'"),
-        ("user_samplers:missing", 2, "has no attribute 'missing'"),
-        ("justaname", 2, "--sampler takes module:attr"),
-        ("user_samplers:raises", 1, "raised RuntimeError: not implemented yet"),
-        ("user_samplers:exits", 1, "sampler user_samplers:exits exited (SystemExit 0) instead of returning"),
-        ("user_samplers:strings", 1, "returned accepted counts of type str"),
-        ("user_samplers:no_accepted", 1, "a mapping without 'accepted'"),
-        ("user_samplers:nan_counts", 1, "expected integers"),
-        ("user_samplers:nan_rows", 1, "not finite, non-negative rows"),
-        ("user_samplers:out_of_range", 1, "outside 0.."),
-        ("exits_on_import:sample", 1, "on import, exited (SystemExit 0)"),
-        ("raises_on_import:sample", 1, "on import, raised ZeroDivisionError"),
-    ],
-)
-def test_bad_samplers_are_one_line(user_samplers, capsys, spec, code, message):
-    """Code under test that exits or returns nonsense is a failed check (exit 1), never a pass."""
+@pytest.fixture
+def broken_modules(user_samplers):
+    """Modules beside the user that exit or raise on import, and a class that raises when built."""
     (Path.cwd() / "exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
     (Path.cwd() / "raises_on_import.py").write_text("1 / 0\n")
-    got, out, err = run_cli(["verify-oracle", "--sampler", spec], capsys)
-    assert got == code and err.count("\n") == 1 and message in err and "Traceback" not in err, err
-    assert "internal error" not in err
-    for name in ("exits_on_import", "raises_on_import"):
+    (Path.cwd() / "raises_in_init.py").write_text(
+        "class Sampler:\n    def __init__(self):\n        raise OSError('x')\n"
+    )
+    yield
+    for name in ("exits_on_import", "raises_on_import", "raises_in_init"):
         sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("no_such_module_xyz:sample", "cannot import the sampler module 'no_such_module_xyz'"),
+        ("user_samplers:missing", "has no attribute 'missing'"),
+        ("justaname", "--sampler takes module:attr"),
+        ("exits_on_import:sample", "on import, exited (SystemExit 0)"),
+        ("raises_on_import:sample", "on import, raised ZeroDivisionError"),
+        ("raises_in_init:Sampler", "building the sampler raises_in_init:Sampler with no arguments raised OSError"),
+    ],
+)
+def test_a_sampler_that_cannot_be_loaded_is_one_line_and_exit_2(broken_modules, capsys, spec, message):
+    """docs/oracle.md: exit 2 for a sampler that cannot be imported (or built), with or without --json."""
+    for extra in ([], ["--json"]):
+        got, out, err = run_cli(["verify-oracle", "--sampler", spec, *extra], capsys)
+        assert got == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+        assert "internal error" not in err and out == ""
+
+
+@pytest.mark.parametrize(
+    "spec,finding,message",
+    [
+        ("user_samplers:raises", "raised", "raised RuntimeError: not implemented yet"),
+        ("user_samplers:exits", "exited", "sampler user_samplers:exits exited (SystemExit 0) instead of returning"),
+        ("user_samplers:strings", "returned_not_a_tensor", "returned accepted counts of type str"),
+        ("user_samplers:no_accepted", "missing_parts", "a mapping without 'accepted'"),
+        ("user_samplers:nan_counts", "count_not_integer", "expected integers"),
+        ("user_samplers:nan_rows", "returned_non_finite_rows", "not finite, non-negative rows"),
+        ("user_samplers:out_of_range", "count_out_of_range", "outside 0.."),
+        ("user_samplers:token_out_of_range", "token_out_of_range", "terminal tokens [99] outside 0..2"),
+    ],
+)
+def test_a_sampler_that_fails_on_an_ordinary_round_is_a_report_with_the_finding(
+    user_samplers, capsys, spec, finding, message
+):
+    """Code under test that raises, exits or returns nonsense is a failed check (exit 1), never a pass:
+    --json gives the report, its check and finding named; the tables say the same."""
+    got, out, err = run_cli(["verify-oracle", "--sampler", spec, "--json", "--vocab", "3", "--k", "2"], capsys)
+    assert got == 1 and err == "", err
+    doc = json.loads(out)
+    assert not doc["passed"] and doc["findings"] == [finding]
+    (check,) = doc["checks"]
+    assert check["name"] == "ordinary_round" and check["passed"] is False and message in check["detail"]
+    got, out, err = run_cli(["verify-oracle", "--sampler", spec], capsys)
+    assert got == 1 and "Traceback" not in out + err and f"FAILED; found: {finding}" in out
 
 
 # -- Hugging Face's _speculative_sampling ---------------------------------------------------------------

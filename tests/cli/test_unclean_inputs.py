@@ -1,0 +1,161 @@
+"""The unclean cases of the newer surface: an output inside a model folder named anywhere (a draft
+list's element, --target, sweep-k's models, the embedded cache), integers too long to convert,
+penalties past their range, a resume under another draft list, and one source spelled twice.
+Every case: the exit code, one ``specd: error:`` line, no traceback, and every input (and an old
+output) byte-identical after the run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_bad_input import one_line, snapshot
+from tests.helpers import run_cli
+
+
+def tree(folder: Path) -> dict:
+    """Every file under a folder (through the symlinks the test made), as snapshot() sees it."""
+    return {str(p.relative_to(folder)): snapshot(p) for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def models(tmp_path, tiny_models, monkeypatch):
+    """The tiny pair as ./T and ./D (symlinks: the rule must see through them), a prompts file and an
+    old results file, in a working folder."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink(tiny_models[0], tmp_path / "T")
+    os.symlink(tiny_models[1], tmp_path / "D")
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hello world"}\n')
+    (tmp_path / "old.jsonl").write_text("an old output\n")
+    return tmp_path
+
+
+def everything(folder: Path, tiny_models) -> dict:
+    return {"work": tree(folder), "T": tree(Path(tiny_models[0])), "D": tree(Path(tiny_models[1]))}
+
+
+GENERATE = ["--target", "T", "--prompts-file", "p.jsonl", "--max-new-tokens", "4"]
+INSIDE_A_MODEL = [
+    # (command, words the one line must hold)
+    (["generate", *GENERATE, "--draft", "suffix,D", "--out", "D/config.json"], "--draft (its source D)"),
+    (["generate", *GENERATE, "--draft", "ngram:2,D", "--out", "D/config.json"], "model folder's config.json"),
+    (["generate", *GENERATE, "--draft", "suffix,D", "--trace", "D/tokenizer.json"], "model folder's tokenizer.json"),
+    (["generate", *GENERATE, "--draft", "suffix,./D", "--out", "D/new-results.jsonl"], "the model folder of --draft"),
+    (["generate", *GENERATE, "--draft", "suffix", "--out", "T/new-results.jsonl"], "the model folder of --target"),
+    (["generate", *GENERATE, "--draft", "D", "--trace", "./D/./log.jsonl"], "inside"),
+    (["trace", "run", *GENERATE, "--draft", "suffix,D", "--trace", "D/config.json"], "--draft (its source D)"),
+    (["sweep-k", "--measure", "--target", "T", "--draft", "suffix", "--out", "T/config.json"], "--target"),
+    (["sweep-k", "--measure", "--target", "T", "--draft", "D", "--out", "D/config.json"], "--draft"),
+    (["sweep-k", "--measure", "--target", "T", "--draft", "ngram:2,D", "--plot", "D/speedup.png"], "--draft"),
+    (["sweep-k", "--measure", "--target", "T", "--out", "T/results.csv"], "the model folder of --target"),
+]
+
+
+@pytest.mark.parametrize("args,message", INSIDE_A_MODEL)
+def test_no_output_inside_a_model_folder_of_any_command(models, tiny_models, capsys, args, message):
+    before = everything(models, tiny_models)
+    code, out, err = run_cli(args, capsys)
+    one_line(code, err)
+    assert message in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+def test_no_output_inside_the_embedded_models_cache(models, tiny_models, capsys, specd_cache_dir):
+    """The embedded target's folders in specd's cache are model folders too (the converted copy, the
+    assembled GGUF): a results file there is refused, with or without --target embedded:NAME."""
+    from specd.models.embedded import EMBEDDED
+
+    for name, extra in (("smollm2-135m", []), ("gemma-3-270m", ["--target", "embedded:gemma-3-270m"])):
+        for folder in EMBEDDED[name].cache_folders():
+            folder.mkdir(parents=True, exist_ok=True)
+            out = folder / "results.jsonl"
+            code, _, err = run_cli(["generate", *extra, "-p", "hi", "--draft", "suffix", "--out", str(out)], capsys)
+            one_line(code, err)
+            assert f"the model folder of --target embedded:{name} (specd's cache {folder.name})" in err
+            assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--draft", "ngram:" + "9" * 5000], "a number of 5000 digits is out of range"),
+        (["--draft", "suffix,self:vocab=" + "1" * 5000], "out of range"),
+        (["--draft", "self:layers=" + "7" * 5000], "out of range"),
+        (["--draft", "ngram:" + "0" * 5000 + "3,suffix", "--out", "old.jsonl"], None),  # 3, spelled long
+        (["-k", "4" * 5000], "-k: a number of 5000 digits is out of range"),
+        (["--presence-penalty", "1e39"], "--presence-penalty must be in [-2, 2]"),
+        (["--frequency-penalty", "1e39"], "--frequency-penalty must be in [-2, 2]"),
+        (["--frequency-penalty", "-2.5"], "--frequency-penalty must be in [-2, 2]"),
+        (["--draft", "self:bf16,self:bfloat16"], "'self:bfloat16' is named twice ('self:bf16' is the same source)"),
+        (["--draft", "ngram:2,ngram:02"], "'ngram:02' is named twice ('ngram:2' is the same source)"),
+        (["--draft", "D,./D"], "'./D' is named twice ('D' is the same source)"),
+        (["--draft", "suffix,suffix"], "'suffix' is named twice"),
+    ],
+)
+def test_values_a_user_can_type_are_one_line_never_an_internal_error(models, tiny_models, capsys, args, message):
+    before = everything(models, tiny_models)
+    code, out, err = run_cli(["generate", *GENERATE, "--temperature", "0.7", *args], capsys)
+    if message is None:  # a long spelling of a small number is that number
+        assert code == 0, err
+        return
+    one_line(code, err)
+    assert message in err and "internal error" not in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+@pytest.mark.parametrize("penalty", ["-2", "-0.5", "2"])
+def test_penalties_take_vllms_range(models, capsys, penalty):
+    """vLLM and the OpenAI API take presence and frequency penalties in [-2, 2]; so does specd."""
+    args = ["generate", *GENERATE, "--draft", "suffix", "--temperature", "0.8", "--json"]
+    code, out, err = run_cli([*args, "--presence-penalty", penalty, "--frequency-penalty", penalty], capsys)
+    assert code == 0, err
+    policy = json.dumps(json.loads(out)["manifest"]["target_policy"])
+    assert f'"presence": {float(penalty)}' in policy and f'"frequency": {float(penalty)}' in policy, policy
+
+
+def test_resume_under_another_draft_list_is_refused_naming_the_field(models, tiny_models, capsys):
+    """Under the maximal rule the drafts decide the sampled text: a results file written with one draft
+    list cannot be resumed with another (``draft_sources``), and the file is left as it was."""
+    common = ["generate", *GENERATE, "--temperature", "0.8", "--rule", "maximal", "--out", "r.jsonl"]
+    code, _, err = run_cli([*common, "--draft", "ngram:1"], capsys)
+    assert code == 0, err
+    before = everything(models, tiny_models)
+    code, _, err = run_cli([*common, "--draft", "ngram:1,suffix:run", "--resume"], capsys)
+    one_line(code, err)
+    assert "its draft_sources is" in err and everything(models, tiny_models) == before
+    code, _, err = run_cli([*common, "--draft", "ngram:1", "--resume"], capsys)  # the same list resumes
+    assert code == 0, err
+
+
+def test_resume_accepts_another_spelling_of_the_same_draft_list(models, tiny_models, capsys):
+    common = ["generate", *GENERATE, "--temperature", "0.8", "-k", "2", "--out", "r.jsonl"]
+    code, _, err = run_cli([*common, "--draft", f"ngram:2,{tiny_models[1]}"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*common, "--draft", "ngram:02,./D", "--resume"], capsys)
+    assert code == 0, err
+
+
+def test_no_output_inside_a_hub_models_cached_snapshot(models, tiny_models, capsys, monkeypatch):
+    """A hub id is read from its snapshot in the Hugging Face cache: that folder is a model folder too."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    hub = models / "hub"
+    snapshot = hub / "models--someone--tiny" / "snapshots" / "0123abc"
+    shutil.copytree(tiny_models[1], snapshot)
+    (hub / "models--someone--tiny" / "refs").mkdir()
+    (hub / "models--someone--tiny" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    before = tree(hub)
+    for out, message in (
+        (snapshot / "config.json", "--draft (its source someone/tiny) (the model folder's config.json)"),
+        (snapshot / "new.jsonl", "the model folder of --draft (its source someone/tiny)"),
+    ):
+        code, _, err = run_cli(["generate", *GENERATE, "--draft", "suffix,someone/tiny", "--out", str(out)], capsys)
+        one_line(code, err)
+        assert message in err, err
+    assert tree(hub) == before
