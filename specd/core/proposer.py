@@ -33,7 +33,8 @@ from specd.errors import UsageError
 @dataclass(frozen=True)
 class Proposal:
     drafts: tuple[tuple[int, ...], ...]  # per row, len k_b
-    q: torch.Tensor  # float[B, K, V] the rows each d_i was drawn from (zeros past k_b)
+    q: torch.Tensor  # float[R_q, V] the rows a model drew its drafts from, packed (a lookup has none)
+    q_index: tuple[tuple[int, ...], ...]  # per row and draft: its row of q, -1 for a point mass (a lookup's)
     sampled: bool  # draws were taken from the proposal stream
     # The draft model's first call of the round: the most tokens it fed one row (more than 2 when
     # the draft cache catches up on output it did not see, e.g. after K = 0 rounds) and its seconds.
@@ -42,6 +43,25 @@ class Proposal:
     # A shared-body draft (specd.core.shared_body): per row, the hidden states float[j, D] of the j
     # rows it wrote into the *target's* cache this round (F, d_1, ..); None for every other source.
     staged: tuple | None = None
+
+    def q_row(self, b: int, i: int) -> torch.Tensor:
+        """Row b's i-th q row, float[V]: its model row, or the point mass on its draft."""
+        if self.q_index[b][i] >= 0:
+            return self.q[self.q_index[b][i]]
+        return torch.zeros(self.q.shape[-1], dtype=self.q.dtype, device=self.q.device).index_fill_(
+            0, torch.tensor([self.drafts[b][i]], device=self.q.device), 1.0
+        )
+
+
+def packed(rows: Sequence[Sequence[torch.Tensor]], vocab: int, dtype: torch.dtype, device="cpu") -> tuple:
+    """Per row, its q rows float[V] (one per draft) -> (q float[R_q, V], q_index): packed in row order."""
+    flat = [r for row in rows for r in row]
+    q = torch.stack(flat).to(dtype) if flat else torch.zeros(0, vocab, dtype=dtype, device=device)
+    index, start = [], 0
+    for row in rows:
+        index.append(tuple(range(start, start + len(row))))
+        start += len(row)
+    return q, tuple(index)
 
 
 class Proposer:
@@ -109,7 +129,7 @@ class NullProposer(Proposer):
         self.vocab_size = vocab_size
 
     def propose(self, states, ks, cache, draws, backend, dtype):
-        return Proposal(tuple(() for _ in states), torch.zeros(len(states), 0, self.vocab_size, dtype=dtype), False)
+        return point_masses(tuple(() for _ in states), self.vocab_size, dtype)
 
 
 def check_draft_stop(value: float, where: str = "--draft-stop") -> None:
@@ -183,13 +203,14 @@ class ModelProposer(Proposer):
     def propose(self, states, ks, cache, draws, backend, dtype):
         b_total = len(states)
         k_max = max(ks, default=0)
-        q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype, device=getattr(self.model, "device", "cpu"))
+        device = getattr(self.model, "device", "cpu")
         drafts: list[list[int]] = [[] for _ in states]
+        q_rows_of: list[list[torch.Tensor]] = [[] for _ in states]  # the row each draft was drawn from
         race = getattr(draws, "race", None) if not self.policy.greedy else None  # the invariant rule's noise
         sampled = not self.policy.greedy and race is None  # proposal uniforms are read
         live = [b for b in range(b_total) if ks[b] > 0]
         if not live:
-            return Proposal(tuple(() for _ in states), q, sampled)
+            return Proposal(tuple(() for _ in states), *packed(q_rows_of, self.vocab_size, dtype, device), sampled)
         uniforms = {b: draws(states[b], "proposal", ks[b]) for b in live} if sampled else {}
         proc = {b: states[b].draft_proc for b in live}
         staged: dict[int, list[torch.Tensor]] = {}
@@ -222,15 +243,18 @@ class ModelProposer(Proposer):
             else:
                 u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
                 tokens = self.draw(q_rows, u).tolist()
-            q[torch.tensor(here, device=q.device), i] = q_rows.to(q)
-            for b, tok in zip(here, tokens):
+            for b, tok, row in zip(here, tokens, q_rows.to(dtype)):
                 drafts[b].append(tok)
+                q_rows_of[b].append(row)
                 proc[b] = proc[b].advance(tok)
             feed = [b for b in here if ks[b] > i + 1]
             if feed:
                 step_rows = [RowInput(states[b].slot, (drafts[b][-1],), (cache.length(states[b].slot),)) for b in feed]
                 raw.update(zip(feed, self.forward(cache, step_rows, staged)))
-        return Proposal(tuple(tuple(d) for d in drafts), q, sampled, *first_call, self.staged_rows(states, staged))
+        q, q_index = packed(q_rows_of, self.vocab_size, dtype, device)
+        return Proposal(
+            tuple(tuple(d) for d in drafts), q, q_index, sampled, *first_call, self.staged_rows(states, staged)
+        )
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
         """One draft step -> the raw logit row after each row's last input, float[V] each. ``staged``
@@ -317,10 +341,6 @@ class NgramProposer(Proposer):
 
 
 def point_masses(drafts: tuple[tuple[int, ...], ...], vocab: int, dtype: torch.dtype) -> Proposal:
-    """A lookup's proposal: its drafts and q the point mass on each, float[B, K, V] (zeros past k_b)."""
-    k_max = max((len(d) for d in drafts), default=0)
-    q = torch.zeros(len(drafts), k_max, vocab, dtype=dtype)
-    for b, d in enumerate(drafts):
-        if d:
-            q[b, torch.arange(len(d)), torch.tensor(d)] = 1.0
-    return Proposal(drafts, q, False)
+    """A lookup's proposal: its drafts, each the point mass q = e_d, kept as the token id alone
+    (no row of q: ``q_index`` -1)."""
+    return Proposal(drafts, torch.zeros(0, vocab, dtype=dtype), tuple((-1,) * len(d) for d in drafts), False)

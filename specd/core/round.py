@@ -25,6 +25,7 @@ from specd.core.kv import KVRows
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.records import RunResult, round_records, round_timing
+from specd.core.sampler import Rows, valid_positions
 from specd.core.session import DecodeSession
 from specd.core.sources import Drafted
 from specd.core.state import RequestState
@@ -72,17 +73,17 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
             txn.verified(drafts, v, used, source, plan.match)
 
         # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
-        rows = target_rows(eng, active, verified, proposal.drafts)  # p, or its argmax ids when greedy
-        draft, k_lens, q = batch_drafts(proposal, ks, rows.device)
+        p, argmax = target_rows(eng, active, verified, proposal.drafts)  # packed p, or its argmax ids when greedy
+        rows = packed_rows(proposal, ks, p, (argmax if p is None else p).device)
         if greedy or invariant:  # the target's token at each position is decided: drafts match it or not
             if greedy:
-                decision = eng.sampler.decide_greedy(rows, q, draft, k_lens)
+                decision = eng.sampler.decide_greedy(argmax, rows)
             else:
-                decision = eng.sampler.decide_invariant(rows, q, draft, k_lens, active)
-            accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=rows.device)
+                decision = eng.sampler.decide_invariant(rows, active)
+            accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=rows.draft.device)
         else:
-            accept_u, terminal_u = uniforms(session, active, ks, rows.device)
-            decision = eng.sampler.decide(rows, q.to(rows.dtype), draft, k_lens, accept_u)
+            accept_u, terminal_u = uniforms(session, active, ks, rows.draft.device)
+            decision = eng.sampler.decide(rows, accept_u)
         terminal = decision.decided_terminal  # greedy and invariant: the target's token, nothing to draw
         if terminal is None:
             terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
@@ -269,37 +270,35 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     ]
 
 
-def target_rows(engine, active, verified: Sequence[Verified], drafts) -> torch.Tensor:
+def target_rows(
+    engine, active, verified: Sequence[Verified], drafts
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The target's processed rows, each at its own logical prefix (the target policy's
-    processor state advanced over the drafts before it).
+    processor state advanced over the drafts before it), over the real rows only: request b's
+    k_b + 1 rows, packed in request order.
 
-    -> the argmax ids int64[B, K+1] when the target policy is greedy, else p float[B, K+1, V].
+    -> (p float[R, V], None), or (None, the argmax ids int64[B, K+1]) when the target policy is greedy
+    (the argmax of each real row; 0 past a request's k_b + 1, never read).
     """
     policy = engine.target_policy
-    k_max = max((len(d) for d in drafts), default=0)
-    states, idx_b, idx_i = [], [], []
-    for b, (s, d) in enumerate(zip(active, drafts)):
+    states = []
+    for s, d in zip(active, drafts):
         st = s.target_proc
         for i in range(len(d) + 1):
             states.append(st)
-            idx_b.append(b)
-            idx_i.append(i)
             if i < len(d):
                 st = st.advance(d[i])
     raw = torch.cat([v.p_raw for v in verified])
     if raw.dtype in (torch.float16, torch.bfloat16):
         raw = raw.float()
-    ib = torch.tensor(idx_b, device=raw.device)
-    ii = torch.tensor(idx_i, device=raw.device)
     if policy.greedy:
+        k_lens = torch.tensor([len(d) for d in drafts], device=raw.device)
+        k_max = max((len(d) for d in drafts), default=0)
         argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=raw.device)
-        argmax[ib, ii] = policy.logits(raw, states).argmax(dim=-1)
-        return argmax
+        argmax[valid_positions(k_lens + 1, k_max + 1)] = policy.logits(raw, states).argmax(dim=-1)
+        return None, argmax
     cfg = engine.config
-    probs = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype)
-    p = torch.zeros(len(active), k_max + 1, probs.shape[-1], dtype=probs.dtype, device=probs.device)
-    p[ib, ii] = probs
-    return p
+    return policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype), None
 
 
 def uniforms(session: DecodeSession, active, ks: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -311,10 +310,20 @@ def uniforms(session: DecodeSession, active, ks: Sequence[int], device) -> tuple
     return accept_u.to(device), torch.tensor(terminal, dtype=torch.float64, device=device)
 
 
-def batch_drafts(proposal: Drafted, ks: list[int], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> draft int64[B, K] padded with -1, k_lens int64[B], q float[B, K, V] (K = max k)."""
+def packed_rows(proposal: Drafted, ks: list[int], p: torch.Tensor | None, device) -> Rows:
+    """The round's rows for the rule (specd.core.sampler.Rows): p as the target gave it, q as the
+    draft models drew it (a lookup's drafts are ids), the drafts and their q rows by request."""
     k_max = max(ks, default=0)
     padded = [list(d) + [-1] * (k_max - len(d)) for d in proposal.drafts]
-    draft = torch.tensor(padded, dtype=torch.int64).reshape(len(ks), k_max)
+    index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
-    return draft.to(device), k_lens, proposal.q[:, :k_max].to(device)
+    p_start = None if p is None else torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
+    return Rows(
+        p,
+        p_start,
+        proposal.q.to(device),
+        torch.tensor(index, dtype=torch.int64).reshape(len(ks), k_max).to(device),
+        torch.tensor(padded, dtype=torch.int64).reshape(len(ks), k_max).to(device),
+        k_lens,
+        proposal.q.shape[-1],
+    )

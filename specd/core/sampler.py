@@ -1,12 +1,16 @@
 """The exact accept/reject/correction rule as pure, batched tensor functions.
 
-This module is the rule's only home. Shapes (B requests, K = most drafts in the
-batch, V vocabulary):
+This module is the rule's only home. A round's rows are packed (``Rows``): the tensors
+sized by the vocabulary hold only the rows that exist, never B x K_max of them. Shapes
+(B requests, request b with k_b drafts, K = the most drafts of any request, R = the sum
+of k_b + 1, R_q the rows a draft model drew from, V the vocabulary):
 
-    p          float[B, K+1, V]  target processed rows p_1..p_{K+1} (rows past k_len+1 unused)
-    q          float[B, K, V]    draft processed rows q_1..q_K that sampled the drafts
-    draft      int64[B, K]       proposed tokens d_1..d_K, -1 past k_len
-    k_lens     int64[B]          drafts per row (rows may differ; 0 is a plain target step)
+    p          float[R, V]       the target's processed rows, request b's p_1..p_{k_b+1} from p_start[b]
+    q          float[R_q, V]     the draft's processed rows that sampled model drafts (a lookup has none)
+    q_index    int64[B, K]       each draft's row of q; -1: a point mass on the draft (q(d) = 1: a
+                                 lookup's) or padding past k_b
+    draft      int64[B, K]       proposed tokens d_1..d_k, -1 past k_b
+    k_lens     int64[B]          drafts per request (0 is a plain target step)
     accept_u   float64[B, K]     acceptance uniforms U_i in [0, 1)
     terminal_u float64[B]        one uniform for the correction/bonus draw
 
@@ -17,6 +21,8 @@ pass, the bonus token is drawn from p_{k+1}. Why this is exact: at one position,
 the accept branch puts mass min(p, q) on each token and the rejection branch
 puts (1 - sum min(p, q)) * [p - q]_+ / Z = [p - q]_+ on it, which adds up to p;
 by induction over the accepted prefix the emitted block has the target's law.
+A lookup's draft is the point mass q = e_d: its ratio is p(d) / 1 and its
+correction [p - e_d]_+ is p with d removed; no row of q is ever stored for it.
 
 Temperature 0 (greedy) is the same rule on point-mass rows p_i = onehot(argmax_i):
 the ratio is 1 when d_i is the argmax and 0 otherwise, so every test is decided
@@ -55,11 +61,69 @@ def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
     return torch.arange(k_max, device=k_lens.device).unsqueeze(0) < k_lens.unsqueeze(1)
 
 
-def token_probabilities(rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """rows float[B, K, V], tokens int64[B, K] (-1 pad) -> float[B, K] (0 at padding)."""
-    safe = tokens.clamp_min(0)
-    picked = rows.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-    return torch.where(tokens >= 0, picked, torch.zeros_like(picked))
+@dataclass(frozen=True)
+class Rows:
+    """A round's rows, packed (shapes and terms in the module docstring). ``p`` is None where the
+    target's tokens are decided without its rows (greedy: the argmax ids stand for them)."""
+
+    p: torch.Tensor | None  # float[R, V]
+    p_start: torch.Tensor | None  # int64[B]
+    q: torch.Tensor  # float[R_q, V]
+    q_index: torch.Tensor  # int64[B, K]
+    draft: torch.Tensor  # int64[B, K]
+    k_lens: torch.Tensor  # int64[B]
+    vocab: int
+
+    @classmethod
+    def dense(cls, p: torch.Tensor | None, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor) -> Rows:
+        """Pack padded rows (p float[B, K+1, V] or None, q float[B, K, V]; rows past k_b + 1 and k_b
+        ignored): the form tests and the sampler protocol use."""
+        b, k_max = draft.shape
+        valid = valid_positions(k_lens, k_max)
+        q_index = torch.full((b, k_max), -1, dtype=torch.int64, device=draft.device)
+        q_index[valid] = torch.arange(int(valid.sum()), device=draft.device)
+        p_packed = p_start = None
+        if p is not None:
+            p_packed = p[valid_positions(k_lens + 1, k_max + 1)]
+            p_start = torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
+        return cls(p_packed, p_start, q[valid], q_index, draft, k_lens, q.shape[-1])
+
+    def valid(self) -> torch.Tensor:
+        """bool[B, K]: True where a draft exists."""
+        return valid_positions(self.k_lens, self.draft.shape[1])
+
+    def p_at(self, positions: torch.Tensor) -> torch.Tensor:
+        """int64[B] (0-based, at most k_b) -> p_{position+1} of each request, float[B, V]."""
+        return self.p[self.p_start + positions]
+
+    def p_draft(self) -> torch.Tensor:
+        """p_i(d_i) per draft, float[B, K] (0 at padding)."""
+        k_max = self.draft.shape[1]
+        index = (self.p_start.unsqueeze(1) + torch.arange(k_max, device=self.draft.device)).clamp(max=len(self.p) - 1)
+        picked = self.p[index, self.draft.clamp_min(0)] if k_max else self.p.new_zeros(len(self.k_lens), 0)
+        return torch.where(self.valid(), picked, torch.zeros_like(picked))
+
+    def q_draft(self, dtype: torch.dtype) -> torch.Tensor:
+        """q_i(d_i) per draft, float[B, K]: 1 for a point mass, 0 at padding."""
+        model = self.q_index >= 0
+        picked = torch.ones(self.draft.shape, dtype=dtype, device=self.draft.device)
+        if len(self.q):
+            rows = self.q[self.q_index.clamp_min(0), self.draft.clamp_min(0)].to(dtype)
+            picked = torch.where(model, rows, picked)
+        return torch.where(self.valid(), picked, torch.zeros_like(picked))
+
+    def q_at(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """int64[B] (0-based, below K) -> q_{position+1} of each request, float[B, V]: its model row,
+        the point mass on its draft, or zeros where the request has no draft there."""
+        b = torch.arange(len(positions), device=positions.device)
+        index, token = self.q_index[b, positions], self.draft[b, positions]
+        out = torch.zeros(len(positions), self.vocab, dtype=dtype, device=positions.device)
+        model = index >= 0
+        if bool(model.any()):
+            out[model] = self.q[index[model]].to(dtype)
+        point = ~model & (token >= 0)
+        out[point, token[point]] = 1.0
+        return out
 
 
 def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -198,51 +262,40 @@ class RejectionSampler:
         """
         return torch.where(is_bonus.unsqueeze(-1), p_at.to(torch.float64), self.correction_rows(p_at, q_at))
 
-    def decide(
-        self,
-        p: torch.Tensor,
-        q: torch.Tensor,
-        draft: torch.Tensor,
-        k_lens: torch.Tensor,
-        accept_u: torch.Tensor,
-    ) -> Decision:
-        """Accepted counts and the terminal distribution per row (no terminal draw yet)."""
-        b, k_max = draft.shape
-        valid = valid_positions(k_lens, k_max)
-        p_draft = token_probabilities(p[:, :k_max], draft)
-        q_draft = token_probabilities(q, draft)
+    def decide(self, rows: Rows, accept_u: torch.Tensor) -> Decision:
+        """Accepted counts and the terminal distribution per request (no terminal draw yet)."""
+        k_max = rows.draft.shape[1]
+        valid = rows.valid()
+        p_draft = rows.p_draft()
+        q_draft = rows.q_draft(p_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
         accepted = self.count_accepted(self.acceptance_tests(p_draft, q_draft, accept_u, valid))
-        rows = torch.arange(b, device=p.device)
-        is_bonus = accepted >= k_lens
-        p_at = p[rows, accepted]
-        q_index = torch.where(is_bonus, k_lens - 1, accepted).clamp(0, max(k_max - 1, 0))
-        q_at = q[rows, q_index] if k_max else p_at
+        is_bonus = accepted >= rows.k_lens
+        p_at = rows.p_at(accepted)
+        q_index = torch.where(is_bonus, rows.k_lens - 1, accepted).clamp(0, max(k_max - 1, 0))
+        q_at = rows.q_at(q_index, p_at.dtype) if k_max else p_at
         return Decision(accepted, self.terminal_rows(p_at, q_at, is_bonus), is_bonus, ratios, p_draft, q_draft)
 
-    def decide_greedy(
-        self, target_argmax: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor
-    ) -> Decision:
+    def decide_greedy(self, target_argmax: torch.Tensor, rows: Rows) -> Decision:
         """The rule at target temperature 0; target_argmax int64[B, K+1] is the argmax of p_1..p_{K+1}.
 
         p_i(d_i) is 1 when d_i is the argmax and 0 otherwise, so U_i < ratio_i is
         decided for every U_i in [0, 1) and no uniform is read (U = 0 stands in).
         """
-        return self.match_targets(target_argmax, q, draft, k_lens)
+        return self.match_targets(target_argmax, rows)
 
-    def match_targets(
-        self, targets: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor
-    ) -> Decision:
+    def match_targets(self, targets: torch.Tensor, rows: Rows) -> Decision:
         """Accept d_i while it equals the target's decided token x_i (targets int64[B, K+1]), then
         emit x at the first mismatch, or the bonus x_{k+1}: greedy's rule and the invariant rule's."""
+        draft, k_lens = rows.draft, rows.k_lens
         b, k_max = draft.shape
-        valid = valid_positions(k_lens, k_max)
-        q_draft = token_probabilities(q, draft)
+        valid = rows.valid()
+        q_draft = rows.q_draft(rows.q.dtype)
         p_draft = ((draft == targets[:, :k_max]) & valid).to(q_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
         accepted = self.count_accepted((ratios >= 1) & valid)
         argmax_at = targets.gather(1, accepted.unsqueeze(1)).squeeze(1)
-        point_mass = torch.zeros(b, q.shape[-1], dtype=torch.float64, device=q.device)
+        point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=draft.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
         return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, argmax_at)
 
@@ -261,21 +314,23 @@ class RejectionSampler:
         into rounds."""
         return len(state.new_tokens) + offset
 
-    def decide_invariant(
-        self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor, states
-    ) -> Decision:
+    def decide_invariant(self, rows: Rows, states) -> Decision:
         """The invariant rule: the target's Gumbel-max token x_i at each of the round's positions
-        (p float[B, K+1, V], each request's noise at its own output positions); accept d_i while
-        d_i == x_i, then emit x at the first mismatch (or the bonus x_{k+1}). No uniform is read."""
-        return self.match_targets(self.race_targets(p, states), q, draft, k_lens)
+        (each request's noise at its own output positions); accept d_i while d_i == x_i, then emit
+        x at the first mismatch (or the bonus x_{k+1}). No uniform is read."""
+        return self.match_targets(self.race_targets(rows, states), rows)
 
-    def race_targets(self, p: torch.Tensor, states) -> torch.Tensor:
-        """The target's Gumbel-max token at each of the round's positions: p float[B, K+1, V] ->
-        int64[B, K+1] (rows past a request's k_len + 1 are unused)."""
-        b, k_rows, _ = p.shape
-        keys = [self.noise_key(s) for s in states for _ in range(k_rows)]
-        positions = [self.noise_position(s, i) for s in states for i in range(k_rows)]
-        return race_tokens(p.reshape(b * k_rows, -1), keys, positions).reshape(b, k_rows)
+    def race_targets(self, rows: Rows, states) -> torch.Tensor:
+        """The target's Gumbel-max token at each of the round's positions, raced over the real rows
+        only -> int64[B, K+1] (past a request's k_b + 1: 0, never read)."""
+        k_lens = rows.k_lens.tolist()
+        keys = [self.noise_key(s) for s, k in zip(states, k_lens) for _ in range(k + 1)]
+        positions = [self.noise_position(s, i) for s, k in zip(states, k_lens) for i in range(k + 1)]
+        won = race_tokens(rows.p, keys, positions)
+        k_max = rows.draft.shape[1]
+        targets = torch.zeros(len(k_lens), k_max + 1, dtype=torch.int64, device=won.device)
+        targets[valid_positions(rows.k_lens + 1, k_max + 1)] = won
+        return targets
 
     def sample_terminal(self, terminal_rows: torch.Tensor, terminal_u: torch.Tensor) -> torch.Tensor:
         """terminal_rows float[B, V], terminal_u float64[B] -> the correction/bonus tokens int64[B]."""

@@ -79,7 +79,8 @@ class SourceTiming:
 @dataclass(frozen=True)
 class Drafted:
     drafts: tuple[tuple[int, ...], ...]  # per row
-    q: torch.Tensor  # float[B, K, V]: the rows each d_i was drawn from (zeros past k_b)
+    q: torch.Tensor  # float[R_q, V]: the rows the draft models drew from, packed (a lookup has none)
+    q_index: tuple[tuple[int, ...], ...]  # per row and draft: its row of q, -1 for a point mass
     draws: tuple[int, ...]  # proposal-stream uniforms each row consumed
     sources: tuple[str | None, ...]  # the source each row drafted from (None: no drafts)
     timings: tuple[SourceTiming, ...]
@@ -172,6 +173,7 @@ class SourceSet:
         shared-body source drafts into ``target_cache`` (the target's cache)."""
         b_total = len(states)
         drafts: list[tuple[int, ...]] = [() for _ in states]
+        q_index: list[tuple[int, ...]] = [() for _ in states]
         used = [0] * b_total
         names: list[str | None] = [None] * b_total
         staged: list = [None] * b_total
@@ -186,13 +188,15 @@ class SourceSet:
             cache = target_cache if source.shares_target_cache else caches.caches[index]
             proposal = source.propose(mine, ks, cache, draws, backend, dtype)
             seconds = time.perf_counter() - started
+            shift = sum(len(part) for part in parts)  # this source's q rows follow the earlier sources'
             for j, b in enumerate(rows):
                 drafts[b] = tuple(proposal.drafts[j])
+                q_index[b] = tuple(i + shift if i >= 0 else -1 for i in proposal.q_index[j][: len(drafts[b])])
                 if proposal.staged is not None:
                     staged[b] = proposal.staged[j]
                 used[b] = len(drafts[b]) if proposal.sampled else 0
                 names[b] = source.identity if drafts[b] else None
-            parts.append((rows, proposal.q))
+            parts.append(proposal.q)
             longest = max((len(proposal.drafts[j]) for j in range(len(rows))), default=0)
             timings.append(
                 SourceTiming(
@@ -205,14 +209,11 @@ class SourceSet:
                     proposal.first_call_seconds,
                 )
             )
-        k_max = max((len(d) for d in drafts), default=0)
-        device = parts[0][1].device if parts else "cpu"
-        q = torch.zeros(b_total, k_max, self.vocab_size, dtype=dtype, device=device)
-        for rows, part in parts:
-            width = min(part.shape[1], k_max)
-            if width:
-                q[torch.tensor(rows, device=device), :width] = part[:, :width].to(device=device, dtype=dtype)
-        return Drafted(tuple(drafts), q, tuple(used), tuple(names), tuple(timings), tuple(staged))
+        device = parts[0].device if parts else "cpu"
+        q = torch.cat([part.to(device=device, dtype=dtype) for part in parts] or [torch.zeros(0, self.vocab_size)])
+        return Drafted(
+            tuple(drafts), q.to(dtype), tuple(q_index), tuple(used), tuple(names), tuple(timings), tuple(staged)
+        )
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
         """Every source's cache follows the published output (None: the round aborted)."""

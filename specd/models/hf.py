@@ -380,28 +380,40 @@ class HFCausalLM:
             raise UsageError(
                 f"{self.name}: its head cannot be run apart from its body (a shared-body draft needs that)"
             )
+        wanted = [
+            (
+                cache.row_of(r.slot),
+                len(r.tokens) - (len(r.tokens) if need is None else min(len(r.tokens), need)),
+                len(r.tokens),
+            )
+            for r in rows
+        ]  # (batch row, first and end column whose output is needed)
+        packed_out = None
         if self.head is not None:
             states = self.model.model(**inputs).last_hidden_state
-            # hidden=True: the rows' hidden states stand where their logits would
-            all_logits = (
-                (states[:, n_new - keep :] if hidden else self.head(states[:, n_new - keep :])) if keep else None
-            )
+            # Only the real rows that need an output go through the head, packed: float[R, V], never the
+            # padded float[B, n_new, V]. hidden=True: the rows' hidden states stand where their logits would.
+            b_idx = [b for b, lo, hi in wanted for _ in range(lo, hi)]
+            cols = [c for _, lo, hi in wanted for c in range(lo, hi)]
+            at = {"dtype": torch.long, "device": states.device}
+            picked = states[torch.tensor(b_idx, **at), torch.tensor(cols, **at)]
+            packed_out = (picked if hidden else self.head(picked)).split([hi - lo for _, lo, hi in wanted])
+            all_logits = None
         else:
             all_logits = self.model(**inputs, logits_to_keep=max(keep, 1)).logits
         start_col = cache.valid.shape[1]
         cache.valid = torch.cat([cache.valid, real.to(cache.device)], dim=1)
         logits, kv, states_out = [], [], []
-        for r in rows:
-            b = cache.row_of(r.slot)
-            n = len(r.tokens)
+        for i, (r, (b, lo, n)) in enumerate(zip(rows, wanted)):
             cache.temp_cols.setdefault(r.slot, []).extend(range(start_col, start_col + n))
             rows_kv = KVRows(r.slot, r.tokens, r.positions)
             cache.stage(rows_kv)
             first = n_new - keep  # physical column of all_logits[:, 0]
-            lo = n - (n if need is None else min(n, need))
             if hidden:
-                states_out.append(all_logits[b, lo - first : n - first] if keep else states[b, :0])
+                states_out.append(packed_out[i])
                 logits.append(torch.empty(0, self.vocab_size))
+            elif packed_out is not None:
+                logits.append(packed_out[i][:, : self.vocab_size].float())
             elif keep:
                 logits.append(all_logits[b, lo - first : n - first, : self.vocab_size].float())
             else:

@@ -28,7 +28,7 @@ import torch
 from specd.core.gumbel import gumbel, request_key, uniforms_at
 from specd.core.layouts import LAYOUTS
 from specd.core.proposer import ModelProposer, NgramProposer
-from specd.core.sampler import RejectionSampler, token_probabilities, valid_positions
+from specd.core.sampler import RejectionSampler
 from specd.core.sources import Plan, first_available
 from specd.core.state import Request
 from specd.errors import SpecdError
@@ -191,19 +191,19 @@ class RatioWithSharedNoise(RejectionSampler):
     at the first rejection emit the target's Gumbel-max token: the maximal rule's test mixed
     with the shared noise."""
 
-    def decide_invariant(self, p, q, draft, k_lens, states):
+    def decide_invariant(self, rows, states):
+        draft, k_lens = rows.draft, rows.k_lens
         b, k_max = draft.shape
-        valid = valid_positions(k_lens, k_max)
-        p_draft, q_draft = token_probabilities(p[:, :k_max], draft), token_probabilities(q, draft)
+        p_draft, q_draft = rows.p_draft(), rows.q_draft(rows.p.dtype)
         u = torch.ones(b, k_max, dtype=torch.float64)
         for i, s in enumerate(states):
             for j in range(int(k_lens[i])):  # the shared uniform of d at its position
                 u[i, j] = uniforms_at(self.noise_key(s), torch.tensor(self.noise_position(s, j)), draft[i, j])
-        accepted = self.count_accepted(valid & (u < p_draft / q_draft.clamp_min(1e-300)))
-        targets = self.race_targets(p, states)
+        accepted = self.count_accepted(rows.valid() & (u < p_draft / q_draft.clamp_min(1e-300)))
+        targets = self.race_targets(rows, states)
         for i in range(b):
             targets[i, : int(accepted[i])] = draft[i, : int(accepted[i])]
-        return self.match_targets(targets, q, draft, k_lens)
+        return self.match_targets(targets, rows)
 
 
 INVARIANT_VARIANTS = (

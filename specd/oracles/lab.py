@@ -10,14 +10,14 @@ oracle's checks on each and reports which check caught it and with what figure.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from specd.core.layouts import ReplayFrontier, RetainedFrontier, Verified, make_layout
 from specd.core.model import RowInput
 from specd.core.probability import softmax
-from specd.core.proposer import ModelProposer, NgramProposer, Proposal
+from specd.core.proposer import ModelProposer, NgramProposer, Proposal, packed
 from specd.core.sampler import RejectionSampler
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.sources import Drafted, SourceSet
@@ -122,8 +122,8 @@ class RawLogitsAsQ(ModelProposer):
         for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
             for i in range(len(drafts)):
                 raw = self.model.raw_logits(state.output + drafts[:i]).unsqueeze(0)
-                q[b, i] = softmax(raw, backend, dtype)[0]
-        return Proposal(proposal.drafts, q, proposal.sampled)
+                q[proposal.q_index[b][i]] = softmax(raw, backend, dtype)[0]
+        return replace(proposal, q=q)
 
 
 class BFloat16RecordedQ(ModelProposer):
@@ -131,7 +131,7 @@ class BFloat16RecordedQ(ModelProposer):
 
     def propose(self, states, ks, cache, draws, backend, dtype):
         proposal = super().propose(states, ks, cache, draws, backend, dtype)
-        return Proposal(proposal.drafts, proposal.q.to(torch.bfloat16).to(proposal.q.dtype), proposal.sampled)
+        return replace(proposal, q=proposal.q.to(torch.bfloat16).to(proposal.q.dtype))
 
 
 class ArgmaxDraftsSoftQ(ModelProposer):
@@ -148,17 +148,12 @@ class KFromBatchConfidence(ModelProposer):
     def propose(self, states, ks, cache, draws, backend, dtype):
         proposal = super().propose(states, ks, cache, draws, backend, dtype)
         live = [b for b, d in enumerate(proposal.drafts) if d]
-        if not live or proposal.q.shape[1] < 2:
+        if not live or max(len(d) for d in proposal.drafts) < 2:
             return proposal
-        confidence = proposal.q[:, 0].amax(-1)
-        mean = confidence[torch.tensor(live)].mean()
-        cut = [b in live and confidence[b] < mean for b in range(len(states))]
-        q = proposal.q.clone()
-        for b, c in enumerate(cut):
-            if c:
-                q[b, 1:] = 0
-        drafts = tuple(d[:1] if c else d for d, c in zip(proposal.drafts, cut))
-        return Proposal(drafts, q, proposal.sampled)
+        confidence = {b: proposal.q_row(b, 0).amax() for b in live}
+        mean = torch.stack(list(confidence.values())).mean()
+        keep = [1 if b in live and confidence[b] < mean else len(d) for b, d in enumerate(proposal.drafts)]
+        return _truncated(proposal, keep)
 
 
 class KAfterTargetP(ModelProposer):
@@ -175,7 +170,7 @@ class KAfterTargetP(ModelProposer):
         for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
             cut = len(drafts)
             for i, token in enumerate(drafts):
-                if self.reference.p(state.output + drafts[:i])[token] < proposal.q[b, i, token].item():
+                if self.reference.p(state.output + drafts[:i])[token] < proposal.q_row(b, i)[token].item():
                     cut = i
                     break
             keep.append(cut)
@@ -196,10 +191,9 @@ class StopOnAcceptanceUniform(ModelProposer):
 
 
 def _truncated(proposal: Proposal, keep: list[int]) -> Proposal:
-    q = proposal.q.clone()
-    for b, n in enumerate(keep):
-        q[b, n:] = 0
-    return Proposal(tuple(d[:n] for d, n in zip(proposal.drafts, keep)), q, proposal.sampled)
+    """Each row's first keep[b] drafts (the q rows past them are never read)."""
+    cut = lambda rows: tuple(r[:n] for r, n in zip(rows, keep))  # noqa: E731
+    return replace(proposal, drafts=cut(proposal.drafts), q_index=cut(proposal.q_index))
 
 
 class NgramUniformQ(NgramProposer):
@@ -207,8 +201,9 @@ class NgramUniformQ(NgramProposer):
 
     def propose(self, states, ks, cache, draws, backend, dtype):
         proposal = super().propose(states, ks, cache, draws, backend, dtype)
-        q = torch.where(proposal.q.sum(-1, keepdim=True) > 0, 1.0 / self.vocab_size, 0.0).expand_as(proposal.q)
-        return Proposal(proposal.drafts, q.to(dtype).contiguous(), proposal.sampled)
+        uniform = torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=dtype)
+        q, q_index = packed([[uniform] * len(d) for d in proposal.drafts], self.vocab_size, dtype)
+        return replace(proposal, q=q, q_index=q_index)
 
 
 class VerifyWithSmallHead(SharedBodyProposer):
@@ -254,12 +249,9 @@ class SourceAfterTargetP(SourceSet):
             drafts.append(tuple(runs[i].drafts[b]))
             used.append(len(drafts[-1]) if runs[i].sampled else 0)
             names.append(self.sources[i].identity if drafts[-1] else None)
-            rows.append(runs[i].q[b, : len(drafts[-1])])
-        k_max = max((len(d) for d in drafts), default=0)
-        q = torch.zeros(len(states), k_max, self.vocab_size, dtype=dtype)
-        for b, row in enumerate(rows):
-            q[b, : row.shape[0]] = row.to(dtype)
-        return Drafted(tuple(drafts), q, tuple(used), tuple(names), ())
+            rows.append([runs[i].q_row(b, j) for j in range(len(drafts[-1]))])
+        q, q_index = packed(rows, self.vocab_size, dtype)
+        return Drafted(tuple(drafts), q, q_index, tuple(used), tuple(names), ())
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from unittest import mock
 
 import torch
 
-from specd.core.sampler import RejectionSampler
+from specd.core.sampler import RejectionSampler, Rows
 from specd.errors import SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError, one_line
 
 
@@ -171,7 +171,7 @@ def rule_sampler(rule=None) -> Callable:
     rule = rule or RejectionSampler()
 
     def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
-        decision = rule.decide(p, q, drafts, k_lens, accept_u)
+        decision = rule.decide(Rows.dense(p, q, drafts, k_lens), accept_u)
         return decision.accepted, rule.sample_terminal(decision.terminal_rows, terminal_u)
 
     return sampler

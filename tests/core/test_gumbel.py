@@ -3,7 +3,7 @@
 import torch
 
 from specd.core.gumbel import gumbel, race, race_tokens, request_key, splitmix64, uniforms
-from specd.core.sampler import RejectionSampler
+from specd.core.sampler import RejectionSampler, Rows
 
 MASK = (1 << 64) - 1
 
@@ -66,12 +66,12 @@ def test_the_invariant_decision_accepts_exactly_the_target_tokens():
     sampler = RejectionSampler()
     p = torch.softmax(torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64), -1)
     state = Out(10)
-    x = sampler.race_targets(p, [state])[0]
     q = torch.full((1, 3, 6), 1 / 6, dtype=torch.float64)
+    x = sampler.race_targets(Rows.dense(p, q, torch.zeros(1, 3, dtype=torch.int64), torch.tensor([3])), [state])[0]
     for wrong_at in range(3):  # drafts equal to x up to one position
         draft = x[:3].clone().unsqueeze(0)
         draft[0, wrong_at] = (draft[0, wrong_at] + 1) % 6
-        d = sampler.decide_invariant(p, q, draft, torch.tensor([3]), [state])
+        d = sampler.decide_invariant(Rows.dense(p, q, draft, torch.tensor([3])), [state])
         assert int(d.accepted) == wrong_at and int(d.terminal_rows.argmax()) == int(x[wrong_at])
-    d = sampler.decide_invariant(p, q, x[:3].unsqueeze(0), torch.tensor([3]), [state])
+    d = sampler.decide_invariant(Rows.dense(p, q, x[:3].unsqueeze(0), torch.tensor([3])), [state])
     assert int(d.accepted) == 3 and bool(d.is_bonus) and int(d.terminal_rows.argmax()) == int(x[3])

@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from specd.core.sampler import RejectionSampler, sample_categorical
+from specd.core.sampler import RejectionSampler, Rows, sample_categorical
 from specd.errors import ImpossibleProposal
 
 
@@ -14,7 +14,7 @@ def rows(values):
 def rejection_sample(p, q, draft, k_lens, accept_u, terminal_u):
     """The whole rule for a batch -> (accepted int64[B], terminal tokens int64[B])."""
     s = RejectionSampler()
-    decision = s.decide(p, q, draft, k_lens, accept_u)
+    decision = s.decide(Rows.dense(p, q, draft, k_lens), accept_u)
     return decision.accepted, s.sample_terminal(decision.terminal_rows, terminal_u)
 
 
@@ -98,7 +98,7 @@ def test_one_position_law_is_exactly_p():
             if mass == 0:
                 continue
             u = rows([[ratio / 2 if accept else (1 + ratio) / 2]])
-            dec = s.decide(p, q, torch.tensor([[d]]), torch.tensor([1]), u)
+            dec = s.decide(Rows.dense(p, q, torch.tensor([[d]]), torch.tensor([1])), u)
             if dec.accepted.item() == 1:
                 law[d] += q1[d] * mass  # the bonus is a later position
             else:
@@ -123,10 +123,11 @@ def test_greedy_decision_is_the_rule_on_point_mass_rows(soft_q):
         draft[row, n:] = -1
         q[row, n:] = 0
     s = RejectionSampler()
-    greedy = s.decide_greedy(argmax, q, draft, k_lens)
+    greedy = s.decide_greedy(argmax, Rows.dense(None, q, draft, k_lens))
     one_hot = torch.nn.functional.one_hot(argmax, v).to(torch.float64)
     for _ in range(3):  # any uniforms: the point-mass rule never depends on them
-        general = s.decide(one_hot, q, draft, k_lens, torch.rand(b, k, generator=gen, dtype=torch.float64))
+        u = torch.rand(b, k, generator=gen, dtype=torch.float64)
+        general = s.decide(Rows.dense(one_hot, q, draft, k_lens), u)
         assert torch.equal(greedy.accepted, general.accepted) and torch.equal(greedy.is_bonus, general.is_bonus)
         law = general.terminal_rows / general.terminal_rows.sum(-1, keepdim=True)
         assert torch.equal(greedy.terminal_rows, law)
@@ -194,3 +195,34 @@ def test_inverse_cdf_equals_the_rational_rule_at_every_interval_end(monkeypatch)
     one_hot = torch.zeros(3, 49152)
     one_hot[torch.arange(3), torch.tensor([5, 0, 49151])] = 1.0
     assert sample_categorical(one_hot, torch.zeros(3, dtype=torch.float64)).tolist() == [5, 0, 49151]
+
+
+def test_packed_rows_decide_as_the_padded_rows_and_a_lookup_is_its_point_mass():
+    """The rule over packed rows (p only for the real rows, q only for model drafts, a lookup's drafts
+    as ids) decides exactly as over the padded one-hot form it stands for, bit for bit."""
+    gen = torch.Generator().manual_seed(5)
+    b, k, v = 6, 4, 5
+    k_lens = torch.tensor([4, 0, 2, 1, 3, 4])
+    lookup = torch.tensor([False, False, True, False, True, False])  # these rows' drafts are point masses
+    p = torch.softmax(torch.randn(b, k + 1, v, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(b, k, v, generator=gen, dtype=torch.float64), -1)
+    draft = torch.multinomial(q.reshape(-1, v), 1, generator=gen).reshape(b, k)
+    q[lookup] = torch.nn.functional.one_hot(draft[lookup], v).to(torch.float64)
+    for row, n in enumerate(k_lens.tolist()):
+        draft[row, n:] = -1
+        q[row, n:] = 0
+    valid = torch.arange(k).unsqueeze(0) < k_lens.unsqueeze(1)
+    model = valid & ~lookup.unsqueeze(1)
+    q_index = torch.full((b, k), -1)
+    q_index[model] = torch.arange(int(model.sum()))
+    p_start = torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
+    packed = Rows(
+        p[torch.arange(k + 1).unsqueeze(0) <= k_lens.unsqueeze(1)], p_start, q[model], q_index, draft, k_lens, v
+    )
+    assert packed.p.shape == (int((k_lens + 1).sum()), v) and packed.q.shape == (int(model.sum()), v)
+    s = RejectionSampler()
+    for _ in range(20):
+        u = torch.rand(b, k, generator=gen, dtype=torch.float64)
+        dense, lean = s.decide(Rows.dense(p, q, draft, k_lens), u), s.decide(packed, u)
+        for name in ("accepted", "terminal_rows", "is_bonus", "ratios", "p_draft", "q_draft"):
+            assert torch.equal(getattr(dense, name), getattr(lean, name)), name

@@ -73,7 +73,9 @@ def test_the_suffix_source_proposes_point_masses_and_is_exact_for_greedy():
         slot, output = 0, (1, 2, 3, 1, 2)
 
     proposal = proposer.propose([State()], [3], cache, None, "max_shift", torch.float64)
-    assert proposal.drafts == ((3, 1, 2),) and torch.equal(proposal.q.sum(-1), torch.ones(1, 3, dtype=torch.float64))
+    assert proposal.drafts == ((3, 1, 2),) and proposal.q_index == ((-1, -1, -1),)  # point masses: ids, no rows
+    assert proposal.q.shape == (0, 4)
+    assert all(torch.equal(proposal.q_row(0, i), torch.eye(4, dtype=torch.float64)[t]) for i, t in enumerate((3, 1, 2)))
     engine = table_engine(vocab=4, target_temperature=0)
     base = table_engine(vocab=4, target_temperature=0, k=0)
     from specd.core.engine import SpeculativeEngine

@@ -60,7 +60,9 @@ def test_ngram_lookup_and_point_mass_q():
     state = RequestState("x", 0, 5, (1, 2, 3, 1, 2), (), PolicyState(), PolicyState(), RngState(0, "x"), 0, 9, 3)
     proposal = ng.propose([state], [3], None, stream_draws, "max_shift", torch.float64)
     assert proposal.drafts == ((3, 1, 2),) and not proposal.sampled
-    assert torch.equal(proposal.q[0].argmax(-1), torch.tensor([3, 1, 2])) and (proposal.q.sum(-1) == 1).all()
+    assert proposal.q.shape == (0, ng.vocab_size) and proposal.q_index == ((-1, -1, -1),)  # ids, no q rows
+    rows = torch.stack([proposal.q_row(0, i) for i in range(3)])  # the point masses they stand for
+    assert torch.equal(rows.argmax(-1), torch.tensor([3, 1, 2])) and (rows.sum(-1) == 1).all()
 
 
 @pytest.mark.slow
