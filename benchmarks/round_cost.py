@@ -5,12 +5,13 @@ staging), this checkout against another (the commit before, as a git worktree), 
     python benchmarks/round_cost.py --before /tmp/specd-before
 
 Each measurement runs in a fresh process that imports specd from one checkout: a tiny random
-Llama (1 layer, hidden 16) at the given vocabulary and B requests at K, drafted by a lookup that
-always has K tokens to offer (an n-gram lookup whose copy never runs out: its drafts are point
-masses, as a copy's are), greedy or sampled (T = 0.7, the maximal or the invariant rule). It runs a warm-up
-round, then ROUNDS rounds, and times the rounds with every model call (target steps, the head)
-timed apart: non-model time = round time - model time. The two checkouts alternate, REPEATS times
-per setting; the table gives the median per round of each and their ratio (before / now).
+Llama (1 layer, hidden 16) at the given vocabulary and B requests at K (``--ragged``: the first
+request at K, the others at 0), drafted by a lookup that always has K tokens to offer (an n-gram
+lookup whose copy never runs out: its drafts are point masses, as a copy's are), greedy or
+sampled (T = 0.7, the maximal or the invariant rule). It runs a warm-up round, then ROUNDS
+rounds, and times the rounds with every model call (target steps, the head) timed apart:
+non-model time = round time - model time. The two checkouts alternate, REPEATS times per
+setting; the table gives the median per round of each and their ratio (before / now).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 6
 
 
-def child(vocab: int, batch: int, k: int, mode: str) -> dict:
+def child(vocab: int, batch: int, k: int, mode: str, ragged: bool = False) -> dict:
     """One measurement in this process (specd imported from PYTHONPATH's checkout)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -62,6 +63,7 @@ def child(vocab: int, batch: int, k: int, mode: str) -> dict:
             return out
 
         setattr(target, name, timed)
+
     class EndlessCopy(NgramProposer):
         """A lookup that always has K tokens to propose (a copy that never runs out)."""
 
@@ -72,7 +74,8 @@ def child(vocab: int, batch: int, k: int, mode: str) -> dict:
     rule = "invariant" if mode == "invariant" else "maximal"
     engine = SpeculativeEngine(target, EndlessCopy(4, vocab), policy, EngineConfig(k=k, rule=rule))
     budget = (ROUNDS + 2) * (k + 1) + 1  # K never shrinks for want of budget
-    requests = [Request(f"r{b}", (5 + b, 6, 7), budget, seed=b, k=k) for b in range(batch)]
+    ks = [k if b == 0 or not ragged else 0 for b in range(batch)]  # ragged: the first request alone drafts
+    requests = [Request(f"r{b}", (5 + b, 6, 7), budget, seed=b, k=ks[b]) for b in range(batch)]
     session = engine.start()
     session.submit(requests)
     session.fill(None)
@@ -92,9 +95,9 @@ def child(vocab: int, batch: int, k: int, mode: str) -> dict:
     }
 
 
-def measure(checkout: Path, vocab: int, batch: int, k: int, mode: str, threads: int) -> dict:
+def measure(checkout: Path, vocab: int, batch: int, k: int, mode: str, threads: int, ragged: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": str(threads)}
-    args = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps([vocab, batch, k, mode])]
+    args = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps([vocab, batch, k, mode, ragged])]
     done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=checkout, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"{checkout}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
@@ -110,13 +113,17 @@ def main() -> None:
     parser.add_argument("--modes", default="greedy,sampled,invariant")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ragged", action="store_true", help="only the first request drafts K; the rest K = 0")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(*json.loads(args.child))))
         return
     checkouts = {"now": ROOT} | ({"before": args.before.resolve()} if args.before else {})
-    print(f"non-model time per round, median of {args.repeats} (ms); model time beside it; torch threads {args.threads}")
+    print(
+        f"non-model time per round, median of {args.repeats} (ms); model time beside it; torch threads {args.threads}"
+        + ("; only the first request drafts (the rest at K = 0)" if args.ragged else "")
+    )
     print("| V | B | K | mode | drafted | now: other | now: model | before: other | before: model | other before/now |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for vocab in map(int, args.vocab.split(",")):
@@ -127,7 +134,9 @@ def main() -> None:
                     for rep in range(args.repeats):  # alternate which checkout goes first
                         order = list(checkouts) if rep % 2 == 0 else list(reversed(checkouts))
                         for name in order:
-                            runs[name].append(measure(checkouts[name], vocab, batch, k, mode, args.threads))
+                            runs[name].append(
+                                measure(checkouts[name], vocab, batch, k, mode, args.threads, args.ragged)
+                            )
                     med = {
                         name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()
                     }

@@ -59,7 +59,7 @@ class EmbeddedModel:
 
     def cache_folders(self) -> list[Path]:
         """The folders of specd's cache this model is read from (its converted copies, its GGUF)."""
-        names = [self.cache_key] + ([self.gguf_cache] if self.gguf_cache else [])
+        names = dict.fromkeys([self.cache_key] + ([self.gguf_cache] if self.gguf_cache else []))  # once each
         return [cache_root() / name for name in names]
 
 
