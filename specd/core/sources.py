@@ -209,7 +209,7 @@ class SourceSet:
                     proposal.first_call_seconds,
                 )
             )
-        device = parts[0].device if parts else "cpu"
+        device = next((part.device for part in parts if len(part)), "cpu")  # a model's rows stay where they are
         q = torch.cat([part.to(device=device, dtype=dtype) for part in parts] or [torch.zeros(0, self.vocab_size)])
         return Drafted(
             tuple(drafts), q.to(dtype), tuple(q_index), tuple(used), tuple(names), tuple(timings), tuple(staged)

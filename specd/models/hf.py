@@ -388,17 +388,17 @@ class HFCausalLM:
             )
             for r in rows
         ]  # (batch row, first and end column whose output is needed)
-        packed_out = None
+        packed_out = all_logits = None
         if self.head is not None:
             states = self.model.model(**inputs).last_hidden_state
-            # Only the real rows that need an output go through the head, packed: float[R, V], never the
-            # padded float[B, n_new, V]. hidden=True: the rows' hidden states stand where their logits would.
-            b_idx = [b for b, lo, hi in wanted for _ in range(lo, hi)]
-            cols = [c for _, lo, hi in wanted for c in range(lo, hi)]
-            at = {"dtype": torch.long, "device": states.device}
-            picked = states[torch.tensor(b_idx, **at), torch.tensor(cols, **at)]
-            packed_out = (picked if hidden else self.head(picked)).split([hi - lo for _, lo, hi in wanted])
-            all_logits = None
+            if keep:
+                # Only the real rows that need an output go through the head, packed: float[R, V], never the
+                # padded float[B, n_new, V]. hidden=True: the rows' hidden states stand where logits would.
+                b_idx = [b for b, lo, hi in wanted for _ in range(lo, hi)]
+                cols = [c for _, lo, hi in wanted for c in range(lo, hi)]
+                at = {"dtype": torch.long, "device": states.device}
+                picked = states[torch.tensor(b_idx, **at), torch.tensor(cols, **at)]
+                packed_out = (picked if hidden else self.head(picked)).split([hi - lo for _, lo, hi in wanted])
         else:
             all_logits = self.model(**inputs, logits_to_keep=max(keep, 1)).logits
         start_col = cache.valid.shape[1]
@@ -410,7 +410,7 @@ class HFCausalLM:
             cache.stage(rows_kv)
             first = n_new - keep  # physical column of all_logits[:, 0]
             if hidden:
-                states_out.append(packed_out[i])
+                states_out.append(packed_out[i] if packed_out is not None else states[b, :0])
                 logits.append(torch.empty(0, self.vocab_size))
             elif packed_out is not None:
                 logits.append(packed_out[i][:, : self.vocab_size].float())
