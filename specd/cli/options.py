@@ -176,12 +176,15 @@ def read_run(ctx: typer.Context, fixed: dict | None = None) -> tuple[GenerateOpt
     _check_k_flags(options, typed_here | set(config), bool(run["baseline"]))
     run_args = RunArgs(**run)
     folders = model_folders(options.target, options.draft, options.target_gguf)
-    check_paths(run_inputs(options, run_args, config_path), run_outputs(run_args), folders)
+    check_paths(run_inputs(options, run_args, config_path, folders), run_outputs(run_args), folders)
     return options, run_args
 
 
-def run_inputs(options: GenerateOptions, run: RunArgs, config_path: str | None) -> dict[str, str | None]:
-    """Every file a generation run reads, by the flag that names it (a model folder: each file in it)."""
+def run_inputs(
+    options: GenerateOptions, run: RunArgs, config_path: str | None, folders: dict[str, str]
+) -> dict[str, str | None]:
+    """Every file a generation run reads, by the flag that names it (``folders``, the run's model
+    folders from ``model_folders``: each file in them)."""
     inputs = {
         "--prompts-file": run.prompts_file,
         "--config": config_path,
@@ -190,7 +193,7 @@ def run_inputs(options: GenerateOptions, run: RunArgs, config_path: str | None) 
         "--draft-gguf": options.draft_gguf,
         "--draft-vocab": options.draft_vocab,
     }
-    return {**inputs, **model_files(model_folders(options.target, options.draft, options.target_gguf))}
+    return {**inputs, **model_files(folders)}
 
 
 def model_folders(target: str | None, draft: str | None, target_gguf: str | None = None) -> dict[str, str]:

@@ -25,7 +25,7 @@ from specd.core.kv import KVRows
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.records import RunResult, round_records, round_timing
-from specd.core.sampler import Rows, valid_positions
+from specd.core.sampler import Rows, row_starts, valid_positions
 from specd.core.session import DecodeSession
 from specd.core.sources import Drafted
 from specd.core.state import RequestState
@@ -317,7 +317,7 @@ def packed_rows(proposal: Drafted, ks: list[int], p: torch.Tensor | None, device
     padded = [list(d) + [-1] * (k_max - len(d)) for d in proposal.drafts]
     index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
-    p_start = None if p is None else torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
+    p_start = None if p is None else row_starts(k_lens)
     return Rows(
         p,
         p_start,

@@ -61,6 +61,11 @@ def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
     return torch.arange(k_max, device=k_lens.device).unsqueeze(0) < k_lens.unsqueeze(1)
 
 
+def row_starts(k_lens: torch.Tensor) -> torch.Tensor:
+    """k_lens int64[B] -> where each request's k_b + 1 target rows begin in the packed p, int64[B]."""
+    return torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
+
+
 @dataclass(frozen=True)
 class Rows:
     """A round's rows, packed (shapes and terms in the module docstring). ``p`` is None where the
@@ -85,7 +90,7 @@ class Rows:
         p_packed = p_start = None
         if p is not None:
             p_packed = p[valid_positions(k_lens + 1, k_max + 1)]
-            p_start = torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
+            p_start = row_starts(k_lens)
         return cls(p_packed, p_start, q[valid], q_index, draft, k_lens, q.shape[-1])
 
     def valid(self) -> torch.Tensor:

@@ -210,10 +210,9 @@ class SourceSet:
                 )
             )
         device = next((part.device for part in parts if len(part)), "cpu")  # a model's rows stay where they are
-        q = torch.cat([part.to(device=device, dtype=dtype) for part in parts] or [torch.zeros(0, self.vocab_size)])
-        return Drafted(
-            tuple(drafts), q.to(dtype), tuple(q_index), tuple(used), tuple(names), tuple(timings), tuple(staged)
-        )
+        empty = [torch.zeros(0, self.vocab_size, dtype=dtype)]
+        q = torch.cat([part.to(device=device, dtype=dtype) for part in parts] or empty)
+        return Drafted(tuple(drafts), q, tuple(q_index), tuple(used), tuple(names), tuple(timings), tuple(staged))
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
         """Every source's cache follows the published output (None: the round aborted)."""
