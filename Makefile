@@ -19,6 +19,7 @@ test:
 lint:
 	$(PYTHON) -m ruff check specd tests
 	$(PYTHON) -m ruff format --check specd tests
+	$(PYTHON) -m mypy specd/core specd/policy
 
 oracle:
 	specd verify-oracle --vocab 2 --k 3

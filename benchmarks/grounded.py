@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem  # noqa: E402
-from specd.policy.autok import OnlineCosts  # noqa: E402
+from specd.policy.costs import OnlineCosts  # noqa: E402
 
 PASSAGE = (
     "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips. Every night "

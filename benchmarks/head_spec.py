@@ -46,7 +46,7 @@ from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem  # noqa: E402
 from specd.models.vocab_table import DATA, read_table, tokenizer_digest  # noqa: E402
-from specd.policy.autok import OnlineCosts  # noqa: E402
+from specd.policy.costs import OnlineCosts  # noqa: E402
 
 CATEGORIES = {
     "open_chat": GROUNDED_CATEGORIES["open_chat"],
@@ -118,7 +118,7 @@ def parts(systems: Systems) -> None:
         return 1000 * median(ts)
 
     def body():
-        out = lm.step(cache, [RowInput(0, (5,), (60,))], logits_for=1, hidden=True)
+        out = lm.body_step(cache, [RowInput(0, (5,), (60,))], logits_for=1)
         cache.discard(0)
         return out.hidden[0]
 

@@ -76,7 +76,12 @@ def execute(options, run: RunArgs) -> None:
             stderr.print(f"[dim]note: {escape(printable(note))}[/]")
     if run.json:
         print_json(_document(pipe, runs, run, files.already if files else 0))
-        return
+    else:
+        _render(pipe, runs, main_run, run, files, stream)
+
+
+def _render(pipe: Pipeline, runs: dict, main_run: GenerationRun, run: RunArgs, files, stream: bool) -> None:
+    """The text of each request (unless it streamed or went to files), the policies and the statistics."""
     console = stdout
     if files is not None:
         done = f"{len(main_run.results)} requests" + (

@@ -25,15 +25,13 @@ from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths, folder_files
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import EMBEDDED, embedded_name
+from specd.models.option_spec import option, specs, typed
 from specd.models.options import (
     BATCH_SIZE_CPU,
     BATCH_SIZE_CUDA,
     OPTION_FIELDS,
     GenerateOptions,
     from_sources,
-    option,
-    specs,
-    typed,
 )
 
 MAX_BATCH_SIZE = 4096

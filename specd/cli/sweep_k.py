@@ -14,7 +14,8 @@ from specd.cli.options import command, model_files, model_folders, parameters
 from specd.errors import EmptyRange, InvalidCost, UsageError
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
 from specd.models.distributed import connect
-from specd.models.options import GenerateOptions, option
+from specd.models.option_spec import option
+from specd.models.options import GenerateOptions
 from specd.models.pipeline import Pipeline
 from specd.policy.kpolicy import MAX_K
 from specd.policy.ledger import CostModel

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.table import Table
 
@@ -10,60 +12,93 @@ from specd.errors import printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES, OracleConfig
 from specd.oracles.report import run_oracle, run_sampler_oracle
 
-
-def verify_oracle(
-    vocab: int = typer.Option(
-        2, "--vocab", help=f"Vocabulary size V of the table models (>= 2; V^K <= {MAX_DRAFT_PATHS})."
-    ),
-    k: int = typer.Option(3, "--k", "-k", help="Drafts per round K (>= 1)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random logit tables and the Monte Carlo streams."),
-    horizon: int | None = typer.Option(
-        None, "--horizon", help=f"Tokens compared (default K + 1; V^horizon <= {MAX_SEQUENCES})."
-    ),
-    samples: int = typer.Option(
-        2000, "--samples", help=f"Monte Carlo samples through the engine (0 skips; at most {MAX_SAMPLES})."
-    ),
-    target_temperature: float = typer.Option(1.0, "--target-temperature", help="Target temperature (0 = greedy)."),
-    draft_temperature: float = typer.Option(0.7, "--draft-temperature", help="Draft temperature (0 = greedy)."),
-    target_bias: list[str] | None = typer.Option(
-        None, "--target-bias", help="Additive target logit bias TOKEN=VALUE (repeatable)."
-    ),
-    draft_bias: list[str] | None = typer.Option(
-        None, "--draft-bias", help="Additive draft logit bias TOKEN=VALUE (repeatable)."
-    ),
-    repetition_penalty: float | None = typer.Option(
-        None, "--repetition-penalty", help="Target repetition penalty (stateful)."
-    ),
-    min_p: float | None = typer.Option(None, "--min-p", help="Target min-p in [0, 1] (Hugging Face's)."),
-    presence_penalty: float | None = typer.Option(
-        None, "--presence-penalty", help="Target presence penalty (vLLM's; stateful: the output so far)."
-    ),
-    frequency_penalty: float | None = typer.Option(
-        None, "--frequency-penalty", help="Target frequency penalty (vLLM's; stateful)."
-    ),
-    no_repeat_ngram_size: int | None = typer.Option(
-        None, "--no-repeat-ngram-size", help="Target no-repeat n-gram size (Hugging Face's; stateful)."
-    ),
-    layout: str = typer.Option("replay_frontier", "--layout", help="replay_frontier or retained_frontier."),
-    backend: str = typer.Option("max_shift", "--backend", help="Softmax backend: max_shift or online."),
-    lab: bool = typer.Option(True, "--lab/--no-lab", help="Run the failure lab."),
-    rule: str = typer.Option(
-        "both",
+# The flags, declared once each (typer reads them off the annotations).
+Vocab = Annotated[
+    int, typer.Option("--vocab", help=f"Vocabulary size V of the table models (>= 2; V^K <= {MAX_DRAFT_PATHS}).")
+]
+K = Annotated[int, typer.Option("--k", "-k", help="Drafts per round K (>= 1).")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the random logit tables and the Monte Carlo streams.")]
+Horizon = Annotated[
+    int | None, typer.Option("--horizon", help=f"Tokens compared (default K + 1; V^horizon <= {MAX_SEQUENCES}).")
+]
+Samples = Annotated[
+    int, typer.Option("--samples", help=f"Monte Carlo samples through the engine (0 skips; at most {MAX_SAMPLES}).")
+]
+TargetTemperature = Annotated[float, typer.Option("--target-temperature", help="Target temperature (0 = greedy).")]
+DraftTemperature = Annotated[float, typer.Option("--draft-temperature", help="Draft temperature (0 = greedy).")]
+TargetBias = Annotated[
+    list[str] | None, typer.Option("--target-bias", help="Additive target logit bias TOKEN=VALUE (repeatable).")
+]
+DraftBias = Annotated[
+    list[str] | None, typer.Option("--draft-bias", help="Additive draft logit bias TOKEN=VALUE (repeatable).")
+]
+RepetitionPenalty = Annotated[
+    float | None, typer.Option("--repetition-penalty", help="Target repetition penalty (stateful).")
+]
+MinP = Annotated[float | None, typer.Option("--min-p", help="Target min-p in [0, 1] (Hugging Face's).")]
+PresencePenalty = Annotated[
+    float | None,
+    typer.Option("--presence-penalty", help="Target presence penalty (vLLM's; stateful: the output so far)."),
+]
+FrequencyPenalty = Annotated[
+    float | None, typer.Option("--frequency-penalty", help="Target frequency penalty (vLLM's; stateful).")
+]
+NoRepeatNgramSize = Annotated[
+    int | None, typer.Option("--no-repeat-ngram-size", help="Target no-repeat n-gram size (Hugging Face's; stateful).")
+]
+Layout = Annotated[str, typer.Option("--layout", help="replay_frontier or retained_frontier.")]
+Backend = Annotated[str, typer.Option("--backend", help="Softmax backend: max_shift or online.")]
+Lab = Annotated[bool, typer.Option("--lab/--no-lab", help="Run the failure lab.")]
+Rule = Annotated[
+    str,
+    typer.Option(
         "--rule",
         help="Which rule to prove: maximal (accept with min(1, p/q)), invariant (shared Gumbel noise: "
         "pointwise equal to target-only decoding), or both.",
     ),
-    sampler: str | None = typer.Option(
-        None,
+]
+Sampler = Annotated[
+    str | None,
+    typer.Option(
         "--sampler",
         help="Check this sampler instead of specd's engine: a shipped adapter (specd, hf, hf-ensemble) or "
         "module:attr, a function or class following the protocol in the README. module:attr is imported, "
         "which runs that module's code: name only code you trust.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+
+
+def verify_oracle(
+    vocab: Vocab = 2,
+    k: K = 3,
+    seed: Seed = 0,
+    horizon: Horizon = None,
+    samples: Samples = 2000,
+    target_temperature: TargetTemperature = 1.0,
+    draft_temperature: DraftTemperature = 0.7,
+    target_bias: TargetBias = None,
+    draft_bias: DraftBias = None,
+    repetition_penalty: RepetitionPenalty = None,
+    min_p: MinP = None,
+    presence_penalty: PresencePenalty = None,
+    frequency_penalty: FrequencyPenalty = None,
+    no_repeat_ngram_size: NoRepeatNgramSize = None,
+    layout: Layout = "replay_frontier",
+    backend: Backend = "max_shift",
+    lab: Lab = True,
+    rule: Rule = "both",
+    sampler: Sampler = None,
+    as_json: AsJson = False,
 ) -> None:
     """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
     or, with --sampler, check any speculative sampler the same way."""
+    controls = {
+        "min_p": min_p,
+        "presence_penalty": presence_penalty,
+        "frequency_penalty": frequency_penalty,
+        "no_repeat_ngram_size": no_repeat_ngram_size,
+    }
     cfg = OracleConfig(
         vocab=vocab,
         k=k,
@@ -79,24 +114,13 @@ def verify_oracle(
         backend=backend,
         lab=lab,
         rule=rule,
-        controls={
-            name: value
-            for name, value in (
-                ("min_p", min_p),
-                ("presence_penalty", presence_penalty),
-                ("frequency_penalty", frequency_penalty),
-                ("no_repeat_ngram_size", no_repeat_ngram_size),
-            )
-            if value is not None
-        },
+        controls={name: value for name, value in controls.items() if value is not None},
     )
     report = run_sampler_oracle(cfg, sampler) if sampler is not None else run_oracle(cfg)
     if as_json:
         print_json(report)
-    elif sampler is not None:
-        render_sampler(report)
     else:
-        render(report)
+        (render_sampler if sampler is not None else render)(report)
     raise typer.Exit(0 if report["passed"] else 1)
 
 

@@ -13,7 +13,8 @@ plug in their own proposers and samplers):
 - ``k_policy``: any object with ``plan(state, sources) -> Plan`` (specd.policy.kpolicy): the
   source a request drafts from and how many drafts it asks for; without one every request
   asks for ``config.k`` from the first source that can propose;
-- ``sampler``: the methods of ``RejectionSampler`` (specd.core.sampler);
+- ``sampler``: the methods of ``RejectionSampler`` (specd.core.sampler), the math of every rule
+  (the rule object, specd.core.rules, is chosen by ``config.rule`` and the target's temperature);
 - ``layout``: the methods of ``FrontierLayout`` (specd.core.layouts);
 - ``transaction_cls``: ``RoundTransaction.stage_processor`` and ``checkpoint`` (specd.core.transaction).
 
@@ -28,7 +29,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from specd.core.gumbel import RULES
 from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy
@@ -36,6 +36,7 @@ from specd.core.proposer import Proposer
 from specd.core.records import RoundTiming, RunResult
 from specd.core.rng import Draws, stream_draws
 from specd.core.round import PublishCallback, decode
+from specd.core.rules import rule_for
 from specd.core.sampler import RejectionSampler
 from specd.core.session import DecodeSession
 from specd.core.sources import Plan, SourceSet, first_available
@@ -53,7 +54,7 @@ class EngineConfig:
     prob_dtype: torch.dtype = torch.float32
     eos_ids: frozenset[int] = frozenset()
     record_log: bool = True
-    rule: str = "maximal"  # or "invariant": shared Gumbel noise per position (specd.core.gumbel)
+    rule: str = "maximal"  # or "invariant" (specd.core.rules); a greedy target decides by the greedy rule
 
 
 class SpeculativeEngine:
@@ -72,8 +73,6 @@ class SpeculativeEngine:
     ):
         if config.k < 0:
             raise UsageError(f"k must be >= 0, got {config.k}")
-        if config.rule not in RULES:
-            raise UsageError(f"unknown rule {config.rule!r}; choose one of {', '.join(RULES)}")
         check_backend(config.backend)
         self.k_policy = k_policy
         self.target = target
@@ -87,6 +86,7 @@ class SpeculativeEngine:
         self.target_policy = target_policy
         self.config = config
         self.sampler = sampler or RejectionSampler()
+        self.rule = rule_for(config.rule, target_policy.greedy, self.sampler)  # how every round decides
         self.layout = layout or make_layout(config.layout)
         shared = [s.identity for s in self.proposer.sources if s.shares_target_cache]
         if shared and config.layout != "replay_frontier":

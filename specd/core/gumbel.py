@@ -26,8 +26,6 @@ import hashlib
 
 import torch
 
-RULES = ("maximal", "invariant")  # maximal: the accept/reject rule of specd.core.sampler
-
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
@@ -108,16 +106,12 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
 
 
 class SharedNoise:
-    """A round's draws under the invariant rule: the streams as before (``draws``) for whatever
-    still reads them, and ``race``, by which a model draft proposes the Gumbel-max of its row
-    under the request's noise at each drafted position. Keys and positions come from the
-    sampler (its extension points ``draft_noise_key`` and ``noise_position``)."""
+    """The invariant rule's draft noise: a model draft proposes the Gumbel-max of its row under the
+    request's noise at each drafted position, instead of reading proposal uniforms. Keys and
+    positions come from the sampler (its extension points ``draft_noise_key`` and ``noise_position``)."""
 
-    def __init__(self, draws, sampler):
-        self.draws, self.sampler = draws, sampler
-
-    def __call__(self, state, stream: str, n: int) -> list[float]:
-        return self.draws(state, stream, n)
+    def __init__(self, sampler):
+        self.sampler = sampler
 
     def race(self, states, offset: int, q_rows: torch.Tensor) -> torch.Tensor:
         """The drafts at ``offset`` (0: the round's first position) for ``states``: q_rows float[N, V] -> int64[N]."""

@@ -28,10 +28,7 @@ class KVRows:
         return len(self.tokens)
 
     def take(self, start: int, stop: int | None = None) -> KVRows:
-        # Without the frozen dataclass's per-field __setattr__: a round slices two per request.
-        rows = object.__new__(KVRows)
-        rows.__dict__.update(slot=self.slot, tokens=self.tokens[start:stop], positions=self.positions[start:stop])
-        return rows
+        return KVRows(self.slot, self.tokens[start:stop], self.positions[start:stop])
 
 
 @dataclass

@@ -9,7 +9,7 @@ which rows become history.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,14 +17,9 @@ import torch
 
 from specd.core.kv import KVCache, KVRows
 
-
-@dataclass(frozen=True)
-class RowInput:
-    """Input rows of one request (cache slot) for one step."""
-
-    slot: int
-    tokens: tuple[int, ...]
-    positions: tuple[int, ...]
+# A step's input rows of one request (cache slot): tokens at absolute positions. They are the K/V
+# rows the step stages, so they are one type (``KVRows``) under the name a caller writes.
+RowInput = KVRows
 
 
 @dataclass(frozen=True)
@@ -32,8 +27,8 @@ class StepOutput:
     logits: list[torch.Tensor]  # one float[n_i, V] per RowInput: its last n_i rows (see logits_for);
     # the logit row of input j scores the token after input j
     kv: list[KVRows]  # one per RowInput: identities of the rows this step staged
-    # step(hidden=True): one float[n_i, D] per RowInput, the final hidden states of the rows that
-    # would have had logits (the head not applied; ``head_logits`` applies it). None otherwise.
+    # body_step (SplitHeadLM): one float[n_i, D] per RowInput, the final hidden states of the rows
+    # that would have had logits (the head not applied; ``head_logits`` applies it). None otherwise.
     hidden: list[torch.Tensor] | None = None
 
 
@@ -47,4 +42,24 @@ class CausalLM(Protocol):
 
     def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
         """logits_for: logit rows wanted per input, counted from its end (None: all, 0: none)."""
+        ...
+
+
+class SplitHeadLM(CausalLM, Protocol):
+    """A causal LM whose head runs apart from its body (``splits_head`` True): what the shared-body
+    draft (specd.core.shared_body) and its verification need."""
+
+    splits_head: bool
+
+    def body_step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+        """``step`` without the head: the rows' final hidden states in ``StepOutput.hidden`` (logits empty)."""
+        ...
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The full head: hidden float[N, D] -> logits float[N, V]."""
+        ...
+
+    def subset_head(self, columns: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A head holding only the rows ``columns`` int64[N_sub]: hidden float[N, D] -> float[N, N_sub],
+        the full head's logits at those columns."""
         ...

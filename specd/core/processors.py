@@ -7,8 +7,8 @@ branch advances its own copy while the round-start state stays untouched, and
 only published tokens move the committed state (article: "RNG And Stateful
 Processors Follow Reached Events").
 
-The value checks for every processor parameter live here, once; option objects
-call them with their flag names.
+The value checks of every processor parameter live in ``specd.core.controls``, the
+processors' states in ``specd.core.processor_states``.
 
 Temperature 0 means greedy: the processed distribution is the point mass on the
 argmax of the processed logits (lowest index on ties).
@@ -17,121 +17,26 @@ argmax of the processed logits (lowest index on ties).
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
+from specd.core.controls import (
+    check_additive_penalty,
+    check_bias,
+    check_count,
+    check_min_p,
+    check_penalty,
+    check_temperature,
+    check_top_k,
+    check_top_p,
+)
 from specd.core.probability import softmax
-from specd.errors import UsageError
+from specd.core.processor_states import History, NewTokens, OutputCounts, RepetitionState
 
 NEG_INF = float("-inf")
-
-
-# -- value checks: the one home of each rule ----------------------------------------------
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_temperature(value, name: str = "temperature") -> None:
-    if value is None or not _finite(value) or value < 0:
-        raise UsageError(f"{name} must be a finite number >= 0 (0 means greedy), got {value}")
-
-
-def check_top_k(value, name: str = "top-k") -> None:
-    """An integer >= 0; 0 (like None) means no top-k filter, as in Hugging Face."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {value}")
-
-
-def check_top_p(value, name: str = "top-p") -> None:
-    if value is not None and not (_finite(value) and 0.0 < value <= 1.0):
-        raise UsageError(f"{name} must be in (0, 1], got {value}")
-
-
-def check_penalty(value, name: str = "repetition penalty") -> None:
-    if value is not None and not (_finite(value) and value > 0):
-        raise UsageError(f"{name} must be a finite number > 0, got {value}")
-
-
-def check_min_p(value, name: str = "min-p") -> None:
-    if value is not None and not (_finite(value) and 0.0 <= value <= 1.0):
-        raise UsageError(f"{name} must be in [0, 1] (0: off), got {value}")
-
-
-ADDITIVE_PENALTY_RANGE = (-2.0, 2.0)  # vLLM's and the OpenAI API's range
-
-
-def check_additive_penalty(value, name: str) -> None:
-    """Presence and frequency penalties (vLLM/OpenAI): in [-2, 2] as they take them (0: off; a
-    negative value favours repeating). Bounded, so the shift stays finite for any output length."""
-    low, high = ADDITIVE_PENALTY_RANGE
-    if value is not None and not (_finite(value) and low <= value <= high):
-        raise UsageError(f"{name} must be in [{low:g}, {high:g}] (0: off; vLLM's and OpenAI's range), got {value}")
-
-
-def check_count(value, name: str) -> None:
-    """An integer >= 0 (0: off): --no-repeat-ngram-size, --min-new-tokens."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {value}")
-
-
-def check_bias(bias: Mapping[int, float] | None, name: str = "logit bias", vocab: int | None = None) -> None:
-    for token, value in (bias or {}).items():
-        if vocab is not None and not 0 <= token < vocab:
-            raise UsageError(f"{name}: token {token} is outside the vocabulary 0..{vocab - 1}")
-        if not _finite(value):
-            raise UsageError(f"{name}: the bias of token {token} must be a finite number, got {value}")
-
-
-@dataclass(frozen=True)
-class RepetitionState:
-    """The set of token ids already in the history (prompt + published output)."""
-
-    seen: frozenset[int] = frozenset()
-
-    def advance(self, token: int) -> RepetitionState:
-        if token in self.seen:
-            return self
-        return RepetitionState(self.seen | {token})
-
-
-@dataclass(frozen=True)
-class OutputCounts:
-    """How often each token id occurs in the output so far (not the prompt): (token, count) pairs."""
-
-    counts: tuple[tuple[int, int], ...] = ()
-
-    def advance(self, token: int) -> OutputCounts:
-        d = dict(self.counts)
-        d[token] = d.get(token, 0) + 1
-        return OutputCounts(tuple(sorted(d.items())))
-
-
-@dataclass(frozen=True)
-class History:
-    """The last ``keep`` tokens of prompt + output (all of them when keep is None)."""
-
-    tokens: tuple[int, ...] = ()
-    keep: int | None = None
-
-    def advance(self, token: int) -> History:
-        if self.keep == 0:
-            return self
-        tokens = self.tokens + (token,)
-        return History(tokens if self.keep is None else tokens[-self.keep :], self.keep)
-
-
-@dataclass(frozen=True)
-class NewTokens:
-    """How many tokens have been generated, counted up to ``cap`` (past it the processor is idle)."""
-
-    count: int = 0
-    cap: int = 0
-
-    def advance(self, token: int) -> NewTokens:
-        return self if self.count >= self.cap else NewTokens(self.count + 1, self.cap)
 
 
 class Processor:
@@ -401,25 +306,24 @@ class PolicyState:
 
     states: tuple = ()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stateful", any(s is not None for s in self.states))
+    @cached_property
+    def stateful(self) -> bool:
+        """Some processor keeps a state (a stateless policy's state never changes)."""
+        return any(s is not None for s in self.states)
 
     def advance(self, token: int) -> PolicyState:
         if not self.stateful:
             return self
-        successor = object.__new__(PolicyState)  # same processors, so still stateful: skip __post_init__
-        successor.__dict__.update(states=tuple(s.advance(token) if s is not None else None for s in self.states))
-        successor.__dict__["stateful"] = True
-        return successor
+        return PolicyState(tuple(s.advance(token) if s is not None else None for s in self.states))
 
     def digest(self) -> str:
-        """A short hash of the state (the commit record's processor hashes); computed once per state."""
-        cached = self.__dict__.get("_digest")
-        if cached is None:
-            canonical = repr(tuple(sorted(s.seen) if isinstance(s, RepetitionState) else s for s in self.states))
-            cached = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-            self.__dict__["_digest"] = cached
-        return cached
+        """A short hash of the state (the round outcome's processor hashes); computed once per state."""
+        return self._digest
+
+    @cached_property
+    def _digest(self) -> str:
+        canonical = repr(tuple(sorted(s.seen) if isinstance(s, RepetitionState) else s for s in self.states))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

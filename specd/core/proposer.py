@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specd.core.gumbel import SharedNoise
 from specd.core.kv import KVCache
 from specd.core.model import CausalLM, RowInput
 from specd.core.processors import SamplingPolicy
@@ -31,18 +32,49 @@ from specd.errors import UsageError
 
 
 @dataclass(frozen=True)
+class DraftContext:
+    """What a source reads from the round besides its rows and its cache."""
+
+    draws: Draws  # the requests' random streams (a sampled model draft's proposal uniforms)
+    backend: str  # how q is computed from the draft's logits (specd.core.probability)
+    dtype: torch.dtype  # q's dtype
+    # The rule's draft noise (``Rule.draft_noise``): a sampled model draft races under it instead of
+    # reading proposal uniforms (the invariant rule); None: it draws from its proposal stream.
+    noise: SharedNoise | None = None
+
+
+@dataclass(frozen=True)
+class SourceTiming:
+    """One source's turn in a round (seconds, wall clock; device-synchronized by the round)."""
+
+    source: str  # the source's identity
+    seconds: float
+    steps: int  # draft forward calls (0 for a lookup)
+    rows: int  # requests that drafted from it
+    max_k: int  # its longest draft this round
+    first_tokens: int  # the most tokens its first call fed a row (> 2: catching up)
+    first_seconds: float
+
+
+@dataclass(frozen=True)
 class Proposal:
+    """A batch's drafts: what one source returns for its rows, and what the run's sources together
+    (specd.core.sources.SourceSet) return for the round, each row from the source it chose."""
+
     drafts: tuple[tuple[int, ...], ...]  # per row, len k_b
     q: torch.Tensor  # float[R_q, V] the rows a model drew its drafts from, packed (a lookup has none)
     q_index: tuple[tuple[int, ...], ...]  # per row and draft: its row of q, -1 for a point mass (a lookup's)
-    sampled: bool  # draws were taken from the proposal stream
-    # The draft model's first call of the round: the most tokens it fed one row (more than 2 when
-    # the draft cache catches up on output it did not see, e.g. after K = 0 rounds) and its seconds.
+    draws: tuple[int, ...]  # per row: the proposal-stream uniforms it consumed (0: none read)
+    # A shared-body draft (specd.core.shared_body): per row, the hidden states float[j, D] of the j
+    # rows it wrote into the *target's* cache this round (F, d_1, ..); None for every other row.
+    staged: tuple | None = None
+    # One source's: its model's first call of the round, the most tokens it fed one row (more than 2
+    # when the draft cache catches up on output it did not see, e.g. after K = 0 rounds) and its seconds.
     first_call_tokens: int = 0
     first_call_seconds: float = 0.0
-    # A shared-body draft (specd.core.shared_body): per row, the hidden states float[j, D] of the j
-    # rows it wrote into the *target's* cache this round (F, d_1, ..); None for every other source.
-    staged: tuple | None = None
+    # The round's: the source each row drafted from (None: no drafts), and each source's turn.
+    sources: tuple[str | None, ...] = ()
+    timings: tuple[SourceTiming, ...] = ()
 
     def q_row(self, b: int, i: int) -> torch.Tensor:
         """Row b's i-th q row, float[V]: its model row, or the point mass on its draft."""
@@ -53,7 +85,9 @@ class Proposal:
         )
 
 
-def packed(rows: Sequence[Sequence[torch.Tensor]], vocab: int, dtype: torch.dtype, device="cpu") -> tuple:
+def packed(
+    rows: Sequence[Sequence[torch.Tensor]], vocab: int, dtype: torch.dtype, device="cpu"
+) -> tuple[torch.Tensor, tuple[tuple[int, ...], ...]]:
     """Per row, its q rows float[V] (one per draft) -> (q float[R_q, V], q_index): packed in row order."""
     flat = [r for row in rows for r in row]
     q = torch.stack(flat).to(dtype) if flat else torch.zeros(0, vocab, dtype=dtype, device=device)
@@ -74,7 +108,8 @@ class Proposer:
     vocab_size = 0
     shares_target_cache = False  # drafts into the target's own cache (specd.core.shared_body)
 
-    def new_cache(self) -> KVCache | None:
+    def new_cache(self) -> object | None:
+        """This source's own cache (a model's K/V cache, a lookup's index), or None."""
         return None
 
     @property
@@ -82,14 +117,9 @@ class Proposer:
         return 0
 
     def propose(
-        self,
-        states: Sequence[RequestState],
-        ks: Sequence[int],
-        cache: KVCache | None,
-        draws: Draws,
-        backend: str,
-        dtype: torch.dtype,
+        self, states: Sequence[RequestState], ks: Sequence[int], cache: KVCache | None, ctx: DraftContext
     ) -> Proposal:
+        """Up to ks[b] drafts for each of ``states``, with the q rows they were drawn from."""
         raise NotImplementedError
 
     def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
@@ -128,8 +158,8 @@ class NullProposer(Proposer):
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        return point_masses(tuple(() for _ in states), self.vocab_size, dtype)
+    def propose(self, states, ks, cache, ctx):
+        return point_masses(tuple(() for _ in states), self.vocab_size, ctx.dtype)
 
 
 def check_draft_stop(value: float, where: str = "--draft-stop") -> None:
@@ -161,7 +191,7 @@ class ModelProposer(Proposer):
         self.identity = model.identity
         self.vocab_size = model.vocab_size
 
-    def new_cache(self) -> KVCache:
+    def new_cache(self) -> KVCache | None:
         return self.model.new_cache()
 
     def with_policy(self, policy: SamplingPolicy, draft_stop: float) -> ModelProposer:
@@ -200,18 +230,20 @@ class ModelProposer(Proposer):
             return q_rows.max(dim=-1).values
         return torch.softmax(self.policy.logits(raw_rows, states).float(), dim=-1).max(dim=-1).values
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        b_total = len(states)
+    def propose(self, states, ks, cache, ctx):
+        b_total, dtype = len(states), ctx.dtype
         k_max = max(ks, default=0)
         device = getattr(self.model, "device", "cpu")
         drafts: list[list[int]] = [[] for _ in states]
         q_rows_of: list[list[torch.Tensor]] = [[] for _ in states]  # the row each draft was drawn from
-        race = getattr(draws, "race", None) if not self.policy.greedy else None  # the invariant rule's noise
-        sampled = not self.policy.greedy and race is None  # proposal uniforms are read
+        noise = ctx.noise if not self.policy.greedy else None  # the rule's: race under it, read no uniform
+        sampled = not self.policy.greedy and noise is None  # proposal uniforms are read
         live = [b for b in range(b_total) if ks[b] > 0]
         if not live:
-            return Proposal(tuple(() for _ in states), *packed(q_rows_of, self.vocab_size, dtype, device), sampled)
-        uniforms = {b: draws(states[b], "proposal", ks[b]) for b in live} if sampled else {}
+            return Proposal(
+                tuple(() for _ in states), *packed(q_rows_of, self.vocab_size, dtype, device), (0,) * b_total
+            )
+        uniforms = {b: ctx.draws(states[b], "proposal", ks[b]) for b in live} if sampled else {}
         proc = {b: states[b].draft_proc for b in live}
         staged: dict[int, list[torch.Tensor]] = {}
         rows = []
@@ -228,7 +260,7 @@ class ModelProposer(Proposer):
             if not here:
                 break
             raw_rows = torch.stack([raw[b] for b in here])
-            q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], backend, dtype)
+            q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], ctx.backend, dtype)
             if self.draft_stop > 0:
                 sure = self.confidence(raw_rows, q_rows, [proc[b] for b in here]) >= self.draft_stop
                 for b in (b for b, keep in zip(here, sure.tolist()) if not keep):
@@ -238,12 +270,12 @@ class ModelProposer(Proposer):
                 if not here:
                     break
                 q_rows = q_rows[keep_idx.to(q_rows.device)]
-            if race is not None:
-                tokens = race([states[b] for b in here], i, q_rows).tolist()
+            if noise is not None:
+                drawn = noise.race([states[b] for b in here], i, q_rows).tolist()
             else:
                 u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
-                tokens = self.draw(q_rows, u).tolist()
-            for b, tok, row in zip(here, tokens, q_rows.to(dtype)):
+                drawn = self.draw(q_rows, u).tolist()
+            for b, tok, row in zip(here, drawn, q_rows.to(dtype)):
                 drafts[b].append(tok)
                 q_rows_of[b].append(row)
                 proc[b] = proc[b].advance(tok)
@@ -252,9 +284,9 @@ class ModelProposer(Proposer):
                 step_rows = [RowInput(states[b].slot, (drafts[b][-1],), (cache.length(states[b].slot),)) for b in feed]
                 raw.update(zip(feed, self.forward(cache, step_rows, staged)))
         q, q_index = packed(q_rows_of, self.vocab_size, dtype, device)
-        return Proposal(
-            tuple(tuple(d) for d in drafts), q, q_index, sampled, *first_call, self.staged_rows(states, staged)
-        )
+        draws = tuple(len(d) if sampled else 0 for d in drafts)
+        staged_rows = self.staged_rows(states, staged)
+        return Proposal(tuple(tuple(d) for d in drafts), q, q_index, draws, staged_rows, *first_call)
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
         """One draft step -> the raw logit row after each row's last input, float[V] each. ``staged``
@@ -335,12 +367,14 @@ class NgramProposer(Proposer):
                         return follow, size
         return (), 0
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
+    def propose(self, states, ks, cache, ctx):
         drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))
-        return point_masses(drafts, self.vocab_size, dtype)
+        return point_masses(drafts, self.vocab_size, ctx.dtype)
 
 
 def point_masses(drafts: tuple[tuple[int, ...], ...], vocab: int, dtype: torch.dtype) -> Proposal:
     """A lookup's proposal: its drafts, each the point mass q = e_d, kept as the token id alone
     (no row of q: ``q_index`` -1)."""
-    return Proposal(drafts, torch.zeros(0, vocab, dtype=dtype), tuple((-1,) * len(d) for d in drafts), False)
+    return Proposal(
+        drafts, torch.zeros(0, vocab, dtype=dtype), tuple((-1,) * len(d) for d in drafts), (0,) * len(drafts)
+    )

@@ -1,10 +1,10 @@
 """What a run records, as data (never printed): acceptance-log rows, a round's timing, the result.
 
-One ``AcceptanceRecord`` per proposed token and one ``RoundRecord`` per round
-(``specd.traces.log`` serializes them under the versioned schema ``specd.trace/v1``);
+One ``AcceptanceRecord`` per proposed token, beside each round's ``RoundOutcome``
+(``specd.traces.log`` serializes both under the versioned schema ``specd.trace/v1``);
 one ``RoundTiming`` per round, which the engine publishes to its observers (the
-measured costs of -k auto); a ``RunResult`` per run. ``round_records`` and
-``round_timing`` are pure functions of a finished round's transactions.
+measured costs of -k auto); a ``RunResult`` per run. ``acceptance_rows`` and
+``round_timing`` are pure functions of a published round's outcomes.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-import torch
-
-from specd.core.sources import SourceTiming
+from specd.core.outcome import RoundOutcome
+from specd.core.proposer import SourceTiming
 from specd.core.state import RequestState
 from specd.core.stats import RunStats
 
@@ -41,26 +40,6 @@ class AcceptanceRecord:
 
 
 @dataclass(frozen=True)
-class RoundRecord:
-    request_id: str
-    round_id: str
-    round_index: int
-    k: int
-    source: str | None  # the draft source of the round (None: no drafts)
-    accepted: int  # A
-    terminal_kind: str  # correction | bonus | stop
-    terminal_token: int
-    emitted: tuple[int, ...]
-    start_position: int  # output length before the round
-    committed_token_count: int
-    finish_reason: str | None
-    match: int | None = None  # a lookup's match length that the drafts continued (None: a model, or no drafts)
-
-    def as_dict(self) -> dict:
-        return {"type": "round", **asdict(self), "emitted": list(self.emitted)}
-
-
-@dataclass(frozen=True)
 class RoundTiming:
     """What one round cost on this machine (seconds, wall clock, device-synchronized)."""
 
@@ -84,56 +63,52 @@ MIXED = "mixed"
 class RunResult:
     states: tuple[RequestState, ...]  # final state per request, in request order
     stats: RunStats
-    commits: tuple  # SpeculativeCommit per published round, when the run keeps a log
+    commits: tuple[RoundOutcome, ...]  # every published round in publication order (the audit trail)
     acceptance: tuple[AcceptanceRecord, ...]
-    rounds: tuple[RoundRecord, ...]
+    rounds: tuple[RoundOutcome, ...]  # the same outcomes by request, when the run keeps a log
 
     def new_tokens(self) -> list[tuple[int, ...]]:
         return [s.new_tokens for s in self.states]
 
 
-def round_timing(txns: Sequence, drafted, blocks: dict[str, float], seconds: float) -> RoundTiming:
-    """A published round's costs: ``txns`` its transactions, ``drafted`` what the sources returned
-    (with each source's timing), the seconds of its draft and verify blocks and of the whole round."""
+def round_timing(outcomes: Sequence[RoundOutcome], drafted, blocks: dict[str, float], seconds: float) -> RoundTiming:
+    """A published round's costs: ``outcomes`` its requests' outcomes, ``drafted`` what the sources
+    returned (with each source's timing), the seconds of its draft and verify blocks and of the whole round."""
     draft_seconds, verify_seconds = blocks["draft"], blocks["verify"]
-    staged = [drafted.sources[b] for b, h in enumerate(drafted.staged) if h is not None]
-    plain = sum(
-        1 for b, txn in enumerate(txns) if txn.drafts and (b >= len(drafted.staged) or drafted.staged[b] is None)
-    )
+    rows = drafted.staged or (None,) * len(outcomes)  # per row: what a shared-body draft staged
+    staged = [drafted.sources[b] for b, h in enumerate(rows) if h is not None]
+    plain = sum(1 for o, h in zip(outcomes, rows) if o.k and h is None)
     shared = staged[0] if staged and len(set(staged)) == 1 and not plain else (MIXED if staged else None)
     return RoundTiming(
-        batch=len(txns),
+        batch=len(outcomes),
         draft_seconds=draft_seconds,
         draft_steps=sum(t.steps for t in drafted.timings),
         sources=drafted.timings,
         verify_seconds=verify_seconds,
-        verify_rows=sum(len(txn.drafts) + 1 for txn in txns),
+        verify_rows=sum(o.k + 1 for o in outcomes),
         other_seconds=max(0.0, seconds - draft_seconds - verify_seconds),
         verify_source=shared,
     )
 
 
-def round_records(
-    txns: Sequence, decision, accept_u: torch.Tensor | None
-) -> list[tuple[str, list[AcceptanceRecord], RoundRecord]]:
-    """A published round's log: per request (id, one AcceptanceRecord per proposed token, its RoundRecord).
-    ``decision``: the rule's Decision for the batch; ``accept_u`` float64[B, K] (None when greedy)."""
+def acceptance_rows(outcomes: Sequence[RoundOutcome], decision) -> list[list[AcceptanceRecord]]:
+    """A published round's per-draft log rows, per request: one AcceptanceRecord per proposed token,
+    from its outcome and the rule's ``decision`` for the batch (specd.core.sampler.Decision)."""
     p_d, q_d, ratio = decision.p_draft.tolist(), decision.q_draft.tolist(), decision.ratios.tolist()
-    u = accept_u.tolist() if accept_u is not None else None
+    u = decision.uniforms.tolist() if decision.uniforms is not None else None
     out = []
-    for b, txn in enumerate(txns):
-        s, a = txn.start, txn.outcome.accepted
-        committed = len(txn.successor.output) - s.prompt_len
-        acceptance = []
-        for i, token in enumerate(txn.drafts):
+    for b, o in enumerate(outcomes):
+        a = o.accepted
+        rows = []
+        for i, token in enumerate(o.draft_token_ids):
             reached = i <= a
-            acceptance.append(
+            rows.append(
                 AcceptanceRecord(
-                    request_id=s.request_id,
-                    round_id=txn.round_id,
-                    round_index=s.rounds,
+                    request_id=o.request_id,
+                    round_id=o.round_id,
+                    round_index=o.round_index,
                     draft_index=i + 1,
-                    position=len(s.output) + i,
+                    position=o.start_position + i,
                     draft_token=token,
                     q_prob=q_d[b][i],
                     p_prob=p_d[b][i],
@@ -142,25 +117,10 @@ def round_records(
                     reached=reached,
                     accepted=i < a,
                     correction_distribution_id=(
-                        f"residual[p{i + 1}-q{i + 1}]@{txn.round_id}" if reached and i == a else None
+                        f"residual[p{i + 1}-q{i + 1}]@{o.round_id}" if reached and i == a else None
                     ),
-                    committed_token_count=committed,
+                    committed_token_count=o.committed_token_count,
                 )
             )
-        record = RoundRecord(
-            request_id=s.request_id,
-            round_id=txn.round_id,
-            round_index=s.rounds,
-            k=len(txn.drafts),
-            source=txn.source,
-            accepted=a,
-            terminal_kind=txn.record.terminal_kind,
-            terminal_token=txn.outcome.terminal,
-            emitted=txn.stop.emitted,
-            start_position=len(s.output),
-            committed_token_count=committed,
-            finish_reason=txn.successor.finish_reason,
-            match=txn.match,
-        )
-        out.append((s.request_id, acceptance, record))
+        out.append(rows)
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 STREAMS: tuple[str, ...] = ("proposal", "acceptance", "terminal")
 _INDEX = {name: i for i, name in enumerate(STREAMS)}
@@ -69,7 +70,7 @@ class RngState:
 # Where a round reads its uniforms: (request state, stream name, n) -> the next n draws of
 # that stream, not consumed. Production reads the request's own streams; the exact
 # oracle injects one representative uniform per probability cell instead.
-Draws = Callable[["RequestState", str, int], list[float]]  # noqa: F821 - a forward name, documentation only
+Draws = Callable[[Any, str, int], list[float]]  # (a RequestState, stream, n); RequestState imports this module
 
 
 def stream_draws(state, stream: str, n: int) -> list[float]:

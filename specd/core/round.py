@@ -8,8 +8,8 @@ its stream counters), the compare-and-swap publication, and the caches following
 what was published. Every command (generate, trace, sweep-k --measure, the
 oracle's enumeration and Monte Carlo) runs ``speculative_round``.
 
-The helpers below it only read: the verification call's rows, the target's
-processed rows and the round's uniforms.
+The helpers below it only read: the verification call's rows and the round's
+packed rows for the rule.
 """
 
 from __future__ import annotations
@@ -20,48 +20,39 @@ from contextlib import contextmanager
 
 import torch
 
-from specd.core.gumbel import SharedNoise
 from specd.core.kv import KVRows
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
-from specd.core.records import RunResult, round_records, round_timing
+from specd.core.outcome import RoundOutcome
+from specd.core.proposer import DraftContext, Proposal
+from specd.core.records import RunResult, acceptance_rows, round_timing
 from specd.core.sampler import Rows, row_starts, valid_positions
 from specd.core.session import DecodeSession
-from specd.core.sources import Drafted
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
-from specd.core.transaction import Outcome, RoundTransaction, SpeculativeCommit
+from specd.core.transaction import RoundTransaction
 from specd.errors import CacheIdentityError
 
 PublishCallback = Callable[[RequestState, tuple[int, ...]], None]
 
 
-def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
-    """Run one round for every live request of the session.
-
-    Nothing authoritative changes before a request's commit: its successor S_1 is
-    staged off to the side and published by compare-and-swap. A failure anywhere
-    leaves every unpublished request at its round-start state S_0 (its temporary
-    K/V rows are dropped), and a retry re-reads the same draws, because stream
-    counters move only at publication.
-    """
+def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
+    """One round for every live request -> each request's published RoundOutcome. Nothing authoritative
+    changes before a request's commit: its successor S_1 is staged aside and published by compare-and-swap;
+    a failure leaves every unpublished request at S_0 (its temporary K/V rows dropped), and a retry
+    re-reads the same draws, because stream counters move only at publication."""
     eng, clock = session.engine, RoundClock(session.sync)
     active = materialize_frontiers(session, clock)  # writes the frontier's K/V row (retained layout)
     if not active:
         return []
     plans = [eng.plan_for(s, session.draft_cache) for s in active]  # each request's source and K
     txns = [eng.transaction_cls(s, eng.layout) for s in active]
-    greedy = eng.target_policy.greedy  # p_i is a point mass on the argmax: no uniform is read
-    invariant = eng.config.rule == "invariant" and not greedy  # shared noise decides: no uniform is read
-    draws = SharedNoise(session.draws, eng.sampler) if invariant else session.draws
+    ctx = DraftContext(session.draws, eng.config.backend, eng.config.prob_dtype, eng.rule.draft_noise())
     try:
         # 1. propose: each row drafts up to k tokens from its source (temporary rows in that source's
         #    cache, or for a shared-body draft in the target's) and reports the q rows it drew them from.
         with clock.timed("draft"):
-            proposal = eng.proposer.propose(
-                active, plans, session.draft_cache, draws, eng.config.backend, eng.config.prob_dtype, session.cache
-            )
-        ks = [len(d) for d in proposal.drafts]  # a source may offer fewer drafts than asked
+            proposal = eng.proposer.propose(active, plans, session.draft_cache, ctx, session.cache)
 
         # 2. verify: one target call scores every row's drafts and the bonus position (its K/V rows
         #    stay temporary in the target cache; rows a shared-body draft staged are not fed again).
@@ -72,29 +63,16 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
         ):
             txn.verified(drafts, v, used, source, plan.match)
 
-        # 3. decide: the exact rule (p from the target's processed rows, q as drawn), then the terminal draw.
-        p, argmax = target_rows(eng, active, verified, proposal.drafts)  # packed p, or its argmax ids when greedy
-        rows = packed_rows(proposal, ks, p, (argmax if p is None else p).device)
-        if greedy or invariant:  # the target's token at each position is decided: drafts match it or not
-            if greedy:
-                decision = eng.sampler.decide_greedy(argmax, rows)
-            else:
-                decision = eng.sampler.decide_invariant(rows, active)
-            accept_u, terminal_u = None, torch.zeros(len(active), dtype=torch.float64, device=rows.draft.device)
-        else:
-            accept_u, terminal_u = uniforms(session, active, ks, rows.draft.device)
-            decision = eng.sampler.decide(rows, accept_u)
-        terminal = decision.decided_terminal  # greedy and invariant: the target's token, nothing to draw
-        if terminal is None:
-            terminal = eng.sampler.sample_terminal(decision.terminal_rows, terminal_u)
-        for txn, a, t, bonus in zip(txns, decision.accepted.tolist(), terminal.tolist(), decision.is_bonus.tolist()):
-            txn.decided(Outcome(a, t, bonus))
+        # 3. decide: the run's rule, once, over the round's packed rows (p: the target's processed rows).
+        decision = eng.rule.decide(round_rows(eng, active, verified, proposal), active, session.draws)
+        decided = zip(decision.accepted.tolist(), decision.terminal.tolist(), decision.is_bonus.tolist())
+        for txn, (accepted, terminal, is_bonus) in zip(txns, decided):
+            txn.decided(accepted, terminal, is_bonus)
 
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
         #    the caches keep exactly the rows of what was published.
         for txn in txns:
-            stage(txn, eng.config.eos_ids, uniforms_read=not (greedy or invariant))
-        commits = []
+            stage(txn, eng.config.eos_ids, eng.rule.reads_streams)
         for txn in txns:
             successor, new = txn.publish(session.store)
             if new:
@@ -102,47 +80,70 @@ def speculative_round(session: DecodeSession) -> list[SpeculativeCommit]:
                 eng.proposer.settle(session.draft_cache, successor.slot, successor.output)
                 if successor.finished:
                     session.retire(successor)
-            commits.append(txn.record)
     except BaseException:
         session.abort(txns)  # S_0 stays; temporary target and draft rows are dropped
         raise
     session.compact()
-    timing = round_timing(txns, proposal, clock.seconds, clock.elapsed())
-    session.stats.add_round_counts(txns, timing)
+    outcomes = [txn.outcome for txn in txns]
+    timing = round_timing(outcomes, proposal, clock.seconds, clock.elapsed())
+    session.stats.add_published(outcomes, timing)
     eng.publish_timing(timing)
     if eng.config.record_log:
-        for request_id, acceptance, record in round_records(txns, decision, accept_u):
-            log = session.log(request_id)
-            log.acceptance.extend(acceptance)
-            log.rounds.append(record)
-    return commits
+        for outcome, acceptance in zip(outcomes, acceptance_rows(outcomes, decision)):
+            session.log(outcome.request_id).add(outcome, acceptance)
+    return outcomes
 
 
-def stage(txn: RoundTransaction, eos_ids: frozenset[int], uniforms_read: bool) -> None:
-    """Assemble S_1 for one request without touching S_0: stops, the K/V rows it keeps, its
-    output, processor states and stream counters. ``uniforms_read``: the rule read acceptance
-    and terminal uniforms (not greedy)."""
-    start, outcome = txn.start, txn.outcome
-    stop = apply_stops(txn.drafts[: outcome.accepted], outcome.terminal, eos_ids, start.remaining)
-    kv_keep = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(txn.temporary_rows))
+def stage(txn: RoundTransaction, eos_ids: frozenset[int], reads_streams: bool) -> None:
+    """Assemble S_1 and the round's outcome for one request without touching S_0: stops, the K/V
+    rows it keeps, its output, processor states and stream counters. ``reads_streams``: the rule
+    read acceptance and terminal uniforms from the request's streams."""
+    start, (accepted, terminal, is_bonus) = txn.start, txn.decision
+    stop = apply_stops(txn.drafts[:accepted], terminal, eos_ids, start.remaining)
+    rows = txn.temporary_rows
+    kv_keep = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(rows))
     # Streams advance over reached events only (unreached draws are read again next round).
-    reached = stop.accepted_emitted + (1 if stop.terminal_emitted and not outcome.is_bonus else 0)
-    if not uniforms_read:
-        reached = 0
-    terminal_draws = 1 if stop.terminal_emitted and uniforms_read else 0
+    reached = stop.accepted_emitted + (1 if stop.terminal_emitted and not is_bonus else 0) if reads_streams else 0
+    rng = start.rng.advance_all(txn.proposal_draws, reached, 1 if stop.terminal_emitted and reads_streams else 0)
+    target_proc = txn.stage_processor(start.target_proc, stop.emitted)
+    outcome = RoundOutcome(
+        request_id=start.request_id,
+        round_id=txn.round_id,
+        round_index=start.rounds,
+        expected_generation=start.generation,
+        layout=txn.layout.name,
+        source=txn.source,
+        match=txn.match,
+        draft_token_ids=txn.drafts,
+        accepted=accepted,
+        terminal_kind=("bonus" if is_bonus else "correction") if stop.terminal_emitted else "stop",
+        terminal_token=terminal,
+        emitted=stop.emitted,
+        start_position=len(start.output),
+        committed_token_count=start.generated + len(stop.emitted),
+        committed_kv_token_ids=rows[:kv_keep],
+        discarded_kv_token_ids=rows[kv_keep:],
+        reached_acceptance_tests=reached,
+        proposal_draws=txn.proposal_draws,
+        rng_before=start.rng.counters,
+        rng_after=rng.counters,
+        processor_before_hash=start.target_proc.digest() if start.target_proc.stateful else "",
+        processor_after_hash=target_proc.digest() if target_proc.stateful else "",
+        finish_reason=stop.finish_reason,
+    )
     successor = start.evolve(
         output=start.output + stop.emitted,
-        cache_tokens=start.cache_tokens + txn.temporary_rows[:kv_keep],
-        target_proc=txn.stage_processor(start.target_proc, stop.emitted),
+        cache_tokens=start.cache_tokens + rows[:kv_keep],
+        target_proc=target_proc,
         draft_proc=txn.stage_processor(start.draft_proc, stop.emitted),
-        rng=start.rng.advance_all(txn.proposal_draws, reached, terminal_draws),
+        rng=rng,
         generation=start.generation + 1,
         rounds=start.rounds + 1,
-        history=start.history.after(len(txn.drafts), outcome.accepted, txn.source, txn.match),
+        history=start.history.add(outcome),
         finish_reason=stop.finish_reason,
         retained_logits=None,
     )
-    txn.staged(stop, kv_keep, successor, reached)
+    txn.staged(outcome, successor)
 
 
 def decode(
@@ -160,12 +161,12 @@ def decode(
         session.fill(batch_size)
         if session.done:
             break
-        for commit in speculative_round(session):
-            state = session.store.get(commit.request_id)
-            if stop_strings is not None and stop_strings.push(state.request_id, commit.emitted_token_ids):
+        for outcome in speculative_round(session):
+            state = session.store.get(outcome.request_id)
+            if stop_strings is not None and stop_strings.push(state.request_id, outcome.emitted):
                 state = session.finish(state.request_id, "stop_string")
             if on_publish is not None:
-                on_publish(state, commit.emitted_token_ids)
+                on_publish(state, outcome.emitted)
         for state in session.take_finished():
             if on_finish is not None:
                 on_finish(state)
@@ -225,13 +226,13 @@ def target_call(session: DecodeSession, rows: list[RowInput], hidden: bool = Fal
     if not rows:
         return None, {}
     target = session.engine.target
-    # only a shared-body verification asks for hidden states (the CausalLM protocol's step has no such flag)
-    out = target.step(session.cache, rows, hidden=True) if hidden else target.step(session.cache, rows)
+    # a shared-body verification runs the body only (SplitHeadLM): the head then runs on every row at once
+    out = target.body_step(session.cache, rows) if hidden else target.step(session.cache, rows)
     session.stats.count_target_call(sum(len(r.tokens) for r in rows))
     return out, {row.slot: i for i, row in enumerate(rows)}
 
 
-def verify(session: DecodeSession, active: Sequence[RequestState], drafts, staged=()) -> list[Verified]:
+def verify(session: DecodeSession, active: Sequence[RequestState], drafts, staged=None) -> list[Verified]:
     """One target call for the batch -> per-row Verified (its rows stay temporary in the cache).
 
     ``staged``: per row, the hidden states float[j, D] of the first j rows of its verification
@@ -240,7 +241,7 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     product for the whole batch)."""
     target, layout = session.engine.target, session.engine.layout
     inputs = [layout.verification_input(s, d) for s, d in zip(active, drafts)]
-    if not any(h is not None for h in staged):
+    if not staged or not any(h is not None for h in staged):
         out, by_slot = target_call(session, [row for row in inputs if row is not None])
         verified = []
         for s, d in zip(active, drafts):
@@ -270,17 +271,12 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     ]
 
 
-def target_rows(
-    engine, active, verified: Sequence[Verified], drafts
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The target's processed rows, each at its own logical prefix (the target policy's
-    processor state advanced over the drafts before it), over the real rows only: request b's
-    k_b + 1 rows, packed in request order.
-
-    -> (p float[R, V], None), or (None, the argmax ids int64[B, K+1]) when the target policy is greedy
-    (the argmax of each real row; 0 past a request's k_b + 1, never read).
-    """
-    policy = engine.target_policy
+def round_rows(engine, active: Sequence[RequestState], verified: Sequence[Verified], proposal: Proposal) -> Rows:
+    """The round's rows for the rule (specd.core.sampler.Rows), packed: the target's processed rows
+    (request b's k_b + 1 rows, each at its own logical prefix: the target policy's processor state
+    advanced over the drafts before it), or when the target policy is greedy only their argmax ids;
+    q as the draft models drew it (a lookup's drafts are ids); the drafts and their q rows by request."""
+    policy, cfg, drafts = engine.target_policy, engine.config, proposal.drafts
     states = []
     for s, d in zip(active, drafts):
         st = s.target_proc
@@ -291,39 +287,25 @@ def target_rows(
     raw = torch.cat([v.p_raw for v in verified])
     if raw.dtype in (torch.float16, torch.bfloat16):
         raw = raw.float()
-    if policy.greedy:
-        k_lens = torch.tensor([len(d) for d in drafts], device=raw.device)
-        k_max = max((len(d) for d in drafts), default=0)
-        argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=raw.device)
-        argmax[valid_positions(k_lens + 1, k_max + 1)] = policy.logits(raw, states).argmax(dim=-1)
-        return None, argmax
-    cfg = engine.config
-    return policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype), None
-
-
-def uniforms(session: DecodeSession, active, ks: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The round's acceptance uniforms float64[B, K] (1 past k: never read) and terminal uniforms float64[B]."""
+    device = raw.device
+    ks = [len(d) for d in drafts]
     k_max = max(ks, default=0)
-    accept = [session.draws(s, "acceptance", k) + [1.0] * (k_max - k) for s, k in zip(active, ks)]
-    terminal = [session.draws(s, "terminal", 1)[0] for s in active]
-    accept_u = torch.tensor(accept, dtype=torch.float64).reshape(len(active), k_max)
-    return accept_u.to(device), torch.tensor(terminal, dtype=torch.float64, device=device)
-
-
-def packed_rows(proposal: Drafted, ks: list[int], p: torch.Tensor | None, device) -> Rows:
-    """The round's rows for the rule (specd.core.sampler.Rows): p as the target gave it, q as the
-    draft models drew it (a lookup's drafts are ids), the drafts and their q rows by request."""
-    k_max = max(ks, default=0)
-    padded = [list(d) + [-1] * (k_max - len(d)) for d in proposal.drafts]
-    index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
-    p_start = None if p is None else row_starts(k_lens)
+    p = argmax = None
+    if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
+        argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=device)
+        argmax[valid_positions(k_lens + 1, k_max + 1)] = policy.logits(raw, states).argmax(dim=-1)
+    else:
+        p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype)
+    padded = [list(d) + [-1] * (k_max - len(d)) for d in drafts]
+    index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
     return Rows(
         p,
-        p_start,
+        None if p is None else row_starts(k_lens),
         proposal.q.to(device),
         torch.tensor(index, dtype=torch.int64).reshape(len(ks), k_max).to(device),
         torch.tensor(padded, dtype=torch.int64).reshape(len(ks), k_max).to(device),
         k_lens,
         proposal.q.shape[-1],
+        argmax,
     )

@@ -69,7 +69,8 @@ def row_starts(k_lens: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class Rows:
     """A round's rows, packed (shapes and terms in the module docstring). ``p`` is None where the
-    target's tokens are decided without its rows (greedy: the argmax ids stand for them)."""
+    target's tokens are decided without its rows (greedy: the argmax ids ``target_argmax``, int64[B, K+1],
+    0 past a request's k_b + 1, stand for them)."""
 
     p: torch.Tensor | None  # float[R, V]
     p_start: torch.Tensor | None  # int64[B]
@@ -78,6 +79,7 @@ class Rows:
     draft: torch.Tensor  # int64[B, K]
     k_lens: torch.Tensor  # int64[B]
     vocab: int
+    target_argmax: torch.Tensor | None = None  # int64[B, K+1]: a greedy target's argmax ids (p None)
 
     @classmethod
     def dense(cls, p: torch.Tensor | None, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor) -> Rows:
@@ -97,15 +99,23 @@ class Rows:
         """bool[B, K]: True where a draft exists."""
         return valid_positions(self.k_lens, self.draft.shape[1])
 
+    def target(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(p, p_start): the target's packed rows, which a greedy round's Rows does not hold."""
+        if self.p is None or self.p_start is None:
+            raise TypeError("these rows hold the target's argmax ids, not its rows p")
+        return self.p, self.p_start
+
     def p_at(self, positions: torch.Tensor) -> torch.Tensor:
         """int64[B] (0-based, at most k_b) -> p_{position+1} of each request, float[B, V]."""
-        return self.p[self.p_start + positions]
+        p, start = self.target()
+        return p[start + positions]
 
     def p_draft(self) -> torch.Tensor:
         """p_i(d_i) per draft, float[B, K] (0 at padding)."""
         k_max = self.draft.shape[1]
-        index = (self.p_start.unsqueeze(1) + torch.arange(k_max, device=self.draft.device)).clamp(max=len(self.p) - 1)
-        picked = self.p[index, self.draft.clamp_min(0)] if k_max else self.p.new_zeros(len(self.k_lens), 0)
+        p, start = self.target()
+        index = (start.unsqueeze(1) + torch.arange(k_max, device=self.draft.device)).clamp(max=len(p) - 1)
+        picked = p[index, self.draft.clamp_min(0)] if k_max else p.new_zeros(len(self.k_lens), 0)
         return torch.where(self.valid(), picked, torch.zeros_like(picked))
 
     def q_draft(self, dtype: torch.dtype) -> torch.Tensor:
@@ -199,17 +209,18 @@ def exact_less(u: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.T
 
 @dataclass(frozen=True)
 class Decision:
-    """Everything the rule decides for a batch before the terminal draw."""
+    """What a rule decides for a batch of B requests (K: the most drafts of any request)."""
 
     accepted: torch.Tensor  # int64[B]  accepted draft prefix length A
     terminal_rows: torch.Tensor  # float64[B, V] the terminal (correction or bonus) token's law, up to normalization
     is_bonus: torch.Tensor  # bool[B]   A == k_len: the terminal is a bonus, else a correction
-    ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding
+    ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding (reported: log, statistics)
     p_draft: torch.Tensor  # float[B, K] p_i(d_i)
     q_draft: torch.Tensor  # float[B, K] q_i(d_i)
-    # int64[B] the terminal token where the rule decided it (greedy, the invariant rule): terminal_rows
-    # is then its point mass, and drawing from it would return it whatever the uniform
-    decided_terminal: torch.Tensor | None = None
+    # int64[B] the terminal token: where the rule decides it itself (greedy, the invariant rule;
+    # terminal_rows is then its point mass) from the start, else once drawn (specd.core.rules)
+    terminal: torch.Tensor | None = None
+    uniforms: torch.Tensor | None = None  # float64[B, K] the acceptance uniforms read (None: none read)
 
 
 class RejectionSampler:
@@ -302,7 +313,7 @@ class RejectionSampler:
         argmax_at = targets.gather(1, accepted.unsqueeze(1)).squeeze(1)
         point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=draft.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
-        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, argmax_at)
+        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, terminal=argmax_at)
 
     # -- the invariant rule (specd.core.gumbel): every emitted token is the target's Gumbel-max token
     def noise_key(self, state) -> int:
@@ -331,7 +342,7 @@ class RejectionSampler:
         k_lens = rows.k_lens.tolist()
         keys = [self.noise_key(s) for s, k in zip(states, k_lens) for _ in range(k + 1)]
         positions = [self.noise_position(s, i) for s, k in zip(states, k_lens) for i in range(k + 1)]
-        won = race_tokens(rows.p, keys, positions)
+        won = race_tokens(rows.target()[0], keys, positions)
         k_max = rows.draft.shape[1]
         targets = torch.zeros(len(k_lens), k_max + 1, dtype=torch.int64, device=won.device)
         targets[valid_positions(rows.k_lens + 1, k_max + 1)] = won

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 import torch
 
 from specd.core.model import RowInput
-from specd.core.records import AcceptanceRecord, RoundRecord, RunResult
+from specd.core.outcome import RoundOutcome
+from specd.core.records import AcceptanceRecord, RunResult
 from specd.core.rng import Draws, RngState, stream_draws
 from specd.core.state import Request, RequestState
 from specd.core.stats import StatsAccumulator
@@ -36,7 +37,12 @@ class RequestLog:
     """One request's acceptance log: a row per proposed token and one per round."""
 
     acceptance: list[AcceptanceRecord] = field(default_factory=list)
-    rounds: list[RoundRecord] = field(default_factory=list)
+    rounds: list[RoundOutcome] = field(default_factory=list)
+
+    def add(self, outcome: RoundOutcome, acceptance: list[AcceptanceRecord]) -> None:
+        """A published round: its outcome and its per-draft rows."""
+        self.rounds.append(outcome)
+        self.acceptance.extend(acceptance)
 
 
 class DecodeSession:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from specd.core.kv import KVCache
-from specd.core.model import RowInput
+from specd.core.model import RowInput, SplitHeadLM
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.errors import CacheIdentityError, UsageError
@@ -53,10 +53,11 @@ def check_subset(columns: Sequence[int], vocab_size: int, where: str = "self:voc
 
 
 class SharedBodyProposer(ModelProposer):
-    """``target``: a model whose head runs apart from its body (``splits_head``: ``step(hidden=True)``,
+    """``target``: a model whose head runs apart from its body (``splits_head``: ``body_step``,
     ``head_logits``, ``subset_head``); ``columns``: the draft vocabulary, N distinct token ids."""
 
     shares_target_cache = True
+    model: SplitHeadLM  # the target itself
 
     def __init__(self, target, columns: Sequence[int], policy: SamplingPolicy, draft_stop: float = 0.0, label=None):
         if not getattr(target, "splits_head", False):
@@ -98,9 +99,11 @@ class SharedBodyProposer(ModelProposer):
         """A body step of the target on its own cache (temporary rows), its hidden states kept per
         slot, and the restricted head -> float[V] rows, -inf outside the draft vocabulary."""
         self.calls += 1
-        out = self.model.step(cache, rows, logits_for=1, hidden=True)
-        last = torch.stack([h[-1] for h in out.hidden])
-        for r, h in zip(rows, out.hidden):
+        hidden = self.model.body_step(cache, rows, logits_for=1).hidden
+        if hidden is None:
+            raise TypeError(f"{self.model.identity}: body_step returned no hidden states")
+        last = torch.stack([h[-1] for h in hidden])
+        for r, h in zip(rows, hidden):
             staged.setdefault(r.slot, []).append(h[-1:])
         small = self.small_head(last)
         full = torch.full((len(rows), self.vocab_size), float("-inf"), dtype=small.dtype, device=small.device)

@@ -5,7 +5,7 @@ or ``ngram:N``, a draft model, ...), one cache each. A request's ``Plan`` for a 
 names the source and K (the K policy chooses it; see specd.policy). A source with
 nothing to propose this round (a lookup without a match) is not available and is
 skipped. ``propose`` runs each source on the rows that chose it and returns one
-``Drafted`` batch: per row the drafts, the q rows they were drawn from, the proposal
+``Proposal`` for the round: per row the drafts, the q rows they were drawn from, the proposal
 uniforms consumed and the source; per source its timing.
 
 Exactness is the single source's: the choice reads the request's committed history,
@@ -21,16 +21,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 from specd.core.kv import KVCache
-from specd.core.proposer import ModelProposer, NullProposer, Proposer
+from specd.core.proposer import DraftContext, ModelProposer, NullProposer, Proposal, Proposer, SourceTiming
 from specd.core.state import RequestState
 
 
-class Offer(NamedTuple):
+@dataclass(frozen=True)
+class Offer:
     """A source that can propose for a request this round: its index into the run's sources, its
     identity, a lookup's match length (``Proposer.match_length``; None for a model) and how many
     output tokens a model's cache lacks (``Proposer.behind``: what its first call this round reads)."""
@@ -61,32 +61,6 @@ def plan_from(offer: Offer, k: int) -> Plan:
 def first_available(offers: Sequence[Offer], k: int) -> Plan:
     """K drafts from the first source on offer (none on offer, or K = 0: a plain target step)."""
     return plan_from(offers[0], k) if offers and k > 0 else Plan(None, 0)
-
-
-@dataclass(frozen=True)
-class SourceTiming:
-    """One source's turn in a round (seconds, wall clock; device-synchronized by the round)."""
-
-    source: str  # the source's identity
-    seconds: float
-    steps: int  # draft forward calls (0 for a lookup)
-    rows: int  # requests that drafted from it
-    max_k: int  # its longest draft this round
-    first_tokens: int  # the most tokens its first call fed a row (> 2: catching up)
-    first_seconds: float
-
-
-@dataclass(frozen=True)
-class Drafted:
-    drafts: tuple[tuple[int, ...], ...]  # per row
-    q: torch.Tensor  # float[R_q, V]: the rows the draft models drew from, packed (a lookup has none)
-    q_index: tuple[tuple[int, ...], ...]  # per row and draft: its row of q, -1 for a point mass
-    draws: tuple[int, ...]  # proposal-stream uniforms each row consumed
-    sources: tuple[str | None, ...]  # the source each row drafted from (None: no drafts)
-    timings: tuple[SourceTiming, ...]
-    # per row: hidden states float[j, D] of the j rows a shared-body draft already wrote into the
-    # target's cache this round (None: the verification call feeds the row whole)
-    staged: tuple = ()
 
 
 class SourceCaches:
@@ -167,8 +141,8 @@ class SourceSet:
         return offers
 
     def propose(
-        self, states, plans: Sequence[Plan], caches: SourceCaches, draws, backend, dtype, target_cache=None
-    ) -> Drafted:
+        self, states, plans: Sequence[Plan], caches: SourceCaches, ctx: DraftContext, target_cache=None
+    ) -> Proposal:
         """Each source drafts for the rows whose plan names it; rows of K = 0 draft nothing. A
         shared-body source drafts into ``target_cache`` (the target's cache)."""
         b_total = len(states)
@@ -177,7 +151,8 @@ class SourceSet:
         used = [0] * b_total
         names: list[str | None] = [None] * b_total
         staged: list = [None] * b_total
-        parts, timings = [], []
+        parts: list[torch.Tensor] = []
+        timings: list[SourceTiming] = []
         for index, source in enumerate(self.sources):
             rows = [b for b, plan in enumerate(plans) if plan.source == index and plan.k > 0]
             if not rows:
@@ -186,7 +161,7 @@ class SourceSet:
             started = time.perf_counter()
             mine, ks = [states[b] for b in rows], [plans[b].k for b in rows]
             cache = target_cache if source.shares_target_cache else caches.caches[index]
-            proposal = source.propose(mine, ks, cache, draws, backend, dtype)
+            proposal = source.propose(mine, ks, cache, ctx)
             seconds = time.perf_counter() - started
             shift = sum(len(part) for part in parts)  # this source's q rows follow the earlier sources'
             for j, b in enumerate(rows):
@@ -194,7 +169,7 @@ class SourceSet:
                 q_index[b] = tuple(i + shift if i >= 0 else -1 for i in proposal.q_index[j][: len(drafts[b])])
                 if proposal.staged is not None:
                     staged[b] = proposal.staged[j]
-                used[b] = len(drafts[b]) if proposal.sampled else 0
+                used[b] = proposal.draws[j]
                 names[b] = source.identity if drafts[b] else None
             parts.append(proposal.q)
             longest = max((len(proposal.drafts[j]) for j in range(len(rows))), default=0)
@@ -210,9 +185,11 @@ class SourceSet:
                 )
             )
         device = next((part.device for part in parts if len(part)), "cpu")  # a model's rows stay where they are
-        empty = [torch.zeros(0, self.vocab_size, dtype=dtype)]
-        q = torch.cat([part.to(device=device, dtype=dtype) for part in parts] or empty)
-        return Drafted(tuple(drafts), q, tuple(q_index), tuple(used), tuple(names), tuple(timings), tuple(staged))
+        empty = [torch.zeros(0, self.vocab_size or 0, dtype=ctx.dtype)]
+        q = torch.cat([part.to(device=device, dtype=ctx.dtype) for part in parts] or empty)
+        return Proposal(
+            tuple(drafts), q, tuple(q_index), tuple(used), tuple(staged), sources=tuple(names), timings=tuple(timings)
+        )
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
         """Every source's cache follows the published output (None: the round aborted)."""

@@ -10,10 +10,11 @@ compare-and-swap checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from specd.core.outcome import RoundOutcome
 from specd.core.processors import PolicyState
 from specd.core.rng import RngState
 
@@ -66,6 +67,10 @@ class History:
     solo: str | None = None  # the one source every drafting round so far used (then of(solo) is self)
     by_source: tuple[tuple[str, History], ...] = ()  # once a second source drafted: each source's own
     at_match: tuple[tuple[tuple[str, int], int, int], ...] = ()
+
+    def add(self, outcome: RoundOutcome) -> History:
+        """The history once ``outcome``'s round is published."""
+        return self.after(outcome.k, outcome.accepted, outcome.source, outcome.match)
 
     def after(self, k: int, accepted: int, source: str | None = None, match: int | None = None) -> History:
         """The history once a round with ``k`` drafts from ``source`` (a lookup: at match length
@@ -146,11 +151,8 @@ class RequestState:
     retained_logits: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def evolve(self, **changes) -> RequestState:
-        """A copy with ``changes``: dataclasses.replace without its per-call scan of the fields
-        (every round makes one per request)."""
-        new = object.__new__(RequestState)
-        new.__dict__.update(self.__dict__, **changes)
-        return new
+        """A copy with ``changes``."""
+        return replace(self, **changes)
 
     @property
     def generated(self) -> int:

@@ -27,6 +27,7 @@ rounds are left out of all of these):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from specd.core.state import positions_reached
 
@@ -45,7 +46,12 @@ class RoundCounts:
     k_hist: dict[int, int] = field(default_factory=dict)  # K proposed -> request-rounds
     source_hist: dict[str, int] = field(default_factory=dict)  # draft source -> request-rounds that drafted
 
+    def add_outcome(self, outcome) -> None:
+        """One request's published round (a RoundOutcome)."""
+        self.add_round(outcome.k, outcome.accepted, len(outcome.emitted), outcome.source)
+
     def add_round(self, k: int, accepted: int, emitted: int, source: str | None = None) -> None:
+        """One request-round by its counts (a log's round row carries them)."""
         self.rounds += 1
         if k > 0 and source:
             self.source_hist[source] = self.source_hist.get(source, 0) + 1
@@ -109,10 +115,10 @@ class StatsAccumulator(RoundCounts):
         self.target_forwards += 1
         self.target_rows += rows
 
-    def add_round_counts(self, txns, timing) -> None:
-        """A published round: each request's (K, A, emitted, source) and the round's RoundTiming."""
-        for txn in txns:
-            self.add_round(len(txn.drafts), txn.outcome.accepted, len(txn.stop.emitted), txn.source)
+    def add_published(self, outcomes, timing) -> None:
+        """A published round: each request's RoundOutcome and the round's RoundTiming."""
+        for o in outcomes:
+            self.add_outcome(o)
         self.draft_forwards += timing.draft_steps
         self.draft_time += timing.draft_seconds
         self.verify_time += timing.verify_seconds
@@ -179,7 +185,7 @@ class RunStats:
                     out[key] = out.get(key, 0) + n
             return dict(sorted(out.items()))
 
-        fields = {}
+        fields: dict[str, Any] = {}
         for name, value in vars(parts[0]).items():
             fields[name] = merged(name) if isinstance(value, dict) else sum(getattr(p, name) for p in parts)
         return cls(**fields)

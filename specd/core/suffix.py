@@ -224,9 +224,9 @@ class SuffixProposer(Proposer):
             return 0
         return cache.lookup(state.slot, state.output, 1)[1]
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
+    def propose(self, states, ks, cache, ctx):
         drafts = tuple(cache.lookup(s.slot, s.output, k)[0] if k > 0 else () for s, k in zip(states, ks))
-        return point_masses(drafts, self.vocab_size, dtype)
+        return point_masses(drafts, self.vocab_size, ctx.dtype)
 
     def settle(self, cache, slot, output):
         if output is not None and cache.is_open(slot):

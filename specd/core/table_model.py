@@ -8,7 +8,7 @@ normal keyed by (seed, prefix), so they do not depend on query order.
 Like a real transformer it conditions on what its cache holds plus the inputs:
 feed it a duplicated row and it answers a different (wrong) question.
 
-Its "body" is the whole table and its head the identity: ``step(hidden=True)`` returns the
+Its "body" is the whole table and its head the identity: ``body_step`` returns the
 logit rows as the hidden states, so a shared-body draft (specd.core.shared_body) runs on it
 with its head restricted to a subset of columns.
 """
@@ -77,10 +77,12 @@ class TableModel:
         """-> hidden float[N, V] -> float[N, len(columns)]: the logits at ``columns``."""
         return lambda hidden: hidden[:, columns]
 
-    def step(
-        self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None, hidden: bool = False
-    ) -> StepOutput:
-        """``hidden``: the rows also come back as ``StepOutput.hidden`` (the head is the identity)."""
+    def body_step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+        """``step`` whose rows also come back as ``StepOutput.hidden`` (the head is the identity)."""
+        out = self.step(cache, rows, logits_for)
+        return StepOutput(out.logits, out.kv, list(out.logits))
+
+    def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
@@ -97,4 +99,4 @@ class TableModel:
             cache.stage(new_rows)
             logits.append(block)
             kv.append(new_rows)
-        return StepOutput(logits, kv, list(logits) if hidden else None)
+        return StepOutput(logits, kv)

@@ -4,8 +4,8 @@
                      \\-------------------------> ABORTED (S_0 stays authoritative)
 
 The round (``specd.core.round``) drives each request's transaction through these
-phases and computes what it stages; the transaction only holds the phase, checks
-the order, and builds the audit record. Nothing authoritative changes before
+phases and computes what it stages (the successor and the round's ``RoundOutcome``);
+the transaction only holds them and the phase, and checks the order. Nothing authoritative changes before
 PUBLISHED: the successor S_1 is assembled off to the side and published by a
 compare-and-swap on the request's generation counter. Publishing the same round
 twice returns the same successor and appends nothing.
@@ -19,16 +19,16 @@ leaves S_0 authoritative.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-from typing import Literal
+from typing import TypeVar
 
 from specd.core.layouts import FrontierLayout, Verified
+from specd.core.outcome import RoundOutcome
 from specd.core.processors import PolicyState
 from specd.core.state import RequestState
-from specd.core.stops import StopDecision
 from specd.errors import StaleGeneration, TransactionStateError
 
+T = TypeVar("T")
 CHECKPOINTS = ("verified", "decided", "staged_kv", "staged_output", "before_publish")
 
 
@@ -39,41 +39,6 @@ class Phase(str, Enum):
     STAGED = "STAGED"
     PUBLISHED = "PUBLISHED"
     ABORTED = "ABORTED"
-
-
-@dataclass(frozen=True)
-class SpeculativeCommit:
-    """The audit record of one published round."""
-
-    request_id: str
-    round_id: str
-    expected_generation: int
-    layout: str
-    k: int
-    source: str | None  # the draft source (None: no drafts)
-    draft_token_ids: tuple[int, ...]  # d_1..d_k as proposed
-    accepted_draft_count: int  # A before stop truncation
-    terminal_kind: Literal["correction", "bonus", "stop"]
-    terminal_token: int  # the sampled correction/bonus, even when a stop suppressed it
-    emitted_token_ids: tuple[int, ...]
-    committed_kv_token_ids: tuple[int, ...]
-    discarded_kv_token_ids: tuple[int, ...]
-    reached_acceptance_tests: int
-    proposal_draws: int
-    rng_before: tuple[int, ...]
-    rng_after: tuple[int, ...]
-    processor_before_hash: str
-    processor_after_hash: str
-    finish_reason: str | None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The decision for one row, before stops."""
-
-    accepted: int  # A: the accepted draft prefix
-    terminal: int  # the correction (A < k) or bonus (A = k) token
-    is_bonus: bool
 
 
 class RoundTransaction:
@@ -88,11 +53,9 @@ class RoundTransaction:
         self.match: int | None = None  # the source's match length (a lookup's evidence)
         self.verified_rows: Verified | None = None
         self._temporary: tuple[int, ...] | None = None
-        self.outcome: Outcome | None = None
-        self.stop: StopDecision | None = None
-        self.kv_keep = 0
+        self._decision: tuple[int, int, bool] | None = None  # (A, terminal token, is it a bonus)
+        self.outcome: RoundOutcome | None = None
         self.successor: RequestState | None = None
-        self.record: SpeculativeCommit | None = None
 
     # -- phases ---------------------------------------------------------------
     def verified(
@@ -112,28 +75,36 @@ class RoundTransaction:
         self.phase = Phase.VERIFIED
         self.checkpoint("verified")
 
-    def decided(self, outcome: Outcome) -> None:
+    def decided(self, accepted: int, terminal: int, is_bonus: bool) -> None:
+        """The rule's decision for this request, before stops: A, the terminal token and its kind."""
         self._expect(Phase.VERIFIED)
-        self.outcome = outcome
+        self._decision = (accepted, terminal, is_bonus)
         self.phase = Phase.DECIDED
         self.checkpoint("decided")
+
+    @property
+    def decision(self) -> tuple[int, int, bool]:
+        """The rule's decision: (A, the terminal token, whether it is a bonus)."""
+        return self._held(self._decision, "decision")
 
     @property
     def temporary_rows(self) -> tuple[int, ...]:
         """Token identities of the round's temporary target K/V rows: the replayed frontier's, then the drafts'."""
         if self._temporary is None:
-            v = self.verified_rows
+            v = self._held(self.verified_rows, "verification")
             self._temporary = (v.kv_frontier.tokens if v.kv_frontier else ()) + v.kv_draft.tokens
         return self._temporary
 
-    def staged(self, stop: StopDecision, kv_keep: int, successor: RequestState, reached: int) -> None:
-        """Hold S_1, computed off to the side (S_0 untouched): the stops' outcome, how many temporary
-        K/V rows become history, and the successor; ``reached``: acceptance tests whose uniforms it consumed."""
+    @property
+    def kv_keep(self) -> int:
+        """How many temporary target K/V rows the staged round keeps as history."""
+        return len(self._held(self.outcome, "outcome").committed_kv_token_ids)
+
+    def staged(self, outcome: RoundOutcome, successor: RequestState) -> None:
+        """Hold S_1 and the round's outcome, computed off to the side (S_0 untouched)."""
         self._expect(Phase.DECIDED)
-        self.stop, self.kv_keep = stop, kv_keep
         self.checkpoint("staged_kv")
-        self.successor = successor
-        self.record = self._audit(reached)
+        self.outcome, self.successor = outcome, successor
         self.phase = Phase.STAGED
         self.checkpoint("staged_output")
 
@@ -150,11 +121,12 @@ class RoundTransaction:
 
     def publish(self, store: RequestStore) -> tuple[RequestState, bool]:
         """Compare-and-swap S_0 -> S_1. Returns (successor, newly_published)."""
+        outcome, successor = self._held(self.outcome, "outcome"), self._held(self.successor, "successor")
         if self.phase is Phase.PUBLISHED:
-            return store.publish(self.record, self.successor)
+            return store.publish(outcome, successor)
         self._expect(Phase.STAGED)
         self.checkpoint("before_publish")
-        result = store.publish(self.record, self.successor)
+        result = store.publish(outcome, successor)
         self.phase = Phase.PUBLISHED
         return result
 
@@ -165,35 +137,11 @@ class RoundTransaction:
         self.phase = Phase.ABORTED
         return True
 
-    # -- helpers --------------------------------------------------------------
-    def _audit(self, reached: int) -> SpeculativeCommit:
-        start, outcome, stop, successor = self.start, self.outcome, self.stop, self.successor
-        rows = self.temporary_rows
-        kind = ("bonus" if outcome.is_bonus else "correction") if stop.terminal_emitted else "stop"
-        record = object.__new__(SpeculativeCommit)  # one per request and round: skip the frozen __setattr__s
-        record.__dict__.update(
-            request_id=start.request_id,
-            round_id=self.round_id,
-            expected_generation=start.generation,
-            layout=self.layout.name,
-            k=len(self.drafts),
-            source=self.source,
-            draft_token_ids=tuple(self.drafts),
-            accepted_draft_count=outcome.accepted,
-            terminal_kind=kind,
-            terminal_token=outcome.terminal,
-            emitted_token_ids=stop.emitted,
-            committed_kv_token_ids=rows[: self.kv_keep],
-            discarded_kv_token_ids=rows[self.kv_keep :],
-            reached_acceptance_tests=reached,
-            proposal_draws=self.proposal_draws,
-            rng_before=start.rng.counters,
-            rng_after=successor.rng.counters,
-            processor_before_hash=start.target_proc.digest() if start.target_proc.stateful else "",
-            processor_after_hash=successor.target_proc.digest() if successor.target_proc.stateful else "",
-            finish_reason=successor.finish_reason,
-        )
-        return record
+    def _held(self, value: T | None, what: str) -> T:
+        """``value``, which an earlier phase set, or TransactionStateError naming what is missing."""
+        if value is None:
+            raise TransactionStateError(f"{self.round_id}: no {what} yet (phase {self.phase.value})")
+        return value
 
     def _expect(self, phase: Phase) -> None:
         if self.phase is not phase:
@@ -204,14 +152,14 @@ class RequestStore:
     """Authoritative request states, published only through compare-and-swap.
 
     It remembers each request's latest publication (publishing that round again returns
-    the same successor), and, when ``keep_commits``, every commit record of the run.
+    the same successor), and, when ``keep_commits``, every published outcome of the run (the audit trail).
     """
 
     def __init__(self, keep_commits: bool = True) -> None:
         self._states: dict[str, RequestState] = {}
-        self._published: dict[str, tuple[SpeculativeCommit, RequestState]] = {}  # request id -> latest
+        self._published: dict[str, tuple[RoundOutcome, RequestState]] = {}  # request id -> latest
         self.keep_commits = keep_commits
-        self.commits: list[SpeculativeCommit] = []
+        self.commits: list[RoundOutcome] = []
 
     def add(self, state: RequestState) -> None:
         self._states[state.request_id] = state
@@ -234,7 +182,7 @@ class RequestStore:
             )
         self._states[state.request_id] = state
 
-    def publish(self, record: SpeculativeCommit, successor: RequestState) -> tuple[RequestState, bool]:
+    def publish(self, record: RoundOutcome, successor: RequestState) -> tuple[RequestState, bool]:
         done = self._published.get(record.request_id)
         if done is not None and done[0].round_id == record.round_id:
             if done[0] != record:

@@ -129,6 +129,16 @@ def actors(ray, options, baseline: bool):
     return remote, [remote.remote(options, baseline, 1) for _ in range(n)]
 
 
+def check_manifests(ray, pool, manifest: dict) -> None:
+    """Every actor holds the models and policies the driver's ``manifest`` names, or UsageError."""
+    for got in ray.get([a.manifest.remote() for a in pool]):
+        difference = manifest_difference(got, manifest)
+        if difference is not None:
+            raise UsageError(
+                f"--ray: a worker loaded another {difference[0]} than the driver; same models on every node"
+            )
+
+
 def run_on_ray(
     ray,
     options,
@@ -150,12 +160,7 @@ def run_on_ray(
     Every actor must hold the same models and policies as ``manifest`` says.
     """
     remote, pool = actors(ray, options, baseline)
-    for got in ray.get([a.manifest.remote() for a in pool]):
-        difference = manifest_difference(got, manifest)
-        if difference is not None:
-            raise UsageError(
-                f"--ray: a worker loaded another {difference[0]} than the driver; same models on every node"
-            )
+    check_manifests(ray, pool, manifest)
     chunks = [list(items[i : i + CHUNK]) for i in range(0, len(items), CHUNK)]
     todo = list(range(len(chunks)))
     running: dict = {}  # object ref -> (actor, chunk index)

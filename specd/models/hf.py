@@ -258,8 +258,8 @@ class HFCausalLM:
 
     @property
     def splits_head(self) -> bool:
-        """The body's hidden states and the head are separate verbs (``step(hidden=True)``,
-        ``head_logits``): what a shared-body draft needs."""
+        """The body's hidden states and the head are separate verbs (``body_step``, ``head_logits``):
+        what a shared-body draft needs (specd.core.model.SplitHeadLM)."""
         return self.head is not None
 
     def engaged(self):
@@ -268,7 +268,7 @@ class HFCausalLM:
 
     @torch.no_grad()
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The full head: hidden float[N, D] (``step(hidden=True)``'s rows) -> logits float32[N, V]."""
+        """The full head: hidden float[N, D] (``body_step``'s rows) -> logits float32[N, V]."""
         with self.engaged():
             return self.head(hidden)[:, : self.vocab_size].float()
 
@@ -287,18 +287,26 @@ class HFCausalLM:
     def new_cache(self) -> HFCache:
         return HFCache(self.device, self.window)
 
-    @torch.no_grad()
-    def step(
-        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None, hidden: bool = False
-    ) -> StepOutput:
+    def body_step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+        """``step`` without the head: those rows' final hidden states (``StepOutput.hidden``) instead
+        of their logits (``splits_head`` models only; ``head_logits`` turns them into logits)."""
+        if self.head is None:
+            raise UsageError(
+                f"{self.name}: its head cannot be run apart from its body (a shared-body draft needs that)"
+            )
+        return self._run(cache, rows, logits_for, hidden=True)
+
+    def step(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
         """``logits_for``: how many trailing rows of each input need logits (None: all, 0: none).
-        ``hidden``: return those rows' final hidden states (``StepOutput.hidden``) instead of their
-        logits (``splits_head`` models only; ``head_logits`` turns them into logits).
 
         Requests that just joined a running batch (an empty slot, a whole prompt to feed) are
         run in a call of their own and their K/V copied into their rows: fed together, every
         other row would be padded by the length of their prompts.
         """
+        return self._run(cache, rows, logits_for, hidden=False)
+
+    @torch.no_grad()
+    def _run(self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool) -> StepOutput:
         with self.engaged():
             return self._step_engaged(cache, rows, logits_for, hidden)
 
@@ -331,16 +339,15 @@ class HFCausalLM:
         cache.splice(apart)
         return out
 
-    def _step(
-        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool = False
-    ) -> StepOutput:
-        self.forward_calls += 1
-        by_slot = {r.slot: r for r in rows}
+    def _padded(self, cache: HFCache, rows: Sequence[RowInput]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The step's input over every cache row, right-padded to the longest: (token ids, positions,
+        real) int64/int64/bool[B, n_new] on the host; a padded position continues its row's positions
+        (masked for later steps). Refused past the model's attention window."""
         missing = [r.slot for r in rows if not cache.is_open(r.slot)]
         if missing:
             raise ValueError(f"slots {missing} are not open")
-        batch = len(cache.rows)
-        n_new = max(len(r.tokens) for r in rows)
+        by_slot = {r.slot: r for r in rows}
+        batch, n_new = len(cache.rows), max(len(r.tokens) for r in rows)
         ids = torch.full((batch, n_new), self.pad_id, dtype=torch.long)
         pos = torch.zeros((batch, n_new), dtype=torch.long)
         real = torch.zeros((batch, n_new), dtype=torch.bool)
@@ -352,12 +359,21 @@ class HFCausalLM:
                 ids[b, :n] = torch.tensor(row.tokens)
                 pos[b, :n] = torch.tensor(row.positions)
                 real[b, :n] = True
-            pos[b, n:] = torch.arange(start + n, start + n_new)  # padding: masked for later steps
+            pos[b, n:] = torch.arange(start + n, start + n_new)
         if cache.window is not None and cache.valid.shape[1] + n_new > cache.window:
             raise CacheIdentityError(
                 f"a step of {n_new} rows would take the cache past the model's attention window of "
                 f"{cache.window} positions ({cache.valid.shape[1]} held), where the window would hide positions"
             )
+        return ids, pos, real
+
+    def _step(
+        self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool = False
+    ) -> StepOutput:
+        self.forward_calls += 1
+        batch = len(cache.rows)
+        ids, pos, real = self._padded(cache, rows)
+        n_new = ids.shape[1]
         if cache.dyn is None:
             cache.dyn = cache_compat.new_dynamic_cache(self.model.config)
         # Padding is visible to its own queries in this call only (no fully masked row, no NaN),
@@ -365,10 +381,8 @@ class HFCausalLM:
         mask = torch.cat([cache.valid, torch.ones(batch, n_new, dtype=torch.bool, device=cache.device)], dim=1)
         # Rows are right-padded: the trailing `keep` physical positions cover every row's needed rows.
         need = logits_for
-        if need is None:
-            keep = n_new
-        else:
-            keep = 0 if need == 0 else min(n_new, n_new - min(len(r.tokens) for r in rows) + need)
+        shortest = min(len(r.tokens) for r in rows)
+        keep = n_new if need is None else (min(n_new, n_new - shortest + need) if need else 0)
         inputs = {
             "input_ids": ids.to(self.device),
             "attention_mask": mask.to(torch.long),
@@ -376,18 +390,9 @@ class HFCausalLM:
             "use_cache": True,
             self._cache_kw: cache.dyn,
         }  # the dynamic cache is updated in place
-        if hidden and self.head is None:
-            raise UsageError(
-                f"{self.name}: its head cannot be run apart from its body (a shared-body draft needs that)"
-            )
-        wanted = [
-            (
-                cache.row_of(r.slot),
-                len(r.tokens) - (len(r.tokens) if need is None else min(len(r.tokens), need)),
-                len(r.tokens),
-            )
-            for r in rows
-        ]  # (batch row, first and end column whose output is needed)
+        needed = [len(r.tokens) if need is None else min(len(r.tokens), need) for r in rows]
+        # (batch row, first and end column whose output is needed)
+        wanted = [(cache.row_of(r.slot), len(r.tokens) - m, len(r.tokens)) for r, m in zip(rows, needed)]
         packed_out = all_logits = None
         if self.head is not None:
             states = self.model.model(**inputs).last_hidden_state

@@ -75,6 +75,27 @@ def one_gguf_parse():
         gguf.GGUFReader = original
 
 
+def located(spec: str | None, gguf: str | None) -> tuple[str, str, str, str | None]:
+    """Where a model is read from -> (folder or hub id, its name in messages, "gguf" | "folder" |
+    "hub", the GGUF file's name in its folder or None); a missing file or folder is one line."""
+    if gguf:
+        path = Path(gguf)
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {gguf}" if not path.exists() else f"{gguf} is not a file")
+        for package in ("gguf", "accelerate"):
+            if importlib.util.find_spec(package) is None:
+                raise ModelLoadError(f"loading a GGUF file needs the '{package}' package: pip install 'specd[gguf]'")
+        return str(path.parent), str(path), "gguf", path.name
+    if not spec:
+        raise UsageError("no model given")
+    source = "folder" if os.path.isdir(spec) else "hub"
+    if source == "hub" and (spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") > 1):
+        raise ModelLoadError(f"model folder not found: {spec}")
+    if source == "hub" and os.path.exists(spec):
+        raise ModelLoadError(f"{spec} is a file; a model is a folder (or give --target-gguf for a GGUF file)")
+    return spec, spec, source, None
+
+
 def load(
     spec: str | None,
     gguf: str | None,
@@ -101,23 +122,9 @@ def load(
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     kwargs: dict = {"trust_remote_code": trust_remote_code}
-    if gguf:
-        path = Path(gguf)
-        if not path.is_file():
-            raise ModelLoadError(f"GGUF file not found: {gguf}" if not path.exists() else f"{gguf} is not a file")
-        for package in ("gguf", "accelerate"):
-            if importlib.util.find_spec(package) is None:
-                raise ModelLoadError(f"loading a GGUF file needs the '{package}' package: pip install 'specd[gguf]'")
-        where, kwargs["gguf_file"], source, name = str(path.parent), path.name, "gguf", str(path)
-    else:
-        if not spec:
-            raise UsageError("no model given")
-        where, name = spec, spec
-        source = "folder" if os.path.isdir(spec) else "hub"
-        if source == "hub" and (spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") > 1):
-            raise ModelLoadError(f"model folder not found: {spec}")
-        if source == "hub" and os.path.exists(spec):
-            raise ModelLoadError(f"{spec} is a file; a model is a folder (or give --target-gguf for a GGUF file)")
+    where, name, source, gguf_file = located(spec, gguf)
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
     if device_map is not None:
         if importlib.util.find_spec("accelerate") is None:
             raise ModelLoadError("--device-map needs the 'accelerate' package: pip install 'specd[gguf]'")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,68 +24,28 @@ from specd.core.proposer import ModelProposer
 from specd.core.records import RunResult
 from specd.core.round import decode
 from specd.core.session import RequestLog
-from specd.core.shared_body import check_size
 from specd.core.sources import SourceSet
 from specd.core.state import History, Request, RequestState
 from specd.core.stops import StopStrings
-from specd.errors import UnsupportedCache, UsageError
-from specd.files import read_text
+from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
+from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
-from specd.models.embedded import EMBEDDED, cache_root, ensure_embedded
-from specd.models.generation_config import FIELDS, GenerationDefaults, from_model, read_folder, resolve, resolve_draft
+from specd.models.embedded import EMBEDDED, ensure_embedded
+from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
+from specd.models.model_facts import context_length, eos_ids
 from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOptions, parse_max_memory
+from specd.models.policies import controls, policies
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
-from specd.models.vocab_table import DATA, build_table, read_table, tokenizer_digest, write_table
-from specd.policy.autok import AutoK, OnlineCosts
-from specd.policy.kpolicy import MAX_K, FixedK, KPolicy, ScheduleK
+from specd.models.vocab_table import DATA
+from specd.policy.autok import AutoK
+from specd.policy.costs import OnlineCosts
+from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
-
-
-def precheck_draft_vocabulary(shared: Sequence[DraftSpec], folder: str | None, table: str | None, trust: bool):
-    """self:vocab=N against a local target folder's vocabulary, and the table (when one is named)
-    against its tokenizer, before the weights load (a hub id or GGUF is checked after loading).
-    -> the table read and checked, or None."""
-    if not folder or not os.path.isfile(os.path.join(folder, "config.json")):
-        return None
-    config = json.loads(read_text(os.path.join(folder, "config.json"), "the target's config.json"))
-    vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-    if not isinstance(vocab, int):
-        return None
-    for spec in shared:
-        check_size(spec.value, vocab, f"--draft {spec.text}", smallest=2)
-    if table is None:
-        return None
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
-    checked = read_table(table, tokenizer_digest(tok), min(vocab, len(tok)))  # the bound draft_vocabulary reads with
-    checked.columns(max(s.value for s in shared), f"--draft {shared[0].text}")
-    return checked
-
-
-def draft_vocabulary(target: HFCausalLM, tokenizer, path: str | None, chat: bool | None, report=None):
-    """The self:vocab=N table: the named one (--draft-vocab, or an embedded model's shipped table), else
-    this target's cached table, built from its own generations on first use (specd.models.vocab_table)."""
-    digest = tokenizer_digest(tokenizer)
-    vocab = min(target.vocab_size, len(tokenizer))
-    if path is not None:
-        return read_table(path, digest, vocab)
-    key = hashlib.sha256(f"{target.identity}:{digest}".encode()).hexdigest()[:20]
-    cached = cache_root() / "vocab" / f"{key}.json"
-    if cached.is_file():
-        return read_table(cached, digest, vocab)
-    if report:
-        report(f"first use of self:vocab=N with {target.name}: ranking its vocabulary from its own generations (once)")
-    table = build_table(target.model, tokenizer, vocab, target.name, chat=bool(chat))
-    write_table(table, cached)
-    if report:
-        report(f"draft vocabulary table cached at {cached}")
-    return table
 
 
 TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
@@ -154,19 +113,11 @@ class Pipeline:
         cls, opts: GenerateOptions, with_draft: bool = True, report: Callable[[str], None] | None = None
     ) -> Pipeline:
         """Load target (and draft), admit their tokenizers, build both policies."""
-        device = resolve_device(opts.device)
-        dtype = resolve_dtype(opts.dtype)
+        device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
-        if embedded is not None:
-            folder = ensure_embedded(embedded.name, report)
-            opts = dataclasses.replace(opts, target=str(folder), chat=embedded.chat if opts.chat is None else opts.chat)
-        if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
-            opts = dataclasses.replace(opts, draft=embedded.draft if embedded else DEFAULT_OWN_TARGET_DRAFT)
-        specs = parse_drafts(opts.draft) if with_draft else ()
-        if with_draft and opts.draft_gguf:
-            specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
+        opts, specs = draft_specs(opts, embedded, with_draft, report)
         memory = parse_max_memory(opts.max_memory) if opts.max_memory else None
         placement = dict(
             trust_remote_code=opts.trust_remote_code,
@@ -189,36 +140,16 @@ class Pipeline:
         if embedded is not None:
             target.name = embedded.label
         model_spec = next((spec for spec in specs if spec.needs_model), None)
-        loaded_draft = None
-        if model_spec is not None:
-            loaded_draft = load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
+        loaded_draft = load(model_spec.value, opts.draft_gguf, dtype, device, **placement) if model_spec else None
+        target_lm, draft_lm, space = adapters(target, loaded_draft)
         tok = target.tokenizer
-        t_width = logit_width(target.model)
-        d_width = logit_width(loaded_draft.model) if loaded_draft else t_width
-        space = admit(tok, loaded_draft.tokenizer if loaded_draft else None, t_width, d_width)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-        target_lm = HFCausalLM(target.model, target.name, width=space.width, pad_id=pad)
-        draft_lm = (
-            HFCausalLM(loaded_draft.model, loaded_draft.name, width=space.width, pad_id=pad) if loaded_draft else None
-        )
         eos = eos_ids(target.model, tok)
-        extra = controls(opts, tok, eos)
-        target_policy, draft_policy, sampling = policies(opts, space, generation, extra)
+        target_policy, draft_policy, sampling = policies(opts, space, generation, controls(opts, tok, eos))
         proposer = None
         if with_draft:
             table = checked or (draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None)
-            built = [
-                build_proposer(
-                    spec,
-                    target_lm,
-                    draft_policy,
-                    draft_lm,
-                    opts.draft_stop,
-                    table.columns(spec.value, f"--draft {spec.text}") if spec.kind == "self-vocab" else None,
-                )
-                for spec in specs
-            ]
-            proposer = SourceSet(built)
+            proposer = SourceSet([build_source(spec, opts, target_lm, draft_lm, draft_policy, table) for spec in specs])
+        contexts = (context_length(lm.model, lm.window) for lm in (target_lm, draft_lm) if lm is not None)
         return cls(
             opts,
             target_lm,
@@ -230,10 +161,7 @@ class Pipeline:
             eos,
             device,
             time.perf_counter() - t0,
-            min(
-                (c for lm in (target_lm, draft_lm) if lm is not None and (c := context_length(lm.model, lm.window))),
-                default=None,
-            ),
+            min((c for c in contexts if c), default=None),
             generation,
             sampling if with_draft else {"target": sampling["target"]},
             schedules,
@@ -476,77 +404,33 @@ class Pipeline:
         }
 
 
-def controls(opts: GenerateOptions, tokenizer, eos: frozenset[int]) -> dict:
-    """The target's further sampling controls (min-p, presence and frequency penalties, no-repeat
-    n-grams, bad words, min new tokens) as SamplingPolicy.build takes them. A bad word is banned
-    as the tokenizer encodes it, alone and after a space; one that encodes to nothing is refused."""
-    sequences = []
-    for word in opts.bad_words:
-        forms = {tuple(tokenizer(form, add_special_tokens=False).input_ids) for form in (word, " " + word) if form}
-        forms.discard(())
-        if not word or not forms:
-            raise UsageError(f"--bad-words {word!r} encodes to no token; give a word the tokenizer can encode")
-        sequences += sorted(forms)
-    return {
-        "min_p": opts.min_p,
-        "presence_penalty": opts.presence_penalty,
-        "frequency_penalty": opts.frequency_penalty,
-        "no_repeat_ngram_size": opts.no_repeat_ngram_size,
-        "bad_words_ids": tuple(sequences),
-        "min_new_tokens": opts.min_new_tokens,
-        "eos_ids": tuple(sorted(eos)),
-    }
+def draft_specs(opts: GenerateOptions, embedded, with_draft: bool, report) -> tuple[GenerateOptions, tuple]:
+    """The options with an embedded target's folder (converted on first use) and its default draft
+    filled in, and the draft sources they name (none without ``with_draft``)."""
+    if embedded is not None:
+        folder = ensure_embedded(embedded.name, report)
+        opts = dataclasses.replace(opts, target=str(folder), chat=embedded.chat if opts.chat is None else opts.chat)
+    if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
+        opts = dataclasses.replace(opts, draft=embedded.draft if embedded else DEFAULT_OWN_TARGET_DRAFT)
+    specs = parse_drafts(opts.draft) if with_draft else ()
+    if with_draft and opts.draft_gguf:
+        specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
+    return opts, specs
 
 
-def policies(
-    opts: GenerateOptions, space: EventSpace, generation: GenerationDefaults, extra: dict | None = None
-) -> tuple[SamplingPolicy, SamplingPolicy, dict]:
-    """The target's and the draft's sampling policies, and every effective value with its source
-    (specd.models.generation_config: the user's values, else the generation config's, else defaults;
-    the draft's default to the target's). ``extra``: the target's further controls (``controls``);
-    the draft has none of them (as it has no repetition penalty): q stays the draft's own row."""
-    mask = space.real_vocab if space.width > space.real_vocab else None
-    given = {name: v for name in FIELDS if (v := opts.given(name)) is not None}
-    target = resolve(given, generation)
-    draft_given = {name: v for name in ("temperature", "top_k", "top_p") if (v := opts.given(f"draft_{name}"))}
-    draft = resolve_draft(draft_given, target)
-    values = {name: setting.value for name, setting in target.items()}
-    target_policy = SamplingPolicy.build(**values, real_vocab=mask, **(extra or {}))
-    draft_policy = SamplingPolicy.build(**{name: setting.value for name, setting in draft.items()}, real_vocab=mask)
-    return target_policy, draft_policy, {"target": target, "draft": draft}
+def adapters(target, draft) -> tuple[HFCausalLM, HFCausalLM | None, EventSpace]:
+    """The loaded target (and draft model) as specd's causal LMs over one admitted event space."""
+    tok = target.tokenizer
+    t_width = logit_width(target.model)
+    d_width = logit_width(draft.model) if draft else t_width
+    space = admit(tok, draft.tokenizer if draft else None, t_width, d_width)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    target_lm = HFCausalLM(target.model, target.name, width=space.width, pad_id=pad)
+    draft_lm = HFCausalLM(draft.model, draft.name, width=space.width, pad_id=pad) if draft else None
+    return target_lm, draft_lm, space
 
 
-def context_length(model, window: int | None = None) -> int | None:
-    """Positions a model can read, from its config (None when it does not say). With an attention
-    ``window`` (sliding-window layers) a run must stay within it, the widest round included (MAX_K
-    drafts and the bonus row): the window minus MAX_K + 1, or the config's limit if smaller."""
-    if window is not None:
-        if window <= MAX_K + 2:
-            raise UnsupportedCache(
-                f"the model's attention window ({window} positions) is too narrow for specd's widest round "
-                f"({MAX_K + 1} rows): its sliding-window layers would hide positions"
-            )
-        inner = context_length(model)
-        return min(c for c in (window - (MAX_K + 1), inner) if c is not None)
-    cfg = model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
-        value = getattr(cfg, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def eos_ids(model, tokenizer) -> frozenset[int]:
-    """End-of-sequence ids: the generation config's (or the model config's), plus the tokenizer's."""
-    ids: set[int] = set()
-    gen = getattr(model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif isinstance(eos, (list, tuple)):
-        ids.update(int(e) for e in eos)
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return frozenset(ids)
+def build_source(spec: DraftSpec, opts: GenerateOptions, target_lm, draft_lm, draft_policy, table):
+    """One draft source of the run (a shared-body draft reads its N columns from ``table``)."""
+    columns = table.columns(spec.value, f"--draft {spec.text}") if spec.kind == "self-vocab" else None
+    return build_proposer(spec, target_lm, draft_policy, draft_lm, opts.draft_stop, columns)

@@ -28,7 +28,8 @@ from specd.oracles.rational import rational_difference
 from specd.oracles.record import EXACT_TOLERANCE, Check, exact_check, max_abs_diff
 from specd.oracles.rig import Rig, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
-from specd.policy.autok import AutoK, FixedCosts
+from specd.policy.autok import AutoK
+from specd.policy.costs import FixedCosts
 from specd.policy.ledger import CostModel
 
 BACKEND_TOLERANCE = {"float64": 1e-12, "float32": 1e-6}

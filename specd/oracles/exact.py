@@ -201,7 +201,7 @@ class Enumerator:
             cells += self._cells(state, path, full, mass, False, paths["lookup"])
         points = [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
         outcomes = self.run_cells(state, [point for _, point in points])
-        return [(mass, commit.emitted_token_ids, successor) for (mass, _), (commit, successor) in zip(points, outcomes)]
+        return [(mass, commit.emitted, successor) for (mass, _), (commit, successor) in zip(points, outcomes)]
 
     def _discover_paths(self, state: RequestState) -> dict:
         """Pass 1: every draft path of the declared draft policy, run through production to learn

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specd.core.gumbel import RULES
+from specd.core.controls import check_bias, check_penalty, check_temperature
 from specd.core.layouts import make_layout
 from specd.core.probability import check_backend
-from specd.core.processors import SamplingPolicy, check_bias, check_penalty, check_temperature
+from specd.core.processors import SamplingPolicy
+from specd.core.rules import RULES
 from specd.core.table_model import TableModel
 from specd.errors import UsageError
 from specd.oracles.rig import Rig

@@ -20,7 +20,7 @@ from specd.core.probability import softmax
 from specd.core.proposer import ModelProposer, NgramProposer, Proposal, packed
 from specd.core.sampler import RejectionSampler
 from specd.core.shared_body import SharedBodyProposer
-from specd.core.sources import Drafted, SourceSet
+from specd.core.sources import SourceSet
 from specd.core.transaction import RoundTransaction
 from specd.errors import SpecdError
 from specd.oracles.engine_checks import batch_difference, dtype_edges_of
@@ -116,21 +116,21 @@ class ReplayIntoRetainedCache(RetainedFrontier):
 class RawLogitsAsQ(ModelProposer):
     """Samples from the processed rows but records softmax of the raw draft logits as q."""
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+    def propose(self, states, ks, cache, ctx):
+        proposal = super().propose(states, ks, cache, ctx)
         q = proposal.q.clone()
         for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
             for i in range(len(drafts)):
                 raw = self.model.raw_logits(state.output + drafts[:i]).unsqueeze(0)
-                q[proposal.q_index[b][i]] = softmax(raw, backend, dtype)[0]
+                q[proposal.q_index[b][i]] = softmax(raw, ctx.backend, ctx.dtype)[0]
         return replace(proposal, q=q)
 
 
 class BFloat16RecordedQ(ModelProposer):
     """Draws from float rows but records q rounded to bfloat16 (the row compared is not the row drawn from)."""
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+    def propose(self, states, ks, cache, ctx):
+        proposal = super().propose(states, ks, cache, ctx)
         return replace(proposal, q=proposal.q.to(torch.bfloat16).to(proposal.q.dtype))
 
 
@@ -145,8 +145,8 @@ class KFromBatchConfidence(ModelProposer):
     """Keeps one draft for the rows less confident in their first draft (max q_1) than the batch's
     mean: each row's K, and so its draws and tokens, then depend on its batch-mates."""
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+    def propose(self, states, ks, cache, ctx):
+        proposal = super().propose(states, ks, cache, ctx)
         live = [b for b, d in enumerate(proposal.drafts) if d]
         if not live or max(len(d) for d in proposal.drafts) < 2:
             return proposal
@@ -164,8 +164,8 @@ class KAfterTargetP(ModelProposer):
         super().__init__(rig.draft, rig.draft_policy)
         self.reference = Reference(rig)
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+    def propose(self, states, ks, cache, ctx):
+        proposal = super().propose(states, ks, cache, ctx)
         keep = []
         for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
             cut = len(drafts)
@@ -181,11 +181,11 @@ class StopOnAcceptanceUniform(ModelProposer):
     """Stops drafting before the first position whose acceptance uniform is >= 1/2 (it read the
     uniform the acceptance test will use): the drafts tested are the ones likely to pass."""
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        proposal = super().propose(states, ks, cache, draws, backend, dtype)
+    def propose(self, states, ks, cache, ctx):
+        proposal = super().propose(states, ks, cache, ctx)
         keep = []
         for state, drafts in zip(states, proposal.drafts):
-            u = draws(state, "acceptance", len(drafts))
+            u = ctx.draws(state, "acceptance", len(drafts))
             keep.append(next((i for i, x in enumerate(u) if x >= 0.5), len(drafts)))
         return _truncated(proposal, keep)
 
@@ -199,10 +199,10 @@ def _truncated(proposal: Proposal, keep: list[int]) -> Proposal:
 class NgramUniformQ(NgramProposer):
     """Records q as uniform instead of the point mass the lookup really is."""
 
-    def propose(self, states, ks, cache, draws, backend, dtype):
-        proposal = super().propose(states, ks, cache, draws, backend, dtype)
-        uniform = torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=dtype)
-        q, q_index = packed([[uniform] * len(d) for d in proposal.drafts], self.vocab_size, dtype)
+    def propose(self, states, ks, cache, ctx):
+        proposal = super().propose(states, ks, cache, ctx)
+        uniform = torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=ctx.dtype)
+        q, q_index = packed([[uniform] * len(d) for d in proposal.drafts], self.vocab_size, ctx.dtype)
         return replace(proposal, q=q, q_index=q_index)
 
 
@@ -223,7 +223,7 @@ class VerifyWithSmallHead(SharedBodyProposer):
 
 class AdvanceOverRejected(RoundTransaction):
     def stage_processor(self, state, emitted):
-        for token in (*self.drafts, self.outcome.terminal):
+        for token in (*self.drafts, self.decision[1]):  # every draft and the terminal token
             state = state.advance(token)
         return state
 
@@ -236,22 +236,19 @@ class SourceAfterTargetP(SourceSet):
         super().__init__(sources)
         self.reference = Reference(rig)
 
-    def propose(self, states, plans, caches, draws, backend, dtype, target_cache=None):
+    def propose(self, states, plans, caches, ctx, target_cache=None):
         k = max((p.k for p in plans), default=0)
-        runs = [
-            src.propose(states, [k] * len(states), c, draws, backend, dtype)
-            for src, c in zip(self.sources, caches.caches)
-        ]
+        runs = [src.propose(states, [k] * len(states), c, ctx) for src, c in zip(self.sources, caches.caches)]
         drafts, used, names, rows = [], [], [], []
         for b, state in enumerate(states):
             liked = [self.reference.p(state.output)[r.drafts[b][0]] if r.drafts[b] else -1.0 for r in runs]
             i = max(range(len(runs)), key=lambda j: liked[j])
             drafts.append(tuple(runs[i].drafts[b]))
-            used.append(len(drafts[-1]) if runs[i].sampled else 0)
+            used.append(runs[i].draws[b])
             names.append(self.sources[i].identity if drafts[-1] else None)
             rows.append([runs[i].q_row(b, j) for j in range(len(drafts[-1]))])
-        q, q_index = packed(rows, self.vocab_size, dtype)
-        return Drafted(tuple(drafts), q, q_index, tuple(used), tuple(names), ())
+        q, q_index = packed(rows, self.vocab_size, ctx.dtype)
+        return Proposal(tuple(drafts), q, q_index, tuple(used), sources=tuple(names))
 
 
 @dataclass(frozen=True)

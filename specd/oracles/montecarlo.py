@@ -19,9 +19,9 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from specd.core.outcome import RoundOutcome
 from specd.core.round import speculative_round
 from specd.core.state import Request
-from specd.core.transaction import SpeculativeCommit
 from specd.oracles.rig import Rig, fold
 
 FAILURE_PROBABILITY = 1e-6
@@ -32,10 +32,10 @@ def bernstein_bound(p: float, n: int, cells: int, delta: float = FAILURE_PROBABI
     return (log_term / 3 + math.sqrt(log_term**2 / 9 + 2 * n * p * (1 - p) * log_term)) / n
 
 
-def rng_accounting_error(c: SpeculativeCommit) -> str | None:
+def rng_accounting_error(c: RoundOutcome) -> str | None:
     """Recompute the draws a published round may consume from its decision alone."""
     terminal = 0 if c.terminal_kind == "stop" else 1
-    accepted_emitted = len(c.emitted_token_ids) - terminal
+    accepted_emitted = len(c.emitted) - terminal
     expected_tests = accepted_emitted + (1 if c.terminal_kind == "correction" else 0)
     delta = tuple(a - b for a, b in zip(c.rng_after, c.rng_before))
     sampled = delta[1] > 0 or delta[2] > 0 or c.reached_acceptance_tests > 0
@@ -43,7 +43,7 @@ def rng_accounting_error(c: SpeculativeCommit) -> str | None:
     if delta != expected or c.proposal_draws not in (0, c.k):
         return (
             f"{c.round_id}: stream deltas (proposal, acceptance, terminal) = {delta}, "
-            f"expected {expected} for A={c.accepted_draft_count}, k={c.k}, terminal={c.terminal_kind}"
+            f"expected {expected} for A={c.accepted}, k={c.k}, terminal={c.terminal_kind}"
         )
     return None
 

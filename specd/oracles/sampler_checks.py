@@ -287,9 +287,9 @@ def acceptance_uniforms(ratio: Fraction) -> list[float]:
     return sorted(u for u in points if 0 <= u < 1)
 
 
-def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
-    """Each decision at adversarial uniforms, rows in four dtypes, against the exact rule."""
-    cases = []  # (what, dtype, call)
+def edge_cases(tokens: bool) -> list[tuple[str, torch.dtype, Call]]:
+    """The dtype-edge decisions, each with the exact rule's answer: (what, row dtype, call)."""
+    cases = []
     for dtype in EDGE_DTYPES:
         name = str(dtype).removeprefix("torch.")
         for p1, p2, q1, d in EDGE_ROWS:
@@ -307,6 +307,12 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
                     token = exact_token(law, t) if tokens else None
                     call = Call([p1, p2], [q1], (d,), (u,), t, 1, accepted, token, law)
                     cases.append((f"{name} rows, ratio {float(ratio):.6g}", dtype, call))
+    return cases
+
+
+def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
+    """Each decision at adversarial uniforms, rows in four dtypes, against the exact rule."""
+    cases = edge_cases(tokens)
     failures, inconclusive = [], 0
     results = []
     for dtype in EDGE_DTYPES:
@@ -322,19 +328,7 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
             inconclusive += 1  # within the rounding of the sampler's own inputs
             continue
         if wrong:
-            failures.append(
-                {
-                    "case": what,
-                    "p_row": call.p[0],
-                    "q_row": call.q[0],
-                    "draft": call.drafts[0],
-                    "acceptance_uniform": call.accept_u[0],
-                    "exact_ratio": float(ratio),
-                    "terminal_uniform": call.terminal_u,
-                    "rule": {"accepted": call.accepted, "terminal": call.terminal},
-                    "sampler": {"accepted": int(result.accepted[0]), "terminal": got_token},
-                }
-            )
+            failures.append(_edge_failure(what, call, ratio, result, got_token))
     check = Check(
         "dtype_edges",
         not failures,
@@ -359,6 +353,21 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
         check.findings.append("accepts_u_equal_to_ratio" if at_ratio else "decision_differs_from_the_exact_rule")
         check.counterexample = failures[0]
     return check
+
+
+def _edge_failure(what: str, call: Call, ratio: Fraction, result, got_token) -> dict:
+    """A wrong dtype-edge decision, as the counterexample reports it."""
+    return {
+        "case": what,
+        "p_row": call.p[0],
+        "q_row": call.q[0],
+        "draft": call.drafts[0],
+        "acceptance_uniform": call.accept_u[0],
+        "exact_ratio": float(ratio),
+        "terminal_uniform": call.terminal_u,
+        "rule": {"accepted": call.accepted, "terminal": call.terminal},
+        "sampler": {"accepted": int(result.accepted[0]), "terminal": got_token},
+    }
 
 
 def _ratio(call: Call) -> Fraction:

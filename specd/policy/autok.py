@@ -25,7 +25,7 @@ formula), over K in 0..k_max, where
 - a model draft whose cache is behind the output (``Offer.behind``: the tokens emitted in
   rounds it did not draft, or the prompt at its first) reads them in its first call of the
   round, priced as a draft step scaled like a target call over that many rows
-  (``OnlineCosts.catch_up``), added to that round's draft time (``CatchingUp``): on a CPU a
+  (``OnlineCosts.catch_up``, specd.policy.costs), added to that round's draft time (``CatchingUp``): on a CPU a
   model that joins after a lookup's rounds pays for its catch-up, which a K = 1 round that
   gains a few per cent does not repay;
 - in a batch, a request's K is priced with the whole batch's cost: a batched verification
@@ -56,17 +56,15 @@ sample: the K schedule is recorded per request and ``ScheduleK`` replays it.
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections import deque
 from dataclasses import dataclass
 
-from specd.core.records import MIXED, RoundTiming
 from specd.core.sources import Offer, Plan, plan_from
 from specd.core.state import History, RequestState, match_tier
 from specd.errors import UsageError
+from specd.policy.costs import CatchingUp, OnlineCosts
 from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max
-from specd.policy.ledger import CostModel, MeasuredCosts, best_of, progress_rates, round_times
+from specd.policy.ledger import best_of, progress_rates, round_times
 from specd.policy.profile import AcceptanceProfile
 
 TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
@@ -80,35 +78,6 @@ MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward m
 # 3, 0.84 at 5, 0.95 past 16 over 1,380 drafts)
 MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS = 1.5, 2.75
 COPY_MEMORY = 4.0  # pseudo-drafts of a copy's acceptance before its own accepted drafts raise it
-FIXED_ROWS_PRIOR = 16.0  # one timed row count: T(R) taken proportional to (16 + R)
-WINDOW = 48  # recent rounds the costs are read from
-ORDINARY_READ = 2  # tokens a draft's first call reads after a round it drafted in (its last draft, the bonus)
-
-
-@dataclass(frozen=True)
-class CatchingUp:
-    """A source's ledger costs for a round whose first draft call also reads the output its cache
-    lacks: ``extra`` (in target steps) more draft time for any K >= 1, nothing at K = 0."""
-
-    costs: object  # a CostModel or MeasuredCosts
-    extra: float
-
-    def draft_time(self, k: int, batch: int) -> float:
-        return self.costs.draft_time(k, batch) + (self.extra if k > 0 else 0.0)
-
-    def verify_time(self, k: int, batch: int, context: int) -> float:
-        return self.costs.verify_time(k, batch, context)
-
-    def baseline_time(self, batch: int, context: int) -> float:
-        return self.costs.baseline_time(batch, context)
-
-    @property
-    def state_cost(self) -> float:
-        return self.costs.state_cost
-
-    @property
-    def queue_cost(self) -> float:
-        return self.costs.queue_cost
 
 
 def request_profile(history: History, k_max: int) -> AcceptanceProfile:
@@ -159,186 +128,6 @@ def offer_profile(history: History, offer: Offer, k_max: int, greedy: bool = Fal
     if offer.match:
         return match_profile(history, offer.identity, offer.match, k_max, rising=greedy)
     return request_profile(history.of(offer.identity), k_max)
-
-
-def _curve(samples):
-    """Seconds against row count, through the median at each row count seen: piecewise linear
-    between them; past the largest (or below the smallest) row count seen, a call whose fixed part
-    is FIXED_ROWS_PRIOR rows, anchored there. A call's cost is not a line in its rows on a CPU: a
-    line through rows 1 and 2 prices 9 rows at several times what they cost, so a free draft would
-    never be allowed the K that pays. -> rows -> seconds, or None."""
-    by_rows: dict[int, list[float]] = {}
-    for rows, seconds in samples:
-        by_rows.setdefault(rows, []).append(seconds)
-    if not by_rows:
-        return None
-    points = sorted((r, statistics.median(v)) for r, v in by_rows.items())
-
-    def anchored(point, rows: int) -> float:
-        r0, t0 = point
-        return t0 * (FIXED_ROWS_PRIOR + rows) / (FIXED_ROWS_PRIOR + r0)
-
-    def at(rows: int) -> float:
-        if rows <= points[0][0]:
-            return anchored(points[0], rows)
-        if rows >= points[-1][0]:
-            return anchored(points[-1], rows)
-        hi = next(i for i, (r, _) in enumerate(points) if r >= rows)
-        (r0, t0), (r1, t1) = points[hi - 1], points[hi]
-        return t0 + (t1 - t0) * (rows - r0) / (r1 - r0)
-
-    return at
-
-
-class OnlineCosts:
-    """The run's measured costs, shared by its requests: seconds of a target call against its row
-    count, of one draft step of each source (a lookup: its time per proposed token), and of the rest
-    of a round, from the last WINDOW rounds (and any calls timed outside them)."""
-
-    def __init__(self, window: int = WINDOW):
-        self.window = window
-        self.target: deque[tuple[int, float]] = deque(maxlen=window)
-        self.draft: dict[str, deque[tuple[int, float]]] = {}
-        # A shared-body source's verification (a body step and the full head over the staged rows) by
-        # its scored rows; until one is timed, a one-row target call per request prices it (the head
-        # reads its weight once whatever its rows, and the body feeds one token per request).
-        self.shared: dict[str, deque[tuple[int, float]]] = {}
-        self.other: deque[float] = deque(maxlen=window)
-        self.aside = 0.0  # seconds of draft timing done inside the round being timed: not the round's cost
-        self.version = 0
-        self._read: dict = {}
-
-    @property
-    def timed_target(self) -> bool:
-        return bool(self.target)
-
-    def timed_draft(self, source: str) -> bool:
-        return bool(self.draft.get(source))
-
-    def _steps(self, source: str) -> deque:
-        return self.draft.setdefault(source, deque(maxlen=self.window))
-
-    def record_draft_step(self, source: str, rows: int, seconds: float, spent: float = 0.0) -> None:
-        """A draft step of ``source`` timed outside a round's own calls (see Proposer.step_seconds);
-        ``spent``: the seconds the timing took, inside the round now being timed, which the rest of
-        that round must not be charged with (a one-off, not a cost of every round)."""
-        self._steps(source).append((rows, seconds))
-        self.aside += spent
-        self.version += 1
-
-    def share_body(self, source: str) -> None:
-        """``source`` verifies through the target's head alone (specd.core.shared_body)."""
-        self.shared.setdefault(source, deque(maxlen=self.window))
-
-    def observe(self, t: RoundTiming) -> None:
-        if t.verify_rows > 0 and t.verify_seconds > 0:
-            if t.verify_source is None:
-                self.target.append((t.verify_rows, t.verify_seconds))
-            elif t.verify_source != MIXED:
-                self.shared.setdefault(t.verify_source, deque(maxlen=self.window)).append(
-                    (t.verify_rows, t.verify_seconds)
-                )
-        for source in t.sources:
-            step = self._draft_step(source)
-            if step is not None:
-                self._steps(source.source).append((max(source.rows, 1), step))
-        self.other.append(max(t.other_seconds - self.aside, 0.0))
-        self.aside = 0.0
-        self.version += 1
-
-    @staticmethod
-    def _draft_step(t) -> float | None:
-        """Seconds of one ordinary draft step of a source in a round (a SourceTiming), or None. A
-        first call that caught the draft up on many tokens (its prompt, or output decoded at K = 0)
-        is a one-off, not a step."""
-        if t.max_k == 0 or t.seconds <= 0:
-            return None
-        if t.steps == 0:  # no model (a lookup): its time per proposed token
-            return t.seconds / t.max_k
-        if t.first_tokens <= 2:
-            return t.seconds / t.steps
-        if t.steps >= 2:
-            return max(t.seconds - t.first_seconds, 0.0) / (t.steps - 1)
-        return None
-
-    def catch_up(self, source: str, tokens: int) -> float:
-        """What a model source's first call of a round costs beyond an ordinary draft step when it
-        reads ``tokens`` tokens of output (its cache is that far behind), in units of a one-row target
-        call: the draft step scaled as a target call over that many rows (the timed calls' curve),
-        less the step itself; 0 for the one or two tokens of an ordinary round, or until both are
-        timed."""
-        if tokens <= ORDINARY_READ:
-            return 0.0
-        target, draft = self._curves(source)
-        if target is None or draft is None:
-            return 0.0
-        return draft(1) * (target(tokens) - target(1)) / target(1) ** 2
-
-    def _curves(self, source: str):
-        """(the target call's curve, ``source``'s draft step curve), each None until timed; read once
-        per version of the costs (every request's plan of a round reads the same)."""
-        key = (self.version, "curves", source)
-        if key not in self._read:
-            self._remember(key, (_curve(self.target), _curve(self.draft.get(source, ()))))
-        return self._read[key]
-
-    def _remember(self, key, value) -> None:
-        if len(self._read) > 64:
-            self._read.clear()
-        self._read[key] = value
-
-    def ledger_costs(self, batch: int, k_max: int, source: str) -> MeasuredCosts | None:
-        """The ledger's cost record of ``source`` at ``batch`` for K = 0..k_max, in units of a one-row
-        target call (None until a target call and a step of the source have been timed)."""
-        key = (self.version, batch, k_max, source)
-        if key in self._read:
-            return self._read[key]
-        target, draft = self._curves(source)
-        costs = None
-        if target is not None and draft is not None:
-            unit = target(1)
-            head = _curve(self.shared.get(source, ()))
-            shared = source in self.shared
-
-            def verify(k: int) -> float:
-                if k == 0 or (shared and head is None):
-                    return target(batch)
-                return head(batch * (k + 1)) if shared else target(batch * (k + 1))
-
-            costs = MeasuredCosts(
-                draft_step={batch: draft(batch) / unit},
-                verify={(k, batch): verify(k) / unit for k in range(k_max + 1)},
-                baseline={batch: target(batch) / unit},
-                state_cost=statistics.median(self.other) / unit if self.other else 0.0,
-                source="online",
-            )
-        self._remember(key, costs)
-        return costs
-
-
-class FixedCosts:
-    """A cost model that does not move (the oracle's, the tests', sweep-k's analytic auto row):
-    a ledger CostModel read at any batch, the same for every source (or one per source), and a
-    model's catch-up priced at ``catch_up_per_token`` target steps per token it reads beyond an
-    ordinary round's (0: free)."""
-
-    def __init__(
-        self, model: CostModel, per_source: dict[str, CostModel] | None = None, catch_up_per_token: float = 0.0
-    ):
-        self.model = model
-        self.per_source = per_source or {}
-        self.catch_up_per_token = catch_up_per_token
-
-    def ledger_costs(self, batch: int, k_max: int, source: str | None = None) -> CostModel:
-        return self.per_source.get(source, self.model)
-
-    timed_target = True
-
-    def timed_draft(self, source: str) -> bool:
-        return True
-
-    def catch_up(self, source: str, tokens: int) -> float:
-        return self.catch_up_per_token * max(tokens - ORDINARY_READ, 0)
 
 
 @dataclass(frozen=True)
@@ -417,7 +206,8 @@ class AutoK(KPolicy):
         if cap == 0 or not sources or not self.costs.timed_target:  # the run's first round times a target step
             return Plan(None, 0)
         schedule = state.history.k_schedule
-        options, off = [], None  # options: Option per timed source that could pay, in the user's order
+        options: list[Option] = []  # per timed source that could pay, in the user's order
+        off = 0.0  # the rate at K = 0, read off the first option's costs (read only when there is one)
         hopeless = None  # the first timed source that even perfect drafts could not make pay at these costs
         for offer in sources:
             if not self.costs.timed_draft(offer.identity):
@@ -437,7 +227,7 @@ class AutoK(KPolicy):
                 continue
             option = self._option(state, offer, cap, plain)
             options.append(option)
-            if off is None:  # K = 0 is a plain target step, whichever source's costs it is read from
+            if len(options) == 1:  # K = 0 is a plain target step, whichever source's costs it is read from
                 off = option.off
         if options:
             best = max(options, key=lambda o: (o.rate, -o.offer.index))

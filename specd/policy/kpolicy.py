@@ -34,7 +34,7 @@ DEFAULT_K_MAX = 32
 
 def check_k(value: int | str, where: str = "-k") -> None:
     """A fixed K in 1..MAX_K, or the word auto."""
-    if value != "auto" and not 1 <= value <= MAX_K:
+    if value != "auto" and not (isinstance(value, int) and 1 <= value <= MAX_K):
         raise UsageError(f"{where} must be auto or in 1..{MAX_K}, got {value}")
 
 

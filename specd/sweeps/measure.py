@@ -91,7 +91,7 @@ def time_shared(source, batch: int, context: int, head_rows: int, device, warmup
     cache = scratch_cache(lm, batch, context)
 
     def call():
-        out = lm.step(cache, [RowInput(b, (5,), (context,)) for b in range(batch)], logits_for=1, hidden=True)
+        out = lm.body_step(cache, [RowInput(b, (5,), (context,)) for b in range(batch)], logits_for=1)
         hidden = torch.cat(out.hidden)
         if head_rows:
             lm.head_logits(hidden.repeat_interleave(head_rows, dim=0))

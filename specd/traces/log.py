@@ -36,7 +36,7 @@ def request_lines(result, log, token_text) -> list[dict]:
     for rec in log.acceptance:
         lines.append({**rec.as_dict(), "draft_text": token_text(rec.draft_token)})
     for rec in log.rounds:
-        lines.append({**rec.as_dict(), "terminal_text": token_text(rec.terminal_token)})
+        lines.append({**rec.round_row(), "terminal_text": token_text(rec.terminal_token)})
     lines.append(
         {
             "type": "request",

@@ -6,7 +6,6 @@ import torch
 from specd.core.layouts import ReplayFrontier, RetainedFrontier, make_layout
 from specd.core.round import RoundClock, materialize_frontiers, stage, verify
 from specd.core.state import Request
-from specd.core.transaction import Outcome
 from specd.errors import UnknownLayout
 from tests.helpers import table_engine
 
@@ -21,8 +20,8 @@ def run_snapshot(layout: str):
     verified = verify(session, [state], [DRAFTS])
     txn = engine.transaction_cls(state, engine.layout)
     txn.verified(DRAFTS, verified[0], 3)
-    txn.decided(Outcome(accepted=2, terminal=11, is_bonus=False))
-    stage(txn, frozenset(), uniforms_read=True)
+    txn.decided(accepted=2, terminal=11, is_bonus=False)
+    stage(txn, frozenset(), reads_streams=True)
     successor = txn.successor
     txn.publish(session.store)
     session.cache.commit(state.slot, txn.kv_keep)
@@ -48,8 +47,8 @@ def test_replay_snapshot_inputs_positions_and_offsets():
 
 def test_replay_snapshot_commit_and_discard():
     _, session, _, _, txn, successor = run_snapshot("replay_frontier")
-    assert txn.record.committed_kv_token_ids == (12, 8, 6)  # positions 5, 6, 7
-    assert txn.record.discarded_kv_token_ids == (2,)  # position 8
+    assert txn.outcome.committed_kv_token_ids == (12, 8, 6)  # positions 5, 6, 7
+    assert txn.outcome.discarded_kv_token_ids == (2,)  # position 8
     assert successor.output[len(PROMPT) :] == (8, 6, 11)
     assert len(successor.output) == 9 and len(successor.cache_tokens) == 8
     assert successor.cache_tokens == successor.output[:-1] and successor.frontier == 11
@@ -63,8 +62,8 @@ def test_retained_layout_feeds_only_drafts_and_reuses_p1():
     assert row.tokens == DRAFTS and row.positions == (6, 7, 8)
     for i in range(4):
         assert torch.equal(verified.p_raw[i], engine.target.raw_logits(PROMPT + DRAFTS[:i]))
-    assert txn.record.committed_kv_token_ids == (8, 6)
-    assert txn.record.discarded_kv_token_ids == (2,)
+    assert txn.outcome.committed_kv_token_ids == (8, 6)
+    assert txn.outcome.discarded_kv_token_ids == (2,)
 
 
 def test_both_layouts_publish_the_same_logical_successor():

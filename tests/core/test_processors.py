@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from specd.core.processors import RepetitionPenalty, RepetitionState, SamplingPolicy, TopK, TopP
+from specd.core.processor_states import RepetitionState
+from specd.core.processors import RepetitionPenalty, SamplingPolicy, TopK, TopP
 from specd.errors import UsageError
 
 

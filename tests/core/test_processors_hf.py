@@ -5,14 +5,12 @@ import pytest
 import torch
 from transformers.generation import logits_process as hf
 
+from specd.core.processor_states import History, NewTokens, OutputCounts
 from specd.core.processors import (
     BadWords,
-    History,
     MinNewTokens,
     MinP,
-    NewTokens,
     NoRepeatNGram,
-    OutputCounts,
     PresenceFrequencyPenalty,
     SamplingPolicy,
 )

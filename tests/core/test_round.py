@@ -6,12 +6,15 @@ from pathlib import Path
 
 import specd
 from specd.core.round import decode, speculative_round
-from specd.core.sampler import RejectionSampler
+from specd.core.rules.greedy import GreedyRule
+from specd.core.rules.invariant import InvariantRule
+from specd.core.rules.maximal import MaximalRule
 from specd.core.state import Request
 from tests.helpers import table_engine
 
 PACKAGE = Path(specd.__file__).parent
-DECISIONS = {"decide", "decide_greedy", "decide_invariant"}
+SAMPLER_DECISIONS = {"decide", "decide_greedy", "decide_invariant", "sample_terminal"}
+RULE_FILES = {"core/rules/greedy.py", "core/rules/maximal.py", "core/rules/invariant.py"}
 
 
 def calls_of(names: set[str]) -> list[tuple[str, str]]:
@@ -28,20 +31,25 @@ def calls_of(names: set[str]) -> list[tuple[str, str]]:
     return sorted(set(found))
 
 
-# Besides the round, the oracle's adapter puts a RejectionSampler under the protocol every sampler
+# Besides the rules, the oracle's adapter puts a RejectionSampler under the protocol every sampler
 # is checked through (verify-oracle --sampler, dtype edges); it decides nothing for a run.
-CALLERS = [
-    ("core/round.py", "speculative_round"),
-    ("oracles/samplers.py", "rule_sampler"),
-    ("oracles/samplers.py", "sampler"),
-]
+ORACLE_ADAPTER = [("oracles/samplers.py", "rule_sampler"), ("oracles/samplers.py", "sampler")]
 
 
-def test_the_round_function_is_the_only_caller_of_the_decision():
-    assert calls_of(DECISIONS) == sorted(CALLERS)
-    assert calls_of({"sample_terminal"}) == sorted(CALLERS)
-    production = [c for c in calls_of(DECISIONS | {"sample_terminal"}) if not c[0].startswith("oracles/")]
-    assert production == [("core/round.py", "speculative_round")]
+def test_the_round_decides_once_through_its_rule_and_only_rules_call_the_math():
+    callers = calls_of(SAMPLER_DECISIONS)
+    assert {path for path, _ in callers} - {path for path, _ in ORACLE_ADAPTER} == RULE_FILES | {"core/round.py"}
+    round_calls = [c for c in callers if c[0] == "core/round.py"]
+    assert round_calls == [("core/round.py", "speculative_round")]
+    assert "eng.rule.decide(" in inspect.getsource(speculative_round)
+    rule_math = [c for c in callers if c[0] in RULE_FILES]
+    assert rule_math and all(name == "decide" for _, name in rule_math)
+
+
+def test_the_round_has_no_branch_on_the_rule():
+    source = inspect.getsource(speculative_round)
+    for word in ("greedy", "invariant", "maximal", "race"):
+        assert word not in source, word
 
 
 def test_the_scan_sees_calls_where_they_are():
@@ -75,23 +83,26 @@ def test_the_round_reads_top_to_bottom_in_one_short_function():
     source = inspect.getsource(speculative_round)
     steps = [source.index(f"# {n}. {name}") for n, name in enumerate(("propose", "verify", "decide", "commit"), 1)]
     assert steps == sorted(steps)
-    assert len(source.splitlines()) <= 80
 
 
-def test_every_decision_goes_through_the_sampler(monkeypatch):
-    """Spy on the sampler class: a greedy and a sampled run both decide there, once per round."""
+def test_every_decision_goes_through_the_runs_rule(monkeypatch):
+    """Spy on the rule classes: a greedy, a sampled and an invariant run each decide through their
+    rule, once per round."""
     seen = []
-    for name in DECISIONS:
-        original = getattr(RejectionSampler, name)
+    for cls in (GreedyRule, MaximalRule, InvariantRule):
 
-        def spy(self, *args, _original=original, _name=name, **kw):
-            seen.append(_name)
+        def spy(self, *args, _original=cls.decide, **kw):
+            seen.append(self.name)
             return _original(self, *args, **kw)
 
-        monkeypatch.setattr(RejectionSampler, name, spy)
-    for temperature, expected in ((0.0, "decide_greedy"), (1.0, "decide")):
+        monkeypatch.setattr(cls, "decide", spy)
+    for temperature, rule, expected in (
+        (0.0, "maximal", "greedy"),
+        (1.0, "maximal", "maximal"),
+        (1.0, "invariant", "invariant"),
+    ):
         seen.clear()
-        session = table_engine(target_temperature=temperature).start([Request("a", (0, 1), 6, seed=1)])
+        session = table_engine(target_temperature=temperature, rule=rule).start([Request("a", (0, 1), 6, seed=1)])
         rounds = 0
         while not session.done:
             speculative_round(session)

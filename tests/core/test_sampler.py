@@ -134,8 +134,8 @@ def test_greedy_decision_is_the_rule_on_point_mass_rows(soft_q):
         assert torch.equal(greedy.ratios, general.ratios)
         # the decided terminal is what a draw from the point mass returns, for any uniform
         u = torch.rand(b, generator=gen, dtype=torch.float64)
-        assert torch.equal(greedy.decided_terminal, s.sample_terminal(greedy.terminal_rows, u))
-        assert general.decided_terminal is None  # a sampled rule's terminal is drawn
+        assert torch.equal(greedy.terminal, s.sample_terminal(greedy.terminal_rows, u))
+        assert general.terminal is None  # a sampled rule's terminal is drawn
     assert 0 < greedy.accepted.sum() < k_lens.sum()  # both acceptances and rejections were exercised
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from specd.core.engine import SpeculativeEngine
-from specd.core.proposer import NgramProposer
+from specd.core.proposer import DraftContext, NgramProposer
 from specd.core.state import Request
 from specd.core.suffix import SuffixCache, SuffixIndex, SuffixProposer
 from tests.helpers import table_engine
@@ -72,7 +72,7 @@ def test_the_suffix_source_proposes_point_masses_and_is_exact_for_greedy():
     class State:
         slot, output = 0, (1, 2, 3, 1, 2)
 
-    proposal = proposer.propose([State()], [3], cache, None, "max_shift", torch.float64)
+    proposal = proposer.propose([State()], [3], cache, DraftContext(None, "max_shift", torch.float64))
     assert proposal.drafts == ((3, 1, 2),) and proposal.q_index == ((-1, -1, -1),)  # point masses: ids, no rows
     assert proposal.q.shape == (0, 4)
     assert all(torch.equal(proposal.q_row(0, i), torch.eye(4, dtype=torch.float64)[t]) for i, t in enumerate((3, 1, 2)))

@@ -5,7 +5,7 @@ import pytest
 
 from specd.core.round import RoundClock, decode, materialize_frontiers, speculative_round, stage, verify
 from specd.core.state import Request
-from specd.core.transaction import CHECKPOINTS, Outcome, Phase, RoundTransaction
+from specd.core.transaction import CHECKPOINTS, Phase, RoundTransaction
 from specd.errors import StaleGeneration, TransactionStateError
 from tests.helpers import table_engine
 
@@ -90,15 +90,15 @@ def make_txn(engine, session, outcome):
     verified = verify(session, [state], [drafts])
     txn = engine.transaction_cls(state, engine.layout)
     txn.verified(drafts, verified[0], 2)
-    txn.decided(outcome)
-    stage(txn, frozenset(), uniforms_read=True)
+    txn.decided(*outcome)
+    stage(txn, frozenset(), reads_streams=True)
     return txn
 
 
 def test_publishing_the_same_round_twice_returns_the_same_successor():
     engine = table_engine()
     session = engine.start([Request("a", (0, 1), 6)])
-    txn = make_txn(engine, session, Outcome(1, 3, False))
+    txn = make_txn(engine, session, (1, 3, False))
     first, new = txn.publish(session.store)
     assert new and txn.phase is Phase.PUBLISHED
     again, new_again = txn.publish(session.store)
@@ -110,9 +110,9 @@ def test_publishing_the_same_round_twice_returns_the_same_successor():
 def test_compare_and_swap_refuses_a_second_outcome_for_the_same_start():
     engine = table_engine()
     session = engine.start([Request("a", (0, 1), 6)])
-    one = make_txn(engine, session, Outcome(1, 3, False))
+    one = make_txn(engine, session, (1, 3, False))
     session.cache.discard(0)
-    two = make_txn(engine, session, Outcome(0, 2, False))
+    two = make_txn(engine, session, (0, 2, False))
     one.publish(session.store)
     with pytest.raises(StaleGeneration):
         two.publish(session.store)
@@ -124,7 +124,7 @@ def test_phases_must_run_in_order():
     state = session.states()[0]
     txn = engine.transaction_cls(state, engine.layout)
     with pytest.raises(TransactionStateError):
-        txn.decided(Outcome(0, 1, False))
+        txn.decided(0, 1, False)
     with pytest.raises(TransactionStateError):
         txn.publish(session.store)
     assert txn.abort() and txn.phase is Phase.ABORTED

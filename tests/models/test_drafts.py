@@ -5,7 +5,7 @@ import torch
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import NgramProposer
+from specd.core.proposer import DraftContext, NgramProposer
 from specd.core.state import Request
 from specd.errors import UsageError
 from specd.models.drafts import build_proposer, early_exit_model, parse_draft, parse_drafts
@@ -58,8 +58,8 @@ def test_ngram_lookup_and_point_mass_q():
     from specd.core.state import RequestState
 
     state = RequestState("x", 0, 5, (1, 2, 3, 1, 2), (), PolicyState(), PolicyState(), RngState(0, "x"), 0, 9, 3)
-    proposal = ng.propose([state], [3], None, stream_draws, "max_shift", torch.float64)
-    assert proposal.drafts == ((3, 1, 2),) and not proposal.sampled
+    proposal = ng.propose([state], [3], None, DraftContext(stream_draws, "max_shift", torch.float64))
+    assert proposal.drafts == ((3, 1, 2),) and proposal.draws == (0,)
     assert proposal.q.shape == (0, ng.vocab_size) and proposal.q_index == ((-1, -1, -1),)  # ids, no q rows
     rows = torch.stack([proposal.q_row(0, i) for i in range(3)])  # the point masses they stand for
     assert torch.equal(rows.argmax(-1), torch.tensor([3, 1, 2])) and (rows.sum(-1) == 1).all()
@@ -118,7 +118,8 @@ SOURCE_LISTS = [
 @pytest.mark.parametrize("sources", SOURCE_LISTS)
 @pytest.mark.parametrize("auto", [False, True])
 def test_greedy_output_equals_the_targets_for_every_source_list_alone_and_in_a_batch(target, sources, auto):
-    from specd.policy.autok import AutoK, OnlineCosts
+    from specd.policy.autok import AutoK
+    from specd.policy.costs import OnlineCosts
 
     batch = REPEATING + [Request("t", (9, 2, 9, 2, 9, 2), 18), Request("u", (1,), 12)]
     expected = SpeculativeEngine.baseline(target, GREEDY).run(batch).new_tokens()

@@ -8,9 +8,9 @@ import pytest
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.model import RowInput
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import ModelProposer
+from specd.core.proposer import ModelProposer, SourceTiming
 from specd.core.records import RoundTiming
-from specd.core.sources import Offer, Plan, SourceTiming
+from specd.core.sources import Offer, Plan
 from specd.core.state import History, Request, RequestState
 from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
@@ -22,14 +22,12 @@ from specd.policy.autok import (
     PROBE_AFTER,
     PROBE_AFTER_MAX,
     AutoK,
-    CatchingUp,
-    FixedCosts,
-    OnlineCosts,
     match_prior,
     match_profile,
     probe_due,
     request_profile,
 )
+from specd.policy.costs import CatchingUp, FixedCosts, OnlineCosts
 from specd.policy.ledger import CostModel, best_k, progress_rate
 from specd.sweeps.ledger import ledger_row
 from tests.helpers import rig

@@ -1,0 +1,70 @@
+"""One request's round, recorded once: ``RoundOutcome``.
+
+Staging (``specd.core.round.stage``) produces one outcome per request and round, and
+publication stores it. Everything else a run keeps about a round is a function of it:
+the request's ``History`` (what the K policy reads: ``History.add``), the run's counters
+(``RoundCounts.add_outcome``), the acceptance log's round row (``round_row``; its per-draft
+rows add the rule's probabilities, ``specd.core.records.acceptance_rows``) and the audit
+trail (the store's list of published outcomes).
+
+Terms: of k drafts d_1..d_k, the rule accepted the prefix A (``accepted``) and drew a
+terminal token (``terminal_token``): the correction at the first rejection (A < k) or the
+bonus after k accepts. Stops (EOS, the token budget) may cut what is emitted: the terminal's
+kind is then "stop" and ``emitted`` is what was published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    request_id: str
+    round_id: str  # "<request id>/round-<round_index>"
+    round_index: int  # the request's published rounds before this one
+    expected_generation: int  # the generation publication's compare-and-swap expects
+    layout: str  # the frontier layout (specd.core.layouts)
+    source: str | None  # the draft source (None: no drafts)
+    match: int | None  # a lookup's match length its drafts continued (None: a model, or no drafts)
+    draft_token_ids: tuple[int, ...]  # d_1..d_k as proposed
+    accepted: int  # A, before stops
+    terminal_kind: Literal["correction", "bonus", "stop"]
+    terminal_token: int  # the drawn correction or bonus, even when a stop suppressed it
+    emitted: tuple[int, ...]  # the published tokens
+    start_position: int  # the output's length (prompt included) before the round
+    committed_token_count: int  # generated tokens once the round is published
+    committed_kv_token_ids: tuple[int, ...]  # temporary target K/V rows kept as history
+    discarded_kv_token_ids: tuple[int, ...]  # and those dropped
+    reached_acceptance_tests: int  # acceptance uniforms consumed (0 where the rule reads none)
+    proposal_draws: int  # proposal uniforms the draft consumed
+    rng_before: tuple[int, ...]  # stream counters (proposal, acceptance, terminal)
+    rng_after: tuple[int, ...]
+    processor_before_hash: str  # the target processor state's digest ("" when stateless)
+    processor_after_hash: str
+    finish_reason: str | None  # set when the round finished the request
+
+    @property
+    def k(self) -> int:
+        """Drafts proposed this round."""
+        return len(self.draft_token_ids)
+
+    def round_row(self) -> dict:
+        """The acceptance log's row for this round (schema specd.trace/v1, "type": "round")."""
+        return {
+            "type": "round",
+            "request_id": self.request_id,
+            "round_id": self.round_id,
+            "round_index": self.round_index,
+            "k": self.k,
+            "source": self.source,
+            "accepted": self.accepted,
+            "terminal_kind": self.terminal_kind,
+            "terminal_token": self.terminal_token,
+            "emitted": list(self.emitted),
+            "start_position": self.start_position,
+            "committed_token_count": self.committed_token_count,
+            "finish_reason": self.finish_reason,
+            "match": self.match,
+        }

@@ -1,0 +1,20 @@
+"""What a rule is (``Rule``; see ``specd.core.rules``) and what it returns: a ``Decision``
+(specd.core.sampler) whose terminal token is set."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from specd.core.rng import Draws
+from specd.core.sampler import Decision, Rows
+
+
+class Rule(Protocol):
+    name: str
+    reads_streams: bool  # acceptance and terminal uniforms come from the requests' streams
+
+    def draft_noise(self): ...
+
+    def decide(self, rows: Rows, states, draws: Draws) -> Decision:
+        """The batch's decision, its ``terminal`` tokens set."""
+        ...

@@ -1,0 +1,25 @@
+"""The invariant rule: the token at output position t is the target's Gumbel-max token
+x_t = argmax_v log p_t(v) + G_t(v) under noise keyed by (seed, request, t) (``specd.core.gumbel``).
+A model draft proposes with the same noise on its own rows (``draft_noise``); d_i is accepted iff
+d_i == x_i, and the terminal is x at the first mismatch (or the bonus). No stream is read: the
+text is that of target-only decoding with the same seed, whatever the draft, K or batch."""
+
+from __future__ import annotations
+
+from specd.core.gumbel import SharedNoise
+from specd.core.rng import Draws
+from specd.core.sampler import Decision, RejectionSampler, Rows
+
+
+class InvariantRule:
+    name = "invariant"
+    reads_streams = False
+
+    def __init__(self, sampler: RejectionSampler):
+        self.sampler = sampler
+
+    def draft_noise(self) -> SharedNoise:
+        return SharedNoise(self.sampler)
+
+    def decide(self, rows: Rows, states, draws: Draws) -> Decision:
+        return self.sampler.decide_invariant(rows, states)

@@ -1,0 +1,43 @@
+"""What a run reads off a loaded model's configuration: how many positions it can read, and its
+end-of-sequence ids."""
+
+from __future__ import annotations
+
+from specd.errors import UnsupportedCache
+from specd.policy.kpolicy import MAX_K
+
+
+def context_length(model, window: int | None = None) -> int | None:
+    """Positions a model can read, from its config (None when it does not say). With an attention
+    ``window`` (sliding-window layers) a run must stay within it, the widest round included (MAX_K
+    drafts and the bonus row): the window minus MAX_K + 1, or the config's limit if smaller."""
+    if window is not None:
+        if window <= MAX_K + 2:
+            raise UnsupportedCache(
+                f"the model's attention window ({window} positions) is too narrow for specd's widest round "
+                f"({MAX_K + 1} rows): its sliding-window layers would hide positions"
+            )
+        inner = context_length(model)
+        return min(c for c in (window - (MAX_K + 1), inner) if c is not None)
+    cfg = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def eos_ids(model, tokenizer) -> frozenset[int]:
+    """End-of-sequence ids: the generation config's (or the model config's), plus the tokenizer's."""
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
