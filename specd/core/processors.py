@@ -305,11 +305,10 @@ class PolicyState:
     """One state per processor of a policy (None for stateless processors)."""
 
     states: tuple = ()
+    stateful: bool = field(init=False, compare=False, repr=False)  # some processor keeps a state
 
-    @cached_property
-    def stateful(self) -> bool:
-        """Some processor keeps a state (a stateless policy's state never changes)."""
-        return any(s is not None for s in self.states)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stateful", any(s is not None for s in self.states))
 
     def advance(self, token: int) -> PolicyState:
         if not self.stateful:

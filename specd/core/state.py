@@ -10,7 +10,7 @@ compare-and-swap checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -151,8 +151,9 @@ class RequestState:
     retained_logits: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def evolve(self, **changes) -> RequestState:
-        """A copy with ``changes``."""
-        return replace(self, **changes)
+        """A copy with ``changes`` (every field is an argument of the constructor, so this is
+        dataclasses.replace without its per-call checks: a round makes one per request)."""
+        return RequestState(**{**self.__dict__, **changes})
 
     @property
     def generated(self) -> int:
