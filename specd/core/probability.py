@@ -19,13 +19,17 @@ from specd.errors import EmptyDistribution, UnknownBackend
 BACKENDS = ("max_shift", "online")
 
 
-def softmax_max_shift(logits: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """logits: float[N, V] -> probs: dtype[N, V]."""
+def softmax_max_shift(
+    logits: torch.Tensor, dtype: torch.dtype = torch.float32, overwrite: bool = False
+) -> torch.Tensor:
+    """logits: float[N, V] -> probs: dtype[N, V]. ``overwrite``: the logits are a temporary the caller
+    gives up, and the rows are computed in their memory (the same values, no new [N, V] tensor)."""
     x = logits.to(dtype)
     m = x.amax(dim=-1, keepdim=True)
     _check_mass(m)
-    e = torch.exp(x - m)
-    return e / e.sum(dim=-1, keepdim=True)
+    e = x.sub_(m) if overwrite else x - m  # exp and the division then run in place on it
+    e.exp_()
+    return e.div_(e.sum(dim=-1, keepdim=True))
 
 
 def softmax_online(logits: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = 1024) -> torch.Tensor:
@@ -46,11 +50,13 @@ def softmax_online(logits: torch.Tensor, dtype: torch.dtype = torch.float32, blo
     return torch.exp(x - m) / l
 
 
-def softmax(logits: torch.Tensor, backend: str = "max_shift", dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Dispatch by backend name; logits float[N, V] -> probs dtype[N, V]."""
+def softmax(
+    logits: torch.Tensor, backend: str = "max_shift", dtype: torch.dtype = torch.float32, overwrite: bool = False
+) -> torch.Tensor:
+    """Dispatch by backend name; logits float[N, V] -> probs dtype[N, V] (``overwrite``: see softmax_max_shift)."""
     if check_backend(backend) == "online":
         return softmax_online(logits, dtype, block=max(1, min(1024, logits.shape[-1] // 2 or 1)))
-    return softmax_max_shift(logits, dtype)
+    return softmax_max_shift(logits, dtype, overwrite)
 
 
 def check_backend(name: str) -> str:

@@ -417,4 +417,5 @@ class SamplingPolicy:
             out = torch.zeros(processed.shape, dtype=dtype, device=processed.device)
             out.scatter_(-1, processed.argmax(dim=-1, keepdim=True), 1.0)
             return out
-        return softmax(processed, backend, dtype)
+        # A processor that changed the rows returned a new tensor (never a view): the softmax may reuse it.
+        return softmax(processed, backend, dtype, overwrite=processed is not raw)

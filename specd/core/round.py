@@ -271,6 +271,22 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     ]
 
 
+def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """torch.cat(parts) over dim 0; without a copy when the parts lie back to back in one contiguous
+    block of memory (a verification call's rows, each request's taken in order: the common case)."""
+    first = parts[0] if parts else None
+    if first is None or not all(p.is_contiguous() and p.dtype == first.dtype for p in parts):
+        return torch.cat(list(parts))
+    row = first.stride(0) if first.dim() > 1 else 1
+    at = first.data_ptr()
+    for p in parts:
+        if p.data_ptr() != at or p.device != first.device or p.shape[1:] != first.shape[1:]:
+            return torch.cat(list(parts))
+        at += p.shape[0] * row * p.element_size()
+    rows = sum(p.shape[0] for p in parts)
+    return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+
+
 def round_rows(engine, active: Sequence[RequestState], verified: Sequence[Verified], proposal: Proposal) -> Rows:
     """The round's rows for the rule (specd.core.sampler.Rows), packed: the target's processed rows
     (request b's k_b + 1 rows, each at its own logical prefix: the target policy's processor state
@@ -284,7 +300,7 @@ def round_rows(engine, active: Sequence[RequestState], verified: Sequence[Verifi
             states.append(st)
             if i < len(d):
                 st = st.advance(d[i])
-    raw = torch.cat([v.p_raw for v in verified])
+    raw = joined([v.p_raw for v in verified])
     if raw.dtype in (torch.float16, torch.bfloat16):
         raw = raw.float()
     device = raw.device
