@@ -229,6 +229,7 @@ def convert(name: str, folder: Path, report: Callable[[str], None] | None) -> No
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # the report line says what happens; no progress bars on stderr
     if report:
         report(f"first run: converting the embedded {model_name} GGUF once into {folder} (about 30-60 s)")
     with one_gguf_parse():  # its tokenizer, config and weights from one parse of the file

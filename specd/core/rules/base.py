@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from specd.core.gumbel import SharedNoise
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, Rows
 
@@ -13,7 +14,9 @@ class Rule(Protocol):
     name: str
     reads_streams: bool  # acceptance and terminal uniforms come from the requests' streams
 
-    def draft_noise(self): ...
+    def draft_noise(self) -> SharedNoise | None:
+        """The noise a sampled model draft races under, or None: it reads its proposal stream."""
+        ...
 
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         """The batch's decision, its ``terminal`` tokens set."""
