@@ -5,16 +5,17 @@ rows (``RejectionSampler.decide_greedy`` proves the equality), computed from the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
 
 
+@dataclass(frozen=True)
 class GreedyRule:
+    sampler: RejectionSampler  # the rule's math
     name = "greedy"
     reads_streams = False
-
-    def __init__(self, sampler: RejectionSampler):
-        self.sampler = sampler
 
     def draft_noise(self) -> None:
         return None  # a sampled draft still draws from its proposal stream

@@ -6,17 +6,18 @@ text is that of target-only decoding with the same seed, whatever the draft, K o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specd.core.gumbel import SharedNoise
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
 
 
+@dataclass(frozen=True)
 class InvariantRule:
+    sampler: RejectionSampler  # the rule's math
     name = "invariant"
     reads_streams = False
-
-    def __init__(self, sampler: RejectionSampler):
-        self.sampler = sampler
 
     def draft_noise(self) -> SharedNoise:
         return SharedNoise(self.sampler)

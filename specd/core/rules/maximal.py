@@ -5,7 +5,7 @@ uniform per draft and one terminal uniform per request from the requests' own st
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -13,12 +13,11 @@ from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
 
 
+@dataclass(frozen=True)
 class MaximalRule:
+    sampler: RejectionSampler  # the rule's math
     name = "maximal"
     reads_streams = True
-
-    def __init__(self, sampler: RejectionSampler):
-        self.sampler = sampler
 
     def draft_noise(self) -> None:
         return None  # a model draft draws from its proposal stream
