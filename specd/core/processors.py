@@ -1,7 +1,9 @@
 """Logit processors and sampling policies (the target's and the draft's).
 
-A policy is an ordered tuple of processors. Processors act on a batch of raw
-logit rows float[N, V]; stateful ones read one state per row. States are
+A policy is an ordered tuple of processors. Processors act on a batch of logit
+rows float[N, V] in place (the policy hands them a copy of the raw rows, so a
+round's rows cost one [N, V] tensor, not one per processor); stateful ones read
+one state per row. States are
 immutable values and ``advance(token)`` returns the successor, so a candidate
 branch advances its own copy while the round-start state stays untouched, and
 only published tokens move the committed state (article: "RNG And Stateful
@@ -51,8 +53,18 @@ class Processor:
     def initial_state(self, prompt: Sequence[int]):
         return None
 
-    def apply(self, logits: torch.Tensor, states: Sequence) -> torch.Tensor:
+    def apply_(self, logits: torch.Tensor, states: Sequence) -> torch.Tensor:
+        """logits float[N, V], changed in place and returned; ``states``: one per row (stateful only)."""
         raise NotImplementedError
+
+    def apply_into(self, raw: torch.Tensor, states: Sequence, out: torch.Tensor) -> torch.Tensor:
+        """``apply_`` on a copy of ``raw`` made in ``out`` (the first processor of a policy: one pass
+        over the rows where the processor can write its result directly)."""
+        return self.apply_(out.copy_(raw), states)
+
+    def apply(self, logits: torch.Tensor, states: Sequence) -> torch.Tensor:
+        """The processed rows as a new tensor; ``logits`` stays as it was."""
+        return self.apply_into(logits, states, torch.empty_like(logits))
 
 
 @dataclass(frozen=True)
@@ -63,8 +75,13 @@ class Temperature(Processor):
     def describe(self) -> dict:
         return {"name": self.name, "temperature": self.temperature}
 
-    def apply(self, logits, states):
-        return logits / self.temperature
+    def apply_(self, logits, states):
+        return logits.div_(self.temperature)
+
+    def apply_into(self, raw, states, out):
+        if raw.dtype != out.dtype:  # divide in out's precision, as a converted copy would
+            return self.apply_(out.copy_(raw), states)
+        return torch.div(raw, self.temperature, out=out)  # the same quotients as raw / T, written once
 
 
 @dataclass(frozen=True)
@@ -75,11 +92,11 @@ class TopK(Processor):
     def describe(self) -> dict:
         return {"name": self.name, "k": self.k}
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         if self.k >= logits.shape[-1]:
             return logits
         kth = torch.topk(logits, self.k, dim=-1).values[..., -1:]
-        return logits.masked_fill(logits < kth, NEG_INF)
+        return logits.masked_fill_(logits < kth, NEG_INF)
 
 
 @dataclass(frozen=True)
@@ -92,7 +109,7 @@ class TopP(Processor):
     def describe(self) -> dict:
         return {"name": self.name, "p": self.p}
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         if self.p >= 1.0:
             return logits
         sorted_logits, order = torch.sort(logits, dim=-1, descending=False)
@@ -100,7 +117,7 @@ class TopP(Processor):
         drop_sorted = cumulative <= (1.0 - self.p)
         drop_sorted[..., -1] = False  # always keep the most likely token
         drop = drop_sorted.scatter(-1, order, drop_sorted)
-        return logits.masked_fill(drop, NEG_INF)
+        return logits.masked_fill_(drop, NEG_INF)
 
 
 @dataclass(frozen=True)
@@ -113,11 +130,10 @@ class LogitBias(Processor):
     def describe(self) -> dict:
         return {"name": self.name, "bias": [list(item) for item in self.bias]}
 
-    def apply(self, logits, states):
-        out = logits.clone()
+    def apply_(self, logits, states):
         for token, value in self.bias:
-            out[..., token] += value
-        return out
+            logits[..., token] += value
+        return logits
 
 
 @dataclass(frozen=True)
@@ -134,7 +150,7 @@ class RepetitionPenalty(Processor):
     def initial_state(self, prompt):
         return RepetitionState(frozenset(int(t) for t in prompt))
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         rows: list[int] = []
         cols: list[int] = []
         for row, state in enumerate(states):
@@ -142,21 +158,20 @@ class RepetitionPenalty(Processor):
             cols.extend(state.seen)
         if not rows:
             return logits
-        mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
-        mask[torch.tensor(rows), torch.tensor(cols)] = True
-        penalized = torch.where(logits < 0, logits * self.penalty, logits / self.penalty)
-        return torch.where(mask, penalized, logits)
+        at = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
+        seen = logits[at]  # each (row, token) once: a row's seen tokens are a set
+        logits[at] = torch.where(seen < 0, seen * self.penalty, seen / self.penalty)
+        return logits
 
 
 def _banned(logits: torch.Tensor, banned: Sequence[Sequence[int]]) -> torch.Tensor:
-    """-inf at banned[row] token ids of each row."""
+    """-inf at banned[row] token ids of each row, in place."""
     rows = [r for r, ids in enumerate(banned) for _ in ids]
     if not rows:
         return logits
     cols = [t for ids in banned for t in ids]
-    out = logits.clone()
-    out[torch.tensor(rows), torch.tensor(cols)] = NEG_INF
-    return out
+    logits[torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device)] = NEG_INF
+    return logits
 
 
 @dataclass(frozen=True)
@@ -174,16 +189,16 @@ class PresenceFrequencyPenalty(Processor):
     def initial_state(self, prompt):
         return OutputCounts()
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         rows = [row for row, state in enumerate(states) for _ in state.counts]
         if not rows:
             return logits
         tokens = [token for state in states for token, _ in state.counts]
         counts = torch.tensor([count for state in states for _, count in state.counts], dtype=torch.float64)
-        penalty = torch.zeros_like(logits)  # one scatter for the whole batch
         values = (self.frequency * counts + self.presence).to(device=logits.device, dtype=logits.dtype)
-        penalty[torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device)] = values
-        return logits - penalty
+        at = (torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device))
+        logits[at] = logits[at] - values  # one gather and one scatter for the whole batch; (row, token) unique
+        return logits
 
 
 @dataclass(frozen=True)
@@ -201,7 +216,7 @@ class NoRepeatNGram(Processor):
     def initial_state(self, prompt):
         return History(tuple(int(t) for t in prompt))
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         n, banned = self.n, []
         for state in states:
             seq = state.tokens
@@ -229,7 +244,7 @@ class BadWords(Processor):
         longest = max(len(s) for s in self.sequences)
         return History(tuple(int(t) for t in prompt)[-(longest - 1) :] if longest > 1 else (), max(longest - 1, 0))
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         banned = []
         for state in states:
             tail = state.tokens
@@ -259,7 +274,7 @@ class MinNewTokens(Processor):
     def initial_state(self, prompt):
         return NewTokens(0, self.min_new)
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         return _banned(logits, [self.eos_ids if s.count < self.min_new else () for s in states])
 
 
@@ -274,12 +289,12 @@ class MinP(Processor):
     def describe(self) -> dict:
         return {"name": self.name, "p": self.p}
 
-    def apply(self, logits, states):
+    def apply_(self, logits, states):
         probs = torch.softmax(logits.to(torch.float32) if logits.dtype != torch.float64 else logits, dim=-1)
         threshold = self.p * probs.max(dim=-1, keepdim=True).values
         drop = probs < threshold
         drop.scatter_(-1, logits.argmax(dim=-1, keepdim=True), False)
-        return logits.masked_fill(drop, NEG_INF)
+        return logits.masked_fill_(drop, NEG_INF)
 
 
 @dataclass(frozen=True)
@@ -292,12 +307,9 @@ class VocabMask(Processor):
     def describe(self) -> dict:
         return {"name": self.name, "real_vocab": self.real_vocab}
 
-    def apply(self, logits, states):
-        if logits.shape[-1] <= self.real_vocab:
-            return logits
-        out = logits.clone()
-        out[..., self.real_vocab :] = NEG_INF
-        return out
+    def apply_(self, logits, states):
+        logits[..., self.real_vocab :] = NEG_INF  # nothing when the rows are no wider than the vocabulary
+        return logits
 
 
 @dataclass(frozen=True)
@@ -397,11 +409,16 @@ class SamplingPolicy:
     def initial_state(self, prompt: Sequence[int]) -> PolicyState:
         return PolicyState(tuple(p.initial_state(prompt) for p in self.processors))
 
-    def logits(self, raw: torch.Tensor, states: Sequence[PolicyState]) -> torch.Tensor:
-        """raw: float[N, V], states: N policy states -> processed logits float[N, V]."""
-        x = raw
+    def logits(self, raw: torch.Tensor, states: Sequence[PolicyState], out: torch.Tensor | None = None) -> torch.Tensor:
+        """raw: float[N, V], states: N policy states -> processed logits float[N, V]. ``raw`` is never
+        written: the processors work on a copy of it, in ``out`` where given (a buffer of raw's
+        shape, float32 or float64), else in a new tensor; without processors and ``out``, raw itself."""
+        if not self.processors:
+            return raw if out is None else out.copy_(raw)
+        x = torch.empty_like(raw) if out is None else out
         for i, proc in enumerate(self.processors):
-            x = proc.apply(x, [s.states[i] for s in states] if proc.stateful else ())
+            own = [s.states[i] for s in states] if proc.stateful else ()
+            x = proc.apply_into(raw, own, x) if i == 0 else proc.apply_(x, own)
         return x
 
     def probabilities(
@@ -410,12 +427,15 @@ class SamplingPolicy:
         states: Sequence[PolicyState],
         backend: str = "max_shift",
         dtype: torch.dtype = torch.float32,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """raw: float[N, V] -> processed probability rows dtype[N, V] (one-hot when greedy)."""
-        processed = self.logits(raw, states)
+        """raw: float[N, V] -> processed probability rows dtype[N, V] (one-hot when greedy). ``out``:
+        a buffer float[N, V] the rows are processed in (see ``logits``); the probabilities then
+        overwrite it when its dtype is ``dtype``."""
+        processed = self.logits(raw, states, out)
         if self.greedy:
-            out = torch.zeros(processed.shape, dtype=dtype, device=processed.device)
-            out.scatter_(-1, processed.argmax(dim=-1, keepdim=True), 1.0)
-            return out
-        # A processor that changed the rows returned a new tensor (never a view): the softmax may reuse it.
+            onehot = torch.zeros(processed.shape, dtype=dtype, device=processed.device)
+            onehot.scatter_(-1, processed.argmax(dim=-1, keepdim=True), 1.0)
+            return onehot
+        # The processed rows are a copy of raw whenever they are not raw itself: the softmax may reuse them.
         return softmax(processed, backend, dtype, overwrite=processed is not raw)

@@ -27,6 +27,7 @@ from specd.core.outcome import RoundOutcome
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, round_timing
 from specd.core.sampler import Rows, row_starts, valid_positions
+from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
@@ -34,6 +35,7 @@ from specd.core.transaction import RoundTransaction
 from specd.errors import CacheIdentityError
 
 PublishCallback = Callable[[RequestState, tuple[int, ...]], None]
+HALF = (torch.float16, torch.bfloat16)
 
 
 def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
@@ -64,7 +66,8 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
             txn.verified(drafts, v, used, source, plan.match)
 
         # 3. decide: the run's rule, once, over the round's packed rows (p: the target's processed rows).
-        decision = eng.rule.decide(round_rows(eng, active, verified, proposal), active, session.draws)
+        rows = round_rows(eng, active, verified, proposal, session.scratch)
+        decision = eng.rule.decide(rows, active, session.draws)
         decided = zip(decision.accepted.tolist(), decision.terminal.tolist(), decision.is_bonus.tolist())
         for txn, (accepted, terminal, is_bonus) in zip(txns, decided):
             txn.decided(accepted, terminal, is_bonus)
@@ -287,11 +290,14 @@ def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
 
 
-def round_rows(engine, active: Sequence[RequestState], verified: Sequence[Verified], proposal: Proposal) -> Rows:
+def round_rows(
+    engine, active: Sequence[RequestState], verified: Sequence[Verified], proposal: Proposal, scratch: Scratch
+) -> Rows:
     """The round's rows for the rule (specd.core.sampler.Rows), packed: the target's processed rows
     (request b's k_b + 1 rows, each at its own logical prefix: the target policy's processor state
     advanced over the drafts before it), or when the target policy is greedy only their argmax ids;
-    q as the draft models drew it (a lookup's drafts are ids); the drafts and their q rows by request."""
+    q as the draft models drew it (a lookup's drafts are ids); the drafts and their q rows by request.
+    The target's rows are processed in ``scratch`` (p lives there until the next round)."""
     policy, cfg, drafts = engine.target_policy, engine.config, proposal.drafts
     states = []
     for s, d in zip(active, drafts):
@@ -301,8 +307,9 @@ def round_rows(engine, active: Sequence[RequestState], verified: Sequence[Verifi
             if i < len(d):
                 st = st.advance(d[i])
     raw = joined([v.p_raw for v in verified])
-    if raw.dtype in (torch.float16, torch.bfloat16):
-        raw = raw.float()
+    work = None  # where the rows are processed: greedy without processors reads raw's argmax as it is
+    if policy.processors or not policy.greedy:  # half-precision logits are processed in float32
+        work = scratch.rows(tuple(raw.shape), torch.float32 if raw.dtype in HALF else raw.dtype, raw.device)
     device = raw.device
     ks = [len(d) for d in drafts]
     k_max = max(ks, default=0)
@@ -310,9 +317,9 @@ def round_rows(engine, active: Sequence[RequestState], verified: Sequence[Verifi
     p = argmax = None
     if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
         argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=device)
-        argmax[valid_positions(k_lens + 1, k_max + 1)] = policy.logits(raw, states).argmax(dim=-1)
+        argmax[valid_positions(k_lens + 1, k_max + 1)] = policy.logits(raw, states, work).argmax(dim=-1)
     else:
-        p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype)
+        p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
     padded = [list(d) + [-1] * (k_max - len(d)) for d in drafts]
     index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
     return Rows(

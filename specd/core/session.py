@@ -26,6 +26,7 @@ from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
 from specd.core.records import AcceptanceRecord, RunResult
 from specd.core.rng import Draws, RngState, stream_draws
+from specd.core.scratch import Scratch
 from specd.core.state import Request, RequestState
 from specd.core.stats import StatsAccumulator
 from specd.core.transaction import RequestStore, RoundTransaction
@@ -55,6 +56,7 @@ class DecodeSession:
         self.cache = engine.target.new_cache()
         self.draft_cache = engine.proposer.new_cache()
         self.stats = StatsAccumulator()
+        self.scratch = Scratch()  # the round's target rows (specd.core.scratch)
         self.logs: dict[str, RequestLog] = {}  # by request id, while the engine records a log
         self.order: list[str] = []
         self._live: dict[str, None] = {}  # unfinished request ids, in admission order

@@ -83,3 +83,49 @@ def test_bad_policies_are_refused(kwargs):
 
 def test_top_k_zero_is_no_filter_as_in_hugging_face():
     assert SamplingPolicy.build(temperature=0.7, top_k=0) == SamplingPolicy.build(temperature=0.7)
+
+
+FULL = dict(
+    temperature=0.7,
+    top_k=5,
+    top_p=0.9,
+    logit_bias={1: 0.5},
+    repetition_penalty=1.3,
+    presence_penalty=0.2,
+    frequency_penalty=0.1,
+    no_repeat_ngram_size=2,
+    bad_words_ids=[[3], [1, 4]],
+    min_new_tokens=2,
+    eos_ids=[6],
+    min_p=0.05,
+    real_vocab=11,
+)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"temperature": 0.7}, FULL, {**FULL, "temperature": 0.0}])
+def test_processing_in_a_buffer_equals_processing_a_new_tensor_and_never_writes_raw(kwargs):
+    """The processors work in place on a copy of the raw rows: in a caller's buffer (the round's
+    scratch) or a new tensor, bit for bit the same rows, and the raw rows stay untouched."""
+    policy = SamplingPolicy.build(**kwargs)
+    gen = torch.Generator().manual_seed(0)
+    raw = torch.randn(4, 12, generator=gen) * 3
+    before = raw.clone()
+    states = [policy.initial_state([1, 4, 2])]
+    for token in (1, 5, 1):
+        states.append(states[-1].advance(token))
+    fresh = policy.probabilities(raw, states)
+    buffer = torch.full_like(raw, float("nan"))
+    in_buffer = policy.probabilities(raw, states, out=buffer)
+    assert torch.equal(raw, before)
+    assert torch.equal(fresh, in_buffer)
+    assert torch.equal(policy.logits(raw, states), policy.logits(raw, states, torch.empty_like(raw)))
+    if not policy.greedy:
+        assert in_buffer.data_ptr() == buffer.data_ptr()  # p was computed in the buffer, not beside it
+
+
+def test_apply_leaves_its_input_alone_and_apply__changes_it():
+    x = torch.tensor([[1.0, 2.0, 3.0]])
+    assert torch.equal(TopK(1).apply(x, ()), torch.tensor([[float("-inf"), float("-inf"), 3.0]]))
+    assert x.tolist() == [[1.0, 2.0, 3.0]]
+    out = TopK(1).apply_(x, ())
+    assert out is x and x.tolist() == [[float("-inf"), float("-inf"), 3.0]]
