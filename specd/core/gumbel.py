@@ -22,6 +22,7 @@ bits on every device. The comparison runs in float64.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import torch
@@ -45,10 +46,16 @@ def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 def splitmix64(x: torch.Tensor) -> torch.Tensor:
     """SplitMix64's finalizer on int64[...] bit patterns (wrapping multiplication) -> int64[...]."""
-    x = x + _signed(_GOLDEN)
-    x = (x ^ _shift_right(x, 30)) * _signed(_MIX1)
-    x = (x ^ _shift_right(x, 27)) * _signed(_MIX2)
-    return x ^ _shift_right(x, 31)
+    return splitmix64_(x.clone())
+
+
+def splitmix64_(x: torch.Tensor) -> torch.Tensor:
+    """``splitmix64`` in place (x int64[...], overwritten and returned): one temporary per step
+    instead of a new tensor per operation, which at a vocabulary's size is most of the cost."""
+    x.add_(_signed(_GOLDEN))
+    x.bitwise_xor_(_shift_right(x, 30)).mul_(_signed(_MIX1))
+    x.bitwise_xor_(_shift_right(x, 27)).mul_(_signed(_MIX2))
+    return x.bitwise_xor_(_shift_right(x, 31))
 
 
 def request_key(seed: int, request_id: str) -> int:
@@ -62,17 +69,31 @@ def uniforms_at(key: int | torch.Tensor, positions: torch.Tensor, tokens: torch.
     int64[...] of one shape -> float64[...]. The one home of the noise's formula: 53 bits of
     SplitMix64(SplitMix64(key ^ SplitMix64(t)) ^ SplitMix64(v)), offset by half a step so that
     neither 0 nor 1 occurs (log(-log U) is finite)."""
-    per_position = splitmix64(splitmix64(positions.to(torch.int64)) ^ key)
-    bits = splitmix64(per_position ^ splitmix64(tokens.to(torch.int64)))
+    return unit(splitmix64_(position_bits(key, positions) ^ splitmix64(tokens.to(torch.int64))))
+
+
+def position_bits(key: int | torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The formula's per-position half, SplitMix64(key ^ SplitMix64(t)): int64[...] like positions."""
+    return splitmix64_(splitmix64(positions.to(torch.int64)) ^ key)
+
+
+def unit(bits: torch.Tensor) -> torch.Tensor:
+    """The top 53 bits of int64[...] as a float64 in (0, 1), offset by half a step."""
     return (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
+
+
+@functools.lru_cache(maxsize=4)
+def token_bits(vocab: int, device: torch.device) -> torch.Tensor:
+    """SplitMix64(v) for every token id, int64[V]: the formula's per-token half, the same for every
+    row and position, so it is computed once per vocabulary and device."""
+    return splitmix64_(torch.arange(vocab, dtype=torch.int64, device=device))
 
 
 def uniforms(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """U_t(v) for each position and every token: key int64 (or one per position, int64[R]),
     positions int64[R] -> float64[R, V]."""
-    tokens = torch.arange(vocab, dtype=torch.int64, device=positions.device).unsqueeze(0)
-    key = key.unsqueeze(-1) if isinstance(key, torch.Tensor) else key
-    return uniforms_at(key, positions.unsqueeze(-1), tokens)
+    row = position_bits(key, positions).unsqueeze(-1)
+    return unit(splitmix64_(row ^ token_bits(vocab, positions.device).unsqueeze(0)))
 
 
 def gumbel(key: int | torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -88,21 +109,36 @@ def race(rows: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return scores.argmax(dim=-1)
 
 
+RACE_CHUNK = 1 << 21  # entries raced at once: the temporaries stay a few MB, reused, never fresh memory
+
+
 def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> torch.Tensor:
     """The Gumbel-max token of each row under its own request's noise at its own output position:
     rows float[R, V], keys and positions of length R -> int64[R].
 
     Noise is drawn only where a row has mass (a token of zero mass never wins, and each draw is a
-    function of its token id alone), so with top-k or top-p a row costs its support, not V."""
+    function of its token id alone), so with top-k or top-p a row costs its support, not V. Rows
+    are raced a few at a time (``RACE_CHUNK`` entries), each row's half of the formula computed once."""
     device = rows.device
-    key = torch.tensor(keys, dtype=torch.int64, device=device)
-    at = torch.tensor(positions, dtype=torch.int64, device=device)
-    rows64 = rows.to(torch.float64)
-    row, token = (rows64 > 0).nonzero(as_tuple=True)
-    u = uniforms_at(key[row], at[row], token)
-    scores = torch.full_like(rows64, float("-inf"))
-    scores[row, token] = rows64[row, token].log() - torch.log(-torch.log(u))
-    return scores.argmax(dim=-1)
+    n, vocab = rows.shape
+    keys_t = torch.tensor(keys, dtype=torch.int64, device=device)
+    per_row = position_bits(keys_t, torch.tensor(positions, dtype=torch.int64, device=device))
+    per_token = token_bits(vocab, device)
+    won = torch.empty(n, dtype=torch.int64, device=device)
+    step = max(1, RACE_CHUNK // max(vocab, 1))
+    for start in range(0, n, step):
+        chunk = rows[start : start + step].to(torch.float64, copy=True)  # raced in place
+        mass = chunk > 0
+        if 4 * int(mass.sum()) >= mass.numel():  # mostly full rows: race every entry, no index lists
+            u = unit(splitmix64_(per_row[start : start + step].unsqueeze(1) ^ per_token.unsqueeze(0)))
+            scores = chunk.log_().sub_(u.log_().neg_().log_()).masked_fill_(~mass, float("-inf"))
+        else:
+            row, token = mass.nonzero(as_tuple=True)
+            u = unit(splitmix64_(per_row[start + row] ^ per_token[token]))
+            scores = torch.full_like(chunk, float("-inf"))
+            scores[row, token] = chunk[row, token].log_() - u.log_().neg_().log_()
+        won[start : start + step] = scores.argmax(dim=-1)
+    return won
 
 
 class SharedNoise:

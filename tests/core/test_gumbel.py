@@ -1,5 +1,6 @@
 """The invariant rule's noise: SplitMix64 in integer tensor ops, Gumbel-max's law, and the rule."""
 
+import pytest
 import torch
 
 from specd.core.gumbel import gumbel, race, race_tokens, request_key, splitmix64, uniforms
@@ -75,3 +76,29 @@ def test_the_invariant_decision_accepts_exactly_the_target_tokens():
         assert int(d.accepted) == wrong_at and int(d.terminal_rows.argmax()) == int(x[wrong_at])
     d = sampler.decide_invariant(Rows.dense(p, q, x[:3].unsqueeze(0), torch.tensor([3])), [state])
     assert int(d.accepted) == 3 and bool(d.is_bonus) and int(d.terminal_rows.argmax()) == int(x[3])
+
+
+@pytest.mark.parametrize("chunk", [1 << 21, 9, 1])
+def test_race_tokens_equals_the_race_on_the_full_noise_for_full_and_sparse_rows(monkeypatch, chunk):
+    """The batched race (rows a few at a time, each row's half of the formula once, full rows
+    raced whole, sparse rows over their support) picks the same tokens as the plain race of each
+    row against its whole noise row, and leaves the caller's rows untouched."""
+    import specd.core.gumbel as g
+
+    monkeypatch.setattr(g, "RACE_CHUNK", chunk)
+    gen = torch.Generator().manual_seed(3)
+    rows = torch.softmax(torch.randn(7, 9, generator=gen, dtype=torch.float64), -1)
+    rows[1, 2:] = 0.0  # sparse (top-k like)
+    rows[4, :8] = 0.0  # a point mass
+    before = rows.clone()
+    keys = [request_key(0, f"r{i % 3}") for i in range(7)]
+    positions = [i // 3 for i in range(7)]
+    expected = torch.stack(
+        [race(rows[i : i + 1], gumbel(keys[i], torch.tensor([positions[i]]), 9))[0] for i in range(7)]
+    )
+    assert torch.equal(race_tokens(rows, keys, positions), expected)
+    assert torch.equal(
+        race_tokens(rows.float(), keys, positions),
+        race(rows.float(), torch.cat([gumbel(keys[i], torch.tensor([positions[i]]), 9) for i in range(7)])),
+    )
+    assert torch.equal(rows, before)
