@@ -54,7 +54,8 @@ Rule = Annotated[
     typer.Option(
         "--rule",
         help="Which rule to prove: maximal (accept with min(1, p/q)), invariant (shared Gumbel noise: "
-        "pointwise equal to target-only decoding), or both.",
+        "pointwise equal to target-only decoding), block (the drafts verified as a block), both (maximal and "
+        "invariant) or all.",
     ),
 ]
 Sampler = Annotated[

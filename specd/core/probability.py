@@ -19,6 +19,16 @@ from specd.errors import EmptyDistribution, UnknownBackend
 BACKENDS = ("max_shift", "online")
 
 
+def residual_floor(dtype: torch.dtype) -> float:
+    """Below this a residual mass is treated as zero and never divided by.
+
+    Under exact arithmetic a rejection implies q(d) > p(d), hence Z >= q(d) - p(d) > 0;
+    a zero or denormal Z can only come from rounding, where the branch has
+    (numerically) zero probability and sampling from p is the safe fallback.
+    """
+    return torch.finfo(dtype).tiny ** 0.5
+
+
 def softmax_max_shift(
     logits: torch.Tensor, dtype: torch.dtype = torch.float32, overwrite: bool = False
 ) -> torch.Tensor:

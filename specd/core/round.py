@@ -26,6 +26,7 @@ from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, round_timing
+from specd.core.rules import Rule
 from specd.core.sampler import Rows, row_starts, valid_positions
 from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
@@ -75,7 +76,7 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
         #    the caches keep exactly the rows of what was published.
         for txn in txns:
-            stage(txn, eng.config.eos_ids, eng.rule.reads_streams)
+            stage(txn, eng.config.eos_ids, eng.rule)
         for txn in txns:
             successor, new = txn.publish(session.store)
             if new:
@@ -97,17 +98,18 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
     return outcomes
 
 
-def stage(txn: RoundTransaction, eos_ids: frozenset[int], reads_streams: bool) -> None:
+def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
     """Assemble S_1 and the round's outcome for one request without touching S_0: stops, the K/V
-    rows it keeps, its output, processor states and stream counters. ``reads_streams``: the rule
-    read acceptance and terminal uniforms from the request's streams."""
+    rows it keeps, its output, processor states and stream counters. ``rule``: whether it read
+    uniforms from the request's streams, and how many acceptance tests it read."""
     start, (accepted, terminal, is_bonus) = txn.start, txn.decision
     stop = apply_stops(txn.drafts[:accepted], terminal, eos_ids, start.remaining)
     rows = txn.temporary_rows
     kv_keep = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(rows))
-    # Streams advance over reached events only (unreached draws are read again next round).
-    reached = stop.accepted_emitted + (1 if stop.terminal_emitted and not is_bonus else 0) if reads_streams else 0
-    rng = start.rng.advance_all(txn.proposal_draws, reached, 1 if stop.terminal_emitted and reads_streams else 0)
+    # Streams advance over the draws the rule read for what was emitted (unread ones are read next round).
+    correction = stop.terminal_emitted and not is_bonus
+    reached = rule.tests_read(len(txn.drafts), stop.accepted_emitted, correction) if rule.reads_streams else 0
+    rng = start.rng.advance_all(txn.proposal_draws, reached, 1 if stop.terminal_emitted and rule.reads_streams else 0)
     target_proc = txn.stage_processor(start.target_proc, stop.emitted)
     outcome = RoundOutcome(
         request_id=start.request_id,

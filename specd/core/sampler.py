@@ -42,18 +42,10 @@ from fractions import Fraction
 
 import torch
 
+from specd.core import block
 from specd.core.gumbel import race_tokens, request_key
+from specd.core.probability import residual_floor
 from specd.errors import ImpossibleProposal
-
-
-def residual_floor(dtype: torch.dtype) -> float:
-    """Below this a residual mass is treated as zero and never divided by.
-
-    Under exact arithmetic a rejection implies q(d) > p(d), hence Z >= q(d) - p(d) > 0;
-    a zero or denormal Z can only come from rounding, where the branch has
-    (numerically) zero probability and sampling from p is the safe fallback.
-    """
-    return torch.finfo(dtype).tiny ** 0.5
 
 
 def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
@@ -291,6 +283,32 @@ class RejectionSampler:
         q_index = torch.where(is_bonus, rows.k_lens - 1, accepted).clamp(0, max(k_max - 1, 0))
         q_at = rows.q_at(q_index, p_at.dtype) if k_max else p_at
         return Decision(accepted, self.terminal_rows(p_at, q_at, is_bonus), is_bonus, ratios, p_draft, q_draft)
+
+    # -- block verification (specd.core.block: the rule in words, its terms and its arithmetic)
+    def block_thresholds(self, rows: Rows, rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tests' sides (num, den) float64[B, K]: eta_i < h_i iff eta_i * den_i < num_i."""
+        return block.thresholds(rho, block.residual_masses(rows, rho), rows.k_lens)
+
+    def block_accepted(self, passed: torch.Tensor) -> torch.Tensor:
+        """A from the tests bool[B, K]: the longest passed prefix length, every test counting -> int64[B]."""
+        return block.longest_passed(passed)
+
+    def block_terminal_rows(self, rows: Rows, accepted: torch.Tensor, rho: torch.Tensor) -> torch.Tensor:
+        """The terminal's law: p_{k+1}, or [rho_A p_{A+1} - q_{A+1}]_+ -> float64[B, V]."""
+        return block.block_terminal_rows(rows, accepted, rho)
+
+    def decide_block(self, rows: Rows, accept_u: torch.Tensor) -> Decision:
+        """Block verification's accepted lengths and terminal laws (no terminal draw yet); accept_u
+        float64[B, K] are the eta_i, every one of a request's k read."""
+        valid = rows.valid()
+        p_draft = rows.p_draft()
+        q_draft = rows.q_draft(p_draft.dtype)
+        ratios = self.acceptance_ratios(p_draft, q_draft, valid)  # refuses q(d) = 0; reported per draft
+        rho = block.prefix_ratios(p_draft, q_draft, valid)
+        num, den = self.block_thresholds(rows, rho)
+        accepted = self.block_accepted(block.block_tests(accept_u, num, den, rows))
+        terminal_rows = self.block_terminal_rows(rows, accepted, rho)
+        return Decision(accepted, terminal_rows, accepted >= rows.k_lens, ratios, p_draft, q_draft)
 
     def decide_greedy(self, target_argmax: torch.Tensor, rows: Rows) -> Decision:
         """The rule at target temperature 0; target_argmax int64[B, K+1] is the argmax of p_1..p_{K+1}.

@@ -230,8 +230,9 @@ class GenerateOptions:
         help="How sampled drafts are verified. invariant: draft and target share Gumbel noise per output "
         "position and a draft is kept iff it is the target's own token, so the seed alone decides the text "
         "(the same with any K, draft, batch size or machine); maximal: accept with probability min(1, p/q) "
-        "and correct from (p - q)+ (more drafts accepted, but the text depends on the K schedule). Both "
-        "sample exactly the target's distribution; greedy decoding is the same under both.",
+        "and correct from (p - q)+ (more drafts accepted, but the text depends on the K schedule); block: "
+        "the drafts judged as a block (Sun et al. 2025), at least maximal's acceptance in expectation. All "
+        "sample exactly the target's distribution; greedy decoding is the same under each.",
         check=one_of("rule", RULES),
     )
     layout: str = option(

@@ -113,7 +113,7 @@ def check_multi_source(fx: Fixture) -> Check:
     policies (sampled target and draft, every processor kind), whatever the checked case's: a
     greedy target would decide every round alike."""
     # Every proposal uniform of the model is integrated in lookup rounds too: K 2 and 4 tokens suffice.
-    lab = build_rig(fx.cfg, lab=True)
+    lab = build_rig(fx.cfg, lab=True).but(rule=fx.rig.rule)
     k, horizon = min(lab.k, MULTI_SOURCE_K), MULTI_SOURCE_HORIZON
     figures, ok, seen = {"tolerance": EXACT_TOLERANCE, "k": k, "horizon": horizon}, True, set()
     for layout in LAYOUTS:

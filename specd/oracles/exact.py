@@ -142,6 +142,47 @@ def branch(p_rows: list, q_rows: list, drafts: tuple[int, ...], rejected: bool, 
     return intervals, mass, law
 
 
+def block_thresholds(p_rows: list, q_rows: list, drafts: tuple[int, ...], one=1.0) -> tuple[list, list]:
+    """Block verification's running prefix ratios rho_0..rho_k and thresholds h_1..h_k along
+    ``drafts`` (specd.core.block defines them), in the arithmetic of ``one``."""
+    k = len(drafts)
+    rho, rhos, hs = one, [one], []
+    for i, d in enumerate(drafts):
+        rho = min(one, rho * p_rows[i][d] / q_rows[i][d])
+        rhos.append(rho)
+        if i < k - 1:
+            z = sum((max(one * 0, rho * a - b) for a, b in zip(p_rows[i + 1], q_rows[i + 1])), one * 0)
+            hs.append(one if rho == one else z / (z + one - rho))
+        else:
+            hs.append(rho)
+    return rhos, hs
+
+
+def block_branch(p_rows: list, q_rows: list, drafts: tuple[int, ...], accepted: int, one=1.0):
+    """One branch of a block-verified round along ``drafts``: A = ``accepted``. -> (the acceptance
+    uniforms' intervals: eta_A below h_A, every later eta at or above its h, the earlier ones free;
+    the branch's mass given the drafts, h_A prod_{i > A} (1 - h_i); the terminal's law up to
+    normalization: p_{k+1} at A = k, else [rho_A p_{A+1} - q_{A+1}]_+), or None without mass."""
+    k = len(drafts)
+    rhos, hs = block_thresholds(p_rows, q_rows, drafts, one)
+    intervals, mass = [], one
+    for i in range(k):  # i is 0-based: the test of d_{i+1}
+        if i < accepted - 1:
+            intervals.append((one * 0, one))
+        elif i == accepted - 1:
+            intervals.append((one * 0, hs[i]))
+            mass *= hs[i]
+        else:
+            intervals.append((hs[i], one))
+            mass *= one - hs[i]
+    if mass <= 0:
+        return None
+    if accepted == k:
+        return intervals, mass, list(p_rows[k])
+    rho = rhos[accepted]
+    return intervals, mass, [max(one * 0, rho * a - b) for a, b in zip(p_rows[accepted], q_rows[accepted])]
+
+
 @dataclass(frozen=True)
 class Cell:
     """One cell of the round's uniforms: an interval [lo, hi) per uniform, and its mass."""
@@ -195,10 +236,14 @@ class Enumerator:
         """All outcomes of one round from ``state``: [(mass, emitted tokens, successor)]."""
         paths = self._discover_paths(state)
         cells = []
-        for path, full, mass in paths["nodes"]:  # first rejection at the path's last draft
-            cells += self._cells(state, path, full, mass, True, paths["lookup"])
-        for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
-            cells += self._cells(state, path, full, mass, False, paths["lookup"])
+        if self.rig.rule == "block":  # every A of every full path: all k tests decide it
+            for path, full, mass in paths["maximal"]:
+                cells += self._block_cells(state, path, full, mass, paths["lookup"])
+        else:
+            for path, full, mass in paths["nodes"]:  # first rejection at the path's last draft
+                cells += self._cells(state, path, full, mass, True, paths["lookup"])
+            for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
+                cells += self._cells(state, path, full, mass, False, paths["lookup"])
         points = [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
         outcomes = self.run_cells(state, [point for _, point in points])
         return [(mass, commit.emitted, successor) for (mass, _), (commit, successor) in zip(points, outcomes)]
@@ -265,6 +310,24 @@ class Enumerator:
             for _, lo, hi in cells_of(law)
             if mass * (hi - lo) > 0
         ]
+
+    def _block_cells(self, state, path, proposal_cells, mass, lookup: bool) -> list[Cell]:
+        """Pass 2 cells for one full path under block verification: each A in 0..k, then every
+        terminal token of its law."""
+        p_rows = [self.ref.p(state.output + path[:i]) for i in range(len(path) + 1)]
+        q_rows = [self._draft_q(state, path, i, lookup) for i in range(len(path))]
+        cells = []
+        for accepted in range(len(path) + 1):
+            found = block_branch(p_rows, q_rows, path, accepted)
+            if found is None:
+                continue
+            acceptance, factor, law = found
+            cells += [
+                Cell(proposal_cells, tuple(acceptance), (lo, hi), mass * factor * (hi - lo))
+                for _, lo, hi in cells_of(law)
+                if mass * factor * (hi - lo) > 0
+            ]
+        return cells
 
     # -- joints ----------------------------------------------------------------------------
     def joint(self) -> Joint:

@@ -26,7 +26,7 @@ MAX_DRAFT_PATHS = 20_000
 MAX_SAMPLES = 200_000  # a batch of this many requests through the engine: about a minute
 
 
-ORACLE_RULES = (*RULES, "both")
+ORACLE_RULES = (*RULES, "both", "all")  # both: maximal and invariant; all: every rule
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class OracleConfig:
     backend: str = "max_shift"
     prompt: tuple[int, ...] = (0, 1)
     lab: bool = True
-    rule: str = "both"  # which rule's checks run: maximal, invariant (specd.core.gumbel) or both
+    rule: str = "both"  # which rules' checks run: maximal, invariant, block, both (the first two) or all
     # The target's further controls (specd.core.processors), each stateful along the drafted branch:
     controls: dict = field(default_factory=dict)  # SamplingPolicy.build keywords: min_p, presence_penalty, ...
 

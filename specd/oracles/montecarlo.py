@@ -32,11 +32,12 @@ def bernstein_bound(p: float, n: int, cells: int, delta: float = FAILURE_PROBABI
     return (log_term / 3 + math.sqrt(log_term**2 / 9 + 2 * n * p * (1 - p) * log_term)) / n
 
 
-def rng_accounting_error(c: RoundOutcome) -> str | None:
-    """Recompute the draws a published round may consume from its decision alone."""
+def rng_accounting_error(c: RoundOutcome, rule: str = "maximal") -> str | None:
+    """Recompute the draws a published round may consume from its decision alone: the token-wise
+    rule reads the tests up to the first rejection, block verification all k of them."""
     terminal = 0 if c.terminal_kind == "stop" else 1
     accepted_emitted = len(c.emitted) - terminal
-    expected_tests = accepted_emitted + (1 if c.terminal_kind == "correction" else 0)
+    expected_tests = c.k if rule == "block" else accepted_emitted + (1 if c.terminal_kind == "correction" else 0)
     delta = tuple(a - b for a, b in zip(c.rng_after, c.rng_before))
     sampled = delta[1] > 0 or delta[2] > 0 or c.reached_acceptance_tests > 0
     expected = (c.proposal_draws, expected_tests, terminal) if sampled else (c.proposal_draws, 0, 0)
@@ -72,7 +73,7 @@ def run_monte_carlo(
         commits = speculative_round(session)
         result.rounds += len(commits)
         for c in commits:
-            err = rng_accounting_error(c)
+            err = rng_accounting_error(c, rig.rule)
             if err:
                 result.accounting_errors.append(err)
         if audit:

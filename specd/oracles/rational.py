@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from specd.oracles.exact import chain_joint
+from specd.oracles.exact import block_branch, chain_joint
 
 Table = dict[tuple[int, ...], list[Fraction]]
 
@@ -75,4 +75,47 @@ def rational_difference(vocab: int, k: int, horizon: int, seed: int, prompt=(0,)
     p, q = RationalTable(vocab, seed), RationalTable(vocab, seed + 7919)
     target = chain_joint(p, tuple(prompt), horizon, Fraction(1))
     spec = rational_speculative_joint(p, q, tuple(prompt), k, horizon)
+    return max(abs(target.get(s, Fraction(0)) - spec.get(s, Fraction(0))) for s in set(target) | set(spec))
+
+
+def rational_block_joint(p: RationalTable, q: RationalTable, prompt, k: int, horizon: int) -> dict:
+    """One block-verified round with k drafts (every draft path from q, every accepted length A with
+    its mass, the terminal from its law), completed by the target chain to ``horizon``."""
+    out: dict = {}
+    one = Fraction(1)
+
+    def add(prefix: tuple[int, ...], mass: Fraction) -> None:
+        if len(prefix) >= horizon:
+            out[prefix[:horizon]] = out.get(prefix[:horizon], 0) + mass
+            return
+        for x, px in enumerate(p(prompt + prefix)):
+            if px:
+                add(prefix + (x,), mass * px)
+
+    def draft(path: tuple[int, ...], mass: Fraction) -> None:
+        if len(path) < k:
+            for d, qd in enumerate(q(prompt + path)):
+                if qd:
+                    draft(path + (d,), mass * qd)
+            return
+        p_rows = [p(prompt + path[:i]) for i in range(k + 1)]
+        q_rows = [q(prompt + path[:i]) for i in range(k)]
+        for accepted in range(k + 1):
+            found = block_branch(p_rows, q_rows, path, accepted, one)
+            if found is None:
+                continue
+            _, branch_mass, law = found
+            z = sum(law)
+            for x, lx in enumerate(law):
+                if lx:
+                    add(path[:accepted] + (x,), mass * branch_mass * lx / z)
+
+    draft((), one)
+    return out
+
+
+def rational_block_difference(vocab: int, k: int, horizon: int, seed: int, prompt=(0,)) -> Fraction:
+    p, q = RationalTable(vocab, seed), RationalTable(vocab, seed + 7919)
+    target = chain_joint(p, tuple(prompt), horizon, Fraction(1))
+    spec = rational_block_joint(p, q, tuple(prompt), k, horizon)
     return max(abs(target.get(s, Fraction(0)) - spec.get(s, Fraction(0))) for s in set(target) | set(spec))

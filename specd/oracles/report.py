@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 from specd.errors import SamplerFailed
 from specd.oracles import sampler_checks as sc
+from specd.oracles.block_checks import block_checks
+from specd.oracles.block_lab import run_block_lab
 from specd.oracles.degenerate import check_degenerate
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.exact import target_joint
@@ -19,6 +21,7 @@ from specd.oracles.record import Check
 from specd.oracles.samplers import load_sampler
 
 SCHEMA = "specd.verify-oracle/v1"
+RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups
 
 
 SEQUENCE_TABLE_LIMIT = 32
@@ -51,13 +54,17 @@ def _run_oracle(cfg: OracleConfig) -> dict:
     exact, spec_joint = _exact(rig, horizon, reference, "target", "exact_joint")
     fx = Fixture(cfg, rig, horizon, reference, spec_joint)
     checks, lab = [], []
-    if cfg.rule != "invariant":  # the maximal rule's proofs
+    rules = RULE_SETS.get(cfg.rule, (cfg.rule,))
+    if "maximal" in rules:  # the token-wise rule's proofs
         checks = [exact] + [check(fx) for check in CHECKS if check is not check_monte_carlo or cfg.samples]
         checks += [_backend_parity(rig, reference, horizon), _ngram_exact(rig, horizon)]
         lab = run_lab(cfg) if cfg.lab else []
-    if cfg.rule != "maximal":  # the invariant rule's: pointwise, against the oracle's own chain, in law
+    if "invariant" in rules:  # the invariant rule's: pointwise, against the oracle's own chain, in law
         checks += invariant_checks(rig, horizon)
         lab += invariant_lab(build_rig(cfg, lab=True), horizon) if cfg.lab else []
+    if "block" in rules:  # block verification's: the shared exact checks under it, rationals, Theorem 2
+        checks += block_checks(fx)
+        lab += run_block_lab(cfg) if cfg.lab else []
     if cfg.lab:
         checks.append(
             Check(

@@ -5,6 +5,8 @@ import torch
 
 from specd.core.layouts import ReplayFrontier, RetainedFrontier, make_layout
 from specd.core.round import RoundClock, materialize_frontiers, stage, verify
+from specd.core.rules import MaximalRule
+from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.errors import UnknownLayout
 from tests.helpers import table_engine
@@ -21,7 +23,7 @@ def run_snapshot(layout: str):
     txn = engine.transaction_cls(state, engine.layout)
     txn.verified(DRAFTS, verified[0], 3)
     txn.decided(accepted=2, terminal=11, is_bonus=False)
-    stage(txn, frozenset(), reads_streams=True)
+    stage(txn, frozenset(), MaximalRule(RejectionSampler()))
     successor = txn.successor
     txn.publish(session.store)
     session.cache.commit(state.slot, txn.kv_keep)

@@ -13,8 +13,8 @@ from specd.core.state import Request
 from tests.helpers import table_engine
 
 PACKAGE = Path(specd.__file__).parent
-SAMPLER_DECISIONS = {"decide", "decide_greedy", "decide_invariant", "sample_terminal"}
-RULE_FILES = {"core/rules/greedy.py", "core/rules/maximal.py", "core/rules/invariant.py"}
+SAMPLER_DECISIONS = {"decide", "decide_greedy", "decide_invariant", "decide_block", "sample_terminal"}
+RULE_FILES = {"core/rules/greedy.py", "core/rules/maximal.py", "core/rules/invariant.py", "core/rules/block.py"}
 
 
 def calls_of(names: set[str]) -> list[tuple[str, str]]:
@@ -48,7 +48,7 @@ def test_the_round_decides_once_through_its_rule_and_only_rules_call_the_math():
 
 def test_the_round_has_no_branch_on_the_rule():
     source = inspect.getsource(speculative_round)
-    for word in ("greedy", "invariant", "maximal", "race"):
+    for word in ("greedy", "invariant", "maximal", "block", "race"):
         assert word not in source, word
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specd.core.gumbel import SharedNoise
-from specd.core.rules import RULES, GreedyRule, InvariantRule, MaximalRule, rule_for
+from specd.core.rules import RULES, BlockRule, GreedyRule, InvariantRule, MaximalRule, rule_for
 from specd.core.sampler import RejectionSampler, Rows
 from specd.core.state import Request
 from specd.errors import UsageError
@@ -15,10 +15,11 @@ from tests.helpers import table_engine
 def test_rule_for_picks_the_greedy_rule_at_temperature_0_and_the_named_one_otherwise():
     assert isinstance(rule_for("maximal", greedy=False), MaximalRule)
     assert isinstance(rule_for("invariant", greedy=False), InvariantRule)
+    assert isinstance(rule_for("block", greedy=False), BlockRule)
     for name in RULES:
         assert isinstance(rule_for(name, greedy=True), GreedyRule)
-    with pytest.raises(UsageError, match="unknown rule 'block'"):
-        rule_for("block", greedy=False)
+    with pytest.raises(UsageError, match="unknown rule 'tree'"):
+        rule_for("tree", greedy=False)
 
 
 def test_what_each_rule_reads_and_how_a_draft_draws_for_it():
@@ -27,6 +28,10 @@ def test_what_each_rule_reads_and_how_a_draft_draws_for_it():
     assert not GreedyRule(sampler).reads_streams and GreedyRule(sampler).draft_noise() is None
     noise = InvariantRule(sampler).draft_noise()
     assert not InvariantRule(sampler).reads_streams and isinstance(noise, SharedNoise) and noise.sampler is sampler
+    assert BlockRule(sampler).reads_streams and BlockRule(sampler).draft_noise() is None
+    # the tests each rule reads, given what was emitted: maximal up to the first rejection, block all k
+    assert [rule.tests_read(4, 2, True) for rule in (MaximalRule(sampler), BlockRule(sampler))] == [3, 4]
+    assert [rule.tests_read(4, 2, False) for rule in (GreedyRule(sampler), InvariantRule(sampler))] == [0, 0]
 
 
 def test_the_maximal_rule_reads_each_requests_own_streams_and_sets_its_terminal():

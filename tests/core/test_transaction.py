@@ -4,6 +4,8 @@ publication is idempotent."""
 import pytest
 
 from specd.core.round import RoundClock, decode, materialize_frontiers, speculative_round, stage, verify
+from specd.core.rules import MaximalRule
+from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.core.transaction import CHECKPOINTS, Phase, RoundTransaction
 from specd.errors import StaleGeneration, TransactionStateError
@@ -91,7 +93,7 @@ def make_txn(engine, session, outcome):
     txn = engine.transaction_cls(state, engine.layout)
     txn.verified(drafts, verified[0], 2)
     txn.decided(*outcome)
-    stage(txn, frozenset(), reads_streams=True)
+    stage(txn, frozenset(), MaximalRule(RejectionSampler()))
     return txn
 
 

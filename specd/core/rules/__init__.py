@@ -16,6 +16,8 @@ The rules (``rule_for`` picks one for a run):
 - ``greedy`` (``rules/greedy.py``): a target at temperature 0; every test is decided without a uniform.
 - ``maximal`` (``rules/maximal.py``): the accept/reject rule, acceptance 1 - TV per position.
 - ``invariant`` (``rules/invariant.py``): shared Gumbel noise; the text is target-only decoding's.
+- ``block`` (``rules/block.py``): the drafts verified as a block (Sun et al.); acceptance at least
+  the maximal rule's in expectation.
 
 The probability math stays in ``specd.core.sampler.RejectionSampler`` (the extension point the
 failure lab breaks); a rule object only chooses which of its functions run and what they read.
@@ -24,15 +26,18 @@ A new rule is one new file here plus its oracle proofs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from specd.core.rules.base import Rule
+from specd.core.rules.block import BlockRule
 from specd.core.rules.greedy import GreedyRule
 from specd.core.rules.invariant import InvariantRule
 from specd.core.rules.maximal import MaximalRule
 from specd.core.sampler import RejectionSampler
 from specd.errors import UsageError
 
-RULES = ("maximal", "invariant")  # what a user may ask for; greedy follows from a temperature of 0
-__all__ = ["RULES", "GreedyRule", "InvariantRule", "MaximalRule", "Rule", "rule_for"]
+RULES = ("maximal", "invariant", "block")  # what a user may ask for; greedy follows from a temperature of 0
+__all__ = ["RULES", "BlockRule", "GreedyRule", "InvariantRule", "MaximalRule", "Rule", "rule_for"]
 
 
 def rule_for(name: str, greedy: bool, sampler: RejectionSampler | None = None) -> Rule:
@@ -43,4 +48,9 @@ def rule_for(name: str, greedy: bool, sampler: RejectionSampler | None = None) -
     sampler = sampler or RejectionSampler()
     if greedy:
         return GreedyRule(sampler)
-    return InvariantRule(sampler) if name == "invariant" else MaximalRule(sampler)
+    rules: dict[str, Callable[[RejectionSampler], Rule]] = {
+        "invariant": InvariantRule,
+        "block": BlockRule,
+        "maximal": MaximalRule,
+    }
+    return rules[name](sampler)

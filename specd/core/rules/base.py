@@ -18,6 +18,11 @@ class Rule(Protocol):
         """The noise a sampled model draft races under, or None: it reads its proposal stream."""
         ...
 
+    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+        """How many of a request's k acceptance uniforms the decision read, given what was emitted
+        (a stop may cut the round short); its stream advances by that many at publication."""
+        ...
+
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         """The batch's decision, its ``terminal`` tokens set."""
         ...

@@ -20,6 +20,9 @@ class GreedyRule:
     def draft_noise(self) -> None:
         return None  # a sampled draft still draws from its proposal stream
 
+    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+        return 0  # no test reads a uniform
+
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         if rows.target_argmax is None:
             raise TypeError("the greedy rule reads the target's argmax ids, which these rows lack")

@@ -22,5 +22,8 @@ class InvariantRule:
     def draft_noise(self) -> SharedNoise:
         return SharedNoise(self.sampler)
 
+    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+        return 0  # no test reads a uniform
+
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         return self.sampler.decide_invariant(rows, states)

@@ -22,6 +22,9 @@ class MaximalRule:
     def draft_noise(self) -> None:
         return None  # a model draft draws from its proposal stream
 
+    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+        return accepted_emitted + (1 if correction_emitted else 0)  # the tests up to the first rejection
+
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         accept_u, terminal_u = uniforms(rows, states, draws)
         d = self.sampler.decide(rows, accept_u)
