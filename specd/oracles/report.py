@@ -130,14 +130,17 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
     with collector_paused():
         t_start = time.perf_counter()
         sampler = load_sampler(spec)
+        # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
+        # dtype_edges and the degenerate cases, the two decide alike)
+        rule = "block" if cfg.rule == "block" else "maximal"
         tokens = None
         counterexample = None
         try:
             tokens = sc.returns_tokens(sampler)
             rig = build_rig(cfg)
             checks = [
-                sc.check_exact(sampler, rig, cfg.k, tokens),
-                sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens),
+                sc.check_exact(sampler, rig, cfg.k, tokens, rule),
+                sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule),
                 sc.check_dtype_edges(sampler, tokens),
             ]
         except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
@@ -147,7 +150,10 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
             checks += check_degenerate(sampler, tokens)
             if checks[0].passed is False:
                 counterexample = sc.minimal_counterexample(
-                    sampler, tokens, lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))
+                    sampler,
+                    tokens,
+                    lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False)),
+                    rule=rule,
                 )
             elif checks[2].passed is False:
                 counterexample = checks[2].counterexample
@@ -161,7 +167,7 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
                 "description": sampler.description,
                 "returns": {True: "tokens", False: "distributions", None: None}[tokens],
             },
-            "config": {"vocab": cfg.vocab, "k": cfg.k, "seed": cfg.seed},
+            "config": {"vocab": cfg.vocab, "k": cfg.k, "seed": cfg.seed, "rule": rule},
             "checks": [
                 {"name": c.name, "passed": c.passed, "figures": c.figures, "detail": c.detail, "findings": c.findings}
                 for c in checks

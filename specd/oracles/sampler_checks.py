@@ -35,7 +35,7 @@ import torch
 
 from specd.core.sampler import first_index_above
 from specd.errors import SamplerFailed
-from specd.oracles.exact import PROBES, UNUSED, Reference, branch, cells_of, chain_joint, probe
+from specd.oracles.exact import PROBES, UNUSED, Reference, block_branch, branch, cells_of, chain_joint, probe
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
 from specd.oracles.samplers import SamplerResult, SamplerUnderTest
 
@@ -126,31 +126,24 @@ class DyadicTables:
 
 
 # -- the exact joint of one round --------------------------------------------------------------
-def round_calls(rows, prompt, vocab: int, k: int, tokens: bool, exact: bool) -> list[Call]:
-    """Every cell of one round with k drafts, at each probe: the calls that integrate the rule."""
+def round_calls(rows, prompt, vocab: int, k: int, tokens: bool, exact: bool, rule: str = "maximal") -> list[Call]:
+    """Every cell of one round with k drafts, at each probe: the calls that integrate the rule
+    (``maximal``: the token-wise rule; ``block``: block verification, specd.core.block)."""
     one = Fraction(1) if exact else 1.0
     paths = [((), one)]
     for _ in range(k):
         paths = [
             (path + (x,), mass * qx) for path, mass in paths for x, qx in enumerate(rows.q(prompt + path)) if qx > 0
         ]
-    nodes: dict = {}
-    for path, _ in paths:  # (path through the first rejection, a full path through it)
-        for j in range(1, k + 1):
-            nodes.setdefault(path[:j], path)
-    cells = [(node, full, True) for node, full in nodes.items()] + [(path, path, False) for path, _ in paths]
     calls = []
-    for node, full, rejected in cells:
+    for node, full, found in _branches(rows, prompt, k, one, [path for path, _ in paths], rule):
+        intervals, factor, law, accepted = found
         p_rows = [rows.p(prompt + full[:i]) for i in range(k + 1)]
         q_rows = [rows.q(prompt + full[:i]) for i in range(k)]
-        found = branch(p_rows, q_rows, node, rejected, one)
-        if found is None:
-            continue
-        intervals, factor, law = found
         q_mass = one
-        for i, d in enumerate(node):
+        for i, d in enumerate(full if rule == "block" else node):  # block reads every draft's test
             q_mass *= q_rows[i][d]
-        mass, accepted = q_mass * factor, len(node) - 1 if rejected else len(node)
+        mass = q_mass * factor
         total = sum(law)
         law = [x / total for x in law]
         terminal_cells = cells_of(law) if tokens else [(None, 0, 1)]
@@ -164,9 +157,36 @@ def round_calls(rows, prompt, vocab: int, k: int, tokens: bool, exact: bool) -> 
     return calls
 
 
-def sampler_joint(sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact: bool = False):
+def _branches(rows, prompt, k: int, one, paths: list, rule: str):
+    """(the drafts the branch's tests read, the full path, (intervals, mass, law, A)) for every branch
+    of one round with a mass: per path, the first rejection at each position and the bonus
+    (token-wise), or every A (block: all k tests read)."""
+    out, seen = [], set()
+    for full in paths:
+        p_rows = [rows.p(prompt + full[:i]) for i in range(k + 1)]
+        q_rows = [rows.q(prompt + full[:i]) for i in range(k)]
+        if rule == "block":
+            for accepted in range(k + 1):
+                found = block_branch(p_rows, q_rows, full, accepted, one)
+                if found is not None:
+                    out.append((full, full, (*found, accepted)))
+            continue
+        for j in range(1, k + 1):  # first rejection at draft j: once per drafted prefix
+            if full[:j] in seen:
+                continue
+            seen.add(full[:j])
+            found = branch(p_rows, q_rows, full[:j], True, one)
+            if found is not None:
+                out.append((full[:j], full, (*found, j - 1)))
+        found = branch(p_rows, q_rows, full, False, one)
+        if found is not None:
+            out.append((full, full, (*found, k)))
+    return out
+
+
+def sampler_joint(sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact: bool = False, rule="maximal"):
     """-> (joint over k + 1 tokens, [(call, result)] where the sampler's outcome is not the rule's, batch refused)."""
-    calls = round_calls(rows, prompt, vocab, k, tokens, exact)
+    calls = round_calls(rows, prompt, vocab, k, tokens, exact, rule)
     results, refused = call_batch(sampler, calls)
     horizon = k + 1
     joint: dict = {}
@@ -205,9 +225,9 @@ def sampler_joint(sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact
     return joint, mismatches, refused
 
 
-def check_exact(sampler: SamplerUnderTest, rig, k: int, tokens: bool) -> Check:
+def check_exact(sampler: SamplerUnderTest, rig, k: int, tokens: bool, rule: str = "maximal") -> Check:
     ref = Reference(rig)
-    joint, mismatches, refused = sampler_joint(sampler, ref, rig.prompt, rig.vocab, k, tokens)
+    joint, mismatches, refused = sampler_joint(sampler, ref, rig.prompt, rig.vocab, k, tokens, rule=rule)
     target = chain_joint(ref.p, rig.prompt, k + 1)
     diff = max_abs_diff(target, joint)
     mass = sum(joint.values())
@@ -231,7 +251,9 @@ def check_exact(sampler: SamplerUnderTest, rig, k: int, tokens: bool) -> Check:
     return check
 
 
-def check_rational(sampler: SamplerUnderTest, vocab: int, k: int, seed: int, tokens: bool) -> Check:
+def check_rational(
+    sampler: SamplerUnderTest, vocab: int, k: int, seed: int, tokens: bool, rule: str = "maximal"
+) -> Check:
     if not tokens:
         return Check(
             "exact_rational",
@@ -241,7 +263,7 @@ def check_rational(sampler: SamplerUnderTest, vocab: int, k: int, seed: int, tok
         )
     rows = DyadicTables(vocab, seed)
     prompt = (0,)
-    joint, mismatches, _ = sampler_joint(sampler, rows, prompt, vocab, k, tokens, exact=True)
+    joint, mismatches, _ = sampler_joint(sampler, rows, prompt, vocab, k, tokens, exact=True, rule=rule)
     target = chain_joint(rows.p, prompt, k + 1, Fraction(1))
     diff = max_abs_diff(target, joint) if joint or target else Fraction(0)
     return Check(
@@ -394,12 +416,14 @@ def exact_token(law: list[Fraction], u: float) -> int:
 SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
 
 
-def minimal_counterexample(sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3)) -> dict | None:
+def minimal_counterexample(
+    sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3), rule: str = "maximal"
+) -> dict | None:
     """The smallest (V, K) and seed where the joint is not the target's, with the cell that shows it."""
     for (vocab, k), seed in itertools.product(SEARCH, seeds):
         rig = build_rig(vocab, k, seed)
         ref = Reference(rig)
-        joint, mismatches, _ = sampler_joint(sampler, ref, rig.prompt, vocab, k, tokens)
+        joint, mismatches, _ = sampler_joint(sampler, ref, rig.prompt, vocab, k, tokens, rule=rule)
         target = chain_joint(ref.p, rig.prompt, k + 1)
         diff = max_abs_diff(target, joint)
         if diff <= EXACT_TOLERANCE:

@@ -164,14 +164,15 @@ def normalize_result(name: str, out, batch: int, vocab: int, k: int | None = Non
 
 
 # -- specd's own rule ----------------------------------------------------------------------------
-def rule_sampler(rule=None) -> Callable:
+def rule_sampler(rule=None, block: bool = False) -> Callable:
     """A ``RejectionSampler`` (specd's production rule, or a failure-lab variant of it) under the
-    protocol: its decision, then its terminal draw. This adapter and ``speculative_round`` are
-    the only places outside the rule's own module that call it."""
+    protocol: its decision (the token-wise rule, or with ``block`` block verification), then its
+    terminal draw. This adapter and the rule objects are the only places that call it."""
     rule = rule or RejectionSampler()
 
     def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
-        decision = rule.decide(Rows.dense(p, q, drafts, k_lens), accept_u)
+        rows = Rows.dense(p, q, drafts, k_lens)
+        decision = rule.decide_block(rows, accept_u) if block else rule.decide(rows, accept_u)
         return decision.accepted, rule.sample_terminal(decision.terminal_rows, terminal_u)
 
     return sampler
@@ -225,6 +226,11 @@ def hf_sampler(ensemble_weight: float | None = None) -> Callable:
 HF_INPUT_ROUNDING = 1e-15  # log then softmax moves a row by a few float64 steps
 SHIPPED = {
     "specd": (rule_sampler, "specd's production rule (specd.core.sampler.RejectionSampler)", 0.0),
+    "specd-block": (
+        lambda: rule_sampler(block=True),
+        "specd's block verification (specd.core.block; check it with --rule block)",
+        0.0,
+    ),
     "hf": (
         lambda: hf_sampler(),
         "transformers' _speculative_sampling (assisted generation with do_sample)",

@@ -31,3 +31,15 @@ def test_a_sampled_block_run_and_greedy_text_equal_under_every_rule(tiny_models,
 def test_an_unknown_rule_is_one_line_and_exit_2(tiny_models, capsys):
     code, out, err = generate(tiny_models, capsys, "--rule", "tree")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "block" in err
+
+
+def test_resuming_a_file_written_under_another_rule_is_refused_and_the_file_kept(tiny_models, capsys, tmp_path):
+    out = tmp_path / "results.jsonl"
+    sampled = ["--temperature", "0.8", "-k", "2", "--out", str(out)]
+    code, _, err = generate(tiny_models, capsys, *sampled, "--rule", "maximal")
+    assert code == 0, err
+    before = out.read_bytes()
+    code, _, err = generate(tiny_models, capsys, *sampled, "--rule", "block", "--resume")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "rule" in err and "maximal" in err and "block" in err
+    assert out.read_bytes() == before

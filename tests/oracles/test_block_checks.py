@@ -61,3 +61,19 @@ def test_the_token_wise_residual_is_no_bug_for_a_lookup():
     variants = {v["variant"] for v in run_block_lab(OracleConfig(vocab=2, k=2))}
     assert "block/block_acceptance_token_residual" in variants
     assert "block/ngram/block_acceptance_token_residual" not in variants
+
+
+def test_the_sampler_oracle_checks_a_block_sampler_against_the_block_rule():
+    from specd.oracles import sampler_checks as sc
+    from specd.oracles.block_lab import BlockStopsAtFirstFailure
+    from specd.oracles.report import run_sampler_oracle
+    from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+
+    block_cfg = OracleConfig(vocab=3, k=3, rule="block")
+    assert run_sampler_oracle(block_cfg, "specd-block")["passed"]
+    # a block sampler is not the token-wise rule, and the token-wise rule is not block verification
+    assert not run_sampler_oracle(OracleConfig(vocab=3, k=3, rule="maximal"), "specd-block")["passed"]
+    assert not run_sampler_oracle(block_cfg, "specd")["passed"]
+    wrong = SamplerUnderTest("first-failure", rule_sampler(BlockStopsAtFirstFailure(), block=True), "")
+    check = sc.check_exact(wrong, build_rig(block_cfg), 3, tokens=True, rule="block")
+    assert not check.passed and check.findings == ["not_exact"]
