@@ -386,19 +386,22 @@ SHARED_BODY_VARIANTS: tuple[Variant, ...] = (
 LAB_MC_SAMPLES = 64
 
 
-def run_lab(cfg: OracleConfig) -> list[dict]:
+def run_lab(cfg: OracleConfig, variants: tuple[Variant, ...] | None = None, families=None) -> list[dict]:
+    """The lab's families (a model draft, a lookup, two sources, the shared-body draft), each with its
+    variants; ``variants``: these instead, on the families named in ``families`` ("" the model draft)."""
     base = build_rig(cfg, lab=True)
     horizon = base.k + 1
     results = []
-    families = (
-        ("", base, VARIANTS),
-        ("ngram/", ngram_rig(base), NGRAM_VARIANTS),
-        ("multi/", multi_source_rig(base, lambda r: FixedK(max(r.k, 2))), MULTI_SOURCE_VARIANTS),
-        ("shared/", shared_body_rig(base.but(layout_name="replay_frontier")), SHARED_BODY_VARIANTS),
-    )
-    for prefix, rig, variants in families:
+    rigs = {
+        "": (base, VARIANTS),
+        "ngram/": (ngram_rig(base), NGRAM_VARIANTS),
+        "multi/": (multi_source_rig(base, lambda r: FixedK(max(r.k, 2))), MULTI_SOURCE_VARIANTS),
+        "shared/": (shared_body_rig(base.but(layout_name="replay_frontier")), SHARED_BODY_VARIANTS),
+    }
+    for prefix in families or rigs:
+        rig, variants_here = rigs[prefix]
         reference = target_joint(rig, horizon)
-        for variant in variants:
+        for variant in variants or variants_here:
             caught, by, detail = _catch(variant.build(rig), horizon, reference, cfg.seed)
             results.append(
                 {

@@ -17,6 +17,7 @@ from specd.oracles.exact import target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import run_lab
+from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.record import Check
 from specd.oracles.samplers import load_sampler
 
@@ -58,7 +59,7 @@ def _run_oracle(cfg: OracleConfig) -> dict:
     if "maximal" in rules:  # the token-wise rule's proofs
         checks = [exact] + [check(fx) for check in CHECKS if check is not check_monte_carlo or cfg.samples]
         checks += [_backend_parity(rig, reference, horizon), _ngram_exact(rig, horizon)]
-        lab = run_lab(cfg) if cfg.lab else []
+        lab = run_lab(cfg) + run_lab(cfg, SHIPPED_VARIANTS, families=("",)) if cfg.lab else []
     if "invariant" in rules:  # the invariant rule's: pointwise, against the oracle's own chain, in law
         checks += invariant_checks(rig, horizon)
         lab += invariant_lab(build_rig(cfg, lab=True), horizon) if cfg.lab else []

@@ -48,3 +48,19 @@ def test_the_bugs_other_engines_shipped_are_caught_by_name():
     # K rules that are not stopping times of the draft process
     assert results["k_after_target_p"] == "exact_joint"
     assert results["draft_stop_reads_acceptance_uniform"] == "exact_joint"
+
+
+@pytest.mark.parametrize("vocab,k", [(2, 3), (3, 2)])
+def test_this_years_shipped_sampler_bugs_are_caught_by_name(vocab, k):
+    """vllm#47386, vllm#40149, mistral.rs#2424, lattice#243 and lattice#388, rebuilt on specd's engine
+    (DeepSpec#31 is q_recorded_in_bfloat16 above), each one component replaced."""
+    from specd.oracles.lab_shipped import SHIPPED_VARIANTS
+
+    results = {r["variant"]: r for r in run_lab(OracleConfig(vocab=vocab, k=k), SHIPPED_VARIANTS, families=("",))}
+    assert list(results) == [v.name for v in SHIPPED_VARIANTS]
+    assert all(r["caught"] and r["caught_by"] == "exact_joint" for r in results.values()), results
+    base = build_rig(OracleConfig(), lab=True)
+    for variant in SHIPPED_VARIANTS:
+        broken = variant.build(base)
+        changed = [n for n in ("sampler_cls", "proposer_factory") if getattr(broken, n) is not getattr(base, n)]
+        assert len(changed) == 1, variant.name
