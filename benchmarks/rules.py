@@ -1,18 +1,23 @@
-"""The two verification rules side by side: acceptance, the (1 - TV)/(1 + TV) bound, and speed.
+"""The verification rules side by side: acceptance, the (1 - TV)/(1 + TV) bound, and speed.
 
-    python benchmarks/rules.py [--max-new-tokens 48] [--k 4] [--repeats 2] [--threads 1]
+    python benchmarks/rules.py [--pairs smollm,gemma-vocab,gemma-default] [--ks 2,4,8]
+                               [--temperatures 0.7,1.0] [--max-new-tokens 48] [--repeats 2] [--threads 2]
 
-The embedded pair (SmolLM2-135M-Instruct float32 target, its bfloat16 copy as the draft),
-six open prompts, at temperature 0.7, 1.0, and 1.0 with top-p 0.9. For each setting:
+Pairs: ``smollm``: the embedded SmolLM2-135M-Instruct (float32) with its bfloat16 copy as the
+draft (``self:bf16``), at each fixed K, so the model drafts; ``gemma-vocab``: Gemma 3 270M with its
+shared-body draft ``self:vocab=16384``, at each fixed K; ``gemma-default``: Gemma 3 270M with its
+default draft (``suffix,self:vocab=16384``, ``-k auto``; the K list does not apply). Six open
+prompts, decoded together. For each pair and temperature:
 
-- along the target's own sampled text, per position, the processed rows p (target) and q
-  (draft): their total variation TV, the maximal rule's acceptance of one draft, 1 - TV
-  (exact), the invariant rule's bound (1 - TV)/(1 + TV), and the invariant rule's acceptance
-  measured directly, P(Gumbel-max of p == Gumbel-max of q under shared noise), over 512 noise
-  draws per position;
-- both rules through the engine at fixed K, interleaved (maximal, invariant, then the other
-  order): per-draft acceptance (accepted / proposed), mean accepted length, and the ratio of
-  decode throughput invariant / maximal.
+- (``smollm`` only) along the target's own sampled text, per position, the processed rows p and q:
+  their total variation TV, the maximal rule's acceptance of one draft, 1 - TV (exact), the
+  invariant rule's bound (1 - TV)/(1 + TV), and the invariant rule's acceptance measured directly,
+  P(Gumbel-max of p == Gumbel-max of q under shared noise), over 512 noise draws per position;
+- the rules through the engine (maximal, invariant, block), interleaved in a rotating order per
+  repeat: per-draft acceptance (accepted / proposed), mean accepted length (tokens per round, the
+  correction or bonus counted), decode throughput, and block's mean accepted length minus
+  maximal's with a 95% confidence interval over the paired (prompt, repeat) runs (both rules read
+  the same seed on the same prompt).
 
 Not a test: it measures. Ratios come from runs side by side in one process.
 """
@@ -22,9 +27,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
-from statistics import mean
+from statistics import mean, stdev
 
 import torch
 
@@ -87,15 +91,26 @@ def position_figures(pipe: Pipeline, texts) -> dict:
     }
 
 
-def engine_figures(pipe: Pipeline, items, k: int, repeats: int) -> dict:
+RULES = ("maximal", "invariant", "block")
+
+
+def engine_figures(pipe: Pipeline, items, k, repeats: int) -> dict:
+    """Each rule through the engine, ``repeats`` times in a rotating order: totals, and per (prompt,
+    repeat) the request's mean accepted length (tokens per round)."""
     out = {
-        rule: {"accepted": 0, "proposed": 0, "rounds": 0, "emitted": 0, "time": 0.0}
-        for rule in ("maximal", "invariant")
+        rule: {"accepted": 0, "proposed": 0, "rounds": 0, "emitted": 0, "time": 0.0, "per_request": []}
+        for rule in RULES
     }
     for rep in range(repeats):
-        order = ("maximal", "invariant") if rep % 2 == 0 else ("invariant", "maximal")
+        order = RULES[rep % len(RULES) :] + RULES[: rep % len(RULES)]
         for rule in order:
-            run = pipe.with_options(dataclasses.replace(pipe.options, rule=rule)).run(items, k=k, record_log=False)
+            rounds: dict[str, list[int]] = {}
+
+            def count(state, emitted, rounds=rounds):
+                rounds.setdefault(state.request_id, []).append(len(emitted))
+
+            opts = dataclasses.replace(pipe.options, rule=rule)
+            run = pipe.with_options(opts).run(items, k=k, record_log=False, on_publish=count)
             s = run.stats
             o = out[rule]
             o["accepted"] += s.accepted
@@ -103,47 +118,73 @@ def engine_figures(pipe: Pipeline, items, k: int, repeats: int) -> dict:
             o["rounds"] += s.rounds
             o["emitted"] += s.emitted
             o["time"] += s.decode_time
-    for o in out.values():
-        o["draft_acceptance"] = o["accepted"] / o["proposed"]
+            o["per_request"] += [sum(rounds[it.request_id]) / len(rounds[it.request_id]) for it in items]
+    for rule in RULES:
+        o = out[rule]
+        o["draft_acceptance"] = o["accepted"] / max(o["proposed"], 1)
         o["mean_accepted_length"] = o["emitted"] / o["rounds"]
         o["tokens_per_s"] = o["emitted"] / o["time"]
-    out["speed_invariant_over_maximal"] = out["invariant"]["tokens_per_s"] / out["maximal"]["tokens_per_s"]
+    diffs = [b - m for b, m in zip(out["block"]["per_request"], out["maximal"]["per_request"])]
+    half = 1.96 * stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    out["block_minus_maximal"] = (mean(diffs), half)
     return out
+
+
+PAIRS = {
+    "smollm": ("embedded:smollm2-135m", "self:bf16", True),
+    "gemma-vocab": ("embedded:gemma-3-270m", "self:vocab=16384", True),
+    "gemma-default": ("embedded:gemma-3-270m", None, False),  # its default draft and -k auto
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default="smollm,gemma-vocab,gemma-default")
+    parser.add_argument("--ks", default="2,4,8")
+    parser.add_argument("--temperatures", default="0.7,1.0")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     items = [PromptItem(f"p{i}", text) for i, text in enumerate(PROMPTS)]
-    for name, temperature, top_p in SETTINGS:
-        options = GenerateOptions(
-            max_new_tokens=args.max_new_tokens, temperature=temperature, top_p=top_p, draft="self:bf16", seed=1
-        )
-        t0 = time.perf_counter()
-        pipe = Pipeline.build(options)
-        base = pipe.run(items, baseline=True, record_log=False)
-        texts = [(pipe.encode(it), r.tokens) for it, r in zip(items, base.results)]
-        pos = position_figures(pipe, texts)
-        eng = engine_figures(pipe, items, args.k, args.repeats)
-        print(f"\n== {name} (K = {args.k}, {pos['positions']} positions, {time.perf_counter() - t0:.0f} s)")
-        print(
-            f"  per position: mean TV {pos['mean_tv']:.3f}; one draft accepted: maximal 1 - TV = "
-            f"{pos['maximal_acceptance']:.3f}, invariant measured {pos['invariant_acceptance']:.3f} "
-            f"(bound (1 - TV)/(1 + TV) = {pos['invariant_bound']:.3f}; raced tokens miss at most "
-            f"{pos['excluded_mass']:.1e} of the mass)"
-        )
-        for rule in ("maximal", "invariant"):
-            o = eng[rule]
-            print(
-                f"  engine {rule:9s}: draft acceptance {o['draft_acceptance']:.3f}, mean accepted length "
-                f"{o['mean_accepted_length']:.2f}, {o['emitted']} tokens"
+    print("| pair | T | K | rule | draft acceptance | mean accepted length | tokens/s | speed / maximal |")
+    print("|---|---|---|---|---|---|---|---|")
+    notes = []
+    for pair in args.pairs.split(","):
+        target, draft, fixed_k = PAIRS[pair]
+        for temperature in map(float, args.temperatures.split(",")):
+            extra = {"draft": draft} if draft else {}
+            options = GenerateOptions(
+                target=target, max_new_tokens=args.max_new_tokens, temperature=temperature, seed=1, **extra
             )
-        print(f"  decode throughput invariant / maximal: {eng['speed_invariant_over_maximal']:.3f}")
+            pipe = Pipeline.build(options)
+            if pair == "smollm":
+                base = pipe.run(items, baseline=True, record_log=False)
+                texts = [(pipe.encode(it), r.tokens) for it, r in zip(items, base.results)]
+                pos = position_figures(pipe, texts)
+                notes.append(
+                    f"{pair} T={temperature}: {pos['positions']} positions, mean TV {pos['mean_tv']:.3f}; one draft "
+                    f"accepted: maximal 1 - TV = {pos['maximal_acceptance']:.3f}, invariant measured "
+                    f"{pos['invariant_acceptance']:.3f} (bound {pos['invariant_bound']:.3f})"
+                )
+            for k in map(int, args.ks.split(",")) if fixed_k else ["auto"]:
+                eng = engine_figures(pipe, items, k, args.repeats)
+                for rule in RULES:
+                    o = eng[rule]
+                    speed = o["tokens_per_s"] / eng["maximal"]["tokens_per_s"]
+                    print(
+                        f"| {pair} | {temperature} | {k} | {rule} | {o['draft_acceptance']:.3f} | "
+                        f"{o['mean_accepted_length']:.3f} | {o['tokens_per_s']:.1f} | {speed:.3f} |",
+                        flush=True,
+                    )
+                diff, half = eng["block_minus_maximal"]
+                notes.append(
+                    f"{pair} T={temperature} K={k}: block - maximal mean accepted length {diff:+.3f} +- {half:.3f}"
+                )
+    print()
+    for line in notes:
+        print(line)
 
 
 if __name__ == "__main__":
