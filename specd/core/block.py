@@ -1,6 +1,6 @@
 """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro and Suresh, "Block
 Verification Accelerates Speculative Decoding", ICLR 2025, Algorithm 2) as pure tensor functions
-over a round's packed rows (``specd.core.sampler.Rows``; shapes and p, q, d as defined there).
+over a round's packed rows (``specd.core.rows.Rows``; shapes and p, q, d as defined there).
 
 The drafts d_1..d_k are judged as a block. With p_i the target's row before d_i (p_{k+1}: after
 the last) and q_i the row d_i was drawn from (a lookup's: the point mass on d_i), define
@@ -37,14 +37,11 @@ the rows themselves (``exact_block_test``), so every test equals the exact rule'
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 import torch
 
 from specd.core.probability import residual_floor
-
-if TYPE_CHECKING:
-    from specd.core.sampler import Rows
+from specd.core.rows import Rows
 
 EPS = torch.finfo(torch.float64).eps
 RESIDUAL_CHUNK = 1 << 21  # row entries formed at once for the residual masses

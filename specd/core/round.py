@@ -26,8 +26,8 @@ from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, round_timing
+from specd.core.rows import Rows, row_starts, valid_positions
 from specd.core.rules import Rule
-from specd.core.sampler import Rows, row_starts, valid_positions
 from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
 from specd.core.state import RequestState
@@ -295,7 +295,7 @@ def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
 def round_rows(
     engine, active: Sequence[RequestState], verified: Sequence[Verified], proposal: Proposal, scratch: Scratch
 ) -> Rows:
-    """The round's rows for the rule (specd.core.sampler.Rows), packed: the target's processed rows
+    """The round's rows for the rule (specd.core.rows.Rows), packed: the target's processed rows
     (request b's k_b + 1 rows, each at its own logical prefix: the target policy's processor state
     advanced over the drafts before it), or when the target policy is greedy only their argmax ids;
     q as the draft models drew it (a lookup's drafts are ids); the drafts and their q rows by request.

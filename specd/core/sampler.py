@@ -1,16 +1,8 @@
 """The exact accept/reject/correction rule as pure, batched tensor functions.
 
-This module is the rule's only home. A round's rows are packed (``Rows``): the tensors
-sized by the vocabulary hold only the rows that exist, never B x K_max of them. Shapes
-(B requests, request b with k_b drafts, K = the most drafts of any request, R = the sum
-of k_b + 1, R_q the rows a draft model drew from, V the vocabulary):
+This module is the rule's only home. A round's rows are packed (``specd.core.rows.Rows``,
+where p, q, q_index, draft and k_lens and their shapes are defined), and the rule reads
 
-    p          float[R, V]       the target's processed rows, request b's p_1..p_{k_b+1} from p_start[b]
-    q          float[R_q, V]     the draft's processed rows that sampled model drafts (a lookup has none)
-    q_index    int64[B, K]       each draft's row of q; -1: a point mass on the draft (q(d) = 1: a
-                                 lookup's) or padding past k_b
-    draft      int64[B, K]       proposed tokens d_1..d_k, -1 past k_b
-    k_lens     int64[B]          drafts per request (0 is a plain target step)
     accept_u   float64[B, K]     acceptance uniforms U_i in [0, 1)
     terminal_u float64[B]        one uniform for the correction/bonus draw
 
@@ -45,92 +37,8 @@ import torch
 from specd.core import block
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
+from specd.core.rows import Rows, valid_positions
 from specd.errors import ImpossibleProposal
-
-
-def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
-    """k_lens int64[B] -> bool[B, K]: True where a draft exists."""
-    return torch.arange(k_max, device=k_lens.device).unsqueeze(0) < k_lens.unsqueeze(1)
-
-
-def row_starts(k_lens: torch.Tensor) -> torch.Tensor:
-    """k_lens int64[B] -> where each request's k_b + 1 target rows begin in the packed p, int64[B]."""
-    return torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
-
-
-@dataclass(frozen=True)
-class Rows:
-    """A round's rows, packed (shapes and terms in the module docstring). ``p`` is None where the
-    target's tokens are decided without its rows (greedy: the argmax ids ``target_argmax``, int64[B, K+1],
-    0 past a request's k_b + 1, stand for them)."""
-
-    p: torch.Tensor | None  # float[R, V]
-    p_start: torch.Tensor | None  # int64[B]
-    q: torch.Tensor  # float[R_q, V]
-    q_index: torch.Tensor  # int64[B, K]
-    draft: torch.Tensor  # int64[B, K]
-    k_lens: torch.Tensor  # int64[B]
-    vocab: int
-    target_argmax: torch.Tensor | None = None  # int64[B, K+1]: a greedy target's argmax ids (p None)
-
-    @classmethod
-    def dense(cls, p: torch.Tensor | None, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor) -> Rows:
-        """Pack padded rows (p float[B, K+1, V] or None, q float[B, K, V]; rows past k_b + 1 and k_b
-        ignored): the form tests and the sampler protocol use."""
-        b, k_max = draft.shape
-        valid = valid_positions(k_lens, k_max)
-        q_index = torch.full((b, k_max), -1, dtype=torch.int64, device=draft.device)
-        q_index[valid] = torch.arange(int(valid.sum()), device=draft.device)
-        p_packed = p_start = None
-        if p is not None:
-            p_packed = p[valid_positions(k_lens + 1, k_max + 1)]
-            p_start = row_starts(k_lens)
-        return cls(p_packed, p_start, q[valid], q_index, draft, k_lens, q.shape[-1])
-
-    def valid(self) -> torch.Tensor:
-        """bool[B, K]: True where a draft exists."""
-        return valid_positions(self.k_lens, self.draft.shape[1])
-
-    def target(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(p, p_start): the target's packed rows, which a greedy round's Rows does not hold."""
-        if self.p is None or self.p_start is None:
-            raise TypeError("these rows hold the target's argmax ids, not its rows p")
-        return self.p, self.p_start
-
-    def p_at(self, positions: torch.Tensor) -> torch.Tensor:
-        """int64[B] (0-based, at most k_b) -> p_{position+1} of each request, float[B, V]."""
-        p, start = self.target()
-        return p[start + positions]
-
-    def p_draft(self) -> torch.Tensor:
-        """p_i(d_i) per draft, float[B, K] (0 at padding)."""
-        k_max = self.draft.shape[1]
-        p, start = self.target()
-        index = (start.unsqueeze(1) + torch.arange(k_max, device=self.draft.device)).clamp(max=len(p) - 1)
-        picked = p[index, self.draft.clamp_min(0)] if k_max else p.new_zeros(len(self.k_lens), 0)
-        return torch.where(self.valid(), picked, torch.zeros_like(picked))
-
-    def q_draft(self, dtype: torch.dtype) -> torch.Tensor:
-        """q_i(d_i) per draft, float[B, K]: 1 for a point mass, 0 at padding."""
-        model = self.q_index >= 0
-        picked = torch.ones(self.draft.shape, dtype=dtype, device=self.draft.device)
-        if len(self.q):
-            rows = self.q[self.q_index.clamp_min(0), self.draft.clamp_min(0)].to(dtype)
-            picked = torch.where(model, rows, picked)
-        return torch.where(self.valid(), picked, torch.zeros_like(picked))
-
-    def q_at(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """int64[B] (0-based, below K) -> q_{position+1} of each request, float[B, V]: its model row,
-        the point mass on its draft, or zeros where the request has no draft there."""
-        b = torch.arange(len(positions), device=positions.device)
-        index, token = self.q_index[b, positions], self.draft[b, positions]
-        out = torch.zeros(len(positions), self.vocab, dtype=dtype, device=positions.device)
-        model = index >= 0
-        if bool(model.any()):
-            out[model] = self.q[index[model]].to(dtype)
-        point = ~model & (token >= 0)
-        out[point, token[point]] = 1.0
-        return out
 
 
 def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,12 @@ def calls_of(names: set[str]) -> list[tuple[str, str]]:
 
 # Besides the rules, the oracle's adapter puts a RejectionSampler under the protocol every sampler
 # is checked through (verify-oracle --sampler, dtype edges); it decides nothing for a run.
-ORACLE_ADAPTER = [("oracles/samplers.py", "rule_sampler"), ("oracles/samplers.py", "sampler")]
+# A lab variant that reads the rows at the wrong temperature wraps the rule's own decision.
+ORACLE_ADAPTER = [
+    ("oracles/samplers.py", "rule_sampler"),
+    ("oracles/samplers.py", "sampler"),
+    ("oracles/lab_shipped.py", "decide"),
+]
 
 
 def test_the_round_decides_once_through_its_rule_and_only_rules_call_the_math():

@@ -2,7 +2,7 @@
 
 A rule is what ``speculative_round`` calls once per round to decide every request's
 accepted prefix A and its terminal token (the correction at the first rejection, or
-the bonus after k accepted drafts), over the round's packed rows (``specd.core.sampler.Rows``).
+the bonus after k accepted drafts), over the round's packed rows (``specd.core.rows.Rows``).
 It says what it reads and how a model draft must draw for it:
 
 - ``decide(rows, states, draws) -> Decision``: the decision for the batch, its terminal tokens set. ``draws`` are the
