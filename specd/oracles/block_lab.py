@@ -10,9 +10,8 @@ import torch
 
 from specd.core import block
 from specd.core.sampler import RejectionSampler
-from specd.oracles.exact import target_joint
 from specd.oracles.fixture import LAB_MAX_K, LAB_MAX_VOCAB, OracleConfig, build_rig
-from specd.oracles.lab import Variant, _catch
+from specd.oracles.lab import Variant, lab_family
 from specd.oracles.rig import ngram_rig
 
 
@@ -89,20 +88,6 @@ def run_block_lab(cfg: OracleConfig) -> list[dict]:
     case = replace(cfg, vocab=max(cfg.vocab, LAB_MAX_VOCAB), k=max(cfg.k, LAB_MAX_K), horizon=None)
     base = build_rig(case, lab=True).but(rule="block")
     horizon = base.k + 1
-    results = []
-    for prefix, rig in (("block/", base), ("block/ngram/", ngram_rig(base))):
-        reference = target_joint(rig, horizon)
-        for variant in BLOCK_VARIANTS:
-            if prefix == "block/ngram/" and variant.name in SAME_FOR_LOOKUPS:
-                continue
-            caught, by, detail = _catch(variant.build(rig), horizon, reference, cfg.seed)
-            results.append(
-                {
-                    "variant": prefix + variant.name,
-                    "description": variant.description,
-                    "caught": caught,
-                    "caught_by": by,
-                    "detail": detail,
-                }
-            )
-    return results
+    lookup = [v for v in BLOCK_VARIANTS if v.name not in SAME_FOR_LOOKUPS]
+    model_rows = lab_family("block/", base, BLOCK_VARIANTS, horizon, cfg.seed)
+    return model_rows + lab_family("block/ngram/", ngram_rig(base), lookup, horizon, cfg.seed)

@@ -391,7 +391,7 @@ def run_lab(cfg: OracleConfig, variants: tuple[Variant, ...] | None = None, fami
     variants; ``variants``: these instead, on the families named in ``families`` ("" the model draft)."""
     base = build_rig(cfg, lab=True)
     horizon = base.k + 1
-    results = []
+    results: list[dict] = []
     rigs = {
         "": (base, VARIANTS),
         "ngram/": (ngram_rig(base), NGRAM_VARIANTS),
@@ -400,19 +400,19 @@ def run_lab(cfg: OracleConfig, variants: tuple[Variant, ...] | None = None, fami
     }
     for prefix in families or rigs:
         rig, variants_here = rigs[prefix]
-        reference = target_joint(rig, horizon)
-        for variant in variants or variants_here:
-            caught, by, detail = _catch(variant.build(rig), horizon, reference, cfg.seed)
-            results.append(
-                {
-                    "variant": prefix + variant.name,
-                    "description": variant.description,
-                    "caught": caught,
-                    "caught_by": by,
-                    "detail": detail,
-                }
-            )
+        results += lab_family(prefix, rig, variants or variants_here, horizon, cfg.seed)
     return results
+
+
+def lab_family(prefix: str, rig: Rig, variants, horizon: int, seed: int) -> list[dict]:
+    """Each variant built on ``rig`` and put to the checks: one report row each, named prefix + name."""
+    reference = target_joint(rig, horizon)
+    rows = []
+    for variant in variants:
+        caught, by, detail = _catch(variant.build(rig), horizon, reference, seed)
+        row = {"variant": prefix + variant.name, "description": variant.description, "caught": caught}
+        rows.append({**row, "caught_by": by, "detail": detail})
+    return rows
 
 
 def _catch(rig: Rig, horizon: int, reference, seed: int) -> tuple[bool, str | None, str]:

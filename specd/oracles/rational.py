@@ -34,9 +34,9 @@ class RationalTable:
         return self._rows[prefix]
 
 
-def rational_speculative_joint(p: RationalTable, q: RationalTable, prompt, k: int, horizon: int) -> dict:
-    """One speculative round with k drafts, completed by the target chain to ``horizon``."""
-    out: dict = {}
+def completer(p: RationalTable, prompt, horizon: int, out: dict):
+    """add(prefix, mass): ``prefix`` emitted with ``mass``, completed by the target chain to ``horizon``
+    (each sequence's mass summed into ``out``)."""
 
     def add(prefix: tuple[int, ...], mass: Fraction) -> None:
         if len(prefix) >= horizon:
@@ -46,12 +46,18 @@ def rational_speculative_joint(p: RationalTable, q: RationalTable, prompt, k: in
             if px:
                 add(prefix + (x,), mass * px)
 
+    return add
+
+
+def rational_speculative_joint(p: RationalTable, q: RationalTable, prompt, k: int, horizon: int) -> dict:
+    """One speculative round with k drafts, completed by the target chain to ``horizon``."""
+    out: dict = {}
+    add = completer(p, prompt, horizon, out)
+
     def draft(path: tuple[int, ...], mass: Fraction) -> None:
         i = len(path)
         if i == k:
-            for x, px in enumerate(p(prompt + path)):  # all accepted: bonus from p_{k+1}
-                if px:
-                    add(path + (x,), mass * px)
+            add(path, mass)  # all accepted: the bonus from p_{k+1} is the chain's next token
             return
         qi, pi = q(prompt + path), p(prompt + path)
         for d, qd in enumerate(qi):
@@ -82,15 +88,8 @@ def rational_block_joint(p: RationalTable, q: RationalTable, prompt, k: int, hor
     """One block-verified round with k drafts (every draft path from q, every accepted length A with
     its mass, the terminal from its law), completed by the target chain to ``horizon``."""
     out: dict = {}
+    add = completer(p, prompt, horizon, out)
     one = Fraction(1)
-
-    def add(prefix: tuple[int, ...], mass: Fraction) -> None:
-        if len(prefix) >= horizon:
-            out[prefix[:horizon]] = out.get(prefix[:horizon], 0) + mass
-            return
-        for x, px in enumerate(p(prompt + prefix)):
-            if px:
-                add(prefix + (x,), mass * px)
 
     def draft(path: tuple[int, ...], mass: Fraction) -> None:
         if len(path) < k:

@@ -7,7 +7,7 @@ import gc
 import time
 from contextlib import contextmanager
 
-from specd.errors import SamplerFailed
+from specd.errors import SamplerFailed, UsageError
 from specd.oracles import sampler_checks as sc
 from specd.oracles.block_checks import block_checks
 from specd.oracles.block_lab import run_block_lab
@@ -23,6 +23,7 @@ from specd.oracles.samplers import load_sampler
 
 SCHEMA = "specd.verify-oracle/v1"
 RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups
+SAMPLER_RULES = {"maximal": "maximal", "both": "maximal", "block": "block"}  # --sampler's --rule
 
 
 SEQUENCE_TABLE_LIMIT = 32
@@ -132,8 +133,13 @@ def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
         t_start = time.perf_counter()
         sampler = load_sampler(spec)
         # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
-        # dtype_edges and the degenerate cases, the two decide alike)
-        rule = "block" if cfg.rule == "block" else "maximal"
+        # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter
+        if cfg.rule not in SAMPLER_RULES:
+            raise UsageError(
+                f"--sampler checks a sampler against one rule: --rule maximal or block, not {cfg.rule} "
+                "(the invariant rule has no sampler protocol)"
+            )
+        rule = SAMPLER_RULES[cfg.rule]
         tokens = None
         counterexample = None
         try:

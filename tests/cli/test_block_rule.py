@@ -43,3 +43,20 @@ def test_resuming_a_file_written_under_another_rule_is_refused_and_the_file_kept
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "rule" in err and "maximal" in err and "block" in err
     assert out.read_bytes() == before
+
+
+def test_verify_oracle_sampler_under_the_block_rule_bad_inputs(tmp_path, monkeypatch, capsys):
+    """A sampler that raises fails its check (exit 1, named); --rule invariant or all with --sampler is
+    one line and exit 2 (the invariant rule has no sampler protocol)."""
+    (tmp_path / "raising_block.py").write_text("def sample(*args):\n    raise RuntimeError('not today')\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(
+        ["verify-oracle", "--sampler", "raising_block:sample", "--rule", "block", "--json"], capsys
+    )
+    doc = json.loads(out)
+    assert code == 1 and not doc["passed"] and "raised" in doc["findings"] and doc["config"]["rule"] == "block"
+    for rule in ("invariant", "all"):
+        code, out, err = run_cli(["verify-oracle", "--sampler", "specd", "--rule", rule], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "maximal or block" in err
+    code, out, err = run_cli(["verify-oracle", "--sampler", "specd-block", "--rule", "block", "--vocab", "3"], capsys)
+    assert code == 0, err
