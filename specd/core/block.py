@@ -142,15 +142,19 @@ def exact_block_test(eta: float, rows: Rows, b: int, i: int) -> bool:
             return [Fraction(int(x == token)) for x in range(rows.vocab)]
         return [Fraction(x) for x in rows.q[index].to(torch.float64).tolist()]
 
+    def q_at(j: int, d: int) -> Fraction:
+        index = int(rows.q_index[b, j])
+        return Fraction(1) if index < 0 else Fraction(float(rows.q[index, d]))
+
     rho = Fraction(1)
-    for j in range(i + 1):
+    for j in range(i + 1):  # only the drafts' entries: whole rows only for the residual below
         d = int(rows.draft[b, j])
-        rho = min(Fraction(1), rho * p_row(j)[d] / q_row(j)[d])
+        rho = min(Fraction(1), rho * Fraction(float(p[first + j, d])) / q_at(j, d))
     u = Fraction(eta)
     if i == k - 1:
         return u < rho
     if rho == 1:  # h = Z / Z = 1, and 1 at Z = 0 too (then p_{i+2} = q_{i+2}: nothing to correct)
-        return True
+        return u < 1
     z = sum((max(Fraction(0), rho * a - c) for a, c in zip(p_row(i + 1), q_row(i + 1))), Fraction(0))
     return u * (z + 1 - rho) < z
 

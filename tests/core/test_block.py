@@ -191,3 +191,29 @@ def test_every_acceptance_uniform_of_the_block_is_read():
     """A is the longest passed prefix: a failed test before a passed one does not stop it."""
     passed = torch.tensor([[False, True, False], [True, False, False], [False, False, False]])
     assert block.longest_passed(passed).tolist() == [2, 1, 0]
+
+
+def test_inner_thresholds_are_decided_exactly_at_and_beside_h():
+    """eta at the float nearest h_1 and one float step either side: the batched test (which falls
+    back to rationals near h) and the rational test agree with h computed in Fractions."""
+    gen = torch.Generator().manual_seed(11)
+    p = random_rows(gen, 3, 4)
+    q = random_rows(gen, 2, 4)
+    first = int((q[0] - p[0]).argmax())  # p(d_1) < q(d_1): rho_1 < 1, h_1 strictly inside (0, 1)
+    drafts = [first, 2]
+    rows = Rows(p, torch.tensor([0]), q, torch.tensor([[0, 1]]), torch.tensor([drafts]), torch.tensor([2]), 4)
+    p_rows = [[Fraction(x) for x in r.tolist()] for r in p]
+    q_rows = [[Fraction(x) for x in r.tolist()] for r in q]
+    h1 = thresholds_of(p_rows, q_rows, tuple(drafts))[0]
+    at = torch.tensor(float(h1), dtype=torch.float64)
+    for eta in (
+        torch.nextafter(at, torch.tensor(0.0, dtype=torch.float64)),
+        at,
+        torch.nextafter(at, torch.tensor(1.0, dtype=torch.float64)),
+    ):
+        expected = Fraction(float(eta)) < h1
+        assert block.exact_block_test(float(eta), rows, 0, 0) is expected
+        rho = block.prefix_ratios(rows.p_draft(), rows.q_draft(torch.float64), rows.valid())
+        num, den = block.thresholds(rho, block.residual_masses(rows, rho), rows.k_lens)
+        eta_row = torch.tensor([[float(eta), 0.999]], dtype=torch.float64)
+        assert bool(block.block_tests(eta_row, num, den, rows)[0, 0]) is expected
