@@ -60,3 +60,21 @@ def test_verify_oracle_sampler_under_the_block_rule_bad_inputs(tmp_path, monkeyp
         assert code == 2 and len(err.strip().splitlines()) == 1 and "maximal or block" in err
     code, out, err = run_cli(["verify-oracle", "--sampler", "specd-block", "--rule", "block", "--vocab", "3"], capsys)
     assert code == 0, err
+
+
+def test_trace_run_and_sweep_k_measure_run_under_the_block_rule(tiny_models, capsys, tmp_path):
+    log = tmp_path / "log.jsonl"
+    pair = ["--target", tiny_models[0], "--draft", tiny_models[1], "--temperature", "0.9", "--rule", "block"]
+    code, _, err = run_cli(
+        ["trace", "run", *pair, "-k", "3", "--max-new-tokens", "8", "-p", "hi", "--trace", str(log)], capsys
+    )
+    assert code == 0, err
+    header = json.loads(log.read_text().splitlines()[0])
+    assert header["manifest"]["rule"] == "block"
+    out_csv = tmp_path / "measured.csv"
+    # sweep-k --measure samples only where the target's generation_config asks (these models: greedy)
+    models = ["--target", tiny_models[0], "--draft", tiny_models[1], "--rule", "block"]
+    args = ["sweep-k", "--measure", *models, "--k", "1,2", "--batch", "1", "--max-new-tokens", "6", "--repeats", "1"]
+    code, _, err = run_cli([*args, "--out", str(out_csv)], capsys)
+    assert code == 0, err
+    assert out_csv.read_text().count("\n") >= 3  # a header and a row per K
