@@ -80,7 +80,7 @@ class Temperature(Processor):
 
     def apply_into(self, raw, states, out):
         if raw.dtype != out.dtype:  # divide in out's precision, as a converted copy would
-            return self.apply_(out.copy_(raw), states)
+            return super().apply_into(raw, states, out)
         return torch.div(raw, self.temperature, out=out)  # the same quotients as raw / T, written once
 
 

@@ -108,7 +108,7 @@ def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
     kv_keep = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(rows))
     # Streams advance over the draws the rule read for what was emitted (unread ones are read next round).
     correction = stop.terminal_emitted and not is_bonus
-    reached = rule.tests_read(len(txn.drafts), stop.accepted_emitted, correction) if rule.reads_streams else 0
+    reached = rule.tests_read(len(txn.drafts), stop.accepted_emitted, correction)  # 0 for a rule that reads none
     rng = start.rng.advance_all(txn.proposal_draws, reached, 1 if stop.terminal_emitted and rule.reads_streams else 0)
     target_proc = txn.stage_processor(start.target_proc, stop.emitted)
     outcome = RoundOutcome(

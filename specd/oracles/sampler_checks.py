@@ -136,12 +136,10 @@ def round_calls(rows, prompt, vocab: int, k: int, tokens: bool, exact: bool, rul
             (path + (x,), mass * qx) for path, mass in paths for x, qx in enumerate(rows.q(prompt + path)) if qx > 0
         ]
     calls = []
-    for node, full, found in _branches(rows, prompt, k, one, [path for path, _ in paths], rule):
+    for node, full, p_rows, q_rows, found in _branches(rows, prompt, k, one, [path for path, _ in paths], rule):
         intervals, factor, law, accepted = found
-        p_rows = [rows.p(prompt + full[:i]) for i in range(k + 1)]
-        q_rows = [rows.q(prompt + full[:i]) for i in range(k)]
         q_mass = one
-        for i, d in enumerate(full if rule == "block" else node):  # block reads every draft's test
+        for i, d in enumerate(node):  # the drafts whose tests the branch reads (block: all of them)
             q_mass *= q_rows[i][d]
         mass = q_mass * factor
         total = sum(law)
@@ -158,9 +156,9 @@ def round_calls(rows, prompt, vocab: int, k: int, tokens: bool, exact: bool, rul
 
 
 def _branches(rows, prompt, k: int, one, paths: list, rule: str):
-    """(the drafts the branch's tests read, the full path, (intervals, mass, law, A)) for every branch
-    of one round with a mass: per path, the first rejection at each position and the bonus
-    (token-wise), or every A (block: all k tests read)."""
+    """(the drafts the branch's tests read, the full path, its p and q rows, (intervals, mass, law, A))
+    for every branch of one round with a mass: per path, the first rejection at each position and
+    the bonus (token-wise), or every A (block: all k tests read)."""
     out, seen = [], set()
     for full in paths:
         p_rows = [rows.p(prompt + full[:i]) for i in range(k + 1)]
@@ -169,7 +167,7 @@ def _branches(rows, prompt, k: int, one, paths: list, rule: str):
             for accepted in range(k + 1):
                 found = block_branch(p_rows, q_rows, full, accepted, one)
                 if found is not None:
-                    out.append((full, full, (*found, accepted)))
+                    out.append((full, full, p_rows, q_rows, (*found, accepted)))
             continue
         for j in range(1, k + 1):  # first rejection at draft j: once per drafted prefix
             if full[:j] in seen:
@@ -177,10 +175,10 @@ def _branches(rows, prompt, k: int, one, paths: list, rule: str):
             seen.add(full[:j])
             found = branch(p_rows, q_rows, full[:j], True, one)
             if found is not None:
-                out.append((full[:j], full, (*found, j - 1)))
+                out.append((full[:j], full, p_rows, q_rows, (*found, j - 1)))
         found = branch(p_rows, q_rows, full, False, one)
         if found is not None:
-            out.append((full, full, (*found, k)))
+            out.append((full, full, p_rows, q_rows, (*found, k)))
     return out
 
 
