@@ -15,7 +15,7 @@ packed rows for the rule.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -158,10 +158,26 @@ def decode(
     on_finish: Callable[[RequestState], None] | None = None,
     stop_strings: StopStrings | None = None,
 ) -> RunResult:
-    """Rounds until every submitted request has finished, at most ``batch_size`` decoding at
-    once. After each published round a request whose text now holds one of ``stop_strings``
-    ends (finish reason "stop_string"), then on_publish(state, emitted); on_finish(state) once
-    per request, as it finishes."""
+    """Rounds until every submitted request has finished (``decode_events``, its events as callbacks):
+    on_publish(state, emitted) after each request's published round, on_finish(state) once per
+    request, as it finishes."""
+    for finished, state, emitted in decode_events(session, batch_size, stop_strings):
+        if finished:
+            if on_finish is not None:
+                on_finish(state)
+        elif on_publish is not None:
+            on_publish(state, emitted)
+    return session.result()
+
+
+def decode_events(
+    session: DecodeSession, batch_size: int | None = None, stop_strings: StopStrings | None = None
+) -> Iterator[tuple[bool, RequestState, tuple[int, ...]]]:
+    """Rounds until every submitted request has finished, at most ``batch_size`` decoding at once,
+    as events: (False, state, emitted) after each request's published round, (True, state, ())
+    once per request, as it finishes. After a published round a request whose text now holds one
+    of ``stop_strings`` ends (finish reason "stop_string") before its event. A consumer that stops
+    early leaves the unfinished requests where their last round left them."""
     while True:
         session.fill(batch_size)
         if session.done:
@@ -170,15 +186,11 @@ def decode(
             state = session.store.get(outcome.request_id)
             if stop_strings is not None and stop_strings.push(state.request_id, outcome.emitted):
                 state = session.finish(state.request_id, "stop_string")
-            if on_publish is not None:
-                on_publish(state, outcome.emitted)
+            yield False, state, outcome.emitted
         for state in session.take_finished():
-            if on_finish is not None:
-                on_finish(state)
+            yield True, state, ()
     for state in session.take_finished():  # requests that finished at admission (zero budget)
-        if on_finish is not None:
-            on_finish(state)
-    return session.result()
+        yield True, state, ()
 
 
 class RoundClock:

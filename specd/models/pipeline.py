@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -22,7 +22,7 @@ from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.records import RunResult
-from specd.core.round import decode
+from specd.core.round import decode_events
 from specd.core.session import RequestLog
 from specd.core.sources import SourceSet
 from specd.core.state import History, Request, RequestState
@@ -34,7 +34,7 @@ from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM, logit_width
-from specd.models.loading import load, resolve_device, resolve_dtype, weights_digest
+from specd.models.loading import Loaded, load, resolve_device, resolve_dtype, weights_digest
 from specd.models.model_facts import context_length, eos_ids
 from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOptions, parse_max_memory
 from specd.models.policies import controls, policies
@@ -76,6 +76,14 @@ class RequestResult:
 
 
 @dataclass(frozen=True)
+class TextDelta:
+    """New text of one request, as a published round completes it (stop strings applied)."""
+
+    request_id: str
+    text: str
+
+
+@dataclass(frozen=True)
 class GenerationRun:
     mode: str  # TARGET_ONLY | SPECULATIVE
     results: tuple[RequestResult, ...]
@@ -86,6 +94,23 @@ class GenerationRun:
     @property
     def stats(self):
         return self.result.stats
+
+    def stats_dict(self) -> dict:
+        """The run's statistics as ``generate --json`` reports them (its ``stats`` entry for this mode)."""
+        return {**self.stats.as_dict(), "wall_time_s": self.wall_time}
+
+
+def speedup(target_only: GenerationRun, speculative: GenerationRun) -> float:
+    """Decode time per token, target-only over speculative (0.0 when either emitted nothing)."""
+    b, s = target_only.stats, speculative.stats
+    if not b.emitted or not s.emitted or s.decode_time <= 0:
+        return 0.0
+    return (b.decode_time / b.emitted) / (s.decode_time / s.emitted)
+
+
+def identical(target_only: GenerationRun, speculative: GenerationRun) -> bool:
+    """Did target-only and speculative decoding emit the same tokens for every prompt?"""
+    return [r.tokens for r in target_only.results] == [r.tokens for r in speculative.results]
 
 
 @dataclass(frozen=True)
@@ -110,9 +135,15 @@ class Pipeline:
 
     @classmethod
     def build(
-        cls, opts: GenerateOptions, with_draft: bool = True, report: Callable[[str], None] | None = None
+        cls,
+        opts: GenerateOptions,
+        with_draft: bool = True,
+        report: Callable[[str], None] | None = None,
+        given: Mapping[str, Loaded] | None = None,
     ) -> Pipeline:
-        """Load target (and draft), admit their tokenizers, build both policies."""
+        """Load target (and draft), admit their tokenizers, build both policies. ``given``: "target"
+        and/or "draft" already in memory (``loading.in_memory``), used instead of loading them."""
+        given = given or {}
         device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
@@ -134,13 +165,15 @@ class Pipeline:
         checked = None  # N against the vocabulary, and the table against the tokenizer: before any weights load
         if shared:
             checked = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
-        target = load(opts.target, opts.target_gguf, dtype, device, **placement)
+        target = given.get("target") or load(opts.target, opts.target_gguf, dtype, device, **placement)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
             target.name = embedded.label
         model_spec = next((spec for spec in specs if spec.needs_model), None)
-        loaded_draft = load(model_spec.value, opts.draft_gguf, dtype, device, **placement) if model_spec else None
+        loaded_draft = None
+        if model_spec is not None:
+            loaded_draft = given.get("draft") or load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
         target_lm, draft_lm, space = adapters(target, loaded_draft)
         tok = target.tokenizer
         eos = eos_ids(target.model, tok)
@@ -274,6 +307,40 @@ class Pipeline:
         on_publish(state, emitted) follows every published round (progress); on_finish(result,
         log) is called once per request, as it finishes, with its acceptance log.
         """
+        events = self.stream(
+            items,
+            baseline=baseline,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            record_log=record_log,
+            batch_size=batch_size,
+            texts=on_text is not None,
+            on_publish=on_publish,
+            on_finish=on_finish,
+        )
+        while True:
+            try:
+                delta = next(events)
+            except StopIteration as done:
+                return done.value
+            if on_text is not None:
+                on_text(delta.request_id, delta.text)
+
+    def stream(
+        self,
+        items: Sequence[PromptItem],
+        *,
+        baseline: bool = False,
+        k: int | str | None = None,
+        max_new_tokens: int | None = None,
+        record_log: bool = True,
+        batch_size: int | None = None,
+        texts: bool = True,
+        on_publish: Callable[[RequestState, tuple[int, ...]], None] | None = None,
+        on_finish: Callable[[RequestResult, RequestLog], None] | None = None,
+    ) -> Generator[TextDelta, None, GenerationRun]:
+        """``run`` as a generator: yields each request's new text (with ``texts``) as its rounds publish
+        it, stop strings applied, and returns the run (the value of its StopIteration)."""
         budget = self.options.max_new_tokens if max_new_tokens is None else max_new_tokens
         requests, notes = self.requests(items, budget)
         together = min(batch_size or len(requests), len(requests)) or 1
@@ -284,28 +351,40 @@ class Pipeline:
         t0 = time.perf_counter()
         session = engine.start()
         session.submit(requests)
-        shown = {r.request_id: 0 for r in requests}
+        sent = {r.request_id: "" for r in requests}  # the text each request's deltas have carried
 
-        def published(state: RequestState, emitted: tuple[int, ...]) -> None:
-            if on_text is not None:
-                text = stops.text(state.request_id, state.finished)
-                if len(text) > shown[state.request_id]:
-                    on_text(state.request_id, text[shown[state.request_id] :])
-                    shown[state.request_id] = len(text)
+        def delta(request_id: str, text: str) -> TextDelta | None:
+            if len(text) <= len(sent[request_id]) or not text.startswith(sent[request_id]):
+                return None
+            new, sent[request_id] = text[len(sent[request_id]) :], text
+            return TextDelta(request_id, new)
+
+        events = decode_events(session, batch_size, stops if stops.stops or texts else None)
+        for finished, state, emitted in events:
+            if finished:
+                item = by_id[state.request_id]
+                text, tokens = stops.cut(state.request_id, state.new_tokens)
+                result = RequestResult(
+                    item.request_id,
+                    item.tag,
+                    item.text,
+                    state.prompt_len,
+                    text,
+                    tokens,
+                    state.finish_reason,
+                    state.history,
+                )
+                results[item.request_id] = result
+                if on_finish is not None:
+                    on_finish(result, session.pop_log(state.request_id))
+                if texts and (last := delta(state.request_id, text)):  # a last character held back as incomplete
+                    yield last
+                continue
+            if texts and (new := delta(state.request_id, stops.text(state.request_id, state.finished))):
+                yield new
             if on_publish is not None:
                 on_publish(state, emitted)
-
-        def finished(state: RequestState) -> None:
-            item = by_id[state.request_id]
-            text, tokens = stops.cut(state.request_id, state.new_tokens)
-            result = RequestResult(
-                item.request_id, item.tag, item.text, state.prompt_len, text, tokens, state.finish_reason, state.history
-            )
-            results[item.request_id] = result
-            if on_finish is not None:
-                on_finish(result, session.pop_log(state.request_id))
-
-        run_result = decode(session, published, batch_size, finished, stops if stops.stops or on_text else None)
+        run_result = session.result()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0

@@ -75,7 +75,7 @@ ROUND_WRITES = {
         ("core/session.py", "finish"),
     ],
     "staged": [("core/round.py", "stage")],
-    "finish": [("core/round.py", "decode")],
+    "finish": [("core/round.py", "decode_events")],
 }
 
 
