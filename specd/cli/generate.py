@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from specd.api.pair import warm_up
 from specd.cli.common import print_json, stderr, stdout
 from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table, stats_table
@@ -19,7 +20,7 @@ from specd.errors import printable
 from specd.files import is_stdout
 from specd.models.distributed import connect, run_on_ray
 from specd.models.options import GenerateOptions
-from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline
+from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline, identical, speedup
 from specd.models.prompts import prompt_items
 from specd.models.results import PromptSetFiles
 
@@ -60,7 +61,7 @@ def execute(options, run: RunArgs) -> None:
         if run.ray is not None:
             runs[TARGET_ONLY if run.baseline else SPECULATIVE] = _run_on_ray(pipe, options, items, run, files)
         elif run.compare:
-            _warm_up(pipe, items)
+            warm_up(pipe, items)
             runs[TARGET_ONLY] = _run(pipe, items, True, False, run.json, batch_size)
             runs[SPECULATIVE] = _run(pipe, items, False, run.trace is not None, run.json, batch_size, files)
         else:
@@ -100,9 +101,10 @@ def _render(pipe: Pipeline, runs: dict, main_run: GenerationRun, run: RunArgs, f
     console.print(policy_table(pipe.sampling_doc(baseline=run.baseline)))
     console.print(stats_table({name: r.stats for name, r in runs.items()}))
     if run.compare:
-        same = _identical(runs)
+        same = identical(runs[TARGET_ONLY], runs[SPECULATIVE])
+        ratio = speedup(runs[TARGET_ONLY], runs[SPECULATIVE])
         console.print(
-            f"speedup (decode time per token, target-only / speculative): [bold]{_speedup(runs):.2f}x[/]"
+            f"speedup (decode time per token, target-only / speculative): [bold]{ratio:.2f}x[/]"
             + (f"; outputs identical: {same}" if pipe.target_policy.greedy else "")
         )
 
@@ -170,25 +172,6 @@ def _run_on_ray(pipe: Pipeline, options, items, run: RunArgs, files) -> Generati
     return GenerationRun(mode, tuple(out.results), engine, time.perf_counter() - t0, tuple(out.notes))
 
 
-def _warm_up(pipe: Pipeline, items) -> None:
-    """One short run of each mode first, so neither timed run pays one-time costs."""
-    short = min(4, pipe.options.max_new_tokens)
-    pipe.run(items[:1], baseline=True, max_new_tokens=short, record_log=False)
-    pipe.run(items[:1], max_new_tokens=short, record_log=False)
-
-
-def _speedup(runs: dict[str, GenerationRun]) -> float:
-    b, s = runs[TARGET_ONLY].stats, runs[SPECULATIVE].stats
-    if not b.emitted or not s.emitted or s.decode_time <= 0:
-        return 0.0
-    return (b.decode_time / b.emitted) / (s.decode_time / s.emitted)
-
-
-def _identical(runs: dict[str, GenerationRun]) -> bool:
-    """Did target-only and speculative decoding emit the same tokens for every prompt?"""
-    return [r.tokens for r in runs[TARGET_ONLY].results] == [r.tokens for r in runs[SPECULATIVE].results]
-
-
 def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, already: int) -> dict:
     main_name = SPECULATIVE if SPECULATIVE in runs else TARGET_ONLY
     doc = {
@@ -199,11 +182,11 @@ def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, alre
         "results": [r.as_dict() for r in runs[main_name].results],
         "already_complete": already,
         "notes": list(runs[main_name].notes),
-        "stats": {name: {**r.stats.as_dict(), "wall_time_s": r.wall_time} for name, r in runs.items()},
+        "stats": {name: r.stats_dict() for name, r in runs.items()},
         "trace": run.trace,
         "results_file": run.out,
     }
     if len(runs) == 2:
-        doc["speedup"] = _speedup(runs)
-        doc["identical_outputs"] = _identical(runs)
+        doc["speedup"] = speedup(runs[TARGET_ONLY], runs[SPECULATIVE])
+        doc["identical_outputs"] = identical(runs[TARGET_ONLY], runs[SPECULATIVE])
     return doc

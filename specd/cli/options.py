@@ -15,32 +15,26 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
-from specd.files import STDOUT, check_output, check_paths, folder_files
-from specd.models.drafts import parse_drafts
-from specd.models.embedded import EMBEDDED, embedded_name
+from specd.files import STDOUT, check_output, check_paths
+from specd.models.inputs import model_folders, run_inputs
 from specd.models.option_spec import option, specs, typed
 from specd.models.options import (
     BATCH_SIZE_CPU,
     BATCH_SIZE_CUDA,
+    MAX_BATCH_SIZE,
     OPTION_FIELDS,
     GenerateOptions,
+    batch_size_value,
     from_sources,
 )
 
-MAX_BATCH_SIZE = 4096
 PYTHON_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "k": str, "strs": list[str]}
-
-
-def batch_size_value(value, where):
-    if value is not None and not 1 <= value <= MAX_BATCH_SIZE:
-        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -174,65 +168,9 @@ def read_run(ctx: typer.Context, fixed: dict | None = None) -> tuple[GenerateOpt
     _check_k_flags(options, typed_here | set(config), bool(run["baseline"]))
     run_args = RunArgs(**run)
     folders = model_folders(options.target, options.draft, options.target_gguf)
-    check_paths(run_inputs(options, run_args, config_path, folders), run_outputs(run_args), folders)
+    inputs = {**run_inputs(options, folders), "--prompts-file": run_args.prompts_file, "--config": config_path}
+    check_paths(inputs, run_outputs(run_args), folders)
     return options, run_args
-
-
-def run_inputs(
-    options: GenerateOptions, run: RunArgs, config_path: str | None, folders: dict[str, str]
-) -> dict[str, str | None]:
-    """Every file a generation run reads, by the flag that names it (``folders``, the run's model
-    folders from ``model_folders``: each file in them)."""
-    inputs = {
-        "--prompts-file": run.prompts_file,
-        "--config": config_path,
-        "--k-schedule": options.k_schedule,
-        "--target-gguf": options.target_gguf,
-        "--draft-gguf": options.draft_gguf,
-        "--draft-vocab": options.draft_vocab,
-    }
-    return {**inputs, **model_files(folders)}
-
-
-def model_folders(target: str | None, draft: str | None, target_gguf: str | None = None) -> dict[str, str]:
-    """Every model folder a run reads, by the flag that names it: ``--target``, each model of the
-    ``--draft`` list (a hub id: its snapshot in the Hugging Face cache, when it is there), and an
-    embedded target's folders in specd's cache (its converted copy, its assembled GGUF). A name
-    that is no folder here names none (loading says what is wrong with it)."""
-    folders: dict[str, str | None] = {}
-    name = embedded_name(target, target_gguf)
-    if name is not None:
-        for folder in EMBEDDED[name].cache_folders():
-            folders[f"--target embedded:{name} (specd's cache {folder.name})"] = str(folder)
-    elif target is not None:
-        folders["--target"] = local_folder(target)
-    for spec in parse_drafts(draft):
-        if spec.needs_model:
-            flag = "--draft" if spec.text == draft else f"--draft (its source {spec.text})"
-            folders[flag] = local_folder(str(spec.value))
-    return {flag: folder for flag, folder in folders.items() if folder is not None and Path(folder).is_dir()}
-
-
-def local_folder(model: str) -> str | None:
-    """The folder a model name is read from: the path itself, or a hub id's snapshot already in the
-    Hugging Face cache (looked up offline), else None."""
-    if Path(model).exists():
-        return model
-    try:
-        from huggingface_hub import snapshot_download  # imported here: only a hub id pays for it
-
-        return snapshot_download(model, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not an id, not cached, no hub library: no folder to protect
-        return None
-
-
-def model_files(folders: dict[str, str]) -> dict[str, str]:
-    """Each file of each model folder, as an input named by its folder's flag."""
-    inputs: dict[str, str] = {}
-    for flag, folder in folders.items():
-        for path in folder_files(folder):
-            inputs.setdefault(f"{flag} (the model folder's {path.relative_to(folder)})", str(path))
-    return inputs
 
 
 def run_outputs(run: RunArgs) -> dict[str, str | None]:

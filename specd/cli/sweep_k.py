@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -10,24 +9,32 @@ import typer
 from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
-from specd.cli.options import command, model_files, model_folders, parameters
-from specd.errors import EmptyRange, InvalidCost, UsageError
+from specd.cli.options import command, parameters
+from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
 from specd.models.distributed import connect
+from specd.models.inputs import model_files, model_folders
 from specd.models.option_spec import option
 from specd.models.options import GenerateOptions
 from specd.models.pipeline import Pipeline
 from specd.policy.kpolicy import MAX_K
 from specd.policy.ledger import CostModel
-from specd.policy.profile import constant_profile, per_position_profile
-from specd.sweeps.ledger import ModelShape, optimum, sweep
-from specd.sweeps.measure import MeasureInterrupted, measure
-from specd.sweeps.output import plot, row_dict, write_csv
-from specd.sweeps.profile import profile_from_mapping, profile_from_trace
+from specd.sweeps.analytic import (
+    COST_FIELDS,
+    DEFAULT_ALPHA,
+    MAX_SWEEP_BATCH,
+    MAX_SWEEP_K,
+    analytic,
+    choose_profile,
+    cost_model,
+    kv_shape,
+    parse_ints,
+)
+from specd.sweeps.ledger import optimum
+from specd.sweeps.measure import MAX_MEASURED_BATCH, MeasureInterrupted, check_repeats, measure
+from specd.sweeps.output import cell_key, ledger_records, plot, write_csv
 
 SCHEMA = "specd.sweep-k/v1"
-DEFAULT_ALPHA = 0.8
-COST_FIELDS = ("draft_cost", "row_cost", "draft_row_cost", "state_cost", "queue_cost", "context_cost")
 ANALYTIC_ONLY = (
     "alpha",
     "alphas",
@@ -51,31 +58,6 @@ MEASURED_ONLY = (
     "generation_config",
     "rule",
 )
-
-
-MAX_SWEEP_K = 256
-MAX_SWEEP_BATCH = 65536
-MAX_MEASURED_BATCH = 256  # measured mode generates a real batch of this many prompts at every K
-
-
-def parse_ints(text, option: str, limit: int) -> list[int]:
-    """'1..8', '1-8' or '1,4,16' -> ints in 1..limit (refused before any list is built)."""
-    text = str(text).strip()
-    if m := re.fullmatch(r"(\d+)\s*(?:\.\.|-)\s*(\d+)", text):
-        lo, hi = int(m.group(1)), int(m.group(2))
-        if lo > hi:
-            raise EmptyRange(f"{option} {text}: empty range")
-        values = [lo, hi]
-    else:
-        try:
-            values = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {text!r}") from None
-        if not values:
-            raise EmptyRange(f"{option}: empty list")
-    if min(values) < 1 or max(values) > limit:
-        raise UsageError(f"{option} takes values in 1..{limit}; got {text!r}")
-    return list(range(values[0], values[1] + 1)) if m else values
 
 
 @dataclass(frozen=True)
@@ -175,7 +157,7 @@ def _sweep_k(ctx: typer.Context) -> None:
     ks = parse_ints(p["k"], "--k", MAX_K if measure_mode else MAX_SWEEP_K)
     batches = parse_ints(p["batch"], "--batch", batch_limit)
     result = _measured(p, ks, batches) if measure_mode else _analytic(p, ks, batches, k_given="k" in _typed(ctx))
-    records = [row_dict(r, result.mode, result.measured.get(cell_key(r))) for r in result.rows]
+    records = ledger_records(result.rows, result.mode, result.measured)
     if out is not None:
         write_csv(out, records)
     if plot_path is not None:
@@ -224,11 +206,6 @@ sweep_k = command(
 )
 
 
-def cell_key(row) -> tuple:
-    """A row's key in the measured cells: (K, B), or ("auto", B) for the -k auto row."""
-    return (row.k if row.policy == "fixed" else "auto", row.batch)
-
-
 def _typed(ctx: typer.Context) -> set[str]:
     return {n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
 
@@ -246,10 +223,8 @@ def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
 
 
 def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> SweepResult:
-    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model.
-
-    Without --k, a per-position profile (from --alphas or a trace log) sets how far K goes.
-    """
+    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model;
+    the config file's keys fill what the flags leave at their defaults."""
     cost_fields = {name: p[name] for name in COST_FIELDS}
     context, stop = p["context"], p["stop_probability"]
     profile_spec, cfg = None, {}
@@ -261,51 +236,21 @@ def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> Swee
         cost_cfg = cfg.get("cost") or {}
         if not isinstance(cost_cfg, dict):
             raise UsageError(f"{p['config']}: cost must be a mapping of cost fields to numbers")
-        unknown = set(cost_cfg) - set(COST_FIELDS)
-        if unknown:
-            raise UsageError(f"{p['config']}: unknown cost field(s): {', '.join(sorted(unknown))}")
         cost_fields.update(cost_cfg)
         ks = parse_ints(cfg["k"], f"{p['config']}: k", MAX_SWEEP_K) if "k" in cfg else ks
         batches = parse_ints(cfg["batch"], f"{p['config']}: batch", MAX_SWEEP_BATCH) if "batch" in cfg else batches
         context = cfg.get("context", context)
         stop = cfg.get("stop_probability", stop)
-    if not isinstance(context, int) or isinstance(context, bool) or context < 0:
-        raise UsageError(f"--context must be an integer >= 0, got {context!r}")
-    if not isinstance(stop, (int, float)) or isinstance(stop, bool) or not 0.0 <= stop < 1.0:
-        raise UsageError(f"--stop-probability must be in [0, 1), got {stop!r}")
-    profile = _profile(p, profile_spec)
-    if not (k_given or profile.constant or (p["config"] and "k" in cfg)):
-        ks = [k for k in ks if k <= len(profile.alphas)]
-    cost = CostModel(**{name: _number(v, name) for name, v in cost_fields.items()})
-    rows = sweep(profile, cost, ks, batches, context, stop, _shape(p["kv_shape"]), auto=True)
+    profile = choose_profile(p["alpha"], p["alphas"], p["rates"], p["trace_log"], profile_spec, p["config"])
+    cost = cost_model(cost_fields)
+    k_given = k_given or bool(p["config"] and "k" in cfg)
+    rows = analytic(profile, cost, ks, batches, context, stop, kv_shape(p["kv_shape"]), k_given)
     return SweepResult("analytic", rows, profile, cost.describe(), {}, None)
-
-
-def _profile(p: dict, from_config):
-    given = [p[name] is not None for name in ("alpha", "alphas", "trace_log")]
-    if sum(given) > 1:
-        raise UsageError("give one of --alpha, --alphas, --trace-log")
-    if p["alpha"] is not None:
-        return constant_profile(p["alpha"])
-    if p["alphas"] is not None:
-        try:
-            values = [float(x) for x in p["alphas"].split(",")]
-        except ValueError:
-            raise UsageError(f"--alphas takes numbers like 0.9,0.8; got {p['alphas']!r}") from None
-        return per_position_profile(values, p["rates"])
-    if p["trace_log"] is not None:
-        return profile_from_trace(p["trace_log"])
-    if from_config is not None:
-        if not isinstance(from_config, dict):
-            raise UsageError(f"{p['config']}: profile must be a mapping")
-        return profile_from_mapping(from_config)
-    return constant_profile(DEFAULT_ALPHA)
 
 
 def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
     """Time the real models, measure the profile, and generate at every (K, B)."""
-    if not 1 <= p["repeats"] <= 100:
-        raise UsageError(f"--repeats must be in 1..100, got {p['repeats']}")
+    check_repeats(p["repeats"])  # before any model loads
     options = GenerateOptions(
         target=p["target"],
         draft=p["draft"] or MEASURED_DRAFT,
@@ -319,11 +264,6 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
     if p["ray"] is not None:  # an unreachable cluster is refused before any model loads
         connect(p["ray"])
     pipe = Pipeline.build(options, report=lambda m: stderr.print(f"[dim]{m}[/]"))
-    if pipe.context is not None and options.max_new_tokens >= pipe.context // 2:
-        raise UsageError(
-            f"--max-new-tokens {options.max_new_tokens} is too long to measure with a model that reads "
-            f"{pipe.context} positions; use at most {pipe.context // 2 - 1}"
-        )
     try:
         result = measure(
             pipe,
@@ -336,7 +276,7 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         )
     except MeasureInterrupted as stop:  # keep the cells measured so far, then stop as asked
         if stop.partial is not None and p["out"] is not None:
-            records = [row_dict(r, "measured", stop.partial.measured.get(cell_key(r))) for r in stop.partial.rows]
+            records = ledger_records(stop.partial.rows, "measured", stop.partial.measured)
             write_csv(p["out"], records)
             stderr.print(f"[dim]interrupted: the {len(stop.partial.measured)} cells measured are in {p['out']}[/]")
         raise KeyboardInterrupt from None
@@ -348,25 +288,6 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         result.measured,
         result.seconds_per_target_step,
     )
-
-
-def _number(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidCost(f"cost {name} = {value!r} is not a number")
-    return float(value)
-
-
-def _shape(text: str | None) -> ModelShape | None:
-    if not text:
-        return None
-    try:
-        parts = [int(x) for x in text.split(",")]
-        shape = ModelShape(*parts)
-    except (ValueError, TypeError):
-        raise UsageError(f"--kv-shape takes layers,kv_heads,head_dim[,bytes]; got {text!r}") from None
-    if min(parts) < 1:
-        raise UsageError(f"--kv-shape values must be >= 1; got {text!r}")
-    return shape
 
 
 def _gap(rows, measured) -> dict:

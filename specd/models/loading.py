@@ -40,7 +40,7 @@ class Loaded:
     model: torch.nn.Module
     tokenizer: object
     name: str  # what the user named (path, hub id, gguf file)
-    source: str  # "folder" | "hub" | "gguf"
+    source: str  # "folder" | "hub" | "gguf" | "memory" (an object the caller handed over)
 
 
 def _oom(err: BaseException) -> bool:
@@ -150,6 +150,44 @@ def load(
         except Exception as err:  # noqa: BLE001
             raise _load_error(err, name, source, device, "tokenizer") from None
     return Loaded(model, tokenizer, name, source)
+
+
+MEMORY_PREFIX = "memory:"  # the name of a model the caller handed over as an object
+
+
+def in_memory(model, tokenizer, role: str) -> Loaded:
+    """A Hugging Face causal LM and its tokenizer that the caller already holds, used as they are:
+    no copy and no move (the run takes the device and dtype its weights are on), only put in eval
+    mode. Its name is ``memory:`` + the name it was loaded under. ``role``: "target" or "draft"."""
+    if not isinstance(model, torch.nn.Module) or getattr(model, "config", None) is None:
+        raise UsageError(
+            f"the {role} must be a Hugging Face causal LM (a torch module with a config), got {type(model).__name__}"
+        )
+    if tokenizer is None or not callable(tokenizer) or not hasattr(tokenizer, "decode"):
+        raise UsageError(f"a {role} model given as an object needs its tokenizer (a Hugging Face tokenizer)")
+    params = list(model.parameters())
+    if not params:
+        raise UsageError(f"the {role} model has no parameters")
+    places = {(t.device, t.dtype) for t in params if t.is_floating_point()}
+    if any(t.is_meta for t in params) or len({d for d, _ in places}) > 1:
+        raise UsageError(
+            f"the {role} model's weights are spread over devices or not loaded (meta tensors): give its folder "
+            "and device_map='auto' instead"
+        )
+    if len({d for _, d in places}) > 1:
+        raise UsageError(f"the {role} model's weights have more than one dtype: cast it with .to(dtype) first")
+    model.eval()  # dropout off: a model in training mode would not decode its own distribution
+    name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+    return Loaded(model, tokenizer, MEMORY_PREFIX + str(name), "memory")
+
+
+def placement(model: torch.nn.Module) -> tuple[str, str]:
+    """(device, dtype) names of a model's weights, as --device and --dtype spell them."""
+    weight = next(t for t in model.parameters() if t.is_floating_point())
+    names = {dtype: name for name, dtype in DTYPES.items()}
+    if weight.dtype not in names:
+        raise UsageError(f"a model in {weight.dtype} cannot be run; cast it to one of {', '.join(DTYPES)}")
+    return str(weight.device), names[weight.dtype]
 
 
 _OFFLOAD: list[str] = []

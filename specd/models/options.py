@@ -36,12 +36,21 @@ from specd.models.option_spec import Check, at_least_one, one_of, option, specs,
 from specd.policy.kpolicy import DEFAULT_K_MAX, MAX_K, check_k, check_k_max
 
 BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
+MAX_BATCH_SIZE = 4096
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 DEFAULT_RULE = "invariant"
 
 
 # -- range checks of this command's own options ---------------------------------------------
+def batch_size_value(value, where):
+    """--batch-size (a run argument, not an option: outputs do not depend on it)."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE
+    ):
+        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE} (an integer), got {value!r}")
+
+
 def stop_strings(value, where):
     if any(not s for s in value):
         raise UsageError(f"{where}: a stop string must not be empty")

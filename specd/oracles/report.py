@@ -19,7 +19,7 @@ from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.record import Check
-from specd.oracles.samplers import load_sampler
+from specd.oracles.samplers import as_sampler, load_sampler
 
 SCHEMA = "specd.verify-oracle/v1"
 RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups
@@ -127,11 +127,13 @@ def _lab_config(cfg: OracleConfig) -> dict:
     }
 
 
-def run_sampler_oracle(cfg: OracleConfig, spec: str) -> dict:
-    """Every sampler-level check on the sampler ``spec`` (shipped adapter or module:attr) -> one report."""
+def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> dict:
+    """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
+    the callable itself, whose rows suffer ``input_rounding`` on their way in) -> one report."""
     with collector_paused():
         t_start = time.perf_counter()
-        sampler = load_sampler(spec)
+        sampler = load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
+        spec = sampler.name
         # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
         # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter
         if cfg.rule not in SAMPLER_RULES:

@@ -280,10 +280,17 @@ def load_sampler(spec: str) -> SamplerUnderTest:
         if not hasattr(obj, part):
             raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
+    return as_sampler(obj, spec)
+
+
+def as_sampler(obj, name: str | None = None, input_rounding: float = 0.0) -> SamplerUnderTest:
+    """A function, or a class built here with no arguments, under the protocol; ``name``: how the
+    report names it (default: its qualified name); ``input_rounding``: see SamplerUnderTest."""
+    name = name or getattr(obj, "__qualname__", None) or type(obj).__name__
     if inspect.isclass(obj):
-        with loading(f"building the sampler {spec} with no arguments"):
+        with loading(f"building the sampler {name} with no arguments"):
             obj = obj()
     if not callable(obj):
-        raise UsageError(f"{spec} is not callable; a sampler is a function or a class with __call__")
+        raise UsageError(f"{name} is not callable; a sampler is a function or a class with __call__")
     doc = (inspect.getdoc(obj) or "").strip().splitlines()
-    return SamplerUnderTest(spec, obj, doc[0] if doc else spec)
+    return SamplerUnderTest(name, obj, doc[0] if doc else name, input_rounding)

@@ -12,12 +12,22 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput
+from specd.errors import UsageError
 from specd.models.distributed import actors, connect
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
 from specd.policy.ledger import MeasuredCosts
 from specd.policy.profile import AcceptanceProfile, profile_from_rates
 from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
+
+MAX_MEASURED_BATCH = 256  # a measured cell generates a real batch of this many prompts at every K
+MAX_REPEATS = 100
+
+
+def check_repeats(repeats: int) -> None:
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be in 1..{MAX_REPEATS}, got {repeats!r}")
+
 
 MEASURE_PROMPTS = (
     "What are three good habits for staying healthy?",
@@ -180,6 +190,12 @@ def measure(
 ) -> MeasuredSweep:
     """The acceptance profile from a run at the largest K, then every (K, B) cell timed and generated.
     With ``ray_address``, each cell is one task on a Ray actor, timed and normalized on its own worker."""
+    check_repeats(repeats)
+    if pipe.context is not None and max_new_tokens >= pipe.context // 2:
+        raise UsageError(
+            f"--max-new-tokens {max_new_tokens} is too long to measure with a model that reads "
+            f"{pipe.context} positions; use at most {pipe.context // 2 - 1}"
+        )
     say = progress or (lambda _msg: None)
     texts = list(prompts or MEASURE_PROMPTS)
     items = [PromptItem(f"m{i}", t) for i, t in enumerate(texts)]

@@ -66,13 +66,28 @@ def row_dict(row: LedgerRow, mode: str, measured: float | None = None) -> dict:
     }
 
 
-def write_csv(path: str | Path, records: list[dict]) -> None:
-    """Atomic: a temp file in the same folder, renamed over the target (no half file on interrupt)."""
+def cell_key(row: LedgerRow) -> tuple:
+    """A row's key in the measured cells: (K, B), or ("auto", B) for the -k auto row."""
+    return (row.k if row.policy == "fixed" else "auto", row.batch)
+
+
+def ledger_records(rows: list[LedgerRow], mode: str, measured: dict) -> list[dict]:
+    """The ledger's rows as CSV records, each with its measured speedup where one was measured."""
+    return [row_dict(r, mode, measured.get(cell_key(r))) for r in rows]
+
+
+def csv_text(records: list[dict]) -> str:
+    """The CSV of the ledger's records: a header of CSV_COLUMNS, one line per record."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(records)
-    write_text_atomic(path, buf.getvalue(), "CSV file")
+    return buf.getvalue()
+
+
+def write_csv(path: str | Path, records: list[dict]) -> None:
+    """Atomic: a temp file in the same folder, renamed over the target (no half file on interrupt)."""
+    write_text_atomic(path, csv_text(records), "CSV file")
 
 
 def plot(records: list[dict], path: str | Path) -> None:

@@ -1,0 +1,123 @@
+"""The analytic ledger's inputs, read and checked once (K and batch ranges, the acceptance profile,
+the cost model, the K/V shape), and its rows: what ``sweep-k`` without ``--measure`` and
+``specd.ledger`` compute, by the same function."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from specd.errors import EmptyRange, InvalidCost, UsageError
+from specd.policy.ledger import CostModel
+from specd.policy.profile import AcceptanceProfile, constant_profile, per_position_profile
+from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
+from specd.sweeps.profile import profile_from_mapping, profile_from_trace
+
+DEFAULT_ALPHA = 0.8
+COST_FIELDS = ("draft_cost", "row_cost", "draft_row_cost", "state_cost", "queue_cost", "context_cost")
+MAX_SWEEP_K = 256
+MAX_SWEEP_BATCH = 65536
+
+
+def parse_ints(text, option: str, limit: int) -> list[int]:
+    """'1..8', '1-8' or '1,4,16' (or a list of ints) -> ints in 1..limit (refused before any list is built)."""
+    if isinstance(text, (list, tuple)):
+        text = ",".join(str(v) for v in text)
+    text = str(text).strip()
+    if m := re.fullmatch(r"(\d+)\s*(?:\.\.|-)\s*(\d+)", text):
+        lo, hi = int(m.group(1)), int(m.group(2))
+        if lo > hi:
+            raise EmptyRange(f"{option} {text}: empty range")
+        values = [lo, hi]
+    else:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {text!r}") from None
+        if not values:
+            raise EmptyRange(f"{option}: empty list")
+    if min(values) < 1 or max(values) > limit:
+        raise UsageError(f"{option} takes values in 1..{limit}; got {text!r}")
+    return list(range(values[0], values[1] + 1)) if m else values
+
+
+def choose_profile(
+    alpha: float | None = None,
+    alphas: str | list[float] | None = None,
+    rates: str = "reach_conditioned",
+    trace_log: str | None = None,
+    from_config: object = None,
+    config_path: str | None = None,
+) -> AcceptanceProfile:
+    """One profile: a constant alpha, per-position alphas, an acceptance log's, a config's, or the
+    default constant alpha (DEFAULT_ALPHA)."""
+    given = [value is not None for value in (alpha, alphas, trace_log)]
+    if sum(given) > 1:
+        raise UsageError("give one of --alpha, --alphas, --trace-log")
+    if alpha is not None:
+        return constant_profile(alpha)
+    if alphas is not None:
+        if isinstance(alphas, str):
+            try:
+                alphas = [float(x) for x in alphas.split(",")]
+            except ValueError:
+                raise UsageError(f"--alphas takes numbers like 0.9,0.8; got {alphas!r}") from None
+        return per_position_profile(alphas, rates)
+    if trace_log is not None:
+        return profile_from_trace(trace_log)
+    if from_config is not None:
+        if not isinstance(from_config, dict):
+            raise UsageError(f"{config_path}: profile must be a mapping")
+        return profile_from_mapping(from_config)
+    return constant_profile(DEFAULT_ALPHA)
+
+
+def cost_model(fields: Mapping[str, object]) -> CostModel:
+    """A cost model from its fields by name (the others at their defaults), each a number."""
+    unknown = sorted(set(fields) - set(COST_FIELDS))
+    if unknown:
+        raise UsageError(f"unknown cost field {unknown[0]!r}; the fields are {', '.join(COST_FIELDS)}")
+    return CostModel(**{name: _number(value, name) for name, value in fields.items()})
+
+
+def kv_shape(text: str | None) -> ModelShape | None:
+    """--kv-shape layers,kv_heads,head_dim[,bytes] -> the shape, or None."""
+    if not text:
+        return None
+    try:
+        parts = [int(x) for x in text.split(",")]
+        shape = ModelShape(*parts)
+    except (ValueError, TypeError):
+        raise UsageError(f"--kv-shape takes layers,kv_heads,head_dim[,bytes]; got {text!r}") from None
+    if min(parts) < 1:
+        raise UsageError(f"--kv-shape values must be >= 1; got {text!r}")
+    return shape
+
+
+def analytic(
+    profile: AcceptanceProfile,
+    cost: CostModel,
+    ks: list[int],
+    batches: list[int],
+    context: object = 0,
+    stop_probability: object = 0.0,
+    shape: ModelShape | None = None,
+    k_given: bool = True,
+) -> list[LedgerRow]:
+    """The ledger's rows over the profile and the cost model, with the -k auto row per batch size.
+    Without ``k_given``, a per-position profile sets how far K goes."""
+    if not isinstance(context, int) or isinstance(context, bool) or context < 0:
+        raise UsageError(f"--context must be an integer >= 0, got {context!r}")
+    if not isinstance(stop_probability, (int, float)) or isinstance(stop_probability, bool):
+        raise UsageError(f"--stop-probability must be in [0, 1), got {stop_probability!r}")
+    if not 0.0 <= stop_probability < 1.0:
+        raise UsageError(f"--stop-probability must be in [0, 1), got {stop_probability!r}")
+    if not (k_given or profile.constant):
+        ks = [k for k in ks if k <= len(profile.alphas)]
+    return sweep(profile, cost, ks, batches, context, float(stop_probability), shape, auto=True)
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidCost(f"cost {name} = {value!r} is not a number")
+    return float(value)
