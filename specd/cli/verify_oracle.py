@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from specd.api.oracle import check_sampler, prove
 from specd.cli.common import parse_bias, print_json, stdout
 from specd.errors import printable
-from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES, OracleConfig
-from specd.oracles.report import run_oracle, run_sampler_oracle
+from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
 
 # The flags, declared once each (typer reads them off the annotations).
 Vocab = Annotated[
@@ -94,35 +94,29 @@ def verify_oracle(
 ) -> None:
     """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
     or, with --sampler, check any speculative sampler the same way."""
-    controls = {
-        "min_p": min_p,
-        "presence_penalty": presence_penalty,
-        "frequency_penalty": frequency_penalty,
-        "no_repeat_ngram_size": no_repeat_ngram_size,
-    }
-    cfg = OracleConfig(
+    fixture = dict(
         vocab=vocab,
         k=k,
         seed=seed,
-        horizon=horizon,
-        samples=samples,
         target_temperature=target_temperature,
         draft_temperature=draft_temperature,
         target_bias=parse_bias(target_bias, "--target-bias"),
         draft_bias=parse_bias(draft_bias, "--draft-bias"),
         repetition_penalty=repetition_penalty,
-        layout=layout,
-        backend=backend,
-        lab=lab,
-        rule=rule,
-        controls={name: value for name, value in controls.items() if value is not None},
+        min_p=min_p,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
-    report = run_sampler_oracle(cfg, sampler) if sampler is not None else run_oracle(cfg)
-    if as_json:
-        print_json(report)
+    if sampler is not None:
+        report = check_sampler(sampler, rule=rule, **fixture)
     else:
-        (render_sampler if sampler is not None else render)(report)
-    raise typer.Exit(0 if report["passed"] else 1)
+        report = prove(horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, **fixture)
+    if as_json:
+        print_json(report.document)
+    else:
+        (render_sampler if sampler is not None else render)(report.document)
+    raise typer.Exit(0 if report.passed else 1)
 
 
 def _fmt(value) -> str:

@@ -1,0 +1,126 @@
+"""The oracle from Python: prove specd's engine exact (``prove``), or check any speculative sampler
+(``check_sampler``), each returning an ``OracleReport``. ``specd verify-oracle`` is these two
+functions and a renderer; its ``--json`` document is the report's ``document``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from specd.oracles.fixture import OracleConfig
+from specd.oracles.report import run_oracle, run_sampler_oracle
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict. ``passed`` None: not applicable to what was checked; ``findings``: the
+    named defects it found (the sampler oracle's)."""
+
+    name: str
+    passed: bool | None
+    figures: dict
+    detail: str
+    findings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OracleReport:
+    """What the oracle found. ``passed``: every check passed (and, for the engine, every known-wrong
+    variant of the failure lab was caught); ``findings``: the named defects (a sampler's) or the
+    names of the checks that failed (the engine's); ``counterexample``: the smallest case that
+    shows the first failure, where the oracle looked for one; ``document``: the whole report, as
+    ``specd verify-oracle --json`` prints it."""
+
+    passed: bool
+    checks: tuple[CheckResult, ...]
+    findings: tuple[str, ...]
+    counterexample: dict | None
+    failure_lab: tuple[dict, ...]
+    document: dict
+
+    @property
+    def failed(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if c.passed is False)
+
+    @classmethod
+    def _of(cls, document: dict) -> OracleReport:
+        checks = tuple(
+            CheckResult(c["name"], c["passed"], c["figures"], c["detail"], tuple(c.get("findings", ())))
+            for c in document["checks"]
+        )
+        sampler = document.get("mode") == "sampler"
+        findings = document["findings"] if sampler else [c.name for c in checks if c.passed is False]
+        return cls(
+            bool(document["passed"]),
+            checks,
+            tuple(findings),
+            document.get("counterexample"),
+            tuple(document.get("failure_lab", ())),
+            document,
+        )
+
+
+def prove(
+    vocab: int = 2,
+    k: int = 3,
+    *,
+    rule: str = "both",
+    seed: int = 0,
+    horizon: int | None = None,
+    samples: int = 2000,
+    lab: bool = True,
+    target_temperature: float = 1.0,
+    draft_temperature: float = 0.7,
+    target_bias: Mapping[int, float] | None = None,
+    draft_bias: Mapping[int, float] | None = None,
+    repetition_penalty: float | None = None,
+    layout: str = "replay_frontier",
+    backend: str = "max_shift",
+    **controls: float | int | None,
+) -> OracleReport:
+    """Prove specd's round exact on random tables over a vocabulary of ``vocab`` tokens with K = ``k``
+    (``specd verify-oracle``): the emitted joint equals the target's, by exact enumeration and by
+    Monte Carlo (``samples``), and the failure lab's known-wrong variants are all caught.
+    ``rule``: maximal, invariant, block, both (the first two) or all. ``controls``: the target's
+    further processors (min_p, presence_penalty, frequency_penalty, no_repeat_ngram_size)."""
+    cfg = _config(locals())
+    return OracleReport._of(run_oracle(cfg))
+
+
+def check_sampler(
+    sampler: Callable | str,
+    *,
+    rule: str = "maximal",
+    vocab: int = 2,
+    k: int = 3,
+    seed: int = 0,
+    target_temperature: float = 1.0,
+    draft_temperature: float = 0.7,
+    target_bias: Mapping[int, float] | None = None,
+    draft_bias: Mapping[int, float] | None = None,
+    repetition_penalty: float | None = None,
+    input_rounding: float = 0.0,
+    **controls: float | int | None,
+) -> OracleReport:
+    """Check a speculative sampler against the exact law (``specd verify-oracle --sampler``).
+
+    ``sampler``: a callable under the sampler protocol ``sampler(p, q, drafts, k_lens, accept_u,
+    terminal_u) -> (accepted, terminal)`` (specd.oracles.samplers states it), a class built with
+    no arguments, a shipped adapter's name ("specd", "specd-block", "hf", "hf-ensemble") or
+    "module:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
+    options are ``prove``'s. ``input_rounding``: the relative change the sampler's own handling
+    does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
+    back): decisions that close to a boundary are reported as inconclusive, not as wrong."""
+    arguments = {**locals(), "lab": False}
+    rounding = arguments.pop("input_rounding")
+    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding))
+
+
+def _config(arguments: dict) -> OracleConfig:
+    """The oracle's fixture from a call's arguments (its extra keywords: the target's controls)."""
+    controls = arguments.pop("controls")
+    arguments.pop("sampler", None)
+    for name in ("target_bias", "draft_bias"):
+        arguments[name] = dict(arguments[name] or {})
+    return OracleConfig(**arguments, controls={n: v for n, v in controls.items() if v is not None})
