@@ -9,7 +9,16 @@ import specd
 PACKAGE = Path(specd.__file__).parent
 
 # The layers, lowest first; a package may import its own modules and those of lower layers only.
-LAYERS = [("specd", "errors", "files"), ("core",), ("policy", "traces"), ("models",), ("sweeps", "oracles"), ("cli",)]
+LAYERS = [
+    ("specd", "errors", "files"),
+    ("core",),
+    ("policy", "traces"),
+    ("models",),
+    ("sweeps", "oracles"),
+    ("api",),
+    ("testing",),
+    ("cli",),
+]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 # The console entry point imports the app under its Ctrl-C handler (torch takes seconds to import).
 LAZY_ALLOWED = {("specd.cli", "specd.cli.app")}
@@ -24,15 +33,20 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def imports(path: Path, known: set[str]) -> list[tuple[str, bool]]:
-    """(imported specd module, inside a function) for every import statement of a module."""
+def imports(path: Path, known: set[str], type_checking: bool = False) -> list[tuple[str, bool]]:
+    """(imported specd module, inside a function) for every import statement of a module that runs:
+    those under ``if TYPE_CHECKING:`` only with ``type_checking`` (then only those)."""
     tree = ast.parse(path.read_text())
     found = []
-    in_function = set()
+    in_function, for_checkers = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             in_function.update(id(n) for n in ast.walk(node))
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for_checkers.update(id(n) for n in ast.walk(node))
     for node in ast.walk(tree):
+        if (id(node) in for_checkers) != type_checking:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "specd":
             targets = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known]
             targets = targets or [node.module]
@@ -108,6 +122,14 @@ def test_no_package_imports_a_package_above_it_or_beside_it():
             if mine != theirs and theirs not in ("specd", "errors", "files") and LAYER[theirs] >= LAYER[mine]:
                 upward.append((module, target))
     assert upward == []
+
+
+def test_the_package_root_imports_nothing_and_names_the_modules_of_its_public_names():
+    """``import specd`` runs no other module (each public name loads on first use); for type checkers
+    it names exactly the modules of its public names."""
+    root = modules()["specd"]
+    assert graph()["specd"] == set()
+    assert {t for t, _ in imports(root, set(modules()), type_checking=True)} == set(specd.PUBLIC.values())
 
 
 def test_models_import_nothing_from_sweeps_and_policy_only_core():

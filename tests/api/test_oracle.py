@@ -1,0 +1,71 @@
+"""``specd.prove`` and ``specd.check_sampler``: the oracle's reports from Python, the very documents
+``specd verify-oracle --json`` prints."""
+
+import json
+
+import pytest
+
+import specd
+from specd.oracles.samplers import rule_sampler
+from tests.helpers import run_cli
+
+
+def _without_time(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "elapsed_s"}
+
+
+def test_prove_is_verify_oracle(capsys):
+    report = specd.prove(vocab=2, k=2, samples=200, rule="all")
+    code, out, _ = run_cli(
+        ["verify-oracle", "--vocab", "2", "--k", "2", "--samples", "200", "--rule", "all", "--json"], capsys
+    )
+    assert code == 0 and report.passed
+    assert _without_time(json.loads(out)) == json.loads(json.dumps(_without_time(report.document)))
+    names = [c.name for c in report.checks]
+    assert "exact_joint" in names and "block_exact_rational" in names and "failure_lab" in names
+    assert report.findings == () and report.failed == ()
+    assert len(report.failure_lab) > 30 and all(v["caught"] for v in report.failure_lab)
+
+
+def test_check_sampler_takes_a_callable_a_class_or_a_name(capsys):
+    for sampler in (rule_sampler(), "specd"):
+        report = specd.check_sampler(sampler, vocab=3, k=2)
+        assert report.passed and report.findings == () and report.counterexample is None
+    assert specd.check_sampler(rule_sampler(block=True), rule="block", vocab=3, k=2).passed
+
+    class Correct:
+        """specd's rule, as a class built with no arguments."""
+
+        def __call__(self, *args):
+            return rule_sampler()(*args)
+
+    report = specd.check_sampler(Correct)
+    assert report.passed and report.document["sampler"]["description"].startswith("specd's rule")
+    code, out, _ = run_cli(["verify-oracle", "--sampler", "hf", "--json"], capsys)
+    cli = json.loads(out)
+    api = specd.check_sampler("hf")
+    assert code == 1 and not api.passed and list(api.findings) == cli["findings"]
+    assert _without_time(api.document) == _without_time(cli)
+
+
+def test_a_wrong_sampler_fails_with_its_counterexample():
+    from specd.oracles.lab import CorrectionFromP
+
+    report = specd.check_sampler(rule_sampler(CorrectionFromP()))
+    assert not report.passed and "not_exact" in report.findings
+    assert report.failed[0].name == "exact_joint" and report.counterexample["sequence"]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: specd.prove(vocab=1), "--vocab must be >= 2"),
+        (lambda: specd.prove(rule="tree"), "--rule"),
+        (lambda: specd.check_sampler(rule_sampler(), rule="invariant"), "no sampler protocol"),
+        (lambda: specd.check_sampler(42), "not callable"),
+        (lambda: specd.check_sampler("nope"), "module:attr"),
+    ],
+)
+def test_bad_arguments_raise_one_typed_error(call, message):
+    with pytest.raises(specd.UsageError, match=message):
+        call()
