@@ -20,23 +20,23 @@ from specd.models.vocab_table import build_table, read_table, tokenizer_digest, 
 def precheck_draft_vocabulary(shared: Sequence[DraftSpec], folder: str | None, table: str | None, trust: bool):
     """self:vocab=N against a local target folder's vocabulary, and the table (when one is named)
     against its tokenizer, before the weights load (a hub id or GGUF is checked after loading).
-    -> the table read and checked, or None."""
+    -> (the table read and checked, the tokenizer read to check it), each None when not read."""
     if not folder or not os.path.isfile(os.path.join(folder, "config.json")):
-        return None
+        return None, None
     config = json.loads(read_text(os.path.join(folder, "config.json"), "the target's config.json"))
     vocab = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     if not isinstance(vocab, int):
-        return None
+        return None, None
     for spec in shared:
         check_size(spec.value, vocab, f"--draft {spec.text}", smallest=2)
     if table is None:
-        return None
+        return None, None
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
     checked = read_table(table, tokenizer_digest(tok), min(vocab, len(tok)))  # the bound draft_vocabulary reads with
     checked.columns(max(s.value for s in shared), f"--draft {shared[0].text}")
-    return checked
+    return checked, tok
 
 
 def draft_vocabulary(target: HFCausalLM, tokenizer, path: str | None, chat: bool | None, report=None):

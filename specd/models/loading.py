@@ -105,6 +105,7 @@ def load(
     device_map: str | None = None,
     max_memory: dict | None = None,
     read_generation_config: bool = True,
+    tokenizer: object = None,
 ) -> Loaded:
     """A model by local folder, hub id (local cache only when offline) or GGUF file.
 
@@ -115,6 +116,7 @@ def load(
     over the devices (GPUs, then CPU, then a temporary folder on disk) within ``max_memory``.
     Without ``read_generation_config`` the folder's generation_config.json is not opened: the
     model's generation config is built from its config.json (--generation-config none).
+    ``tokenizer``: the folder's tokenizer, when it was already read from it (not read again).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -146,7 +148,8 @@ def load(
         except Exception as err:  # noqa: BLE001 - every failure becomes one line
             raise _load_error(err, name, source, device, "model") from None
         try:
-            tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+            if tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         except Exception as err:  # noqa: BLE001
             raise _load_error(err, name, source, device, "tokenizer") from None
     return Loaded(model, tokenizer, name, source)

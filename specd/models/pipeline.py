@@ -162,10 +162,12 @@ class Pipeline:
         table_path = opts.draft_vocab or (
             str(DATA / embedded.vocab_table) if embedded and embedded.vocab_table else None
         )
-        checked = None  # N against the vocabulary, and the table against the tokenizer: before any weights load
+        checked, tokenizer = None, None  # N against the vocabulary, the table against the tokenizer: before the weights
         if shared:
-            checked = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
-        target = given.get("target") or load(opts.target, opts.target_gguf, dtype, device, **placement)
+            checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
+        target = given.get("target") or load(
+            opts.target, opts.target_gguf, dtype, device, tokenizer=tokenizer, **placement
+        )
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
