@@ -116,12 +116,16 @@ def test_embedded_names_resolve_and_a_missing_package_is_one_line(capsys, monkey
 @pytest.mark.slow
 def test_embedded_gemma_greedy_is_hugging_faces(capsys, specd_cache_dir):
     """Gemma 3 270M through its sliding-window support and its default draft (the suffix lookup and
-    the shared-body self:vocab=16384 from its shipped table): specd's greedy tokens, at a fixed K
-    and under -k auto, are Hugging Face greedy's on the converted model."""
+    the shared-body self:vocab=16384 from its shipped table): specd's greedy tokens, under -k auto
+    (the command, on the embedded model) and with the shared body alone at a fixed K (the library,
+    on the converted model already in memory, which Hugging Face then runs), are Hugging Face
+    greedy's."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specd.models.embedded import converted_folder
+    import specd
+    from specd.models.embedded import EMBEDDED, converted_folder
+    from specd.models.vocab_table import DATA
     from tests.helpers import run_cli
 
     prompts = [
@@ -129,32 +133,29 @@ def test_embedded_gemma_greedy_is_hugging_faces(capsys, specd_cache_dir):
         "Write a short story about a robot who learns to paint.",
         "A train travels 180 km in 2 hours. What is its average speed?",
     ]
+    args = ["generate", "--target", "embedded:gemma-3-270m", "--max-new-tokens", "16", "--json", "--temperature", "0"]
+    code, out, err = run_cli([*args, *sum((["-p", p] for p in prompts), [])], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    sources = doc["manifest"]["draft_sources"]
+    assert doc["manifest"]["target"]["name"] == "gemma-3-270m"
+    assert sources[0] == "suffix" and sources[-1].startswith("hf:self:vocab=16384(gemma-3-270m)")
+    assert doc["manifest"]["draft"]["draft_vocabulary"]["tokens"] == 16384
+
     folder = converted_folder("gemma-3-270m")
-    want = {}
-    # the default (suffix,self:vocab=16384) under -k auto, and the shared body alone at a fixed K
-    for extra in ([], ["--draft", "self:vocab=16384", "-k", "3"]):
-        args = ["generate", "--target", "embedded:gemma-3-270m", "--max-new-tokens", "16", "--json", *extra]
-        for p in prompts:
-            args += ["-p", p]
-        code, out, err = run_cli([*args, "--temperature", "0"], capsys)
-        assert code == 0, err
-        doc = json.loads(out)
-        sources = doc["manifest"]["draft_sources"]
-        assert doc["manifest"]["target"]["name"] == "gemma-3-270m"
-        assert sources[-1].startswith("hf:self:vocab=16384(gemma-3-270m)") and (extra or sources[0] == "suffix")
-        assert doc["manifest"]["draft"]["draft_vocabulary"]["tokens"] == 16384
-        if not want:
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-            tok = AutoTokenizer.from_pretrained(folder)
-            for p in prompts:
-                ids = tok(p, return_tensors="pt").input_ids
-                out_ids = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
-                want[p] = out_ids[0, ids.shape[1] :].tolist()
-        for p, r in zip(prompts, doc["results"]):
-            assert r["tokens"] == want[p], (extra, p)
-        used = doc["stats"]["speculative"]["source_histogram"]
-        if extra:  # at a fixed K the shared body drafts every round (under -k auto, as the costs say)
-            assert list(used) == [sources[-1]] and sum(used.values()) >= 3, used
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder)
+    table = str(DATA / EMBEDDED["gemma-3-270m"].vocab_table)
+    pair = specd.Pair.load(model, "self:vocab=16384", tokenizer=tok, draft_vocab=table)
+    fixed_k = pair.generate(prompts, max_new_tokens=16, temperature=0, k=3)
+    for i, p in enumerate(prompts):
+        ids = tok(p, return_tensors="pt").input_ids
+        out_ids = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+        want = out_ids[0, ids.shape[1] :].tolist()
+        assert doc["results"][i]["tokens"] == want, ("default draft, -k auto", p)
+        assert list(fixed_k.results[i].tokens) == want, ("self:vocab=16384, K = 3", p)
+    used = fixed_k.stats["source_histogram"]  # at a fixed K the shared body drafts every round
+    assert len(used) == 1 and next(iter(used)).startswith("hf:self:vocab=16384(") and sum(used.values()) >= 3, used
 
 
 @pytest.mark.slow
