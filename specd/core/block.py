@@ -69,10 +69,10 @@ def residual_rows(rows: Rows, positions: torch.Tensor, scale: torch.Tensor) -> t
     out = p[start[b] + i].to(torch.float64) * scale.unsqueeze(1)
     index, token = rows.q_index[b, i], rows.draft[b, i]
     model = index >= 0
-    if bool(model.any()):
-        out[model] -= rows.q[index[model]].to(torch.float64)
-    point = (~model).nonzero().flatten()
-    out[point, token[point]] -= 1.0
+    # Masked, not selected: selecting the model rows would read from the device which rows they are.
+    if rows.q.shape[0]:  # a shape: known on the host
+        out -= rows.q[index.clamp_min(0)].to(torch.float64) * model.unsqueeze(1)
+    out.scatter_add_(1, token.clamp_min(0).unsqueeze(1), -(~model).to(torch.float64).unsqueeze(1))
     out.clamp_(min=0.0)
     return out, out.sum(dim=-1)
 
@@ -174,12 +174,14 @@ def block_terminal_rows(rows: Rows, accepted: torch.Tensor, rho: torch.Tensor) -
     (rounding only: see ``residual_floor``). accepted int64[B], rho float64[B, K] -> float64[B, V]."""
     is_bonus = accepted >= rows.k_lens
     out = rows.p_at(accepted).to(torch.float64)
-    correcting = (~is_bonus).nonzero().flatten()
-    if len(correcting):
-        a = accepted[correcting]
-        before = rho[correcting, (a - 1).clamp_min(0)] if rho.shape[1] else torch.ones_like(a, dtype=torch.float64)
-        scale = torch.where(a > 0, before, torch.ones_like(before))
-        residual, mass = residual_rows(rows, torch.stack([correcting, a], dim=1), scale)
-        usable = (mass > residual_floor(rows.target()[0].dtype)).unsqueeze(1)
-        out[correcting] = torch.where(usable, residual, out[correcting])
-    return out
+    if not rows.draft.shape[1]:  # no request drafted: every terminal is a bonus
+        return out
+    # Every row's residual, the bonus rows' discarded (no read of which rows correct): at a position
+    # each request has (A itself for a correction).
+    a = torch.minimum(accepted, (rows.k_lens - 1).clamp_min(0))
+    before = rho.gather(1, (a - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+    scale = torch.where(a > 0, before, torch.ones_like(before))
+    b = torch.arange(len(a), device=a.device)
+    residual, mass = residual_rows(rows, torch.stack([b, a], dim=1), scale)
+    usable = (mass > residual_floor(rows.target()[0].dtype)) & ~is_bonus
+    return torch.where(usable.unsqueeze(1), residual, out)

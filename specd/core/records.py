@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import torch
+
 from specd.core.outcome import RoundOutcome
 from specd.core.proposer import SourceTiming
 from specd.core.state import RequestState
@@ -94,8 +96,12 @@ def round_timing(outcomes: Sequence[RoundOutcome], drafted, blocks: dict[str, fl
 def acceptance_rows(outcomes: Sequence[RoundOutcome], decision) -> list[list[AcceptanceRecord]]:
     """A published round's per-draft log rows, per request: one AcceptanceRecord per proposed token,
     from its outcome and the rule's ``decision`` for the batch (specd.core.sampler.Decision)."""
-    p_d, q_d, ratio = decision.p_draft.tolist(), decision.q_draft.tolist(), decision.ratios.tolist()
-    u = decision.uniforms.tolist() if decision.uniforms is not None else None
+    columns = [decision.p_draft, decision.q_draft, decision.ratios]
+    if decision.uniforms is not None:
+        columns.append(decision.uniforms)
+    read = torch.stack([c.to(torch.float64) for c in columns]).tolist()  # one read of the four
+    p_d, q_d, ratio = read[:3]
+    u = read[3] if decision.uniforms is not None else None
     out = []
     for b, o in enumerate(outcomes):
         a = o.accepted

@@ -69,9 +69,9 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
         # 3. decide: the run's rule, once, over the round's packed rows (p: the target's processed rows).
         rows = round_rows(eng, active, verified, proposal, session.scratch)
         decision = eng.rule.decide(rows, active, session.draws)
-        decided = zip(decision.accepted.tolist(), decision.terminal.tolist(), decision.is_bonus.tolist())
-        for txn, (accepted, terminal, is_bonus) in zip(txns, decided):
-            txn.decided(accepted, terminal, is_bonus)
+        decided = torch.stack([decision.accepted, decision.terminal, decision.is_bonus.to(torch.int64)], 1)
+        for txn, (accepted, terminal, is_bonus) in zip(txns, decided.tolist()):  # the round's one read of it
+            txn.decided(accepted, terminal, bool(is_bonus))
 
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
         #    the caches keep exactly the rows of what was published.

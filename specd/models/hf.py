@@ -195,8 +195,10 @@ class HFCache(KVCache):
         exceed a third of the cache."""
         if self.dyn is None or self.valid.shape[1] == 0 or any(self.temp_cols.values()):
             return
-        used = self.valid.any(dim=0).nonzero()
-        length = int(used.max().item()) + 1 if used.numel() else 0
+        positions = torch.arange(1, self.valid.shape[1] + 1, device=self.valid.device)
+        counts = self.valid.sum(dim=1)
+        extent = torch.stack([(self.valid.any(dim=0) * positions).max(), counts.max()])
+        length, longest = extent.tolist() if counts.numel() else (0, 0)  # one read: used length, longest row
         if length == 0:  # nothing committed anywhere: start the physical cache afresh
             self.dyn = None
             self.valid = self.valid[:, :0]
@@ -204,8 +206,6 @@ class HFCache(KVCache):
         if length < self.valid.shape[1]:
             cache_compat.truncate(self.dyn, length)
             self.valid = self.valid[:, :length]
-        counts = self.valid.sum(dim=1)
-        longest = int(counts.max().item()) if counts.numel() else 0
         near_window = self.window is not None and 2 * length > self.window
         if longest < length and (near_window or (length >= COMPACT_MIN_POSITIONS and 3 * (length - longest) > length)):
             # Left-align each row's valid positions (order kept); the rest is masked padding.
