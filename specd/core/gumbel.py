@@ -129,7 +129,9 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     for start in range(0, n, step):
         chunk = rows[start : start + step].to(torch.float64, copy=True)  # raced in place
         mass = chunk > 0
-        if 4 * int(mass.sum()) >= mass.numel():  # mostly full rows: race every entry, no index lists
+        # Mostly full rows: race every entry, no index lists. On a GPU always (counting the support
+        # would read from the device); on a CPU sparse rows race over their support alone.
+        if rows.device.type != "cpu" or 4 * int(mass.sum()) >= mass.numel():
             u = unit(splitmix64_(per_row[start : start + step].unsqueeze(1) ^ per_token.unsqueeze(0)))
             scores = chunk.log_().sub_(u.log_().neg_().log_()).masked_fill_(~mass, float("-inf"))
         else:

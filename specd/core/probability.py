@@ -30,20 +30,26 @@ def residual_floor(dtype: torch.dtype) -> float:
 
 
 def softmax_max_shift(
-    logits: torch.Tensor, dtype: torch.dtype = torch.float32, overwrite: bool = False
+    logits: torch.Tensor, dtype: torch.dtype = torch.float32, overwrite: bool = False, check: bool = True
 ) -> torch.Tensor:
     """logits: float[N, V] -> probs: dtype[N, V]. ``overwrite``: the logits are a temporary the caller
-    gives up, and the rows are computed in their memory (the same values, no new [N, V] tensor)."""
+    gives up, and the rows are computed in their memory (the same values, no new [N, V] tensor).
+    ``check``: refuse a row with every logit masked here (a read from the device); without it such a
+    row comes back as NaN, for the caller to refuse (``empty_rows``) in a read it makes anyway."""
     x = logits.to(dtype)
     m = x.amax(dim=-1, keepdim=True)
-    _check_mass(m)
+    if check:
+        _check_mass(m)
     e = x.sub_(m) if overwrite else x - m  # exp and the division then run in place on it
     e.exp_()
     return e.div_(e.sum(dim=-1, keepdim=True))
 
 
-def softmax_online(logits: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = 1024) -> torch.Tensor:
-    """logits: float[N, V] -> probs: dtype[N, V], via an online (m, l) merge over blocks of V."""
+def softmax_online(
+    logits: torch.Tensor, dtype: torch.dtype = torch.float32, block: int = 1024, check: bool = True
+) -> torch.Tensor:
+    """logits: float[N, V] -> probs: dtype[N, V], via an online (m, l) merge over blocks of V
+    (``check``: as in softmax_max_shift)."""
     x = logits.to(dtype)
     n, v = x.shape
     m = torch.full((n, 1), float("-inf"), dtype=dtype, device=x.device)
@@ -56,17 +62,23 @@ def softmax_online(logits: torch.Tensor, dtype: torch.dtype = torch.float32, blo
         safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         l = l * torch.exp(m - safe) + torch.exp(chunk - safe).sum(dim=-1, keepdim=True)
         m = m_new
-    _check_mass(m)
+    if check:
+        _check_mass(m)
     return torch.exp(x - m) / l
 
 
 def softmax(
-    logits: torch.Tensor, backend: str = "max_shift", dtype: torch.dtype = torch.float32, overwrite: bool = False
+    logits: torch.Tensor,
+    backend: str = "max_shift",
+    dtype: torch.dtype = torch.float32,
+    overwrite: bool = False,
+    check: bool = True,
 ) -> torch.Tensor:
-    """Dispatch by backend name; logits float[N, V] -> probs dtype[N, V] (``overwrite``: see softmax_max_shift)."""
+    """Dispatch by backend name; logits float[N, V] -> probs dtype[N, V] (``overwrite``, ``check``:
+    see softmax_max_shift)."""
     if check_backend(backend) == "online":
-        return softmax_online(logits, dtype, block=max(1, min(1024, logits.shape[-1] // 2 or 1)))
-    return softmax_max_shift(logits, dtype, overwrite)
+        return softmax_online(logits, dtype, block=max(1, min(1024, logits.shape[-1] // 2 or 1)), check=check)
+    return softmax_max_shift(logits, dtype, overwrite, check)
 
 
 def check_backend(name: str) -> str:
@@ -75,6 +87,15 @@ def check_backend(name: str) -> str:
     return name
 
 
+def empty_rows(probs: torch.Tensor) -> torch.Tensor:
+    """probs float[N, V] from an unchecked softmax -> bool[N]: the rows with no mass to sample (every
+    logit masked; NaN logits come out the same)."""
+    return probs.isnan().any(dim=-1)
+
+
+EMPTY_ROW = "a processed row has every logit masked: no token can be sampled"
+
+
 def _check_mass(row_max: torch.Tensor) -> None:
     if torch.isneginf(row_max).any():
-        raise EmptyDistribution("a processed row has every logit masked: no token can be sampled")
+        raise EmptyDistribution(EMPTY_ROW)

@@ -428,14 +428,15 @@ class SamplingPolicy:
         backend: str = "max_shift",
         dtype: torch.dtype = torch.float32,
         out: torch.Tensor | None = None,
+        check: bool = True,
     ) -> torch.Tensor:
         """raw: float[N, V] -> processed probability rows dtype[N, V] (one-hot when greedy). ``out``:
         a buffer float[N, V] the rows are processed in (see ``logits``); the probabilities then
-        overwrite it when its dtype is ``dtype``."""
+        overwrite it when its dtype is ``dtype``. ``check``: see probability.softmax_max_shift."""
         processed = self.logits(raw, states, out)
         if self.greedy:
             onehot = torch.zeros(processed.shape, dtype=dtype, device=processed.device)
             onehot.scatter_(-1, processed.argmax(dim=-1, keepdim=True), 1.0)
             return onehot
         # The processed rows are a copy of raw whenever they are not raw itself: the softmax may reuse them.
-        return softmax(processed, backend, dtype, overwrite=processed is not raw)
+        return softmax(processed, backend, dtype, overwrite=processed is not raw, check=check)

@@ -24,11 +24,12 @@ import torch
 from specd.core.gumbel import SharedNoise
 from specd.core.kv import KVCache
 from specd.core.model import CausalLM, RowInput
+from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import SamplingPolicy
 from specd.core.rng import Draws
-from specd.core.sampler import sample_categorical
+from specd.core.sampler import categorical_draw, exact_redraw
 from specd.core.state import RequestState
-from specd.errors import UsageError
+from specd.errors import EmptyDistribution, UsageError
 
 
 @dataclass(frozen=True)
@@ -218,10 +219,29 @@ class ModelProposer(Proposer):
     def behind(self, state: RequestState, cache: KVCache) -> int:
         return len(state.output) - self.held(cache, state)
 
-    def draw(self, q_rows: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+    def draw(self, q_rows: torch.Tensor, u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """d_i from q_i: inverse CDF at the proposal uniform u float64[N] (argmax when the draft is
-        greedy, u None). q_rows float[N, V] -> int64[N]. The row drawn from is the row recorded as q."""
-        return q_rows.argmax(dim=-1) if u is None else sample_categorical(q_rows, u)
+        greedy, u None). q_rows float[N, V] -> (d int64[N], near bool[N] or None: the rows whose
+        choice is made again exactly once read, ``categorical_draw``). Reads nothing from the
+        device. The row drawn from is the row recorded as q."""
+        return (q_rows.argmax(dim=-1), None) if u is None else categorical_draw(q_rows, u)
+
+    def read_step(
+        self, q_rows: torch.Tensor, u: torch.Tensor | None, drawn: torch.Tensor, near: torch.Tensor | None
+    ) -> list[int]:
+        """A draft step's one read from the device: its tokens, which rows need an exact redraw, and
+        which rows had no mass (refused: EmptyDistribution) -> the tokens, as Python ints."""
+        n = len(drawn)
+        parts = [drawn.to(torch.int64)]
+        parts.append(near.to(torch.int64) if near is not None else torch.zeros_like(parts[0]))
+        parts.append(empty_rows(q_rows).to(torch.int64) if not self.policy.greedy else torch.zeros_like(parts[0]))
+        values = torch.cat(parts).tolist()
+        if any(values[2 * n :]):
+            raise EmptyDistribution(EMPTY_ROW)
+        redo = [j for j, flag in enumerate(values[n : 2 * n]) if flag]
+        if redo and u is not None:  # rare: a uniform within float64 rounding of a boundary
+            return exact_redraw(q_rows, u, drawn, redo).tolist()
+        return values[:n]
 
     def confidence(self, raw_rows: torch.Tensor, q_rows: torch.Tensor, states) -> torch.Tensor:
         """The draft's largest probability per row, float[N]: max q, or for a greedy draft (q a
@@ -260,7 +280,7 @@ class ModelProposer(Proposer):
             if not here:
                 break
             raw_rows = torch.stack([raw[b] for b in here])
-            q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], ctx.backend, dtype)
+            q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], ctx.backend, dtype, check=False)
             if self.draft_stop > 0:
                 sure = self.confidence(raw_rows, q_rows, [proc[b] for b in here]) >= self.draft_stop
                 for b in (b for b, keep in zip(here, sure.tolist()) if not keep):
@@ -270,11 +290,12 @@ class ModelProposer(Proposer):
                 if not here:
                     break
                 q_rows = q_rows[keep_idx.to(q_rows.device)]
+            u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
             if noise is not None:
-                drawn = noise.race([states[b] for b in here], i, q_rows).tolist()
+                tokens, near = noise.race([states[b] for b in here], i, q_rows), None
             else:
-                u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
-                drawn = self.draw(q_rows, u).tolist()
+                tokens, near = self.draw(q_rows, u)
+            drawn = self.read_step(q_rows, u, tokens, near)
             for b, tok, row in zip(here, drawn, q_rows.to(dtype)):
                 drafts[b].append(tok)
                 q_rows_of[b].append(row)

@@ -345,4 +345,5 @@ def round_rows(
         k_lens,
         proposal.q.shape[-1],
         argmax,
+        tuple(ks),
     )

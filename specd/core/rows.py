@@ -43,6 +43,11 @@ class Rows:
     k_lens: torch.Tensor  # int64[B]
     vocab: int
     target_argmax: torch.Tensor | None = None  # int64[B, K+1]: a greedy target's argmax ids (p None)
+    k_host: tuple[int, ...] | None = None  # k_lens as the host knows it (None: read it from k_lens)
+
+    def ks(self) -> list[int]:
+        """Drafts per request as Python ints (no read from the device when the round knows them)."""
+        return list(self.k_host) if self.k_host is not None else self.k_lens.tolist()
 
     @classmethod
     def dense(cls, p: torch.Tensor | None, q: torch.Tensor, draft: torch.Tensor, k_lens: torch.Tensor) -> Rows:
@@ -95,10 +100,10 @@ class Rows:
         the point mass on its draft, or zeros where the request has no draft there."""
         b = torch.arange(len(positions), device=positions.device)
         index, token = self.q_index[b, positions], self.draft[b, positions]
-        out = torch.zeros(len(positions), self.vocab, dtype=dtype, device=positions.device)
         model = index >= 0
-        if bool(model.any()):
-            out[model] = self.q[index[model]].to(dtype)
+        if self.q.shape[0]:  # masked, not selected: which rows are model rows is not read from the device
+            out = self.q[index.clamp_min(0)].to(dtype) * model.unsqueeze(1)
+        else:
+            out = torch.zeros(len(positions), self.vocab, dtype=dtype, device=positions.device)
         point = ~model & (token >= 0)
-        out[point, token[point]] = 1.0
-        return out
+        return out.scatter_add_(1, token.clamp_min(0).unsqueeze(1), point.to(dtype).unsqueeze(1))

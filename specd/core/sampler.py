@@ -51,6 +51,15 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     interval's ends the choice is made again in exact rational arithmetic, so it
     equals the exact rule for every uniform, u near 0 and near 1 included.
     """
+    idx, near = categorical_draw(rows, u)
+    if bool(near.any()):
+        idx = exact_redraw(rows, u, idx, near.nonzero().flatten().tolist())
+    return idx
+
+
+def categorical_draw(rows: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_categorical`` without reading from the device: -> (the float64 choice int64[B], near
+    bool[B]: the rows whose choice must be made again exactly, ``exact_redraw``)."""
     rows64 = rows.to(torch.float64)
     cdf = rows64.cumsum(dim=-1)
     total = cdf[:, -1]
@@ -65,10 +74,14 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     eps = torch.finfo(torch.float64).eps
     slack_lo = 2 * eps * (idx.to(torch.float64) * lo + target)
     slack_hi = 2 * eps * ((idx + 1).to(torch.float64) * hi + target)
-    near = ((target - lo).abs() < slack_lo) | ((hi - target).abs() < slack_hi)
-    if bool(near.any()):
-        for b in near.nonzero().flatten().tolist():
-            idx[b] = _exact_inverse_cdf(rows64[b].tolist(), float(u[b]))
+    return idx, ((target - lo).abs() < slack_lo) | ((hi - target).abs() < slack_hi)
+
+
+def exact_redraw(rows: torch.Tensor, u: torch.Tensor, idx: torch.Tensor, near: list[int]) -> torch.Tensor:
+    """idx int64[B] with the rows listed in ``near`` chosen again in exact rational arithmetic."""
+    idx = idx.clone()
+    for b in near:
+        idx[b] = _exact_inverse_cdf(rows[b].to(torch.float64).tolist(), float(u[b]))
     return idx
 
 
@@ -265,7 +278,7 @@ class RejectionSampler:
     def race_targets(self, rows: Rows, states) -> torch.Tensor:
         """The target's Gumbel-max token at each of the round's positions, raced over the real rows
         only -> int64[B, K+1] (past a request's k_b + 1: 0, never read)."""
-        k_lens = rows.k_lens.tolist()
+        k_lens = rows.ks()
         keys = [self.noise_key(s) for s, k in zip(states, k_lens) for _ in range(k + 1)]
         positions = [self.noise_position(s, i) for s, k in zip(states, k_lens) for i in range(k + 1)]
         won = race_tokens(rows.target()[0], keys, positions)

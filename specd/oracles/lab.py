@@ -138,7 +138,7 @@ class ArgmaxDraftsSoftQ(ModelProposer):
     """Drafts greedily (argmax) but records the soft q it did not sample from."""
 
     def draw(self, q_rows, u):
-        return q_rows.argmax(dim=-1)
+        return q_rows.argmax(dim=-1), None
 
 
 class KFromBatchConfidence(ModelProposer):

@@ -34,7 +34,7 @@ class MaximalRule:
 def uniforms(rows: Rows, states, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
     """The round's acceptance uniforms float64[B, K] (1 past k_b: never read) and terminal uniforms
     float64[B], each request's from its own streams."""
-    ks = rows.k_lens.tolist()
+    ks = rows.ks()
     k_max = rows.draft.shape[1]
     accept = [draws(s, "acceptance", k) + [1.0] * (k_max - k) for s, k in zip(states, ks)]
     terminal = [draws(s, "terminal", 1)[0] for s in states]
