@@ -292,10 +292,10 @@ class ModelProposer(Proposer):
                 q_rows = q_rows[keep_idx.to(q_rows.device)]
             u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
             if noise is not None:
-                tokens, near = noise.race([states[b] for b in here], i, q_rows), None
+                chosen, near = noise.race([states[b] for b in here], i, q_rows), None
             else:
-                tokens, near = self.draw(q_rows, u)
-            drawn = self.read_step(q_rows, u, tokens, near)
+                chosen, near = self.draw(q_rows, u)
+            drawn = self.read_step(q_rows, u, chosen, near)
             for b, tok, row in zip(here, drawn, q_rows.to(dtype)):
                 drafts[b].append(tok)
                 q_rows_of[b].append(row)
