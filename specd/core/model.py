@@ -63,3 +63,11 @@ class SplitHeadLM(CausalLM, Protocol):
         """A head holding only the rows ``columns`` int64[N_sub]: hidden float[N, D] -> float[N, N_sub],
         the full head's logits at those columns."""
         ...
+
+
+def device_sync(device) -> Callable[[], None] | None:
+    """A function that waits for every kernel queued on ``device`` (a CUDA device: that one, not the
+    current one), or None where work is done when its call returns (a CPU)."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    return lambda: torch.cuda.synchronize(device)

@@ -20,9 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import torch
-
-from specd.core.model import RowInput
+from specd.core.model import RowInput, device_sync
 from specd.core.outcome import RoundOutcome
 from specd.core.records import AcceptanceRecord, RunResult
 from specd.core.rng import Draws, RngState, stream_draws
@@ -63,9 +61,9 @@ class DecodeSession:
         self.waiting: deque[Request] = deque()  # submitted, not admitted yet
         self._finished: list[str] = []  # finished since the last take_finished()
         self._next_slot = 0
-        device = getattr(engine.target, "device", None)
-        # On CUDA a timed block ends with a device sync, so the time is the work's, not its launch's.
-        self.sync = torch.cuda.synchronize if getattr(device, "type", None) == "cuda" else None
+        # On CUDA a timed block ends with a sync of the target's device (cuda:N, not the current
+        # one), so the time is the work's, not its launch's.
+        self.sync = device_sync(getattr(engine.target, "device", None))
         self._t0 = time.perf_counter()
         if requests:
             self.admit(requests)

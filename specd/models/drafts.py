@@ -148,6 +148,12 @@ def build_proposer(
         return SuffixProposer(target.vocab_size, run=bool(spec.value))
     if spec.kind == "self-dtype":
         dtype = spec.value
+        if target.dtype == dtype:
+            raise UsageError(
+                f"--draft {spec.text}: the target is already in {str(dtype).removeprefix('torch.')}, so this draft "
+                "would be a second copy of it, as slow as the target; draft from self:layers=N, self:vocab=N, suffix "
+                "or a smaller model of its family"
+            )
         model = copy.deepcopy(target.model).to(dtype)
         name = f"self:{'bf16' if dtype == torch.bfloat16 else 'fp16'}({target.name})"
         return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy, draft_stop)

@@ -28,11 +28,15 @@ def resolve_device(name: str) -> torch.device:
     raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
 
 
-def resolve_dtype(name: str) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype | str:
+    """--dtype on ``device`` -> a torch dtype, or "auto" (transformers' word for the checkpoint's own
+    dtype) for auto on CUDA. auto is float32 on a CPU, where half precision is slow."""
+    if name == "auto":
+        return "auto" if device is not None and device.type == "cuda" else torch.float32
     try:
         return DTYPES[name]
     except KeyError:
-        raise UsageError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+        raise UsageError(f"unknown dtype {name!r}; choose one of auto, {', '.join(DTYPES)}") from None
 
 
 @dataclass
@@ -99,7 +103,7 @@ def located(spec: str | None, gguf: str | None) -> tuple[str, str, str, str | No
 def load(
     spec: str | None,
     gguf: str | None,
-    dtype: torch.dtype,
+    dtype: torch.dtype | str,
     device: torch.device,
     trust_remote_code: bool = False,
     device_map: str | None = None,
@@ -127,6 +131,7 @@ def load(
     where, name, source, gguf_file = located(spec, gguf)
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
+        dtype = torch.float32 if dtype == "auto" else dtype  # dequantized: no dtype of its own
     if device_map is not None:
         if importlib.util.find_spec("accelerate") is None:
             raise ModelLoadError("--device-map needs the 'accelerate' package: pip install 'specd[gguf]'")

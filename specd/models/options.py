@@ -37,7 +37,7 @@ from specd.policy.kpolicy import DEFAULT_K_MAX, MAX_K, check_k, check_k_max
 
 BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
 MAX_BATCH_SIZE = 4096
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 DEFAULT_RULE = "invariant"
 
@@ -275,7 +275,12 @@ class GenerateOptions:
         check=lambda value, where: value is None or parse_max_memory(value, where),
     )
     dtype: str = option(
-        "float32", "--dtype", kind="str", help="float32, bfloat16 or float16.", check=one_of("dtype", DTYPE_NAMES)
+        "auto",
+        "--dtype",
+        kind="str",
+        help="auto (float32 on a CPU; on CUDA the checkpoint's own dtype, float32 for a GGUF), float32, bfloat16 "
+        "or float16. Decoding is exact with respect to the target as loaded in it (the manifest's dtype).",
+        check=one_of("dtype", DTYPE_NAMES),
     )
     chat: bool | None = option(
         None,

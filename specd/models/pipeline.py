@@ -144,7 +144,8 @@ class Pipeline:
         """Load target (and draft), admit their tokenizers, build both policies. ``given``: "target"
         and/or "draft" already in memory (``loading.in_memory``), used instead of loading them."""
         given = given or {}
-        device, dtype = resolve_device(opts.device), resolve_dtype(opts.dtype)
+        device = resolve_device(opts.device)
+        dtype = resolve_dtype(opts.dtype, device)
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
@@ -388,7 +389,7 @@ class Pipeline:
                 on_publish(state, emitted)
         run_result = session.result()
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
         wall = time.perf_counter() - t0
         ordered = tuple(results[i.request_id] for i in items)
         return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes)
@@ -462,7 +463,7 @@ class Pipeline:
             "target": model_entry(self.target),
             "draft": None if baseline else draft_entry(self._draft_source()),
             "draft_sources": None if baseline else list(self.proposer.identities),
-            "dtype": o.dtype,
+            "dtype": str(self.target.dtype).removeprefix("torch."),  # as loaded (--dtype auto resolved)
             "device": str(self.device),
             "torch": torch.__version__,
             "transformers": transformers.__version__,

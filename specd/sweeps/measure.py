@@ -52,7 +52,7 @@ class MeasuredSweep:
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)  # the device in use, not the current one
 
 
 def _timed(fn: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
