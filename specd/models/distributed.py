@@ -11,12 +11,13 @@ nothing is lost, and since results are kept by request id, nothing is written tw
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -122,17 +123,48 @@ class RayRun:
     retried_chunks: int
 
 
-def actors(ray, options, baseline: bool):
-    """One actor per CPU of the cluster, each with one thread and one pipeline."""
-    remote = ray.remote(num_cpus=1, max_restarts=0)(Worker)
-    n = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    return remote, [remote.remote(options, baseline, 1) for _ in range(n)]
+@dataclass(frozen=True)
+class ActorPlan:
+    count: int  # actors
+    resources: dict  # what Ray reserves for each (num_gpus, num_cpus)
+    device: str  # the --device each actor runs with
+
+    @property
+    def on_gpus(self) -> bool:
+        return "num_gpus" in self.resources
+
+
+def actor_plan(resources: Mapping[str, float], device: str) -> ActorPlan:
+    """The actors a cluster with ``resources`` (Ray's cluster_resources) gets for ``--device``: one per
+    GPU, each reserving it (Ray then shows each actor its own GPU alone, as cuda:0), unless the run
+    is on the CPU; else one per CPU. Without a GPU, an actor that reserves none sees none: that is
+    why a GPU actor must ask for one."""
+    gpus = int(resources.get("GPU", 0))
+    if gpus and device != "cpu":
+        return ActorPlan(gpus, {"num_gpus": 1, "num_cpus": 1}, "cuda")
+    if device.startswith("cuda"):
+        raise UsageError(f"--ray with --device {device}: the cluster has no GPU (Ray counts none); use --device cpu")
+    return ActorPlan(max(1, int(resources.get("CPU", 1))), {"num_cpus": 1}, "cpu")
+
+
+def actors(ray, options, baseline: bool) -> tuple[Callable[[], object], list]:
+    """The plan's actors (``actor_plan``), each with one thread and one pipeline on its device ->
+    (a function that starts one more, the actors)."""
+    plan = actor_plan(ray.cluster_resources(), options.device)
+    remote = ray.remote(max_restarts=0, **plan.resources)(Worker)
+    on_device = dataclasses.replace(options, device=plan.device)
+
+    def spawn():
+        return remote.remote(on_device, baseline, 1)
+
+    return spawn, [spawn() for _ in range(plan.count)]
 
 
 def check_manifests(ray, pool, manifest: dict) -> None:
-    """Every actor holds the models and policies the driver's ``manifest`` names, or UsageError."""
+    """Every actor holds the models and policies the driver's ``manifest`` names, or UsageError. The
+    device may differ (a driver on a CPU, actors on their GPUs); what determines the output may not."""
     for got in ray.get([a.manifest.remote() for a in pool]):
-        difference = manifest_difference(got, manifest)
+        difference = manifest_difference(got, manifest, ignore=("device",))
         if difference is not None:
             raise UsageError(
                 f"--ray: a worker loaded another {difference[0]} than the driver; same models on every node"
@@ -159,7 +191,7 @@ def run_on_ray(
     (tests kill an actor through it).
     Every actor must hold the same models and policies as ``manifest`` says.
     """
-    remote, pool = actors(ray, options, baseline)
+    spawn, pool = actors(ray, options, baseline)
     check_manifests(ray, pool, manifest)
     chunks = [list(items[i : i + CHUNK]) for i in range(0, len(items), CHUNK)]
     todo = list(range(len(chunks)))
@@ -180,7 +212,7 @@ def run_on_ray(
         except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
             retried += 1
             todo.insert(0, index)  # its requests go to another actor
-            replacement = remote.remote(options, baseline, 1)
+            replacement = spawn()
             pool[pool.index(actor)] = replacement
             idle.append(replacement)
             continue

@@ -96,9 +96,10 @@ def _source_kind(identity: str) -> str:
     return ":".join(["hf", kind, *tail])
 
 
-def manifest_difference(recorded: dict, current: dict) -> tuple[str, object, object] | None:
-    """The first output-determining field where two manifests differ: (field, recorded, current)."""
-    for name in OUTPUT_FIELDS:
+def manifest_difference(recorded: dict, current: dict, ignore: Sequence[str] = ()) -> tuple[str, object, object] | None:
+    """The first output-determining field (but those in ``ignore``) where two manifests differ:
+    (field, recorded, current)."""
+    for name in (n for n in OUTPUT_FIELDS if n not in ignore):
         a, b = recorded.get(name), current.get(name)
         if json.dumps(_comparable(name, a), sort_keys=True, default=str) != json.dumps(
             _comparable(name, b), sort_keys=True, default=str

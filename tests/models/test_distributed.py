@@ -186,3 +186,53 @@ def test_a_sampled_text_on_ray_is_the_local_text_under_the_invariant_rule(ray_lo
         assert code == 0, err
         runs.append([r["text"] for r in json.loads(out)["results"]])
     assert runs[0] == runs[1]
+
+
+def test_a_cluster_with_gpus_gets_one_actor_per_gpu_each_reserving_it():
+    """Ray hides every GPU from an actor that reserves none: a GPU node's actors ask for one each
+    and run on their own (cuda, which Ray maps to that GPU); a CPU-only run keeps one per CPU."""
+    from specd.errors import UsageError
+    from specd.models.distributed import actor_plan
+
+    gpu_node = {"CPU": 16.0, "GPU": 2.0}
+    for device in ("auto", "cuda", "cuda:1"):
+        plan = actor_plan(gpu_node, device)
+        assert (plan.count, plan.resources, plan.device, plan.on_gpus) == (
+            2,
+            {"num_gpus": 1, "num_cpus": 1},
+            "cuda",
+            True,
+        )
+    assert actor_plan(gpu_node, "cpu").resources == {"num_cpus": 1} and actor_plan(gpu_node, "cpu").count == 16
+    assert actor_plan({"CPU": 4.0}, "auto") == actor_plan({"CPU": 4.0}, "cpu")
+    with pytest.raises(UsageError, match="no GPU"):
+        actor_plan({"CPU": 4.0}, "cuda")
+
+
+def test_gpu_actors_reserve_a_gpu_each_and_run_on_cuda():
+    """``actors`` on a cluster that reports two GPUs (a stand-in for Ray: its accounting is Ray's):
+    two actors, each created reserving one GPU, each building its pipeline with --device cuda."""
+    from specd.models.distributed import actors
+    from specd.models.options import GenerateOptions
+
+    created = []
+
+    class FakeActorClass:
+        def __init__(self, resources):
+            self.resources = resources
+
+        def remote(self, options, baseline, threads):
+            created.append((self.resources, options.device, baseline, threads))
+            return object()
+
+    class FakeRay:
+        def cluster_resources(self):
+            return {"CPU": 8.0, "GPU": 2.0}
+
+        def remote(self, **resources):
+            return lambda cls: FakeActorClass(resources)
+
+    spawn, pool = actors(FakeRay(), GenerateOptions(target="x", device="auto"), baseline=False)
+    spawn()  # a replacement for a dead actor is made the same way
+    assert len(pool) == 2 and len(created) == 3
+    assert all(c == ({"max_restarts": 0, "num_gpus": 1, "num_cpus": 1}, "cuda", False, 1) for c in created)
