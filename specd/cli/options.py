@@ -26,7 +26,7 @@ from specd.models.inputs import model_folders, run_inputs
 from specd.models.option_spec import option, specs, typed
 from specd.models.options import (
     BATCH_SIZE_CPU,
-    BATCH_SIZE_CUDA,
+    BATCH_SIZE_CUDA_MAX,
     MAX_BATCH_SIZE,
     OPTION_FIELDS,
     GenerateOptions,
@@ -67,7 +67,8 @@ class RunArgs:
         "--batch-size",
         kind="int?",
         help=f"At most this many requests decode together; the next join as others finish (continuous "
-        f"batching; 1..{MAX_BATCH_SIZE}). Default: {BATCH_SIZE_CPU} on CPU, {BATCH_SIZE_CUDA} on CUDA. "
+        f"batching; 1..{MAX_BATCH_SIZE}). Default: {BATCH_SIZE_CPU} on CPU; on CUDA as many as half the free device "
+        f"memory holds (K/V and a round's rows per request), at most {BATCH_SIZE_CUDA_MAX}. "
         "Outputs do not depend on it.",
         check=batch_size_value,
     )

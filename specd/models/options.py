@@ -35,7 +35,8 @@ from specd.models.generation_config import check_mode
 from specd.models.option_spec import Check, at_least_one, one_of, option, specs, typed
 from specd.policy.kpolicy import DEFAULT_K_MAX, MAX_K, check_k, check_k_max
 
-BATCH_SIZE_CPU, BATCH_SIZE_CUDA = 64, 128  # requests decoding together when the user does not say
+BATCH_SIZE_CPU = 64  # requests decoding together on a CPU when the user does not say
+BATCH_SIZE_CUDA_MAX = 256  # on CUDA: as many as half the free memory holds (batch_for_memory), at most this
 MAX_BATCH_SIZE = 4096
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
@@ -43,6 +44,12 @@ DEFAULT_RULE = "invariant"
 
 
 # -- range checks of this command's own options ---------------------------------------------
+def batch_for_memory(free_bytes: int, per_request_bytes: int, cap: int = BATCH_SIZE_CUDA_MAX) -> int:
+    """The requests that fit half of ``free_bytes`` (the other half for activations and the
+    allocator's slack) at ``per_request_bytes`` each: at least 1, at most ``cap``."""
+    return max(1, min(cap, free_bytes // 2 // max(per_request_bytes, 1)))
+
+
 def batch_size_value(value, where):
     """--batch-size (a run argument, not an option: outputs do not depend on it)."""
     if value is not None and (

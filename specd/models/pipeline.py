@@ -36,7 +36,7 @@ from specd.models.generation_config import GenerationDefaults, from_model, read_
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import Loaded, load, resolve_device, resolve_dtype, weights_digest
 from specd.models.model_facts import context_length, eos_ids
-from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA, GenerateOptions, parse_max_memory
+from specd.models.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
 from specd.models.policies import controls, policies
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
@@ -249,8 +249,28 @@ class Pipeline:
 
     @property
     def default_batch_size(self) -> int:
-        """Requests decoding together when the user does not say: more on a GPU."""
-        return BATCH_SIZE_CUDA if self.device.type == "cuda" else BATCH_SIZE_CPU
+        """Requests decoding together when the user does not say: BATCH_SIZE_CPU on a CPU; on CUDA as
+        many as half the free device memory holds, each request costing its K/V rows over the
+        context it can reach and the rows of its widest round (``request_bytes``)."""
+        if self.device.type != "cuda":
+            return BATCH_SIZE_CPU
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return batch_for_memory(free, self.request_bytes())
+
+    def request_bytes(self) -> int:
+        """Device memory one request holds: K/V for its prompt (up to 1,024 tokens, a typical long
+        prompt) and its budget, every layer's keys and values, in the target's dtype; and its widest
+        round's rows: p, q and the processing buffer, float32, K max + 1 rows over the vocabulary."""
+        cfg = self.target.model.config
+        cfg = getattr(cfg, "text_config", None) or cfg
+        heads = getattr(cfg, "num_attention_heads", 1)
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        element = torch.finfo(self.target.dtype).bits // 8
+        tokens = min(self.context or 1 << 30, 1024 + self.options.max_new_tokens)
+        kv = 2 * cfg.num_hidden_layers * kv_heads * head_dim * element * tokens
+        rows = 3 * (self.options.k_max + 1) * self.target.vocab_size * 4
+        return kv + rows
 
     def engine(self, baseline: bool, k: int | str, record_log: bool, batch: int = 1) -> SpeculativeEngine:
         """``k``: a fixed K or "auto"; ``batch``: the requests the run decodes together (auto reads

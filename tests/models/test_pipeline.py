@@ -31,3 +31,16 @@ def test_other_sampling_options_give_a_new_pipeline_sharing_the_models(pipe):
     assert sampled.target is pipe.target and sampled.proposer.sources[0].model is pipe.proposer.sources[0].model
     assert pipe.target_policy.greedy and not sampled.target_policy.greedy
     assert [p["name"] for p in sampled.target_policy.describe()["processors"]] == ["temperature", "top_k"]
+
+
+def test_the_cuda_batch_default_is_what_half_the_free_memory_holds(tiny_models):
+    from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA_MAX, GenerateOptions, batch_for_memory
+    from specd.models.pipeline import Pipeline
+
+    assert batch_for_memory(100 << 30, 1 << 30) == 50  # 100 GiB free, 1 GiB a request
+    assert batch_for_memory(1 << 20, 1 << 30) == 1 and batch_for_memory(1 << 50, 1) == BATCH_SIZE_CUDA_MAX
+    pipe = Pipeline.build(GenerateOptions(target=tiny_models[0], draft="suffix", max_new_tokens=64))
+    assert pipe.default_batch_size == BATCH_SIZE_CPU  # a CPU: fixed
+    cfg = pipe.target.model.config  # 2 layers, 2 K/V heads of 16, float32; K max 32; V from the tokenizer
+    kv = 2 * 2 * 2 * (cfg.hidden_size // cfg.num_attention_heads) * 4 * min(pipe.context, 1024 + 64)
+    assert pipe.request_bytes() == kv + 3 * 33 * pipe.target.vocab_size * 4
