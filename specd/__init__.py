@@ -18,6 +18,7 @@ PUBLIC = {
     "Pair": "specd.api.pair",
     "Generation": "specd.api.pair",
     "Comparison": "specd.api.pair",
+    "Divergence": "specd.models.divergence",
     "RequestResult": "specd.models.pipeline",
     "TextDelta": "specd.models.pipeline",
     "prove": "specd.api.oracle",
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from specd.api.tables import sweep as sweep
     from specd.errors import SpecdError as SpecdError
     from specd.errors import UsageError as UsageError
+    from specd.models.divergence import Divergence as Divergence
     from specd.models.pipeline import RequestResult as RequestResult
     from specd.models.pipeline import TextDelta as TextDelta
 

@@ -54,6 +54,13 @@ class ContractViolation(SpecdError):
     code = "contract_violation"
 
 
+class OutputsDiffer(ContractViolation):
+    """Greedy target-only and speculative decoding of one target emitted different tokens where the
+    target's two best were not within its dtype's rounding of each other (specd.models.divergence)."""
+
+    code = "outputs_differ"
+
+
 class ImpossibleProposal(ContractViolation):
     """A proposed token has q(d) = 0: it cannot have been sampled from q."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specd.errors import UsageError
 from specd.files import check_output, check_paths
+from specd.models.divergence import Divergence, divergences
 from specd.models.inputs import model_folders, run_inputs
 from specd.models.loading import Loaded, in_memory, placement
 from specd.models.options import OPTION_FIELDS, GenerateOptions, batch_size_value
@@ -78,12 +79,15 @@ class Generation:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Target-only and speculative decoding of the same prompts, side by side (``--compare``)."""
+    """Target-only and speculative decoding of the same prompts, side by side (``--compare``). Under
+    greedy decoding, ``divergences`` says where any request's two texts part and whether the
+    target's rounding of a near-tie explains it (``Divergence.near_tie``; else it is a bug)."""
 
     target_only: Generation
     speculative: Generation
     speedup: float  # decode time per token, target-only over speculative
     identical: bool  # the same tokens for every prompt (expected under greedy decoding)
+    divergences: tuple[Divergence, ...] = ()  # greedy: where each differing request parts, and why
 
 
 class Pair:
@@ -186,11 +190,13 @@ class Pair:
             TARGET_ONLY: pipe.run(items, baseline=True, record_log=False, batch_size=size),
             SPECULATIVE: pipe.run(items, record_log=False, batch_size=size),
         }
+        parted = divergences(pipe, items, runs[TARGET_ONLY], runs[SPECULATIVE]) if pipe.target_policy.greedy else []
         return Comparison(
             Generation._of(runs[TARGET_ONLY]),
             Generation._of(runs[SPECULATIVE]),
             speedup(runs[TARGET_ONLY], runs[SPECULATIVE]),
             identical(runs[TARGET_ONLY], runs[SPECULATIVE]),
+            tuple(parted),
         )
 
     def manifest(self, *, baseline: bool = False, **options: object) -> dict:

@@ -19,6 +19,7 @@ from specd.core.stats import RunStats
 from specd.errors import printable
 from specd.files import is_stdout
 from specd.models.distributed import connect, run_on_ray
+from specd.models.divergence import divergences, refuse_bugs
 from specd.models.options import GenerateOptions
 from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline, identical, speedup
 from specd.models.prompts import prompt_items
@@ -72,13 +73,19 @@ def execute(options, run: RunArgs) -> None:
         if files is not None:
             files.close()  # on Ctrl-C too: every finished request is on disk
     main_run = runs.get(SPECULATIVE) or runs[TARGET_ONLY]
+    parted = []  # greedy --compare: where the two runs' tokens part, and whether rounding explains it
+    if run.compare and pipe.target_policy.greedy:
+        parted = divergences(pipe, items, runs[TARGET_ONLY], runs[SPECULATIVE])
     if not run.json:
         for note in main_run.notes:
             stderr.print(f"[dim]note: {escape(printable(note))}[/]")
+        for d in parted:
+            stderr.print(escape(printable(d.describe())))
     if run.json:
-        print_json(_document(pipe, runs, run, files.already if files else 0))
+        print_json(_document(pipe, runs, run, files.already if files else 0, parted))
     else:
         _render(pipe, runs, main_run, run, files, stream)
+    refuse_bugs(parted)  # exit 1, after the output: a difference rounding does not explain is a bug
 
 
 def _render(pipe: Pipeline, runs: dict, main_run: GenerationRun, run: RunArgs, files, stream: bool) -> None:
@@ -172,7 +179,7 @@ def _run_on_ray(pipe: Pipeline, options, items, run: RunArgs, files) -> Generati
     return GenerationRun(mode, tuple(out.results), engine, time.perf_counter() - t0, tuple(out.notes))
 
 
-def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, already: int) -> dict:
+def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, already: int, parted=()) -> dict:
     main_name = SPECULATIVE if SPECULATIVE in runs else TARGET_ONLY
     doc = {
         "schema": SCHEMA,
@@ -189,4 +196,5 @@ def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, alre
     if len(runs) == 2:
         doc["speedup"] = speedup(runs[TARGET_ONLY], runs[SPECULATIVE])
         doc["identical_outputs"] = identical(runs[TARGET_ONLY], runs[SPECULATIVE])
+        doc["divergences"] = [d.as_dict() for d in parted]
     return doc
