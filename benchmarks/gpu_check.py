@@ -136,7 +136,7 @@ def specd_run(target, sources, batch_prompts, new_tokens: int, k, batch: int) ->
     from specd.core.round import decode
     from specd.core.sources import SourceSet
     from specd.core.state import Request
-    from specd.policy.autok import AutoK
+    from specd.policy.autok import auto_k_over
     from specd.policy.costs import OnlineCosts
 
     policy = SamplingPolicy.build(temperature=0.0)
@@ -146,10 +146,7 @@ def specd_run(target, sources, batch_prompts, new_tokens: int, k, batch: int) ->
     else:
         costs = OnlineCosts()
         proposer = SourceSet(sources)
-        k_policy = None
-        if k == "auto":
-            k_policy = AutoK(32, batch, costs, lambda i, rows: proposer.sources[i].step_seconds(rows), greedy=True,
-                             lookup_first=any(s.deterministic for s in proposer.sources))  # fmt: skip
+        k_policy = auto_k_over(proposer.sources, 32, batch, costs, greedy=True) if k == "auto" else None
         engine = SpeculativeEngine(target, proposer, policy, config, k_policy=k_policy, observers=(costs.observe,))
     requests = [Request(f"r{i}", p, new_tokens) for i, p in enumerate(batch_prompts)]
     session = engine.start()

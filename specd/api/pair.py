@@ -130,7 +130,8 @@ class Pair:
             raise UsageError("tokenizer= goes with a target model object; a named target loads its own")
         spec, draft_model = _draft_spec(draft)
         if draft_model is not None:
-            given["draft"] = in_memory(draft_model, draft_tokenizer or _tokenizer(given, tokenizer), "draft")
+            draft_tok = draft_tokenizer if draft_tokenizer is not None else _tokenizer(given, tokenizer)
+            given["draft"] = in_memory(draft_model, draft_tok, "draft")
         _refuse_unknown(options, OPTION_FIELDS - {"target", "draft"}, "Pair.load")
         opts = GenerateOptions(target=target, draft=spec, **options)  # type: ignore[arg-type]
         folders = {f"the {role} object's folder": folder for role, lm in given.items() if (folder := _folder(lm))}
@@ -283,7 +284,7 @@ def _tokenizer(given: Mapping[str, Loaded], tokenizer: object) -> object:
 
 
 def _same(options: Mapping[str, object], name: str, actual: str, whose: str) -> None:
-    if name in options and options[name] != actual:
+    if name in options and options[name] not in (actual, "auto"):
         raise UsageError(f"{name}={options[name]!r}, but {whose} weights are in {actual}: move the model instead")
 
 

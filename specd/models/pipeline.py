@@ -41,7 +41,7 @@ from specd.models.policies import controls, policies
 from specd.models.prompts import PromptItem
 from specd.models.results import load_k_schedules
 from specd.models.vocab_table import DATA
-from specd.policy.autok import AutoK
+from specd.policy.autok import auto_k_over
 from specd.policy.costs import OnlineCosts
 from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
@@ -292,18 +292,7 @@ class Pipeline:
         if self.k_schedules is not None:
             policy: KPolicy = ScheduleK(self.k_schedules)
         elif k == "auto":
-            sources = self.proposer.sources
-            for source in sources:
-                if source.shares_target_cache:
-                    self.costs.share_body(source.identity)
-            policy = AutoK(
-                o.k_max,
-                batch,
-                self.costs,
-                lambda index, rows: sources[index].step_seconds(rows),
-                greedy=self.target_policy.greedy,
-                lookup_first=any(source.deterministic for source in sources),
-            )
+            policy = auto_k_over(self.proposer.sources, o.k_max, batch, self.costs, self.target_policy.greedy)
         else:
             policy = FixedK(k)
         return SpeculativeEngine(

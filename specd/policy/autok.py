@@ -294,3 +294,20 @@ class AutoK(KPolicy):
         make drafting pay at these costs, and probing for one is wasted time."""
         _, rate, off = self._perfect(costs, cap)
         return rate > off
+
+
+def auto_k_over(sources, k_max: int, batch: int, costs, greedy: bool) -> AutoK:
+    """-k auto over a run's draft sources (their order is the run's): each source's draft step timed
+    by the source itself, a lookup tried first where there is one, and a shared-body source's calls
+    priced as the target's (``costs``: the OnlineCosts the engine's observer feeds)."""
+    for source in sources:
+        if source.shares_target_cache:
+            costs.share_body(source.identity)
+    return AutoK(
+        k_max,
+        batch,
+        costs,
+        lambda index, rows: sources[index].step_seconds(rows),
+        greedy=greedy,
+        lookup_first=any(source.deterministic for source in sources),
+    )

@@ -120,6 +120,7 @@ def test_bad_objects_are_refused_by_name(objects):
         specd.Pair.load(torch.nn.Linear(2, 2), tokenizer=tok)
     with pytest.raises(UsageError, match="weights are in cpu"):
         specd.Pair.load(target, tokenizer=tok, device="cuda")
+    assert specd.Pair.load(target, "suffix", tokenizer=tok, device="auto", dtype="auto").options.dtype == "float32"
     with pytest.raises(UsageError, match="at most one separate draft model"):
         specd.Pair.load(target, [draft, draft], tokenizer=tok)
 
