@@ -282,6 +282,8 @@ class ModelProposer(Proposer):
             raw_rows = torch.stack([raw[b] for b in here])
             q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], ctx.backend, dtype, check=False)
             if self.draft_stop > 0:
+                if not self.policy.greedy and bool(empty_rows(q_rows).any()):  # before a row without mass stops
+                    raise EmptyDistribution(EMPTY_ROW)
                 sure = self.confidence(raw_rows, q_rows, [proc[b] for b in here]) >= self.draft_stop
                 for b in (b for b, keep in zip(here, sure.tolist()) if not keep):
                     ks[b] = i  # this row's draft ends before position i + 1

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from specd.core.engine import SpeculativeEngine
 from specd.core.processors import SamplingPolicy
@@ -103,3 +104,19 @@ def test_mismatched_event_spaces_are_refused():
 
     with pytest.raises(UsageError, match="event space"):
         SpeculativeEngine(TableModel(4), ModelProposer(TableModel(5), SamplingPolicy.build()), SamplingPolicy.build())
+
+
+@pytest.mark.parametrize("draft_stop", [0.0, 0.5])
+def test_a_draft_row_with_no_mass_is_refused_in_the_steps_one_read(monkeypatch, draft_stop):
+    """A draft whose processed row masks every token cannot be sampled from: EmptyDistribution,
+    raised from the draft step's one read (or, with --draft-stop, before its confidence test)."""
+    from specd.core.table_model import TableModel
+    from specd.errors import EmptyDistribution
+
+    engine = table_engine(k=2)
+    engine.proposer.sources[0].draft_stop = draft_stop
+    draft = engine.proposer.sources[0].model
+    assert isinstance(draft, TableModel)
+    monkeypatch.setattr(draft, "raw_logits", lambda prefix: torch.full((draft.vocab_size,), float("-inf")))
+    with pytest.raises(EmptyDistribution, match="every logit masked"):
+        engine.run([Request("a", (0, 1), 4, seed=1)])
