@@ -13,7 +13,7 @@ from specd.core.round import speculative_round
 from specd.core.state import Request
 
 BOUND = 16  # per round, at every batch size; docs/performance.md says where they are made
-ROUNDS = 6
+ROUNDS = 4
 
 
 def test_the_counter_counts_each_kind_of_read():
