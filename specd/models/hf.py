@@ -195,10 +195,11 @@ class HFCache(KVCache):
         exceed a third of the cache."""
         if self.dyn is None or self.valid.shape[1] == 0 or any(self.temp_cols.values()):
             return
-        positions = torch.arange(1, self.valid.shape[1] + 1, device=self.valid.device)
         counts = self.valid.sum(dim=1)
-        extent = torch.stack([(self.valid.any(dim=0) * positions).max(), counts.max()])
-        length, longest = extent.tolist() if counts.numel() else (0, 0)  # one read: used length, longest row
+        length, longest = 0, 0  # no row left: nothing committed anywhere
+        if counts.numel():  # one read: the used length and the longest row
+            positions = torch.arange(1, self.valid.shape[1] + 1, device=self.valid.device)
+            length, longest = torch.stack([(self.valid.any(dim=0) * positions).max(), counts.max()]).tolist()
         if length == 0:  # nothing committed anywhere: start the physical cache afresh
             self.dyn = None
             self.valid = self.valid[:, :0]

@@ -91,6 +91,21 @@ def test_finished_rows_leave_the_batch(pair):
     assert session.cache.rows == [] and session.cache.dyn is None  # nothing left holds memory
 
 
+def test_a_cache_with_no_row_left_tidies_to_empty(pair):
+    """Between rounds, a physical cache whose rows have all gone (positions still allocated) starts
+    afresh: nothing committed anywhere."""
+    from specd.core.model import RowInput
+
+    target, _ = pair
+    cache = target.new_cache()
+    cache.open(0)
+    target.step(cache, [RowInput(0, (1, 2), (0, 1))], logits_for=1)
+    cache.commit(0, 2)
+    cache.valid = cache.valid[:0]
+    cache.tidy()
+    assert cache.dyn is None and tuple(cache.valid.shape) == (0, 0)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["replay_frontier", "retained_frontier"])
 def test_sampled_joint_through_the_adapter_matches_the_target(layout):
