@@ -1,5 +1,5 @@
-"""What a run reads off a loaded model's configuration: how many positions it can read, and its
-end-of-sequence ids."""
+"""What a run reads off a loaded model's configuration: how many positions it can read, the shape
+of its K/V rows, and its end-of-sequence ids."""
 
 from __future__ import annotations
 
@@ -41,3 +41,13 @@ def eos_ids(model, tokenizer) -> frozenset[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     return frozenset(ids)
+
+
+def kv_layout(model) -> tuple[int, int, int]:
+    """(layers, K/V heads, head dim) of a causal LM's cache, from its config (a multimodal config's
+    text part): each position holds 2 x layers x heads x head dim values."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    heads = getattr(cfg, "num_attention_heads", 1)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads, head_dim

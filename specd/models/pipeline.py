@@ -35,7 +35,7 @@ from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.loading import Loaded, load, resolve_device, resolve_dtype, weights_digest
-from specd.models.model_facts import context_length, eos_ids
+from specd.models.model_facts import context_length, eos_ids, kv_layout
 from specd.models.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
 from specd.models.policies import controls, policies
 from specd.models.prompts import PromptItem
@@ -261,14 +261,10 @@ class Pipeline:
         """Device memory one request holds: K/V for its prompt (up to 1,024 tokens, a typical long
         prompt) and its budget, every layer's keys and values, in the target's dtype; and its widest
         round's rows: p, q and the processing buffer, float32, K max + 1 rows over the vocabulary."""
-        cfg = self.target.model.config
-        cfg = getattr(cfg, "text_config", None) or cfg
-        heads = getattr(cfg, "num_attention_heads", 1)
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        layers, kv_heads, head_dim = kv_layout(self.target.model)
         element = torch.finfo(self.target.dtype).bits // 8
         tokens = min(self.context or 1 << 30, 1024 + self.options.max_new_tokens)
-        kv = 2 * cfg.num_hidden_layers * kv_heads * head_dim * element * tokens
+        kv = 2 * layers * kv_heads * head_dim * element * tokens
         rows = 3 * (self.options.k_max + 1) * self.target.vocab_size * 4
         return kv + rows
 

@@ -14,6 +14,7 @@ import torch
 from specd.core.model import RowInput
 from specd.errors import UsageError
 from specd.models.distributed import actors, connect
+from specd.models.model_facts import kv_layout
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
 from specd.policy.ledger import MeasuredCosts
@@ -246,14 +247,7 @@ def _ledger(pipe: Pipeline, profile, cells: dict, ks, batches, context: int, sta
         {b: first[b].baseline for b in done},
         state_cost=state_per_round / unit,
     )
-    cfg = pipe.target.model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    shape = ModelShape(
-        cfg.num_hidden_layers,
-        getattr(cfg, "num_key_value_heads", cfg.num_attention_heads),
-        head_dim,
-        torch.finfo(pipe.target.dtype).bits // 8,
-    )
+    shape = ModelShape(*kv_layout(pipe.target.model), torch.finfo(pipe.target.dtype).bits // 8)
     rows = []
     for b in done:  # the best K is marked per batch size, so batch by batch is the same ledger
         rows += sweep(profile, costs, [k for k in ks if (k, b) in cells], [b], context, shape=shape, auto=True)
