@@ -130,18 +130,19 @@ def _lab_config(cfg: OracleConfig) -> dict:
 def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> dict:
     """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
     the callable itself, whose rows suffer ``input_rounding`` on their way in) -> one report."""
+    # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
+    # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter.
+    # Refused before the sampler's module is imported (importing runs its code).
+    if cfg.rule not in SAMPLER_RULES:
+        raise UsageError(
+            f"--sampler checks a sampler against one rule: --rule maximal or block, not {cfg.rule} "
+            "(the invariant rule has no sampler protocol)"
+        )
+    rule = SAMPLER_RULES[cfg.rule]
     with collector_paused():
         t_start = time.perf_counter()
         sampler = load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
         spec = sampler.name
-        # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
-        # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter
-        if cfg.rule not in SAMPLER_RULES:
-            raise UsageError(
-                f"--sampler checks a sampler against one rule: --rule maximal or block, not {cfg.rule} "
-                "(the invariant rule has no sampler protocol)"
-            )
-        rule = SAMPLER_RULES[cfg.rule]
         tokens = None
         counterexample = None
         try:
