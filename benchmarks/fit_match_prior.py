@@ -1,0 +1,116 @@
+"""Fit -k auto's lookup constants (specd.policy.autok: match_prior, COPY_MEMORY) on the held-out corpus's fit half.
+
+    python benchmarks/fit_match_prior.py [--half fit] [--max-new-tokens 96] [--threads 2]
+
+The embedded SmolLM2 target, greedy, ``--draft suffix -k 8`` (a fixed K, so that every match is
+drafted from, whatever its length: under ``-k auto`` the prior itself would choose which matches
+are observed). Every round that drafted records the length L of the match its drafts continued
+and whether the first draft was accepted. The prior's form is L^a / (L^a + c); (a, c) are fit by
+maximum likelihood on a grid. Along a greedy copy, the draft at position j >= 2 (reached after
+j - 1 accepted) is kept with (m c' + j - 1) / (c' + j - 1), m = match_prior(L) (``match_profile``);
+its pseudo-count c' (COPY_MEMORY) is fit the same way. Printed: the observed first-draft
+acceptance by match length, the fitted constants, and the mean log-likelihood per draft of the
+fitted and of the shipped constants.
+
+``--half test`` evaluates the shipped constants on the test half without fitting (the held-out
+check the report reads); fitting reads only the fit half.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from heldout import TARGETS, load_half  # noqa: E402
+
+from specd.models.options import GenerateOptions  # noqa: E402
+from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.policy.autok import COPY_MEMORY, MATCH_PRIOR_ODDS, MATCH_PRIOR_POWER  # noqa: E402
+
+TIERS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 16), (17, 10**9))
+
+
+def drafted_rounds(half: str, max_new: int) -> list[tuple[int, int, int]]:
+    """(match length, drafts, accepted) for every round that drafted from the suffix lookup."""
+    options = GenerateOptions(target=TARGETS["smollm"], draft="suffix", max_new_tokens=max_new, temperature=0.0)
+    pipe = Pipeline.build(options)
+    rounds: list[tuple[int, int, int]] = []
+
+    def collect(result, log) -> None:
+        for rec in log.rounds:
+            row = rec.round_row()
+            if row["k"] >= 1 and row["match"]:
+                rounds.append((row["match"], row["k"], row["accepted"]))
+
+    pipe.run(load_half(half), k=8, on_finish=collect)
+    return rounds
+
+
+def copy_log_likelihood(rounds, memory: float, power: float, odds: float) -> float:
+    """Mean log-likelihood per draft at positions j >= 2 under match_profile's rising rate."""
+    total, n = 0.0, 0
+    for match, k, accepted in rounds:
+        m = match**power / (match**power + odds)
+        for j in range(2, min(accepted + 1, k) + 1):  # drafts reached after the first was kept
+            p = (m * memory + j - 1) / (memory + j - 1)
+            total += math.log(p if j <= accepted else 1.0 - p)
+            n += 1
+    return total / max(n, 1)
+
+
+def log_likelihood(outcomes, power: float, odds: float) -> float:
+    """Mean log-likelihood per draft of acceptance L^power / (L^power + odds)."""
+    total = 0.0
+    for match, accepted in outcomes:
+        p = match**power / (match**power + odds)
+        total += math.log(p if accepted else 1.0 - p)
+    return total / len(outcomes)
+
+
+def fit(outcomes) -> tuple[float, float]:
+    grid = [(a / 20, c / 20) for a in range(10, 81) for c in range(10, 201)]  # a in 0.5..4, c in 0.5..10
+    return max(grid, key=lambda ac: log_likelihood(outcomes, *ac))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--half", choices=("fit", "test"), default="fit")
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rounds = drafted_rounds(args.half, args.max_new_tokens)
+    outcomes = [(match, accepted >= 1) for match, _, accepted in rounds]
+    by_tier: dict[tuple[int, int], list[bool]] = defaultdict(list)
+    for match, accepted in outcomes:
+        by_tier[next(t for t in TIERS if t[0] <= match <= t[1])].append(accepted)
+    print(f"{args.half} half: {len(outcomes)} first drafts")
+    for lo, hi in TIERS:
+        seen = by_tier.get((lo, hi), [])
+        if seen:
+            label = f"{lo}" if lo == hi else f"{lo}-{hi}" if hi < 10**9 else f">={lo}"
+            print(f"  match {label}: {sum(seen) / len(seen):.2f} accepted of {len(seen)}")
+    shipped = log_likelihood(outcomes, MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS)
+    print(f"shipped (a, c) = ({MATCH_PRIOR_POWER}, {MATCH_PRIOR_ODDS}): log-likelihood per draft {shipped:.4f}")
+    if args.half == "fit":
+        a, c = fit(outcomes)
+        print(f"fitted  (a, c) = ({a}, {c}): log-likelihood per draft {log_likelihood(outcomes, a, c):.4f}")
+    else:
+        a, c = MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS
+    shipped = copy_log_likelihood(rounds, COPY_MEMORY, a, c)
+    print(f"along a copy: shipped COPY_MEMORY = {COPY_MEMORY}: log-likelihood per draft {shipped:.4f}")
+    if args.half == "fit":
+        memory = max((m / 4 for m in range(1, 161)), key=lambda m: copy_log_likelihood(rounds, m, a, c))
+        fitted = copy_log_likelihood(rounds, memory, a, c)
+        print(f"along a copy: fitted  COPY_MEMORY = {memory}: log-likelihood per draft {fitted:.4f}")
+
+
+if __name__ == "__main__":
+    main()

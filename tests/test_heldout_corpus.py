@@ -1,0 +1,69 @@
+"""The held-out corpus (benchmarks/corpus, issue 36): large and varied enough to fit on and to
+test on, with a fixed split that shares no source text between its halves, and readable by
+``specd generate --prompts-file``."""
+
+import json
+import re
+from pathlib import Path
+
+from specd.models.prompts import prompt_items
+
+CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus"
+GROUNDED = {
+    "copy_extract",
+    "typo_fix",
+    "code_edit",
+    "passage_qa",
+    "summarize",
+    "rewrite",
+    "long_doc_qa",
+    "multi_turn_quote",
+    "code_review",
+    "format_conversion",
+}
+OPEN = {"translation", "open_chat", "creative_writing", "math", "code_completion"}
+
+
+def word_grams(text: str, n: int) -> set[tuple[str, ...]]:
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+def half(name: str):
+    return prompt_items([], str(CORPUS / f"{name}.jsonl"))
+
+
+def test_the_corpus_has_120_prompts_over_15_kinds_split_evenly():
+    fit, test = half("fit"), half("test")
+    assert len(fit) + len(test) >= 120
+    for items in (fit, test):
+        kinds = [it.tag for it in items]
+        assert set(kinds) == GROUNDED | OPEN
+        assert all(kinds.count(k) == 4 for k in set(kinds))
+    assert not {it.request_id for it in fit} & {it.request_id for it in test}
+    assert all(it.request_id.startswith("fit-") for it in fit) and all(it.request_id.startswith("test-") for it in test)
+
+
+def test_the_test_half_shares_no_passage_code_or_data_with_the_fit_half():
+    """The text a prompt works on (after its instruction line) shares no 8-word run with the fit half:
+    the same kinds of instruction, never the same material."""
+    fit_grams = set().union(*(word_grams(it.text, 8) for it in half("fit")))
+    for item in half("test"):
+        material = item.text.split("\n\n", 1)[-1]
+        assert not word_grams(material, 8) & fit_grams, item.request_id
+
+
+def test_the_benchmark_prompts_of_other_scripts_are_not_in_the_corpus():
+    """No corpus prompt is a near copy of a prompt the older benchmarks (and the fitted constants
+    of earlier work) read: no 8-word run of the grounded and head_spec benchmarks' passages."""
+    import ast
+
+    older = set()
+    for script in ("grounded.py", "head_spec.py"):
+        tree = ast.parse((CORPUS.parent / script).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) > 40:
+                older |= word_grams(node.value, 8)
+    for name in ("fit", "test"):
+        for line in (CORPUS / f"{name}.jsonl").read_text().splitlines():
+            assert not word_grams(json.loads(line)["prompt"], 8) & older
