@@ -2,26 +2,28 @@
 test on, with a fixed split that shares no source text between its halves, and readable by
 ``specd generate --prompts-file``."""
 
+import functools
+import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
-from specd.models.prompts import prompt_items
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+CORPUS = BENCHMARKS / "corpus"
 
-CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus"
-GROUNDED = {
-    "copy_extract",
-    "typo_fix",
-    "code_edit",
-    "passage_qa",
-    "summarize",
-    "rewrite",
-    "long_doc_qa",
-    "multi_turn_quote",
-    "code_review",
-    "format_conversion",
-}
-OPEN = {"translation", "open_chat", "creative_writing", "math", "code_completion"}
+
+@functools.cache
+def heldout():
+    """benchmarks/heldout.py, the one home of the kinds and of how a half is read."""
+    sys.path.insert(0, str(BENCHMARKS))  # it imports benchmarks/grounded.py beside it
+    try:
+        spec = importlib.util.spec_from_file_location("heldout", BENCHMARKS / "heldout.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module
 
 
 def word_grams(text: str, n: int) -> set[tuple[str, ...]]:
@@ -30,7 +32,7 @@ def word_grams(text: str, n: int) -> set[tuple[str, ...]]:
 
 
 def half(name: str):
-    return prompt_items([], str(CORPUS / f"{name}.jsonl"))
+    return heldout().load_half(name)
 
 
 def test_the_corpus_has_120_prompts_over_15_kinds_split_evenly():
@@ -38,7 +40,7 @@ def test_the_corpus_has_120_prompts_over_15_kinds_split_evenly():
     assert len(fit) + len(test) >= 120
     for items in (fit, test):
         kinds = [it.tag for it in items]
-        assert set(kinds) == GROUNDED | OPEN
+        assert set(kinds) == {*heldout().GROUNDED, *heldout().OPEN} and len(set(kinds)) == 15
         assert all(kinds.count(k) == 4 for k in set(kinds))
     assert not {it.request_id for it in fit} & {it.request_id for it in test}
     assert all(it.request_id.startswith("fit-") for it in fit) and all(it.request_id.startswith("test-") for it in test)
