@@ -223,36 +223,47 @@ def print_table(result: dict, names, base: str, lookups) -> None:
         print(f"outputs that differ from HF greedy: {len(result['mismatches'])} {result['mismatches'][:5]}")
 
 
-def batch_check(systems: Systems, repeats: int = 4) -> dict:
-    """Eight open prompts decoded together: specd default and target-only vs HF generate of the batch,
-    ``repeats`` times in a rotating order; tokens/s medians, and default / target-only per repeat
-    (the ratio printed is their median)."""
-    texts = CATEGORIES["open_chat"] + CATEGORIES["math"] + ["Name three rivers in Europe.", "What is a prime number?"]
-    items = [PromptItem(f"b{i}", t) for i, t in enumerate(texts)]
-    pipe = systems.pipes["specd default"]
+def batch_rates(model, pipe: Pipeline, items, max_new: int, order) -> dict[str, float]:
+    """One batch of ``items`` through each system of ``order`` ("HF generate batch 8": the HF model's
+    generate over the left-padded batch; "specd target-only"; "specd default": -k auto, fresh costs),
+    greedy -> tokens/s each."""
     tok = pipe.tokenizer
     encoded = [list(pipe.encode(it)) for it in items]
     width = max(len(e) for e in encoded)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    rates = {}
+    for name in order:
+        t = time.perf_counter()
+        if name.startswith("HF"):
+            with torch.no_grad():
+                out = model.generate(
+                    ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False, pad_token_id=pad
+                )
+            rates[name] = out[:, width:].numel() / (time.perf_counter() - t)
+            continue
+        baseline = name == "specd target-only"
+        runner = pipe if baseline else dataclasses.replace(pipe, costs=OnlineCosts())
+        run = runner.run(items, baseline=baseline, k=None if baseline else "auto", record_log=False)
+        rates[name] = sum(len(r.tokens) for r in run.results) / (time.perf_counter() - t)
+    return rates
+
+
+def batch_check(systems: Systems, repeats: int = 4) -> dict:
+    """Eight open prompts decoded together: specd default and target-only vs HF generate of the batch,
+    ``repeats`` times in a rotating order; tokens/s medians, and default / target-only per repeat
+    (the ratio printed is their median)."""
+    texts = CATEGORIES["open_chat"] + CATEGORIES["math"] + ["Name three rivers in Europe.", "What is a prime number?"]
+    items = [PromptItem(f"b{i}", t) for i, t in enumerate(texts)]
     rates = defaultdict(list)
     order = ["HF generate batch 8", "specd target-only", "specd default"]
     for _ in range(repeats):
         order = order[1:] + order[:1]
-        for name in order:
-            t = time.perf_counter()
-            if name.startswith("HF"):
-                with torch.no_grad():
-                    out = systems.model.generate(
-                        ids, attention_mask=mask, max_new_tokens=systems.max_new, do_sample=False, pad_token_id=pad
-                    )
-                rates[name].append(out[:, width:].numel() / (time.perf_counter() - t))
-                continue
-            baseline = name == "specd target-only"
-            runner = pipe if baseline else dataclasses.replace(pipe, costs=OnlineCosts())
-            run = runner.run(items, baseline=baseline, k="auto" if not baseline else None, record_log=False)
-            rates[name].append(sum(len(r.tokens) for r in run.results) / (time.perf_counter() - t))
+        for name, rate in batch_rates(
+            systems.model, systems.pipes["specd default"], items, systems.max_new, order
+        ).items():
+            rates[name].append(rate)
     pairs = [d / b for d, b in zip(rates["specd default"], rates["specd target-only"])]
     return {**{name: median(v) for name, v in rates.items()}, "default / target-only, per repeat": pairs}
 

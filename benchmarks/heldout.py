@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grounded import hf_generate, rotate  # noqa: E402
+from grounded import batch_rates, hf_generate, rotate  # noqa: E402
 
 from specd.core.shared_body import SharedBodyProposer  # noqa: E402
 from specd.core.sources import SourceSet  # noqa: E402
@@ -216,31 +216,6 @@ def batches(items: list[PromptItem], grounded_only: bool, size: int = 8) -> list
     return [order[i : i + size] for i in range(0, len(order) - size + 1, size)]
 
 
-def batch_pass(systems: Systems, batch: list[PromptItem], order: list[str]) -> dict[str, float]:
-    """One batch through each system in ``order`` -> tokens/s each."""
-    pipe, tok = systems.pipe, systems.pipe.tokenizer
-    encoded = [list(pipe.encode(it)) for it in batch]
-    width = max(len(e) for e in encoded)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-    rates = {}
-    for name in order:
-        t = time.perf_counter()
-        if name.startswith("HF"):
-            with torch.no_grad():
-                out = systems.model.generate(
-                    ids, attention_mask=mask, max_new_tokens=systems.max_new, do_sample=False, pad_token_id=pad
-                )
-            rates[name] = out[:, width:].numel() / (time.perf_counter() - t)
-            continue
-        baseline = name == "specd target-only"
-        runner = pipe if baseline else dataclasses.replace(pipe, costs=OnlineCosts())
-        run = runner.run(batch, baseline=baseline, k=None if baseline else "auto", record_log=False)
-        rates[name] = sum(len(r.tokens) for r in run.results) / (time.perf_counter() - t)
-    return rates
-
-
 def batch_check(systems: Systems, items: list[PromptItem], max_batches: int) -> dict:
     """Batches of 8, mixed kinds and grounded kinds only: each system once per batch, the order
     rotated per batch; per batch the ratios of specd default to target-only and to HF."""
@@ -250,7 +225,7 @@ def batch_check(systems: Systems, items: list[PromptItem], max_batches: int) -> 
         rows = []
         for i, batch in enumerate(batches(items, grounded_only)[:max_batches]):
             order = names[i % 3 :] + names[: i % 3]
-            rows.append(batch_pass(systems, batch, order))
+            rows.append(batch_rates(systems.model, systems.pipe, batch, systems.max_new, order))
         out[label] = {
             "tokens_per_s": {n: median(r[n] for r in rows) for n in names},
             "default_vs_target_only": [r["specd default"] / r["specd target-only"] for r in rows],
