@@ -76,7 +76,7 @@ MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward m
 # match_prior's odds L^POWER / ODDS: fit by maximum likelihood to the first draft's acceptance after a
 # match of length L on the fit half of the held-out corpus (benchmarks/fit_match_prior.py: benchmarks/corpus/
 # fit.jsonl, 60 prompts, SmolLM2, greedy, --draft suffix -k 8; 1,368 drafts: 0.27 at L = 1, 0.53 at 2,
-# 0.69 at 3, 0.80 at 4-5, 0.96 past 8). The test half never read it (its figure: docs/performance.md).
+# 0.69 at 3, 0.80 at 4-5, 0.96 past 8). The test half never read it (its held-out figure: docs/choosing-k.md).
 MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS = 1.45, 2.6
 # pseudo-drafts of a copy's acceptance before its own accepted drafts raise it: fit by maximum likelihood
 # to the drafts at positions 2..K of the same fit-half rounds (benchmarks/fit_match_prior.py)
