@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grounded import batch_rates, hf_generate, rotate  # noqa: E402
+from grounded import batch_rates, hf_generate, ratios, rotate  # noqa: E402
 
 from specd.core.shared_body import SharedBodyProposer  # noqa: E402
 from specd.core.sources import SourceSet  # noqa: E402
@@ -135,15 +135,6 @@ def measure(systems: Systems, names, items, repeats: int, sample: bool) -> dict:
     return {"blocks": blocks, "mismatches": mismatches, "k": dict(systems.k_hist), "sources": dict(systems.sources)}
 
 
-def ratio(blocks, keep, num: str, den: str | tuple[str, ...]) -> float:
-    values = [
-        b["rates"][num] / (max(b["rates"][d] for d in den) if isinstance(den, tuple) else b["rates"][den])
-        for b in blocks
-        if keep(b["tag"])
-    ]
-    return median(values) if values else float("nan")
-
-
 def table(result: dict, names, base: str) -> dict:
     """Print the per-kind table; return the summary figures the targets read."""
     lookups = tuple(n for n in names if n.startswith("HF lookup"))
@@ -160,9 +151,9 @@ def table(result: dict, names, base: str) -> dict:
             continue
         rates = [f"{median(b['rates'][n] for b in blocks):.1f}" for n in names]
         figures = {
-            "vs_base": ratio(blocks, keep, "specd default", base),
-            "vs_lookup": ratio(blocks, keep, "specd default", lookups) if lookups else float("nan"),
-            "vs_target_only": ratio(blocks, keep, "specd default", "specd target-only"),
+            "vs_base": ratios(blocks, keep, "specd default", base),
+            "vs_lookup": ratios(blocks, keep, "specd default", lookups) if lookups else float("nan"),
+            "vs_target_only": ratios(blocks, keep, "specd default", "specd target-only"),
         }
         summary[group] = figures
         cells = [f"{v:.2f}" if v == v else "-" for v in figures.values()]
@@ -299,7 +290,7 @@ def main() -> None:
                 print(f"\n== temperature 0.7, top-k 50, {where}, tokens/s", flush=True)
                 result = measure(systems, names, items, args.repeats, sample=True)
                 summary = table(result, names, "HF sampling")
-                summary["all"] = {"vs_base": ratio(result["blocks"], lambda tag: True, "specd default", "HF sampling")}
+                summary["all"] = {"vs_base": ratios(result["blocks"], lambda tag: True, "specd default", "HF sampling")}
                 print(f"all kinds: specd default / HF sampling {summary['all']['vs_base']:.2f}")
                 figures["sampling"] = summary
                 everything[f"sampling/{half}/{threads}"] = result

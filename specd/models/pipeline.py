@@ -393,8 +393,8 @@ class Pipeline:
             if on_publish is not None:
                 on_publish(state, emitted)
         run_result = session.result()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        if session.sync is not None:
+            session.sync()  # the wall time is the work's, not its launch's
         wall = time.perf_counter() - t0
         ordered = tuple(results[i.request_id] for i in items)
         return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.core.model import RowInput
+from specd.core.model import RowInput, device_sync
 from specd.errors import UsageError
 from specd.models.distributed import actors, connect
 from specd.models.model_facts import kv_layout
@@ -51,20 +51,16 @@ class MeasuredSweep:
     seconds_per_target_step: float  # T(1) in seconds: the unit of every cost
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # the device in use, not the current one
-
-
 def _timed(fn: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn()
+    sync = device_sync(device) or (lambda: None)  # on CUDA the device in use, not the current one
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync()
         t = time.perf_counter()
         fn()
-        _sync(device)
+        sync()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
