@@ -47,6 +47,8 @@ from grounded import batch_rates, hf_generate, ratios, rotate  # noqa: E402
 
 from specd.core.shared_body import SharedBodyProposer  # noqa: E402
 from specd.core.sources import SourceSet  # noqa: E402
+from specd.errors import SpecdError  # noqa: E402
+from specd.files import check_output, check_paths, loads_json, read_text, write_text_atomic  # noqa: E402
 from specd.models.embedded import EMBEDDED  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
@@ -269,6 +271,14 @@ def main() -> None:
     ap.add_argument("--ns", default="4096,8192,16384,32768", help="draft vocabularies of the vocab pass (gemma)")
     ap.add_argument("--json", help="also write every measurement to this file")
     args = ap.parse_args()
+    if args.json:  # checked before the run: never written over the corpus the run reads
+        try:
+            check_output(args.json, "--json")
+            check_paths(
+                {f"the corpus's {h} half": CORPUS / f"{h}.jsonl" for h in ("fit", "test")}, {"--json": args.json}
+            )
+        except SpecdError as err:
+            sys.exit(f"heldout.py: {err}")
     systems = Systems(args.model, args.max_new_tokens)
     lookups = ["HF lookup 3", "HF lookup 10"] if args.model == "smollm" else []
     passes = set(args.passes.split(","))
@@ -305,7 +315,8 @@ def main() -> None:
             print(f"\n== issue 36's targets, {where}" + ("" if half == "test" else " (fit half: not the report)"))
             everything[f"targets/{half}/{threads}"] = targets(args.model, figures)
     if args.json:
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=str))
+        write_text_atomic(args.json, json.dumps(everything, indent=1, default=str), "--json")
+        loads_json(read_text(args.json, "--json"), args.json)  # it reads back
 
 
 if __name__ == "__main__":
