@@ -19,8 +19,8 @@ PUBLIC = {
     "Generation": "specd.api.pair",
     "Comparison": "specd.api.pair",
     "Divergence": "specd.models.divergence",
-    "RequestResult": "specd.models.pipeline",
-    "TextDelta": "specd.models.pipeline",
+    "RequestResult": "specd.models.generation",
+    "TextDelta": "specd.models.generation",
     "prove": "specd.api.oracle",
     "check_sampler": "specd.api.oracle",
     "OracleReport": "specd.api.oracle",
@@ -49,8 +49,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from specd.errors import SpecdError as SpecdError
     from specd.errors import UsageError as UsageError
     from specd.models.divergence import Divergence as Divergence
-    from specd.models.pipeline import RequestResult as RequestResult
-    from specd.models.pipeline import TextDelta as TextDelta
+    from specd.models.generation import RequestResult as RequestResult
+    from specd.models.generation import TextDelta as TextDelta
 
 
 def __getattr__(name: str):

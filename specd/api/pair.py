@@ -18,19 +18,19 @@ from pathlib import Path
 from specd.errors import UsageError
 from specd.files import check_output, check_paths
 from specd.models.divergence import Divergence, divergences
-from specd.models.inputs import model_folders, run_inputs
-from specd.models.loading import Loaded, in_memory, placement
-from specd.models.options import OPTION_FIELDS, GenerateOptions, batch_size_value
-from specd.models.pipeline import (
+from specd.models.generation import (
     SPECULATIVE,
     TARGET_ONLY,
     GenerationRun,
-    Pipeline,
     RequestResult,
     TextDelta,
     identical,
     speedup,
 )
+from specd.models.inputs import model_folders, run_inputs
+from specd.models.loading import Loaded, in_memory, placement
+from specd.models.options import OPTION_FIELDS, GenerateOptions, batch_size_value
+from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem, prompt_items
 from specd.models.results import PromptSetFiles
 

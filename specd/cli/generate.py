@@ -20,8 +20,9 @@ from specd.errors import printable
 from specd.files import is_stdout
 from specd.models.distributed import connect, run_on_ray
 from specd.models.divergence import divergences, refuse_bugs
+from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, identical, speedup
 from specd.models.options import GenerateOptions
-from specd.models.pipeline import SPECULATIVE, TARGET_ONLY, GenerationRun, Pipeline, identical, speedup
+from specd.models.pipeline import Pipeline
 from specd.models.prompts import prompt_items
 from specd.models.results import PromptSetFiles
 

@@ -10,8 +10,6 @@ stop strings applied.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,20 +19,21 @@ import torch
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
-from specd.core.records import RunResult
 from specd.core.round import decode_events
 from specd.core.session import RequestLog
 from specd.core.sources import SourceSet
-from specd.core.state import History, Request, RequestState
+from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
+from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM, logit_width
-from specd.models.loading import Loaded, load, resolve_device, resolve_dtype, weights_digest
+from specd.models.loading import Loaded, load, resolve_device, resolve_dtype
+from specd.models.manifest import run_manifest
 from specd.models.model_facts import context_length, eos_ids, kv_layout
 from specd.models.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
 from specd.models.policies import controls, policies
@@ -46,71 +45,6 @@ from specd.policy.costs import OnlineCosts
 from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
-
-
-TARGET_ONLY, SPECULATIVE = "target-only", "speculative"
-
-
-@dataclass(frozen=True)
-class RequestResult:
-    request_id: str
-    tag: str | None
-    prompt: str
-    prompt_tokens: int
-    text: str  # cut before a stop string
-    tokens: tuple[int, ...]  # generated tokens, ending with the one that completed a stop string
-    finish_reason: str | None
-    history: History  # this request's rounds: drafts, acceptances by position, K per round
-
-    def as_dict(self) -> dict:
-        """The request's line in the results file and in --json (no timing: it is deterministic)."""
-        return {
-            "id": self.request_id,
-            "tag": self.tag,
-            "prompt": self.prompt,
-            "text": self.text,
-            "tokens": list(self.tokens),
-            "finish_reason": self.finish_reason,
-            "acceptance": self.history.as_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class TextDelta:
-    """New text of one request, as a published round completes it (stop strings applied)."""
-
-    request_id: str
-    text: str
-
-
-@dataclass(frozen=True)
-class GenerationRun:
-    mode: str  # TARGET_ONLY | SPECULATIVE
-    results: tuple[RequestResult, ...]
-    result: RunResult  # statistics, commits and acceptance log
-    wall_time: float
-    notes: tuple[str, ...] = ()  # what the run changed about the request, in words (a clamped budget)
-
-    @property
-    def stats(self):
-        return self.result.stats
-
-    def stats_dict(self) -> dict:
-        """The run's statistics as ``generate --json`` reports them (its ``stats`` entry for this mode)."""
-        return {**self.stats.as_dict(), "wall_time_s": self.wall_time}
-
-
-def speedup(target_only: GenerationRun, speculative: GenerationRun) -> float:
-    """Decode time per token, target-only over speculative (0.0 when either emitted nothing)."""
-    b, s = target_only.stats, speculative.stats
-    if not b.emitted or not s.emitted or s.decode_time <= 0:
-        return 0.0
-    return (b.decode_time / b.emitted) / (s.decode_time / s.emitted)
-
-
-def identical(target_only: GenerationRun, speculative: GenerationRun) -> bool:
-    """Did target-only and speculative decoding emit the same tokens for every prompt?"""
-    return [r.tokens for r in target_only.results] == [r.tokens for r in speculative.results]
 
 
 @dataclass(frozen=True)
@@ -131,7 +65,7 @@ class Pipeline:
     k_schedules: dict | None = None  # --k-schedule's file, read once: request id -> K per round
     # This machine's measured costs (target call, draft step), shared by every -k auto run of these models.
     costs: OnlineCosts = field(default_factory=OnlineCosts, compare=False, repr=False)
-    _digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name
+    digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name (manifest)
 
     @classmethod
     def build(
@@ -150,13 +84,6 @@ class Pipeline:
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
         opts, specs = draft_specs(opts, embedded, with_draft, report)
-        memory = parse_max_memory(opts.max_memory) if opts.max_memory else None
-        placement = dict(
-            trust_remote_code=opts.trust_remote_code,
-            device_map=opts.device_map,
-            max_memory=memory,
-            read_generation_config=opts.generation_config == "auto",
-        )
         # A local folder's generation_config.json is read (and refused if broken) before anything loads.
         generation = read_folder(opts.generation_config, opts.target) if opts.target else None
         shared = [spec for spec in specs if spec.kind == "self-vocab"]
@@ -166,17 +93,11 @@ class Pipeline:
         checked, tokenizer = None, None  # N against the vocabulary, the table against the tokenizer: before the weights
         if shared:
             checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
-        target = given.get("target") or load(
-            opts.target, opts.target_gguf, dtype, device, tokenizer=tokenizer, **placement
-        )
+        target, loaded_draft = load_models(opts, specs, dtype, device, given, tokenizer)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
             target.name = embedded.label
-        model_spec = next((spec for spec in specs if spec.needs_model), None)
-        loaded_draft = None
-        if model_spec is not None:
-            loaded_draft = given.get("draft") or load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
         target_lm, draft_lm, space = adapters(target, loaded_draft)
         tok = target.tokenizer
         eos = eos_ids(target.model, tok)
@@ -359,14 +280,7 @@ class Pipeline:
         t0 = time.perf_counter()
         session = engine.start()
         session.submit(requests)
-        sent = {r.request_id: "" for r in requests}  # the text each request's deltas have carried
-
-        def delta(request_id: str, text: str) -> TextDelta | None:
-            if len(text) <= len(sent[request_id]) or not text.startswith(sent[request_id]):
-                return None
-            new, sent[request_id] = text[len(sent[request_id]) :], text
-            return TextDelta(request_id, new)
-
+        delta = Deltas()
         events = decode_events(session, batch_size, stops if stops.stops or texts else None)
         for finished, state, emitted in events:
             if finished:
@@ -421,11 +335,6 @@ class Pipeline:
             requests.append(Request(item.request_id, prompt, allowed, seed=self.options.seed))
         return requests, tuple(notes)
 
-    def _draft_source(self):
-        """The model source among the draft sources (or the first source, when all are lookups)."""
-        models = [s for s in self.proposer.sources if isinstance(s, ModelProposer)]
-        return models[0] if models else self.proposer.sources[0]
-
     def sampling_doc(self, baseline: bool = False) -> dict:
         """Every effective sampling value and where it came from, and the generation config read."""
         roles = ("target",) if baseline or "draft" not in self.sampling else ("target", "draft")
@@ -434,61 +343,22 @@ class Pipeline:
 
     def manifest(self, baseline: bool = False, k: int | None = None) -> dict:
         """What determines a run's output: models, policies, seed, K, budget, stops (trace headers, --json)."""
-        import transformers
+        return run_manifest(self, baseline, k)
 
-        def model_entry(lm) -> dict | None:
-            if lm is None:
-                return None
-            if not isinstance(lm, HFCausalLM):
-                return {"name": lm.identity, "identity": lm.identity, "weights_sha256": None, "parameters": 0}
-            if lm.name not in self._digests:
-                self._digests[lm.name] = weights_digest(lm.model)
-            return {
-                "name": lm.name,
-                "identity": lm.identity,
-                "weights_sha256": self._digests[lm.name],
-                "parameters": sum(p.numel() for p in lm.model.parameters()),
-            }
 
-        def draft_entry(source) -> dict | None:
-            if not getattr(source, "shares_target_cache", False):
-                return model_entry(getattr(source, "model", source))
-            columns = source.columns.tolist()
-            vocabulary = {"tokens": len(columns), "sha256": hashlib.sha256(json.dumps(columns).encode()).hexdigest()}
-            name = f"self:vocab={len(columns)}({self.target.name})"  # the target's body, a restricted head
-            return {
-                **model_entry(self.target),
-                "name": name,
-                "identity": source.identity,
-                "draft_vocabulary": vocabulary,
-            }
+class Deltas:
+    """The new text of each request since its last delta: ``deltas(request_id, text)`` -> a TextDelta,
+    or None when ``text`` adds nothing to what was sent (or no longer extends it)."""
 
-        o = self.options
-        return {
-            "target": model_entry(self.target),
-            "draft": None if baseline else draft_entry(self._draft_source()),
-            "draft_sources": None if baseline else list(self.proposer.identities),
-            "dtype": str(self.target.dtype).removeprefix("torch."),  # as loaded (--dtype auto resolved)
-            "device": str(self.device),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "target_policy": self.target_policy.describe(),
-            "draft_policy": None if baseline else self.draft_policy.describe(),
-            "sampling": self.sampling_doc(baseline),
-            "layout": o.layout,
-            "backend": o.backend,
-            "k": 0 if baseline else (o.k if k is None else k),
-            "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
-            "draft_stop": None if baseline else o.draft_stop,
-            "k_schedule": None if baseline else o.k_schedule,
-            "seed": o.seed,
-            "rule": o.rule,
-            "max_new_tokens": o.max_new_tokens,
-            "stop": list(o.stop),
-            "chat": bool(o.chat),
-            "event_space": {"real_vocab": self.space.real_vocab, "logit_width": self.space.width},
-            "eos_ids": sorted(self.eos_ids),
-        }
+    def __init__(self):
+        self.sent: dict[str, str] = {}
+
+    def __call__(self, request_id: str, text: str) -> TextDelta | None:
+        sent = self.sent.get(request_id, "")
+        if len(text) <= len(sent) or not text.startswith(sent):
+            return None
+        self.sent[request_id] = text
+        return TextDelta(request_id, text[len(sent) :])
 
 
 def draft_specs(opts: GenerateOptions, embedded, with_draft: bool, report) -> tuple[GenerateOptions, tuple]:
@@ -503,6 +373,21 @@ def draft_specs(opts: GenerateOptions, embedded, with_draft: bool, report) -> tu
     if with_draft and opts.draft_gguf:
         specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
     return opts, specs
+
+
+def load_models(opts: GenerateOptions, specs, dtype, device, given: Mapping[str, Loaded], tokenizer) -> tuple:
+    """(target, draft model or None): loaded as the options place them, or taken from ``given``."""
+    placement = dict(
+        trust_remote_code=opts.trust_remote_code,
+        device_map=opts.device_map,
+        max_memory=parse_max_memory(opts.max_memory) if opts.max_memory else None,
+        read_generation_config=opts.generation_config == "auto",
+    )
+    target = given.get("target") or load(opts.target, opts.target_gguf, dtype, device, tokenizer=tokenizer, **placement)
+    model_spec = next((spec for spec in specs if spec.needs_model), None)
+    if model_spec is None:
+        return target, None
+    return target, given.get("draft") or load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
 
 
 def adapters(target, draft) -> tuple[HFCausalLM, HFCausalLM | None, EventSpace]:

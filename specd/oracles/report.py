@@ -11,6 +11,7 @@ from specd.errors import SamplerFailed, UsageError
 from specd.oracles import sampler_checks as sc
 from specd.oracles.block_checks import block_checks
 from specd.oracles.block_lab import run_block_lab
+from specd.oracles.counterexample import minimal_counterexample
 from specd.oracles.degenerate import check_degenerate
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.exact import target_joint
@@ -159,7 +160,7 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> 
         else:
             checks += check_degenerate(sampler, tokens)
             if checks[0].passed is False:
-                counterexample = sc.minimal_counterexample(
+                counterexample = minimal_counterexample(
                     sampler,
                     tokens,
                     lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False)),

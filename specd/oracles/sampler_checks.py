@@ -26,7 +26,6 @@ uniforms, what the rule does and what the sampler did, and the mass that moved.
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import dataclass
 from fractions import Fraction
@@ -408,54 +407,3 @@ def terminal_uniforms(law: list[Fraction]) -> list[float]:
 def exact_token(law: list[Fraction], u: float) -> int:
     """The token a normalized law gives for uniform u (the rule's inverse CDF, target u itself)."""
     return first_index_above(law, Fraction(u))
-
-
-# -- minimal counterexample ------------------------------------------------------------------------
-SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
-
-
-def minimal_counterexample(
-    sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3), rule: str = "maximal"
-) -> dict | None:
-    """The smallest (V, K) and seed where the joint is not the target's, with the cell that shows it."""
-    for (vocab, k), seed in itertools.product(SEARCH, seeds):
-        rig = build_rig(vocab, k, seed)
-        ref = Reference(rig)
-        joint, mismatches, _ = sampler_joint(sampler, ref, rig.prompt, vocab, k, tokens, rule=rule)
-        target = chain_joint(ref.p, rig.prompt, k + 1)
-        diff = max_abs_diff(target, joint)
-        if diff <= EXACT_TOLERANCE:
-            continue
-        worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
-        out = {
-            "vocab": vocab,
-            "k": k,
-            "seed": seed,
-            "sequence": list(worst),
-            "exact_mass": target.get(worst, 0.0),
-            "sampler_mass": joint.get(worst, 0.0),
-        }
-        if mismatches:
-            call, result = max(mismatches, key=lambda m: m[0].mass)
-            out["cell"] = {
-                "p_rows": [[round(x, 6) for x in row] for row in call.p],
-                "q_rows": [[round(x, 6) for x in row] for row in call.q],
-                "drafts": list(call.drafts),
-                "acceptance_uniforms": list(call.accept_u),
-                "terminal_uniform": call.terminal_u,
-                "cell_mass": float(call.mass),
-                "rule": {
-                    "accepted": call.accepted,
-                    "terminal": call.terminal,
-                    "law": [round(float(x), 6) for x in call.law],
-                },
-                "sampler": {
-                    "accepted": int(result.accepted[0]),
-                    "terminal": None if result.terminal is None else int(result.terminal[0]),
-                    "law": None
-                    if result.terminal_rows is None
-                    else [round(x, 6) for x in result.terminal_rows[0].tolist()],
-                },
-            }
-        return out
-    return None

@@ -1,0 +1,84 @@
+"""A run's manifest: everything that determines its output (models and their weights' digests,
+both sampling policies, seed, K, budget, stops, dtype, device and library versions), as the trace
+header and ``--json`` record it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+import torch
+
+from specd.core.proposer import ModelProposer
+from specd.models.hf import HFCausalLM
+from specd.models.loading import weights_digest
+
+if TYPE_CHECKING:
+    from specd.models.pipeline import Pipeline
+
+
+def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -> dict:
+    """The manifest of a run of ``pipe`` (target-only with ``baseline``; ``k``: the run's K, default
+    the options')."""
+    import transformers
+
+    def model_entry(lm) -> dict | None:
+        if lm is None:
+            return None
+        if not isinstance(lm, HFCausalLM):
+            return {"name": lm.identity, "identity": lm.identity, "weights_sha256": None, "parameters": 0}
+        if lm.name not in pipe.digests:
+            pipe.digests[lm.name] = weights_digest(lm.model)
+        return {
+            "name": lm.name,
+            "identity": lm.identity,
+            "weights_sha256": pipe.digests[lm.name],
+            "parameters": sum(p.numel() for p in lm.model.parameters()),
+        }
+
+    def draft_entry(source) -> dict | None:
+        if not getattr(source, "shares_target_cache", False):
+            return model_entry(getattr(source, "model", source))
+        columns = source.columns.tolist()
+        vocabulary = {"tokens": len(columns), "sha256": hashlib.sha256(json.dumps(columns).encode()).hexdigest()}
+        name = f"self:vocab={len(columns)}({pipe.target.name})"  # the target's body, a restricted head
+        return {
+            **model_entry(pipe.target),
+            "name": name,
+            "identity": source.identity,
+            "draft_vocabulary": vocabulary,
+        }
+
+    o = pipe.options
+    return {
+        "target": model_entry(pipe.target),
+        "draft": None if baseline else draft_entry(draft_source(pipe)),
+        "draft_sources": None if baseline else list(pipe.proposer.identities),
+        "dtype": str(pipe.target.dtype).removeprefix("torch."),  # as loaded (--dtype auto resolved)
+        "device": str(pipe.device),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "target_policy": pipe.target_policy.describe(),
+        "draft_policy": None if baseline else pipe.draft_policy.describe(),
+        "sampling": pipe.sampling_doc(baseline),
+        "layout": o.layout,
+        "backend": o.backend,
+        "k": 0 if baseline else (o.k if k is None else k),
+        "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
+        "draft_stop": None if baseline else o.draft_stop,
+        "k_schedule": None if baseline else o.k_schedule,
+        "seed": o.seed,
+        "rule": o.rule,
+        "max_new_tokens": o.max_new_tokens,
+        "stop": list(o.stop),
+        "chat": bool(o.chat),
+        "event_space": {"real_vocab": pipe.space.real_vocab, "logit_width": pipe.space.width},
+        "eos_ids": sorted(pipe.eos_ids),
+    }
+
+
+def draft_source(pipe: Pipeline):
+    """The model source among the draft sources (or the first source, when all are lookups)."""
+    models = [s for s in pipe.proposer.sources if isinstance(s, ModelProposer)]
+    return models[0] if models else pipe.proposer.sources[0]
