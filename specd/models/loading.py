@@ -85,15 +85,22 @@ def one_gguf_parse():
         gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
 
 
+# the reader method PlainGGUFReader replaces, as gguf 0.19 declares it (a reader declared otherwise is used as it is)
+READER_GET = ("self", "offset", "dtype", "count", "override_order")
+
+
 def plain_reader_class(base: type) -> type:
     """gguf's reader, reading through a plain ndarray view of its memory map: slicing a
     ``np.memmap`` runs Python code for every slice (and the reader takes one slice per scalar
     of the metadata), a plain view of the same bytes slices in C. The same bytes, dtypes and
     offsets, so the same fields and tensors (tested against gguf's own reader)."""
+    import inspect
+
     import numpy as np
 
-    if not callable(getattr(base, "_get", None)):  # a gguf whose reader reads otherwise: use it as it is
-        return base
+    get = getattr(base, "_get", None)
+    if not callable(get) or list(inspect.signature(get).parameters) != [*READER_GET]:
+        return base  # a gguf whose reader reads otherwise: use it as it is
 
     class PlainGGUFReader(base):  # type: ignore[valid-type, misc]
         _itemsizes: dict = {}
