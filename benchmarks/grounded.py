@@ -225,8 +225,8 @@ def print_table(result: dict, names, base: str, lookups) -> None:
 
 def batch_rates(model, pipe: Pipeline, items, max_new: int, order) -> dict[str, float]:
     """One batch of ``items`` through each system of ``order`` ("HF generate batch 8": the HF model's
-    generate over the left-padded batch; "specd target-only"; "specd default": -k auto, fresh costs),
-    greedy -> tokens/s each."""
+    generate over the left-padded batch; "specd target-only"; "specd default": -k auto, fresh costs;
+    "specd suffix K=N": the suffix lookup alone at a fixed K = N), greedy -> tokens/s each."""
     tok = pipe.tokenizer
     encoded = [list(pipe.encode(it)) for it in items]
     width = max(len(e) for e in encoded)
@@ -244,8 +244,12 @@ def batch_rates(model, pipe: Pipeline, items, max_new: int, order) -> dict[str, 
             rates[name] = out[:, width:].numel() / (time.perf_counter() - t)
             continue
         baseline = name == "specd target-only"
-        runner = pipe if baseline else dataclasses.replace(pipe, costs=OnlineCosts())
-        run = runner.run(items, baseline=baseline, k=None if baseline else "auto", record_log=False)
+        if name.startswith("specd suffix K="):
+            runner = pipe.with_options(dataclasses.replace(pipe.options, draft="suffix"))
+            run = runner.run(items, k=int(name.removeprefix("specd suffix K=")), record_log=False)
+        else:
+            runner = pipe if baseline else dataclasses.replace(pipe, costs=OnlineCosts())
+            run = runner.run(items, baseline=baseline, k=None if baseline else "auto", record_log=False)
         rates[name] = sum(len(r.tokens) for r in run.results) / (time.perf_counter() - t)
     return rates
 

@@ -24,7 +24,8 @@ HF lookup and to specd target-only (medians over prompts), then each target of i
 figure and "met" or "NOT met". "sampling" runs at temperature 0.7, top-k 50 (HF do_sample vs specd
 target-only and default; texts differ, so no token check). "batch" decodes batches of 8 prompts
 (mixed kinds, and grounded kinds only) with HF generate, specd target-only and specd default,
-in a rotating order. "vocab" (Gemma 3) measures the shared-body draft alone by its draft
+in a rotating order (``--batch-ks 2,4,8``: also the suffix lookup alone at those fixed K: would
+any K pay at batch 8?). "vocab" (Gemma 3) measures the shared-body draft alone by its draft
 vocabulary N at K = 4 (``--ns``): how N is chosen, on the fit half. Not a test: it measures.
 """
 
@@ -209,15 +210,16 @@ def batches(items: list[PromptItem], grounded_only: bool, size: int = 8) -> list
     return [order[i : i + size] for i in range(0, len(order) - size + 1, size)]
 
 
-def batch_check(systems: Systems, items: list[PromptItem], max_batches: int) -> dict:
+def batch_check(systems: Systems, items: list[PromptItem], max_batches: int, fixed_ks=()) -> dict:
     """Batches of 8, mixed kinds and grounded kinds only: each system once per batch, the order
-    rotated per batch; per batch the ratios of specd default to target-only and to HF."""
-    names = ["HF generate batch 8", "specd target-only", "specd default"]
+    rotated per batch; per batch the ratios of specd default to target-only and to HF. ``fixed_ks``:
+    also the suffix lookup alone at each of these fixed K (would any K pay at batch 8?)."""
+    names = ["HF generate batch 8", "specd target-only", "specd default", *(f"specd suffix K={k}" for k in fixed_ks)]
     out = {}
     for label, grounded_only in (("mixed", False), ("grounded", True)):
         rows = []
         for i, batch in enumerate(batches(items, grounded_only)[:max_batches]):
-            order = names[i % 3 :] + names[: i % 3]
+            order = names[i % len(names) :] + names[: i % len(names)]
             rows.append(batch_rates(systems.model, systems.pipe, batch, systems.max_new, order))
         out[label] = {
             "tokens_per_s": {n: median(r[n] for r in rows) for n in names},
@@ -231,6 +233,9 @@ def batch_check(systems: Systems, items: list[PromptItem], max_batches: int) -> 
             + f"; default / target-only per batch {[round(x, 2) for x in d['default_vs_target_only']]}"
             + f"; default / HF per batch {[round(x, 2) for x in d['default_vs_hf']]}"
         )
+        for name in names[3:]:
+            d[name + " vs target-only"] = [r[name] / r["specd target-only"] for r in rows]
+            print(f"    {name} / target-only per batch {[round(x, 2) for x in d[name + ' vs target-only']]}")
     return out
 
 
@@ -257,6 +262,17 @@ def targets(model: str, figures: dict) -> list[str]:
     return lines
 
 
+def k_list(text: str) -> list[int]:
+    """--batch-ks: "2,4,8" -> [2, 4, 8]; anything else is argparse's one-line error."""
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K values like 2,4,8, got {text!r}") from None
+    if any(k < 1 for k in ks):
+        raise argparse.ArgumentTypeError(f"each K must be at least 1, got {text!r}")
+    return ks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(TARGETS), default="smollm")
@@ -268,6 +284,9 @@ def main() -> None:
     ap.add_argument("--per-kind", type=int, help="only the first N prompts of each kind (a quicker, rougher run)")
     ap.add_argument("--kinds", help="only these kinds, comma-separated")
     ap.add_argument("--batches", type=int, default=5, help="batches of 8 per group in the batch pass")
+    ap.add_argument(
+        "--batch-ks", type=k_list, default=[], help="the batch pass also runs the suffix lookup at these fixed K"
+    )
     ap.add_argument("--ns", default="4096,8192,16384,32768", help="draft vocabularies of the vocab pass (gemma)")
     ap.add_argument("--json", help="also write every measurement to this file")
     args = ap.parse_args()
@@ -310,7 +329,7 @@ def main() -> None:
                 everything[f"vocab/{half}/{threads}"] = figures["vocab"]
             if "batch" in passes:
                 print(f"\n== batches of 8, {where}, greedy", flush=True)
-                figures["batch"] = batch_check(systems, items, args.batches)
+                figures["batch"] = batch_check(systems, items, args.batches, args.batch_ks)
                 everything[f"batch/{half}/{threads}"] = figures["batch"]
             print(f"\n== issue 36's targets, {where}" + ("" if half == "test" else " (fit half: not the report)"))
             everything[f"targets/{half}/{threads}"] = targets(args.model, figures)
