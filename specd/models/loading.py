@@ -277,23 +277,44 @@ def _load_error(err: BaseException, name: str, source: str, device, what: str) -
     return ModelLoadError(f"cannot load the {what} of {name!r}: {detail}{hint}")
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter's name, shape, dtype and bytes. A model spread by a device map
-    has weights on disk (meta tensors in memory): its weight files are hashed instead."""
+def weights_digest(model: torch.nn.Module) -> str | None:
+    """sha256 of the weights as loaded, over every parameter's name, shape, dtype and bytes, read
+    in place where they are in host memory (no copy). Weights anywhere else (a GPU; on disk behind a
+    device map's meta tensors) are hashed from the model's weight files instead, "files:" + that
+    digest, so that a manifest never copies a model to the host; None when no weight file can be
+    found (a digest of nothing would vouch for nothing)."""
     import hashlib
 
-    h = hashlib.sha256()
     state = model.state_dict()
-    if any(t.is_meta for t in state.values()):
-        folder = Path(getattr(model.config, "_name_or_path", "") or ".")
-        for path in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("*.bin")):
+    if not all(t.device.type == "cpu" and not t.is_meta for t in state.values()):
+        files = weight_files(getattr(model.config, "_name_or_path", "") or "")
+        if not files:
+            return None
+        h = hashlib.sha256()
+        for path in files:
             h.update(path.name.encode())
             with path.open("rb") as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     h.update(block)
         return "files:" + h.hexdigest()
+    h = hashlib.sha256()
     for pname, p in sorted(state.items()):
         h.update(f"{pname}:{tuple(p.shape)}:{p.dtype}".encode())
-        t = p.detach().to("cpu").contiguous()
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes())
+        h.update(p.detach().contiguous().reshape(-1).view(torch.uint8).numpy())  # the bytes, not a copy
     return h.hexdigest()
+
+
+def weight_files(name_or_path: str) -> list[Path]:
+    """A model's weight files (safetensors, else PyTorch .bin), sorted: from its folder, or for a hub
+    id from the local hub cache (never the network); [] when there are none."""
+    folder = Path(name_or_path) if name_or_path else None
+    if folder is None or not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(name_or_path, local_files_only=True)) if name_or_path else None
+        except Exception:  # noqa: BLE001 - not in the cache, or not a hub id: no files to hash
+            return []
+    if folder is None:
+        return []
+    return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))

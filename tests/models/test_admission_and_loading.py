@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -125,3 +127,36 @@ def test_the_plain_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path):
         assert (a.tensor_type, a.shape.tolist(), a.data_offset) == (b.tensor_type, b.shape.tolist(), b.data_offset)
         assert a.data.dtype == b.data.dtype and a.data.tobytes() == b.data.tobytes()
     assert gguf.GGUFReader is not type(plain)  # gguf's own reader is back after the block
+
+
+def test_the_weights_digest_reads_host_weights_in_place_and_other_weights_from_their_files(tiny_models, tmp_path):
+    """In host memory: sha256 over each parameter's name, shape, dtype and bytes (float32 and
+    bfloat16 alike). Weights elsewhere (here meta tensors, as a device map leaves them; a GPU takes
+    the same path) are hashed from their weight files, never copied to the host; with no weight file
+    to hash there is no digest, not a digest of nothing."""
+    import hashlib
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from specd.models.loading import weights_digest
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_models[0])
+    for dtype in (torch.float32, torch.bfloat16):
+        model = model.to(dtype)
+        h = hashlib.sha256()
+        for name, p in sorted(model.state_dict().items()):
+            h.update(f"{name}:{tuple(p.shape)}:{p.dtype}".encode())
+            h.update(bytes(p.detach().contiguous().reshape(-1).view(torch.uint8).tolist()))
+        assert weights_digest(model) == h.hexdigest()
+
+    with torch.device("meta"):
+        elsewhere = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_models[0]))
+    elsewhere.config._name_or_path = tiny_models[0]
+    files = sorted(Path(tiny_models[0]).glob("*.safetensors"))
+    assert files
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.name.encode() + path.read_bytes())
+    assert weights_digest(elsewhere) == "files:" + h.hexdigest()
+    elsewhere.config._name_or_path = str(tmp_path)  # a folder without weight files
+    assert weights_digest(elsewhere) is None
