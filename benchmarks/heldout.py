@@ -79,6 +79,9 @@ def load_half(half: str, per_kind: int | None = None, kinds: str | None = None) 
     """The half's prompts in file order (only ``kinds``, comma-separated, and the first ``per_kind``
     of each kind, when given)."""
     wanted = None if kinds is None else set(kinds.split(","))
+    unknown = sorted((wanted or set()) - {*GROUNDED, *OPEN})
+    if unknown:  # one line, not an empty run
+        raise SystemExit(f"unknown kind {', '.join(unknown)}: the kinds are {', '.join((*GROUNDED, *OPEN))}")
     seen: dict[str | None, int] = defaultdict(int)
     kept = []
     for item in prompt_items([], str(CORPUS / f"{half}.jsonl")):

@@ -5,9 +5,10 @@ default draft held at K = 0, and specd default (-k auto), side by side on the he
                                      [--repeats 3] [--threads 2] [--max-new-tokens 96]
 
 A round's time splits into the target's model calls (``HFCausalLM._step``: inputs, the body,
-the head) and everything else (the draft sources' offers and bookkeeping, processors, the rule,
-staging, the cache commit, publication). Each prompt runs the three systems back to back in an
-order rotated per prompt and repeat, greedy, every output checked equal to target-only's. Printed:
+the head) and everything else (the draft sources' offers and bookkeeping, a model draft's own
+calls, processors, the rule, staging, the cache commit, publication). Each prompt runs the three
+systems back to back in an order rotated per prompt and repeat, greedy, every output checked
+equal to target-only's. Printed:
 per system the median over runs of the time outside model calls per round, the model time per
 round and the rounds; then each system's total time over target-only's total (a ratio measured in
 one process). A draft held at K = 0 should cost what a plain step costs: the same time outside
