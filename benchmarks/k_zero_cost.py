@@ -58,15 +58,26 @@ def run(systems: Systems, name: str, item):
     return fresh.run([item], k=0 if name == "default at K = 0" else "auto", record_log=False)
 
 
+def positive(text: str) -> int:
+    """An integer of at least 1 (argparse says so in one line otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=("smollm", "gemma"), default="smollm")
     ap.add_argument("--half", choices=("fit", "test"), default="fit")
     ap.add_argument("--kinds", default="open", help="'open' or a comma list of kinds")
-    ap.add_argument("--per-kind", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--per-kind", type=positive, default=1)
+    ap.add_argument("--repeats", type=positive, default=3)
+    ap.add_argument("--threads", type=positive, default=2)
+    ap.add_argument("--max-new-tokens", type=positive, default=96)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     systems = Systems(a.model, a.max_new_tokens)
