@@ -223,10 +223,11 @@ def print_table(result: dict, names, base: str, lookups) -> None:
         print(f"outputs that differ from HF greedy: {len(result['mismatches'])} {result['mismatches'][:5]}")
 
 
-def batch_rates(model, pipe: Pipeline, items, max_new: int, order) -> dict[str, float]:
+def batch_rates(model, pipe: Pipeline, items, max_new: int, order, k_hist: dict | None = None) -> dict[str, float]:
     """One batch of ``items`` through each system of ``order`` ("HF generate batch 8": the HF model's
     generate over the left-padded batch; "specd target-only"; "specd default": -k auto, fresh costs;
-    "specd suffix K=N": the suffix lookup alone at a fixed K = N), greedy -> tokens/s each."""
+    "specd suffix K=N": the suffix lookup alone at a fixed K = N), greedy -> tokens/s each.
+    ``k_hist``: where given, specd default's request-rounds by K are added to it."""
     tok = pipe.tokenizer
     encoded = [list(pipe.encode(it)) for it in items]
     width = max(len(e) for e in encoded)
@@ -250,6 +251,9 @@ def batch_rates(model, pipe: Pipeline, items, max_new: int, order) -> dict[str, 
         else:
             runner = pipe if baseline else dataclasses.replace(pipe, costs=OnlineCosts())
             run = runner.run(items, baseline=baseline, k=None if baseline else "auto", record_log=False)
+            if not baseline and k_hist is not None:
+                for k, n in run.stats.k_hist.items():
+                    k_hist[k] = k_hist.get(k, 0) + n
         rates[name] = sum(len(r.tokens) for r in run.results) / (time.perf_counter() - t)
     return rates
 

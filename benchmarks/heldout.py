@@ -220,14 +220,15 @@ def batch_check(systems: Systems, items: list[PromptItem], max_batches: int, fix
     names = ["HF generate batch 8", "specd target-only", "specd default", *(f"specd suffix K={k}" for k in fixed_ks)]
     out = {}
     for label, grounded_only in (("mixed", False), ("grounded", True)):
-        rows = []
+        rows, k_hist = [], {}
         for i, batch in enumerate(batches(items, grounded_only)[:max_batches]):
             order = names[i % len(names) :] + names[: i % len(names)]
-            rows.append(batch_rates(systems.model, systems.pipe, batch, systems.max_new, order))
+            rows.append(batch_rates(systems.model, systems.pipe, batch, systems.max_new, order, k_hist))
         out[label] = {
             "tokens_per_s": {n: median(r[n] for r in rows) for n in names},
             "default_vs_target_only": [r["specd default"] / r["specd target-only"] for r in rows],
             "default_vs_hf": [r["specd default"] / r["HF generate batch 8"] for r in rows],
+            "default_k_hist": dict(sorted(k_hist.items())),
         }
         d = out[label]
         print(
@@ -236,6 +237,7 @@ def batch_check(systems: Systems, items: list[PromptItem], max_batches: int, fix
             + f"; default / target-only per batch {[round(x, 2) for x in d['default_vs_target_only']]}"
             + f"; default / HF per batch {[round(x, 2) for x in d['default_vs_hf']]}"
         )
+        print(f"    specd default's request-rounds by K: {d['default_k_hist']}")
         for name in names[3:]:
             d[name + " vs target-only"] = [r[name] / r["specd target-only"] for r in rows]
             print(f"    {name} / target-only per batch {[round(x, 2) for x in d[name + ' vs target-only']]}")
