@@ -4,8 +4,8 @@ default draft held at K = 0, and specd default (-k auto), side by side on the he
     python benchmarks/k_zero_cost.py [--model smollm|gemma] [--half fit] [--kinds open] [--per-kind 1]
                                      [--repeats 3] [--threads 2] [--max-new-tokens 96]
 
-A round's time splits into the target's model calls (``HFCausalLM._step``: inputs, the body,
-the head) and everything else (the draft sources' offers and bookkeeping, a model draft's own
+A round's time splits into the target's model calls (``model_time.time_calls``: its steps, body
+steps and head) and everything else (the draft sources' offers and bookkeeping, a model draft's own
 calls, processors, the rule, staging, the cache commit, publication). Each prompt runs the three
 systems back to back in an order rotated per prompt and repeat, greedy, every output checked
 equal to target-only's. Printed:
@@ -29,25 +29,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from heldout import OPEN, Systems, load_half  # noqa: E402
+from model_time import time_calls  # noqa: E402
 
 from specd.policy.costs import OnlineCosts  # noqa: E402
 
 SYSTEMS = ("target-only", "default at K = 0", "default (-k auto)")
-
-
-def timed_model(lm) -> list[float]:
-    """Wrap the adapter's model call so that its seconds add up in the returned one-item list."""
-    spent, call = [0.0], lm._step
-
-    def step(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return call(*args, **kwargs)
-        finally:
-            spent[0] += time.perf_counter() - t
-
-    lm._step = step
-    return spent
 
 
 def run(systems: Systems, name: str, item):
@@ -82,7 +68,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     systems = Systems(a.model, a.max_new_tokens)
     items = systems.within_context(load_half(a.half, a.per_kind, ",".join(OPEN) if a.kinds == "open" else a.kinds))
-    spent = timed_model(systems.pipe.target)
+    spent = time_calls(systems.pipe.target)  # the target's calls; a model draft's count outside
     for name in SYSTEMS:  # warm-up, untimed: product forms decided, first calls paid
         run(systems, name, items[0])
     outside, model, rounds, total = ({n: [] for n in SYSTEMS} for _ in range(4))

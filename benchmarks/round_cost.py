@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from model_time import time_calls
+
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 6
 
@@ -52,17 +54,7 @@ def child(vocab: int, batch: int, k: int, mode: str, ragged: bool = False) -> di
         max_position_embeddings=4096,
     )
     target = HFCausalLM(LlamaForCausalLM(config).eval(), "target")
-    model_seconds = [0.0]
-    for name in ("step", "head_logits"):
-        original = getattr(target, name)
-
-        def timed(*args, _original=original, **kwargs):
-            started = time.perf_counter()
-            out = _original(*args, **kwargs)
-            model_seconds[0] += time.perf_counter() - started
-            return out
-
-        setattr(target, name, timed)
+    model_seconds = time_calls(target)
 
     class EndlessCopy(NgramProposer):
         """A lookup that always has K tokens to propose (a copy that never runs out)."""
