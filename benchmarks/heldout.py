@@ -51,6 +51,7 @@ from specd.core.sources import SourceSet  # noqa: E402
 from specd.errors import SpecdError  # noqa: E402
 from specd.files import check_output, check_paths, loads_json, read_text, write_text_atomic  # noqa: E402
 from specd.models.embedded import EMBEDDED  # noqa: E402
+from specd.models.inputs import model_folders  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem, prompt_items  # noqa: E402
@@ -295,11 +296,13 @@ def main() -> None:
     ap.add_argument("--ns", default="4096,8192,16384,32768", help="draft vocabularies of the vocab pass (gemma)")
     ap.add_argument("--json", help="also write every measurement to this file")
     args = ap.parse_args()
-    if args.json:  # checked before the run: never written over the corpus the run reads
+    if args.json:  # checked before the run: never written over the corpus or into a model the run reads
         try:
             check_output(args.json, "--json")
             check_paths(
-                {f"the corpus's {h} half": CORPUS / f"{h}.jsonl" for h in ("fit", "test")}, {"--json": args.json}
+                {f"the corpus's {h} half": CORPUS / f"{h}.jsonl" for h in ("fit", "test")},
+                {"--json": args.json},
+                model_folders(TARGETS[args.model], None),
             )
         except SpecdError as err:
             sys.exit(f"heldout.py: {err}")
