@@ -40,6 +40,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specd.errors import SpecdError  # noqa: E402
+from specd.files import check_output, check_paths, loads_json, read_text, write_text_atomic  # noqa: E402
+from specd.models.inputs import model_folders  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem  # noqa: E402
@@ -284,6 +287,12 @@ def main() -> None:
     ap.add_argument("--passes", default="greedy,sampling,batch", help="any of greedy, sampling, batch")
     ap.add_argument("--json", help="also write every measurement to this file")
     args = ap.parse_args()
+    if args.json:  # checked before the run: never written into a model the run reads
+        try:
+            check_output(args.json, "--json")
+            check_paths({}, {"--json": args.json}, model_folders(None, None))
+        except SpecdError as err:
+            sys.exit(f"grounded.py: {err}")
     systems = Systems(args.max_new_tokens)
     names = [*HF_SYSTEMS, *SPECD_SYSTEMS]
     everything = {}
@@ -309,7 +318,8 @@ def main() -> None:
             batch["default / target-only, per repeat"] = pairs
             everything[f"batch/{threads}"] = batch
     if args.json:
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=str))
+        write_text_atomic(args.json, json.dumps(everything, indent=1, default=str), "--json")
+        loads_json(read_text(args.json, "--json"), args.json)  # it reads back
 
 
 if __name__ == "__main__":
