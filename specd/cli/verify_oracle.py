@@ -67,6 +67,14 @@ Sampler = Annotated[
         "which runs that module's code: name only code you trust.",
     ),
 ]
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        help="Processes the engine oracle's independent checks run on (default: the usable cores, on Linux; "
+        "1: one process). The report is the same.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
 
@@ -90,6 +98,7 @@ def verify_oracle(
     lab: Lab = True,
     rule: Rule = "both",
     sampler: Sampler = None,
+    jobs: Jobs = None,
     as_json: AsJson = False,
 ) -> None:
     """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
@@ -111,7 +120,9 @@ def verify_oracle(
     if sampler is not None:
         report = check_sampler(sampler, rule=rule, **fixture)
     else:
-        report = prove(horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, **fixture)
+        report = prove(
+            horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, jobs=jobs, **fixture
+        )
     if as_json:
         print_json(report.document)
     else:

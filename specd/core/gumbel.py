@@ -58,6 +58,7 @@ def splitmix64_(x: torch.Tensor) -> torch.Tensor:
     return x.bitwise_xor_(_shift_right(x, 31))
 
 
+@functools.lru_cache(maxsize=1 << 14)  # read once per request and row of every round
 def request_key(seed: int, request_id: str) -> int:
     """The noise key of one request: 64 bits of blake2b over (seed, request id), as an int64."""
     digest = hashlib.blake2b(f"{seed}\x1f{request_id}\x1finvariant".encode(), digest_size=8).digest()

@@ -325,7 +325,10 @@ class PolicyState:
     def advance(self, token: int) -> PolicyState:
         if not self.stateful:
             return self
-        return PolicyState(tuple(s.advance(token) if s is not None else None for s in self.states))
+        states = tuple(s.advance(token) if s is not None else None for s in self.states)
+        if all(new is old for new, old in zip(states, self.states)):
+            return self  # nothing moved (a token already seen): keep the state and its digest
+        return PolicyState(states)
 
     def digest(self) -> str:
         """A short hash of the state (the round outcome's processor hashes); computed once per state."""

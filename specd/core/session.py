@@ -119,28 +119,32 @@ class DecodeSession:
         self._prefill(states)
         return [self.store.get(s.request_id) for s in states]
 
-    def admit_at(self, state: RequestState, request_ids: Sequence[str]) -> list[RequestState]:
-        """Admit one copy of a request as it stands mid-generation per id: each copy has ``state``'s
-        output, processors, counters and committed K/V rows (rebuilt by one target step), under its
-        own id and slot (the exact oracle branches a request this way)."""
-        copies = self.admit(
-            [Request(rid, state.output[: state.prompt_len], state.max_new_tokens) for rid in request_ids]
-        )
+    def admit_at(self, branches: Sequence[tuple[RequestState, Sequence[str]]]) -> list[list[RequestState]]:
+        """Admit copies of requests as they stand mid-generation: for each (state, ids), one copy per id,
+        with ``state``'s output, processors, counters and committed K/V rows (rebuilt by one target
+        step for the whole batch), under its own id and slot (the exact oracle branches requests this
+        way) -> the copies, per branch."""
+        fresh = iter(
+            self.admit([Request(rid, s.output[: s.prompt_len], s.max_new_tokens) for s, ids in branches for rid in ids])
+        )  # one prefill for every copy
+        copies = [[next(fresh) for _ in ids] for _, ids in branches]
         rows = []
-        for c in copies:
-            if self.cache.committed(c.slot) == state.cache_tokens:
-                continue  # admitting the prompt already built this cache
-            self.cache.reset(c.slot)
-            if state.cache_tokens:
-                rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
+        for (state, _), group in zip(branches, copies):
+            for c in group:
+                if self.cache.committed(c.slot) == state.cache_tokens:
+                    continue  # admitting the prompt already built this cache
+                self.cache.reset(c.slot)
+                if state.cache_tokens:
+                    rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
         if rows:
             self.engine.target.step(self.cache, rows, logits_for=0)
             for row in rows:
                 self.cache.commit(row.slot, len(row.tokens))
-        for c in copies:
-            rng = RngState(state.rng.seed, c.request_id, state.rng.counters)
-            self.store.add(state.evolve(request_id=c.request_id, slot=c.slot, rng=rng))
-        return [self.store.get(c.request_id) for c in copies]
+        for (state, _), group in zip(branches, copies):
+            for c in group:
+                rng = RngState(state.rng.seed, c.request_id, state.rng.counters)
+                self.store.add(state.evolve(request_id=c.request_id, slot=c.slot, rng=rng))
+        return [[self.store.get(c.request_id) for c in group] for group in copies]
 
     def _check(self, requests: Sequence[Request]) -> None:
         vocab = self.engine.target.vocab_size

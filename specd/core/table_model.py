@@ -60,10 +60,6 @@ class TableModel:
             self._rows[prefix] = row
         return row
 
-    def rows_seen(self) -> list[torch.Tensor]:
-        """Every raw logit row the model has produced or was given, float[V] each."""
-        return list(self._rows.values())
-
     def new_cache(self) -> KVCache:
         return KVCache()
 

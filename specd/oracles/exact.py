@@ -53,6 +53,15 @@ class Reference:
         self._p: dict[tuple[int, ...], list[float]] = {}
         self._q: dict[tuple[int, ...], list[float]] = {}
 
+    def serves(self, rig: Rig) -> bool:
+        """Whether these rows are ``rig``'s too: the same models, policies, prompt and arithmetic (a
+        failure-lab variant replaces a component of the engine, never what the rows are made of)."""
+        mine = self.rig
+        return all(
+            getattr(mine, name) is getattr(rig, name)
+            for name in ("target", "draft", "target_policy", "draft_policy", "prompt", "backend", "prob_dtype")
+        )
+
     def _row(self, memo, model, policy, output: tuple[int, ...]) -> list[float]:
         if output not in memo:
             rig = self.rig
@@ -201,12 +210,12 @@ class Cell:
 
 
 class Enumerator:
-    def __init__(self, rig: Rig, horizon: int, completion: str = "target"):
+    def __init__(self, rig: Rig, horizon: int, completion: str = "target", ref: Reference | None = None):
         self.rig = rig
         self.horizon = horizon
         self.completion = completion
         self.engine = rig.engine()
-        self.ref = Reference(rig)
+        self.ref = ref if ref is not None and ref.serves(rig) else Reference(rig)  # its rows, computed once
         self._memo: dict = {}
         self._target_memo: dict = {}
         self.rounds_enumerated = 0
@@ -214,27 +223,41 @@ class Enumerator:
         self.sources_seen: set[str] = set()  # the draft sources production drafted from
 
     # -- running production on injected uniforms ----------------------------------------
-    def run_cells(self, state: RequestState, points: list[dict[str, tuple[float, ...]]]):
-        """One production round from ``state`` per point (its uniforms by stream name)
-        -> [(commit, successor)] in order."""
-        injected = {f"cell{i}": point for i, point in enumerate(points)}
+    def run_cells(self, branches: list[tuple[RequestState, list[dict[str, tuple[float, ...]]]]]):
+        """One production round for every branch's points at once: one request per point, a copy of
+        its branch's state with the point's uniforms (by stream name) injected
+        -> per branch, [(commit, successor)] in the order of its points."""
+        injected: dict[str, dict[str, tuple[float, ...]]] = {}
+        names = []
+        for _, points in branches:
+            names.append([f"cell{len(injected) + i}" for i in range(len(points))])
+            injected.update(zip(names[-1], points))
 
         def draws(s, stream: str, n: int) -> list[float]:
             values = injected[s.request_id][stream]
             return list(values[:n]) + [UNUSED] * (n - len(values))
 
         session = self.engine.start(draws=draws)
-        session.admit_at(state, list(injected))
-        commits = speculative_round(session)
+        session.admit_at([(state, ids) for (state, _), ids in zip(branches, names)])
+        commits = {c.request_id: c for c in speculative_round(session)}
         self.rounds_enumerated += 1
-        self.k_seen.update(len(c.draft_token_ids) for c in commits)
-        self.sources_seen.update(c.source for c in commits if c.source)
-        return [(c, session.store.get(c.request_id)) for c in commits]
+        self.k_seen.update(len(c.draft_token_ids) for c in commits.values())
+        self.sources_seen.update(c.source for c in commits.values() if c.source)
+        return [[(commits[i], session.store.get(i)) for i in ids] for ids in names]
 
     # -- one round ---------------------------------------------------------------------
-    def round_outcomes(self, state: RequestState) -> list[tuple[float, tuple[int, ...], RequestState]]:
-        """All outcomes of one round from ``state``: [(mass, emitted tokens, successor)]."""
-        paths = self._discover_paths(state)
+    def round_outcomes(self, states: list[RequestState]) -> list[list[tuple[float, tuple[int, ...], RequestState]]]:
+        """All outcomes of one round from each of ``states`` -> per state, [(mass, emitted tokens,
+        successor)]. Two production rounds serve every state: the draft paths', then the cells'."""
+        points = [self._points(state, paths) for state, paths in zip(states, self._discover_paths(states))]
+        outcomes = self.run_cells([(state, [p for _, p in pts]) for state, pts in zip(states, points)])
+        return [
+            [(mass, commit.emitted, successor) for (mass, _), (commit, successor) in zip(pts, outs)]
+            for pts, outs in zip(points, outcomes)
+        ]
+
+    def _points(self, state: RequestState, paths: dict) -> list[tuple[float, dict[str, tuple[float, ...]]]]:
+        """Every cell of the round from ``state`` at each probe -> [(its mass, its uniforms)]."""
         cells = []
         if self.rig.rule == "block":  # every A of every full path: all k tests decide it
             for path, full, mass in paths["maximal"]:
@@ -244,15 +267,24 @@ class Enumerator:
                 cells += self._cells(state, path, full, mass, True, paths["lookup"])
             for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
                 cells += self._cells(state, path, full, mass, False, paths["lookup"])
-        points = [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
-        outcomes = self.run_cells(state, [point for _, point in points])
-        return [(mass, commit.emitted, successor) for (mass, _), (commit, successor) in zip(points, outcomes)]
+        return [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
 
-    def _discover_paths(self, state: RequestState) -> dict:
+    def _discover_paths(self, states: list[RequestState]) -> list[dict]:
         """Pass 1: every draft path of the declared draft policy, run through production to learn
-        how many of its tokens production drafts. -> {"nodes": [...], "maximal": [...], "lookup": bool},
-        each path (drafted path, the proposal cells of a full path through it, declared q mass of the
-        path); "lookup": the request drafts from a deterministic source this round (q a point mass)."""
+        how many of its tokens production drafts -> per state {"nodes": [...], "maximal": [...],
+        "lookup": bool}, each path (drafted path, the proposal cells of a full path through it,
+        declared q mass of the path); "lookup": the request drafts from a deterministic source
+        this round (q a point mass)."""
+        planned = [self._full_paths(state) for state in states]
+        probes = [[Cell(cells, (), (0.0, 1.0), mass).at("centre") for _, cells, mass in full] for _, full in planned]
+        ran = self.run_cells(list(zip(states, probes)))
+        return [
+            self._paths(state, lookup, full, [commit.draft_token_ids for commit, _ in outcomes])
+            for state, (lookup, full), outcomes in zip(states, planned, ran)
+        ]
+
+    def _full_paths(self, state: RequestState) -> tuple[bool, list[tuple[tuple[int, ...], tuple, float]]]:
+        """(whether the round drafts from a lookup, every full draft path [(tokens, proposal cells, mass)])."""
         caches = self.engine.proposer.new_cache()  # which source production plans (a lookup needs a match)
         caches.open(state.slot)
         plan = self.engine.plan_for(state, caches)
@@ -261,7 +293,7 @@ class Enumerator:
         # The proposal uniforms are integrated whenever a sampling source could read them, even in a
         # round planned for a lookup: a choice of source that reads them would show in the joint.
         sampling = [s for s in self.engine.proposer.sources if not s.deterministic]
-        full_paths = [((), (), 1.0)]  # (tokens, proposal cells, mass)
+        full_paths: list[tuple[tuple[int, ...], tuple, float]] = [((), (), 1.0)]
         if sampling and plan.k:
             for _ in range(plan.k):
                 grown = []
@@ -269,8 +301,10 @@ class Enumerator:
                     for x, lo, hi in cells_of(self.ref.q(state.output + tokens)):
                         grown.append((tokens + (x,), intervals + ((lo, hi),), mass * (hi - lo)))
                 full_paths = grown
-        probes = [Cell(intervals, (), (0.0, 1.0), mass).at("centre") for _, intervals, mass in full_paths]
-        drafted = [commit.draft_token_ids for commit, _ in self.run_cells(state, probes)]
+        return lookup, full_paths
+
+    def _paths(self, state: RequestState, lookup: bool, full_paths: list, drafted: list) -> dict:
+        """What production drafted on each full path -> the round's nodes and maximal paths."""
         nodes: dict[tuple, tuple] = {}
         maximal: dict[tuple, tuple] = {}
         for (tokens, intervals, cell_mass), drafts in zip(full_paths, drafted):
@@ -332,31 +366,57 @@ class Enumerator:
     # -- joints ----------------------------------------------------------------------------
     def joint(self) -> Joint:
         session = self.engine.start([Request("enum", self.rig.prompt, self.horizon)])
-        return self._joint_from(session.states()[0], self.horizon, first=True)
+        return self._joints([(session.states()[0], self.horizon)], first=True)[0]
 
-    def _joint_from(self, state: RequestState, h: int, first: bool = False) -> Joint:
+    def _joints(self, asked: list[tuple[RequestState, int]], first: bool = False) -> list[Joint]:
+        """The joint over the next h tokens from each (state, h) of ``asked``, level by level: every
+        state of a level that needs a round gets it in the same two production rounds, and their
+        successors form the next level (a batch of unrelated requests, as a served batch is)."""
+        pending: dict[tuple, tuple[RequestState, int]] = {}
+        for state, h in asked:
+            if h > 0 and (first or self.completion != "target"):
+                key = self._key(state, h)
+                if key not in self._memo:
+                    pending.setdefault(key, (state, h))
+        if pending:
+            todo = list(pending.values())
+            branches, later = [], []  # per state: (head, mass, index of its tail in ``later`` or None)
+            for (_, h), outcomes in zip(todo, self.round_outcomes([state for state, _ in todo])):
+                branches.append([])
+                for mass, emitted, successor in outcomes:
+                    head = emitted[:h]
+                    done = len(head) == h or successor.finished
+                    branches[-1].append((head, mass, None if done else len(later)))
+                    if not done:
+                        later.append((successor, h - len(head)))
+            tails = self._joints(later)
+            for key, parts in zip(pending, branches):
+                out: Joint = defaultdict(float)
+                for head, mass, tail in parts:
+                    if tail is None:
+                        out[head] += mass
+                        continue
+                    for rest, m in tails[tail].items():
+                        out[head + rest] += mass * m
+                self._memo[key] = dict(out)
+        return [self._joint_of(state, h, first) for state, h in asked]
+
+    def _joint_of(self, state: RequestState, h: int, first: bool) -> Joint:
         if h == 0:
             return {(): 1.0}
         if not first and self.completion == "target":
-            key = state.output
-            if key not in self._target_memo:
-                self._target_memo[key] = target_joint(self.rig, h, prefix=state.output, ref=self.ref)
-            return self._target_memo[key]
+            if state.output not in self._target_memo:
+                self._target_memo[state.output] = target_joint(self.rig, h, prefix=state.output, ref=self.ref)
+            return self._target_memo[state.output]
+        return self._memo[self._key(state, h)]
+
+    @staticmethod
+    def _key(state: RequestState, h: int) -> tuple:
         # The history is part of the state a round reads: a K policy may choose from it.
-        key = (state.output, state.cache_tokens, state.target_proc, state.draft_proc, state.history, h)
-        if key in self._memo:
-            return self._memo[key]
-        out: Joint = defaultdict(float)
-        for mass, emitted, successor in self.round_outcomes(state):
-            head = emitted[:h]
-            if len(head) == h or successor.finished:
-                out[head] += mass
-                continue
-            for tail, m in self._joint_from(successor, h - len(head)).items():
-                out[head + tail] += mass * m
-        self._memo[key] = dict(out)
-        return self._memo[key]
+        return (state.output, state.cache_tokens, state.target_proc, state.draft_proc, state.history, h)
 
 
-def speculative_joint(rig: Rig, horizon: int, completion: str = "target") -> Joint:
-    return Enumerator(rig, horizon, completion).joint()
+def speculative_joint(rig: Rig, horizon: int, completion: str = "target", ref: Reference | None = None) -> Joint:
+    """The joint production emits over ``horizon`` tokens (``ref``: the oracle's rows, when already
+    computed for a rig with the same models and policies)."""
+    return Enumerator(rig, horizon, completion, ref).joint()

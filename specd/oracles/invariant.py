@@ -66,12 +66,14 @@ def texts(rig: Rig, seeds: int, horizon: int, baseline: bool = False, stats: boo
 def reference_texts(rig: Rig, seeds: int, horizon: int) -> list[tuple[int, ...]]:
     """The Gumbel-max chain of the oracle's own target rows, one per seed, computed here."""
     ref, out = Reference(rig), []
+    # the noise of every (seed, position) from one call of the formula: row s * horizon + t
+    keys = torch.tensor([request_key(s, f"r{s}") for s in range(seeds) for _ in range(horizon)], dtype=torch.int64)
+    noise = gumbel(keys, torch.arange(horizon, dtype=torch.int64).repeat(seeds), rig.vocab).tolist()
     for s in range(seeds):
-        key, seq = request_key(s, f"r{s}"), ()
+        seq: tuple[int, ...] = ()
         for t in range(horizon):
             p = ref.p(rig.prompt + seq)
-            noise = gumbel(key, torch.tensor([t]), len(p))[0].tolist()
-            scores = [math.log(x) + g if x > 0 else -math.inf for x, g in zip(p, noise)]
+            scores = [math.log(x) + g if x > 0 else -math.inf for x, g in zip(p, noise[s * horizon + t])]
             seq += (max(range(len(p)), key=scores.__getitem__),)
         out.append(seq)
     return out

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
+from functools import partial
 
 from specd.errors import SamplerFailed, UsageError
 from specd.oracles import sampler_checks as sc
@@ -17,8 +19,9 @@ from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact
 from specd.oracles.exact import target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.invariant import invariant_checks, invariant_lab
-from specd.oracles.lab import run_lab
+from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
+from specd.oracles.parallel import run_parts, usable_cores
 from specd.oracles.record import Check
 from specd.oracles.samplers import as_sampler, load_sampler
 
@@ -43,31 +46,66 @@ def collector_paused():
             gc.enable()
 
 
-def run_oracle(cfg: OracleConfig) -> dict:
-    """Every check on the fixture of ``cfg`` (and the failure lab) -> one JSON-able report."""
+def run_oracle(cfg: OracleConfig, jobs: int | None = None) -> dict:
+    """Every check on the fixture of ``cfg`` (and the failure lab) -> one JSON-able report. ``jobs``:
+    processes the independent parts run on (default: the usable cores; the report is the same)."""
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
     with collector_paused():
-        return _run_oracle(cfg)
+        return _run_oracle(cfg, usable_cores() if jobs is None else jobs)
 
 
-def _run_oracle(cfg: OracleConfig) -> dict:
+# A part of the run: (its rough share of a run's time, to start the longest first; the part).
+Part = tuple[float, Callable[[], list]]
+
+
+def _parts(cfg: OracleConfig, fx: Fixture, exact: Check) -> tuple[list[Part], list[Part]]:
+    """The run's independent parts, in the report's order: (the checks', the failure lab's)."""
+    rig, horizon = fx.rig, fx.horizon
+    rules = RULE_SETS.get(cfg.rule, (cfg.rule,))
+    checks: list[Part] = []
+    lab: list[Part] = []
+    if "maximal" in rules:  # the token-wise rule's proofs
+        checks.append((0.0, lambda: [exact]))
+        for check in CHECKS:
+            if check is not check_monte_carlo or cfg.samples:
+                weight = 0.2 * cfg.samples / 1000 if check is check_monte_carlo else 0.05
+                checks.append((weight, partial(_as_list, check, fx)))
+        checks.append((0.01, lambda: [_backend_parity(rig, fx.reference, horizon)]))
+        checks.append((0.02, lambda: [_ngram_exact(rig, horizon)]))
+        if cfg.lab:
+            lab += [(0.1, partial(run_lab, cfg, families=(family,))) for family in LAB_FAMILIES]
+            lab.append((0.06, partial(run_lab, cfg, SHIPPED_VARIANTS, families=("",))))
+    if "invariant" in rules:  # the invariant rule's: pointwise, against the oracle's own chain, in law
+        checks.append((0.3, partial(invariant_checks, rig, horizon)))
+        if cfg.lab:
+            lab.append((0.15, lambda: invariant_lab(build_rig(cfg, lab=True), horizon)))
+    if "block" in rules:  # block verification's: the shared exact checks under it, rationals, Theorem 2
+        checks.append((0.2, partial(block_checks, fx)))
+        if cfg.lab:
+            lab.append((0.2, partial(run_block_lab, cfg)))
+    return checks, lab
+
+
+def _as_list(check: Callable[[Fixture], Check], fx: Fixture) -> list[Check]:
+    return [check(fx)]
+
+
+def _run_oracle(cfg: OracleConfig, jobs: int) -> dict:
     t_start = time.perf_counter()
     horizon = cfg.effective_horizon
     rig = build_rig(cfg)
     reference = target_joint(rig, horizon)
     exact, spec_joint = _exact(rig, horizon, reference, "target", "exact_joint")
     fx = Fixture(cfg, rig, horizon, reference, spec_joint)
-    checks, lab = [], []
-    rules = RULE_SETS.get(cfg.rule, (cfg.rule,))
-    if "maximal" in rules:  # the token-wise rule's proofs
-        checks = [exact] + [check(fx) for check in CHECKS if check is not check_monte_carlo or cfg.samples]
-        checks += [_backend_parity(rig, reference, horizon), _ngram_exact(rig, horizon)]
-        lab = run_lab(cfg) + run_lab(cfg, SHIPPED_VARIANTS, families=("",)) if cfg.lab else []
-    if "invariant" in rules:  # the invariant rule's: pointwise, against the oracle's own chain, in law
-        checks += invariant_checks(rig, horizon)
-        lab += invariant_lab(build_rig(cfg, lab=True), horizon) if cfg.lab else []
-    if "block" in rules:  # block verification's: the shared exact checks under it, rationals, Theorem 2
-        checks += block_checks(fx)
-        lab += run_block_lab(cfg) if cfg.lab else []
+    check_parts, lab_parts = _parts(cfg, fx, exact)
+    parts = check_parts + lab_parts
+    start = sorted(range(len(parts)), key=lambda i: -parts[i][0])  # the longest first
+    results: list[list] = [[] for _ in parts]
+    for i, result in zip(start, run_parts([parts[i][1] for i in start], jobs)):
+        results[i] = result
+    checks: list[Check] = [c for r in results[: len(check_parts)] for c in r]
+    lab: list[dict] = [row for r in results[len(check_parts) :] for row in r]
     if cfg.lab:
         checks.append(
             Check(

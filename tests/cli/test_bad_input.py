@@ -275,6 +275,7 @@ def test_bad_draft_lists(capsys, draft, message, monkeypatch):
         (["verify-oracle", "--k", "1000000000"], "too large to enumerate"),
         (["verify-oracle", "--horizon", "1000000000"], "too large to enumerate"),
         (["verify-oracle", "--samples", "1000000000"], "--samples must be in 0..200000"),
+        (["verify-oracle", "--jobs", "0"], "--jobs must be >= 1"),
         (["sweep-k", "--k", "1..1000000000"], "--k takes values in 1..256"),
         (["sweep-k", "--batch", "0"], "--batch takes values in 1..65536"),
         (["sweep-k", "--draft-cost", "inf"], "finite, non-negative"),

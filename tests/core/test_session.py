@@ -79,12 +79,12 @@ def test_copies_admitted_mid_generation_continue_as_the_original_would():
     state = session.store.get("r")
     original = decode(session).states[0].new_tokens
     fresh = engine.start()
-    copies = fresh.admit_at(state, ["c1", "c2"])
+    (copies,) = fresh.admit_at([(state, ["c1", "c2"])])
     assert [c.output for c in copies] == [state.output] * 2
     assert all(fresh.cache.committed(c.slot) == state.cache_tokens for c in copies)
     assert all(c.rng.counters == state.rng.counters and c.rng.request_id == c.request_id for c in copies)
     # the copies' streams are keyed by their own ids: their tokens differ from the original's in general,
     # but a copy under the original's id continues it exactly
     again = engine.start()
-    again.admit_at(state, ["r"])
+    again.admit_at([(state, ["r"])])
     assert decode(again).states[0].new_tokens == original

@@ -1,0 +1,66 @@
+"""The oracle's independent parts on several processes: the same report, sooner.
+
+Every check and every failure-lab family reads only the fixture it is given, so the parts can
+run in any order and anywhere. ``run_parts`` runs them on forked copies of this process (they
+inherit the fixture: nothing is pickled but the results) and returns the results in the order
+the parts were given, so the report is byte for byte a serial run's (its elapsed time aside).
+
+Forking is used only where it is safe and available: Linux, a process that has not initialized
+CUDA, more than one usable core, and more than one part. Each worker runs torch on one thread (the parts' tensors are a few rows of a tiny
+vocabulary; one thread per process is also what keeps a forked process clear of the parent's
+OpenMP pool). A part that fails in a worker, or a worker that dies, is run again here, so its
+error is raised with its own type and traceback, as a serial run raises it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+_parts: Sequence[Callable[[], object]] = ()  # a worker's parts, inherited at fork
+
+
+def usable_cores() -> int:
+    """Processes the oracle uses by default: the cores this process may run on (1 where it does not
+    fork: the parts then run in this process)."""
+    if not sys.platform.startswith("linux"):
+        return 1
+    return len(os.sched_getaffinity(0))
+
+
+def run_parts(parts: Sequence[Callable[[], T]], jobs: int) -> list[T]:
+    """Each part's result, in the order given, on up to ``jobs`` processes (1: here, in order). Parts
+    start in the order given: put the longest first."""
+    # CUDA does not survive a fork: a process that initialized it keeps the parts here
+    forks = sys.platform.startswith("linux") and not torch.cuda.is_initialized()
+    workers = min(jobs, len(parts)) if forks else 1
+    if workers <= 1:
+        return [part() for part in parts]
+    try:
+        with ProcessPoolExecutor(workers, get_context("fork"), initializer=_receive, initargs=(parts,)) as pool:
+            outcomes = list(pool.map(_run, range(len(parts))))
+    except BrokenProcessPool:  # a worker died (killed, out of memory): do the work here
+        return [part() for part in parts]
+    return [result if ok else parts[i]() for i, (ok, result) in enumerate(outcomes)]  # type: ignore[misc]
+
+
+def _receive(parts: Sequence[Callable[[], object]]) -> None:
+    global _parts
+    _parts = parts
+    torch.set_num_threads(1)
+
+
+def _run(i: int) -> tuple[bool, object]:
+    """(True, part i's result), or (False, None) when it raised: the parent runs it again to raise."""
+    try:
+        return True, _parts[i]()
+    except BaseException:
+        return False, None

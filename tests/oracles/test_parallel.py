@@ -1,0 +1,57 @@
+import os
+import sys
+
+import pytest
+
+from specd.oracles.fixture import OracleConfig
+from specd.oracles.parallel import run_parts, usable_cores
+from specd.oracles.report import run_oracle
+
+forks = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parts run on forked processes on Linux")
+
+
+def _without_time(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k != "elapsed_s"}
+
+
+@forks
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        OracleConfig(vocab=2, k=2, samples=300),
+        OracleConfig(vocab=2, k=2, samples=200, rule="all", repetition_penalty=1.3),
+    ],
+)
+def test_the_report_on_two_processes_is_the_serial_report(cfg):
+    assert _without_time(run_oracle(cfg, jobs=2)) == _without_time(run_oracle(cfg, jobs=1))
+
+
+def _pid_and(value):
+    return lambda: (os.getpid(), value)
+
+
+@forks
+def test_parts_run_on_other_processes_and_come_back_in_order():
+    results = run_parts([_pid_and(i) for i in range(6)], jobs=2)
+    assert [value for _, value in results] == list(range(6))
+    pids = {pid for pid, _ in results}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+
+
+class Refused(Exception):
+    pass
+
+
+def _raises():
+    raise Refused("part 1 says no")
+
+
+@forks
+def test_a_part_that_fails_in_a_worker_fails_here_with_its_own_type():
+    with pytest.raises(Refused, match="part 1 says no"):
+        run_parts([lambda: 1, _raises, lambda: 3], jobs=2)
+
+
+def test_one_job_runs_every_part_here_in_order():
+    assert run_parts([_pid_and(i) for i in range(3)], jobs=1) == [(os.getpid(), i) for i in range(3)]
+    assert usable_cores() >= 1
