@@ -15,6 +15,7 @@ error is raised with its own type and traceback, as a serial run raises it.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -44,23 +45,42 @@ def run_parts(parts: Sequence[Callable[[], T]], jobs: int) -> list[T]:
     workers = min(jobs, len(parts)) if forks else 1
     if workers <= 1:
         return [part() for part in parts]
+    pool = ProcessPoolExecutor(workers, get_context("fork"), initializer=_receive, initargs=(parts,))
     try:
-        with ProcessPoolExecutor(workers, get_context("fork"), initializer=_receive, initargs=(parts,)) as pool:
-            outcomes = list(pool.map(_run, range(len(parts))))
+        outcomes = list(pool.map(_run, range(len(parts))))
     except BrokenProcessPool:  # a worker died (killed, out of memory): do the work here
+        pool.shutdown()
         return [part() for part in parts]
+    except BaseException:  # stopped (Ctrl-C, SIGTERM) or failed: the workers stop now, not after their queue
+        _terminate(pool)
+        raise
+    pool.shutdown()
     return [result if ok else parts[i]() for i, (ok, result) in enumerate(outcomes)]  # type: ignore[misc]
 
 
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers at once (SIGTERM; a signal sent to specd alone never reaches them)."""
+    processes = getattr(pool, "_processes", None) or {}  # the executor's own table: pid -> process
+    for process in list(processes.values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _receive(parts: Sequence[Callable[[], object]]) -> None:
+    """A worker's start: its parts, one torch thread, and the signals' defaults: Ctrl-C reaches the
+    whole process group and the parent alone answers it (it ends the workers), SIGTERM just ends one."""
     global _parts
     _parts = parts
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _run(i: int) -> tuple[bool, object]:
-    """(True, part i's result), or (False, None) when it raised: the parent runs it again to raise."""
+    """(True, part i's result), or (False, None) when it raised: the parent runs it again to raise.
+    An interrupt is not caught: it ends the worker, as it ends the parent."""
     try:
         return True, _parts[i]()
-    except BaseException:
+    except Exception:
         return False, None

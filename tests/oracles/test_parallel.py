@@ -1,11 +1,14 @@
 import os
+import signal
 import sys
+import time
 
 import pytest
 
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.parallel import run_parts, usable_cores
 from specd.oracles.report import run_oracle
+from tests.helpers import interrupted
 
 forks = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parts run on forked processes on Linux")
 
@@ -55,3 +58,44 @@ def test_a_part_that_fails_in_a_worker_fails_here_with_its_own_type():
 def test_one_job_runs_every_part_here_in_order():
     assert run_parts([_pid_and(i) for i in range(3)], jobs=1) == [(os.getpid(), i) for i in range(3)]
     assert usable_cores() >= 1
+
+
+@forks
+def test_a_worker_that_dies_leaves_the_work_to_this_process():
+    here = os.getpid()
+
+    def dies_in_a_worker():
+        if os.getpid() != here:
+            os._exit(3)  # killed, out of memory: no result comes back
+        return "done here"
+
+    assert run_parts([lambda: 1, dies_in_a_worker, lambda: 3], jobs=2) == [1, "done here", 3]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
+@forks
+@pytest.mark.slow
+def test_a_stopped_run_ends_its_workers_with_one_line():
+    workers: list[int] = []
+
+    def once_the_workers_run(proc):
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and len(workers) < 2:
+            workers[:] = _children(proc.pid)
+            time.sleep(0.05)
+        time.sleep(0.5)  # at work on their parts
+
+    code, err = interrupted(
+        ["verify-oracle", "--samples", "200000", "--jobs", "2", "--json"], once_the_workers_run, signal.SIGTERM
+    )
+    assert len(workers) == 2
+    assert code == 143 and err == "specd: error: terminated (SIGTERM)\n", err
+    for pid in workers:  # gone, not left running their queue
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
