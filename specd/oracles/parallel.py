@@ -6,10 +6,11 @@ inherit the fixture: nothing is pickled but the results) and returns the results
 the parts were given, so the report is byte for byte a serial run's (its elapsed time aside).
 
 Forking is used only where it is safe and available: Linux, a process that has not initialized
-CUDA, more than one usable core, and more than one part. Each worker runs torch on one thread (the parts' tensors are a few rows of a tiny
-vocabulary; one thread per process is also what keeps a forked process clear of the parent's
-OpenMP pool). A part that fails in a worker, or a worker that dies, is run again here, so its
-error is raised with its own type and traceback, as a serial run raises it.
+CUDA, more than one usable core, and more than one part. Each worker runs torch on one thread
+(the parts' tensors are a few rows of a tiny vocabulary; one thread per process is also what
+keeps a forked process clear of the parent's OpenMP pool). A part that fails in a worker, or a
+worker that dies, is run again here, so its error is raised with its own type and traceback, as
+a serial run raises it. A stopped run (Ctrl-C, SIGTERM) ends the workers at once.
 """
 
 from __future__ import annotations
