@@ -78,6 +78,20 @@ def position_bits(key: int | torch.Tensor, positions: torch.Tensor) -> torch.Ten
     return splitmix64_(splitmix64(positions.to(torch.int64)) ^ key)
 
 
+def position_bits_of(keys: list[int], positions: list[int]) -> list[int]:
+    """``position_bits`` for a round's few rows, in Python integers (the same bits, as int64): a
+    race then sends one small tensor to the device instead of some thirty tensor operations."""
+    return [_signed(_splitmix64_int(_splitmix64_int(t) ^ (key & _MASK))) for key, t in zip(keys, positions)]
+
+
+def _splitmix64_int(x: int) -> int:
+    """SplitMix64's finalizer on an unsigned 64-bit integer (``splitmix64_`` on one value)."""
+    x = (x + _GOLDEN) & _MASK
+    x = ((x ^ (x >> 30)) * _MIX1) & _MASK
+    x = ((x ^ (x >> 27)) * _MIX2) & _MASK
+    return x ^ (x >> 31)
+
+
 def unit(bits: torch.Tensor) -> torch.Tensor:
     """The top 53 bits of int64[...] as a float64 in (0, 1), offset by half a step."""
     return (_shift_right(bits, 11).to(torch.float64) + 0.5) * 2.0**-53
@@ -122,8 +136,7 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     are raced a few at a time (``RACE_CHUNK`` entries), each row's half of the formula computed once."""
     device = rows.device
     n, vocab = rows.shape
-    keys_t = torch.tensor(keys, dtype=torch.int64, device=device)
-    per_row = position_bits(keys_t, torch.tensor(positions, dtype=torch.int64, device=device))
+    per_row = torch.tensor(position_bits_of(keys, positions), dtype=torch.int64, device=device)
     per_token = token_bits(vocab, device)
     won = torch.empty(n, dtype=torch.int64, device=device)
     step = max(1, RACE_CHUNK // max(vocab, 1))

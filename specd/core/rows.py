@@ -15,6 +15,7 @@ Every rule (``specd.core.sampler``, ``specd.core.block``) reads them through ``R
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -64,7 +65,11 @@ class Rows:
         return cls(p_packed, p_start, q[valid], q_index, draft, k_lens, q.shape[-1])
 
     def valid(self) -> torch.Tensor:
-        """bool[B, K]: True where a draft exists."""
+        """bool[B, K]: True where a draft exists (built once per Rows; read-only)."""
+        return self._valid
+
+    @cached_property
+    def _valid(self) -> torch.Tensor:
         return valid_positions(self.k_lens, self.draft.shape[1])
 
     def target(self) -> tuple[torch.Tensor, torch.Tensor]:

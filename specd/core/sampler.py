@@ -61,20 +61,19 @@ def categorical_draw(rows: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor,
     """``sample_categorical`` without reading from the device: -> (the float64 choice int64[B], near
     bool[B]: the rows whose choice must be made again exactly, ``exact_redraw``)."""
     rows64 = rows.to(torch.float64)
-    cdf = rows64.cumsum(dim=-1)
-    total = cdf[:, -1]
-    target = u.to(device=rows.device, dtype=torch.float64) * total
-    last_positive = (rows64 > 0).to(torch.int64).cumsum(-1).argmax(dim=-1)
-    idx = torch.minimum(torch.searchsorted(cdf, target.unsqueeze(-1), right=True).squeeze(-1), last_positive)
-    lo = torch.where(idx > 0, cdf.gather(1, (idx - 1).clamp_min(0).unsqueeze(1)).squeeze(1), torch.zeros_like(total))
-    hi = cdf.gather(1, idx.unsqueeze(1)).squeeze(1)
+    cum = rows64.cumsum(dim=-1)  # float64[B, V]: the mass up to and including each entry
+    target = u.to(device=rows.device, dtype=torch.float64).unsqueeze(-1) * cum[:, -1:]  # float64[B, 1]
+    last_positive = (rows64 > 0).to(torch.int64).cumsum(-1).argmax(dim=-1, keepdim=True)
+    idx = torch.minimum(torch.searchsorted(cum, target, right=True), last_positive)  # int64[B, 1]
+    # the interval [lo, hi) drawn, float64[B, 2], from the sums with a leading 0 (lo of the first entry)
+    ends = torch.nn.functional.pad(cum, (1, 0)).gather(1, torch.cat([idx, idx + 1], dim=1))
     # A float64 prefix sum of n non-negative terms is within n * eps of its exact value (relative),
-    # in any summation order; u * total is within eps. Twice that is the slack. A prefix of zeros
-    # is exact (slack 0), so a one-hot row (greedy) never takes the rational path.
-    eps = torch.finfo(torch.float64).eps
-    slack_lo = 2 * eps * (idx.to(torch.float64) * lo + target)
-    slack_hi = 2 * eps * ((idx + 1).to(torch.float64) * hi + target)
-    return idx, ((target - lo).abs() < slack_lo) | ((hi - target).abs() < slack_hi)
+    # in any summation order; u * total is within eps. Twice that is the slack, for lo (a sum of
+    # idx terms) and hi (idx + 1). A prefix of zeros is exact (slack 0), so a one-hot row (greedy)
+    # never takes the rational path.
+    terms = torch.cat([idx, idx + 1], dim=1).to(torch.float64)
+    slack = 2 * torch.finfo(torch.float64).eps * (terms * ends + target)
+    return idx.squeeze(-1), ((ends - target).abs() < slack).any(dim=-1)
 
 
 def exact_redraw(rows: torch.Tensor, u: torch.Tensor, idx: torch.Tensor, near: list[int]) -> torch.Tensor:

@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from specd.core.gumbel import gumbel, race, race_tokens, request_key, splitmix64, uniforms
+from specd.core.gumbel import (
+    gumbel,
+    position_bits,
+    position_bits_of,
+    race,
+    race_tokens,
+    request_key,
+    splitmix64,
+    uniforms,
+)
 from specd.core.sampler import RejectionSampler, Rows
 
 MASK = (1 << 64) - 1
@@ -20,6 +29,12 @@ def test_splitmix64_in_int64_tensors_equals_the_reference_on_unsigned_integers()
     values = [0, 1, 2, 12345678901234567, (1 << 63) - 1, 1 << 63, MASK - 4, MASK]
     signed = torch.tensor([v - (1 << 64) if v >= 1 << 63 else v for v in values], dtype=torch.int64)
     assert [v & MASK for v in splitmix64(signed).tolist()] == [reference_splitmix64(v) for v in values]
+
+
+def test_the_per_position_bits_in_python_integers_are_the_tensors_bits():
+    keys = [request_key(seed, f"r{seed}") for seed in range(64)] + [0, -1, (1 << 63) - 1, -(1 << 63)]
+    positions = [7 * i + (i % 3) * 1000003 for i in range(64)] + [0, 1, 1 << 40, (1 << 62) + 5]
+    assert position_bits_of(keys, positions) == position_bits(torch.tensor(keys), torch.tensor(positions)).tolist()
 
 
 def test_the_noise_is_a_function_of_key_position_and_token_only():
