@@ -44,6 +44,13 @@ def new_dynamic_cache(config=None):
         return DynamicCache()
 
 
+def reads_4d_bool_mask(model) -> bool:
+    """Whether the model attends through PyTorch's SDPA, which takes a ready 4D boolean mask (True:
+    attend) as it is: transformers passes any 4D mask through untouched, but eager attention adds
+    its mask (it needs 0 / -inf) and flash attention takes 2D masks only."""
+    return getattr(model.config, "_attn_implementation", None) == "sdpa"
+
+
 def cache_argument(model) -> str:
     """The forward() keyword that takes the cache: ``cache`` in recent 5.x, ``past_key_values`` before."""
     import inspect

@@ -119,6 +119,15 @@ class HFCache(KVCache):
     def row_of(self, slot: int) -> int:
         return self._row[slot]
 
+    def hole_free(self) -> bool:
+        """Whether every physical position of every batch row holds one of its slot's rows (no hole,
+        no free row), known from the ledger, without reading ``valid`` from the device: a slot's
+        batch row has exactly its committed and temporary rows valid."""
+        width = self.valid.shape[1]
+        return len(self._row) == len(self.rows) and all(
+            len(self._committed[slot]) + len(self._temporary[slot]) == width for slot in self._row
+        )
+
     def open(self, slot: int) -> None:
         super().open(slot)
         free = next((i for i, s in enumerate(self.rows) if s is None), None)
@@ -235,6 +244,7 @@ class HFCausalLM:
         )
         self.forward_calls = 0
         self._cache_kw = cache_compat.cache_argument(model)
+        self._one_row_mask_4d = cache_compat.reads_4d_bool_mask(model)
         # On a CPU every linear product runs in the form timed fastest for its row count
         # (specd.models.products); a model spread by a device map keeps accelerate's hooks.
         plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
@@ -380,13 +390,19 @@ class HFCausalLM:
         # Padding is visible to its own queries in this call only (no fully masked row, no NaN),
         # and is a hole afterwards.
         mask = torch.cat([cache.valid, torch.ones(batch, n_new, dtype=torch.bool, device=cache.device)], dim=1)
+        # A one-row step's mask is its padding alone (nothing of a causal mask applies to one query).
+        # Given the 2D form, transformers reads it back from the device to see whether it may drop
+        # it (one wait per draft step on CUDA). The ledger knows: no mask where there is no hole,
+        # as transformers would decide, else the 4D form, which SDPA takes as it is.
+        one_row = n_new == 1 and self._one_row_mask_4d
+        attention_mask = (None if cache.hole_free() else mask[:, None, None, :]) if one_row else mask.to(torch.long)
         # Rows are right-padded: the trailing `keep` physical positions cover every row's needed rows.
         need = logits_for
         shortest = min(len(r.tokens) for r in rows)
         keep = n_new if need is None else (min(n_new, n_new - shortest + need) if need else 0)
         inputs = {
             "input_ids": ids.to(self.device),
-            "attention_mask": mask.to(torch.long),
+            "attention_mask": attention_mask,
             "position_ids": pos.to(self.device),
             "use_cache": True,
             self._cache_kw: cache.dyn,

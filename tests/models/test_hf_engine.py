@@ -184,3 +184,28 @@ def test_a_finished_request_frees_its_row_without_copying_the_cache(pair, monkey
     session.submit([Request("joiner", (5, 6, 7), 5)])
     session.fill(8)
     assert session.cache.rows.count(None) == 0 and len(session.cache.rows) == 8  # the joiner took the free row
+
+
+@pytest.mark.parametrize("layout", ["replay_frontier", "retained_frontier"])
+def test_the_ledger_knows_when_the_cache_has_no_hole(pair, layout, monkeypatch):
+    """A one-row step goes without a mask exactly when the cache has no hole (transformers' own
+    choice, made without reading the mask from the device): the ledger's answer is the device's, at
+    every step of a sampled run with rejections, requests joining, finishing and compactions."""
+    monkeypatch.setattr(hf_module, "COMPACT_MIN_POSITIONS", 8)
+    seen = {True: 0, False: 0}
+    step = HFCausalLM._step
+
+    def checked(self, cache, rows, logits_for, hidden=False):
+        truth = bool(cache.valid.all()) and len(cache.valid) == len(cache.rows)
+        assert cache.hole_free() == truth
+        seen[truth] += 1
+        return step(self, cache, rows, logits_for, hidden)
+
+    monkeypatch.setattr(HFCausalLM, "_step", checked)
+    policy = SamplingPolicy.build(temperature=1.0)
+    engine = spec(pair, 3, layout=layout, target_policy=policy, draft_policy=policy)
+    expected = spec(pair, 3, layout=layout, target_policy=policy, draft_policy=policy)
+    got = engine.run(PROMPT_SET[:8], batch_size=3)
+    monkeypatch.setattr(HFCausalLM, "_step", step)
+    assert got.new_tokens() == expected.run(PROMPT_SET[:8], batch_size=3).new_tokens()
+    assert seen[True] and seen[False]  # both kinds of step were met
