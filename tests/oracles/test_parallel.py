@@ -18,14 +18,8 @@ def _without_time(report: dict) -> dict:
 
 
 @forks
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        OracleConfig(vocab=2, k=2, samples=300),
-        OracleConfig(vocab=2, k=2, samples=200, rule="all", repetition_penalty=1.3),
-    ],
-)
-def test_the_report_on_two_processes_is_the_serial_report(cfg):
+def test_the_report_on_two_processes_is_the_serial_report():
+    cfg = OracleConfig(vocab=2, k=2, samples=200, rule="all", repetition_penalty=1.3)  # every part, every lab
     assert _without_time(run_oracle(cfg, jobs=2)) == _without_time(run_oracle(cfg, jobs=1))
 
 
