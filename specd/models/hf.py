@@ -378,6 +378,19 @@ class HFCausalLM:
             )
         return ids, pos, real
 
+    def _attention_mask(self, cache: HFCache, batch: int, n_new: int) -> torch.Tensor | None:
+        """The step's mask over the cache's positions and its ``n_new`` inputs. Padding is visible to
+        its own queries in this call only (no fully masked row, no NaN), and is a hole afterwards.
+
+        A one-row step's mask is its padding alone (nothing of a causal mask applies to one query).
+        Given the 2D form, transformers reads it back from the device to see whether it may drop it
+        (one wait per draft step on CUDA). The ledger knows: no mask where there is no hole, as
+        transformers would decide, else the 4D form, which SDPA takes as it is."""
+        if n_new == 1 and self._one_row_mask_4d and cache.hole_free():
+            return None
+        mask = torch.cat([cache.valid, torch.ones(batch, n_new, dtype=torch.bool, device=cache.device)], dim=1)
+        return mask[:, None, None, :] if n_new == 1 and self._one_row_mask_4d else mask.to(torch.long)
+
     def _step(
         self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool = False
     ) -> StepOutput:
@@ -387,22 +400,13 @@ class HFCausalLM:
         n_new = ids.shape[1]
         if cache.dyn is None:
             cache.dyn = cache_compat.new_dynamic_cache(self.model.config)
-        # Padding is visible to its own queries in this call only (no fully masked row, no NaN),
-        # and is a hole afterwards.
-        mask = torch.cat([cache.valid, torch.ones(batch, n_new, dtype=torch.bool, device=cache.device)], dim=1)
-        # A one-row step's mask is its padding alone (nothing of a causal mask applies to one query).
-        # Given the 2D form, transformers reads it back from the device to see whether it may drop
-        # it (one wait per draft step on CUDA). The ledger knows: no mask where there is no hole,
-        # as transformers would decide, else the 4D form, which SDPA takes as it is.
-        one_row = n_new == 1 and self._one_row_mask_4d
-        attention_mask = (None if cache.hole_free() else mask[:, None, None, :]) if one_row else mask.to(torch.long)
         # Rows are right-padded: the trailing `keep` physical positions cover every row's needed rows.
         need = logits_for
         shortest = min(len(r.tokens) for r in rows)
         keep = n_new if need is None else (min(n_new, n_new - shortest + need) if need else 0)
         inputs = {
             "input_ids": ids.to(self.device),
-            "attention_mask": attention_mask,
+            "attention_mask": self._attention_mask(cache, batch, n_new),
             "position_ids": pos.to(self.device),
             "use_cache": True,
             self._cache_kw: cache.dyn,

@@ -110,6 +110,9 @@ LAB_MAX_VOCAB = 3
 LAB_MAX_K = 3
 
 
+LAB_MC_SAMPLES = 64  # the lab's Monte Carlo samples (its state audits run on them)
+
+
 def lab_k(cfg: OracleConfig) -> int:
     """The lab needs a position after a rejection to exist (K >= 2); catching a known-wrong
     variant needs no bigger case than V = 3, K = 3, however large the checked one is."""

@@ -25,7 +25,7 @@ from specd.core.transaction import RoundTransaction
 from specd.errors import SpecdError
 from specd.oracles.engine_checks import batch_difference, dtype_edges_of
 from specd.oracles.exact import Reference, speculative_joint, target_joint
-from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.fixture import LAB_MC_SAMPLES, OracleConfig, build_rig
 from specd.oracles.montecarlo import run_monte_carlo
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.rig import NGRAM_N, Rig, multi_source_rig, ngram_rig, shared_body_rig
@@ -383,7 +383,6 @@ SHARED_BODY_VARIANTS: tuple[Variant, ...] = (
 )
 
 
-LAB_MC_SAMPLES = 64
 LAB_FAMILIES = ("", "ngram/", "multi/", "shared/")  # a model draft, a lookup, two sources, the shared body
 
 
