@@ -85,8 +85,8 @@ def prove(
     Monte Carlo (``samples``), and the failure lab's known-wrong variants are all caught.
     ``rule``: maximal, invariant, block, both (the first two) or all. ``controls``: the target's
     further processors (min_p, presence_penalty, frequency_penalty, no_repeat_ngram_size). ``jobs``:
-    processes the independent checks run on (default: the usable cores, on Linux; 1 runs them all in
-    this process; the report is the same)."""
+    processes the independent checks run on (default: the usable cores, at most 4, on Linux; 1 runs
+    them all in this process; the report is the same)."""
     arguments = dict(locals())
     jobs = arguments.pop("jobs")
     return OracleReport._of(run_oracle(_config(arguments), jobs))

@@ -30,12 +30,15 @@ T = TypeVar("T")
 _parts: Sequence[Callable[[], object]] = ()  # a worker's parts, inherited at fork
 
 
+DEFAULT_JOBS_CAP = 4  # past four, the longest part (the Monte Carlo, or the auto-K proof) bounds a run
+
+
 def usable_cores() -> int:
-    """Processes the oracle uses by default: the cores this process may run on (1 where it does not
-    fork: the parts then run in this process)."""
+    """Processes the oracle uses by default: the cores this process may run on, at most
+    DEFAULT_JOBS_CAP (1 where it does not fork: the parts then run in this process)."""
     if not sys.platform.startswith("linux"):
         return 1
-    return len(os.sched_getaffinity(0))
+    return min(len(os.sched_getaffinity(0)), DEFAULT_JOBS_CAP)
 
 
 def run_parts(parts: Sequence[Callable[[], T]], jobs: int) -> list[T]:

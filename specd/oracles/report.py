@@ -48,7 +48,7 @@ def collector_paused():
 
 def run_oracle(cfg: OracleConfig, jobs: int | None = None) -> dict:
     """Every check on the fixture of ``cfg`` (and the failure lab) -> one JSON-able report. ``jobs``:
-    processes the independent parts run on (default: the usable cores; the report is the same)."""
+    processes the independent parts run on (default: ``usable_cores``; the report is the same)."""
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {jobs}")
     with collector_paused():

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from specd.oracles.fixture import OracleConfig
-from specd.oracles.parallel import run_parts, usable_cores
+from specd.oracles.parallel import DEFAULT_JOBS_CAP, run_parts, usable_cores
 from specd.oracles.report import run_oracle
 from tests.helpers import interrupted
 
@@ -93,3 +93,13 @@ def test_a_stopped_run_ends_its_workers_with_one_line():
     for pid in workers:  # gone, not left running their queue
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_the_default_is_the_usable_cores_at_most_the_cap(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert usable_cores() == DEFAULT_JOBS_CAP
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert usable_cores() == 1
+    monkeypatch.setattr(sys, "platform", "darwin")  # no fork there: the parts run in this process
+    assert usable_cores() == 1
