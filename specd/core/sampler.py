@@ -112,7 +112,7 @@ def exact_less(u: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.T
     less = u64 < ratio
     step = torch.nextafter(ratio, torch.full_like(ratio, float("inf"))) - ratio
     near = (den64 > 0) & ((u64 - ratio).abs() <= 2 * step)
-    if bool(near.any()):
+    if near.numel() and bool(near.any()):  # an empty batch of tests (K = 0) reads nothing
         for i in near.nonzero().tolist():
             i = tuple(i)
             less[i] = Fraction(u64[i].item()) * Fraction(den64[i].item()) < Fraction(num64[i].item())
@@ -145,7 +145,7 @@ class RejectionSampler:
 
         The ratio is reported (log, statistics); the decision itself is ``acceptance_tests``.
         """
-        if bool((valid & (q_draft <= 0)).any()):
+        if valid.numel() and bool((valid & (q_draft <= 0)).any()):  # no drafts (K = 0): nothing to read
             raise ImpossibleProposal("a proposed token has q(d) = 0: it cannot have been sampled from q")
         p64, q64 = p_draft.to(torch.float64), q_draft.to(torch.float64)
         ratio = torch.where(valid, p64 / torch.where(valid, q64, torch.ones_like(q64)), 0.0)

@@ -123,8 +123,8 @@ class HFCache(KVCache):
         """Whether every physical position of every batch row holds one of its slot's rows (no hole,
         no free row), known from the ledger, without reading ``valid`` from the device: a slot's
         batch row has exactly its committed and temporary rows valid."""
-        width = self.valid.shape[1]
-        return len(self._row) == len(self.rows) and all(
+        batch, width = self.valid.shape
+        return batch == len(self._row) == len(self.rows) and all(
             len(self._committed[slot]) + len(self._temporary[slot]) == width for slot in self._row
         )
 
@@ -203,6 +203,8 @@ class HFCache(KVCache):
         """Between rounds (no temporary rows): crop all-hole tail positions; gather-compact when holes
         exceed a third of the cache."""
         if self.dyn is None or self.valid.shape[1] == 0 or any(self.temp_cols.values()):
+            return
+        if self.hole_free():  # nothing to crop or compact, known without reading from the device
             return
         counts = self.valid.sum(dim=1)
         length, longest = 0, 0  # no row left: nothing committed anywhere
