@@ -2,7 +2,9 @@
 embedded model is converted into a folder of this test session, never into ~/.cache.
 
 ``make test`` runs the suite on every core (pytest-xdist): each worker then runs torch on one
-thread (two processes of two threads each on two cores collapse), the workers share one
+thread (two processes of two threads each on two cores collapse) and the oracle on one process
+(its own forks would only repeat its memoized work while the other workers hold the cores;
+tests/oracles/test_parallel.py runs the forked path on purpose), the workers share one
 specd cache (the embedded models are converted once, under specd's own lock), and the
 longest tests start first, shared among the workers, so no worker is left with one of them at
 the end."""
@@ -43,6 +45,20 @@ def pytest_collection_modifyitems(config, items):
     ranked = sorted(items, key=rank)  # stable: within a rank, the collection order
     n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     items[:] = [item for i in range(n) for item in ranked[i::n]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def oracle_on_one_process():
+    """Under xdist, the oracle's default is one process (the module docstring says why)."""
+    if not WORKER:
+        yield
+        return
+    from specd.oracles import report
+
+    default = report.usable_cores
+    report.usable_cores = lambda: 1
+    yield
+    report.usable_cores = default
 
 
 @pytest.fixture(scope="session", autouse=True)
