@@ -176,12 +176,17 @@ def _median_confidence(rig: Rig, horizon: int) -> float:
     """A --draft-stop that cuts about half the drafts: the median of the draft's largest probability
     over every output within the horizon."""
     ref = Reference(rig)
+    values = sorted(max(ref.q(o)) for o in outputs_within(rig, horizon - 1))
+    return min(values[len(values) // 2], 0.999)
+
+
+def outputs_within(rig: Rig, tokens: int) -> list[tuple[int, ...]]:
+    """The prompt and the prompt followed by each sequence of 1..``tokens`` tokens, shortest first."""
     outputs, frontier = [rig.prompt], [rig.prompt]
-    for _ in range(horizon - 1):
+    for _ in range(tokens):
         frontier = [o + (x,) for o in frontier for x in range(rig.vocab)]
         outputs += frontier
-    values = sorted(max(ref.q(o)) for o in outputs)
-    return min(values[len(values) // 2], 0.999)
+    return outputs
 
 
 def check_rational(fx: Fixture) -> Check:
@@ -292,10 +297,7 @@ def _backend_parity(rig: Rig, reference, horizon: int) -> Check:
     """Both softmax backends on every row of both tables after the prompt and each continuation of
     up to ``horizon`` tokens (every row a run to the horizon reads, and the next: whatever ran before
     this check), and the exact joint under the other backend."""
-    contexts, frontier = [rig.prompt], [rig.prompt]
-    for _ in range(horizon):
-        frontier = [c + (x,) for c in frontier for x in range(rig.vocab)]
-        contexts += frontier
+    contexts = outputs_within(rig, horizon)
     rows = [table.raw_logits(c) for table in (rig.target, rig.draft) for c in contexts]
     raw = torch.stack(rows)
     figures = {}
