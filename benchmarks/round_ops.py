@@ -1,5 +1,6 @@
 """Tensor operations per round: every torch function a round calls (a kernel launch each on a GPU,
-where a small round's time is mostly their launch cost), counted by a ``TorchFunctionMode``.
+where a small round's time is mostly their launch cost), counted by ``specd.core.host_reads.TorchCalls``
+(the counter ``HostReads`` narrows to the reads from the device).
 
     python benchmarks/round_ops.py [--batch 1,16] [--k 3]
 
@@ -13,13 +14,11 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torch.overrides import TorchFunctionMode  # noqa: E402
-
+from specd.core.host_reads import TorchCalls  # noqa: E402
 from specd.core.round import speculative_round  # noqa: E402
 from specd.core.state import Request  # noqa: E402
 from specd.oracles.fixture import OracleConfig, build_rig  # noqa: E402
@@ -27,32 +26,20 @@ from specd.oracles.fixture import OracleConfig, build_rig  # noqa: E402
 ROUNDS = 10
 
 
-class Count(TorchFunctionMode):
-    """Every torch function called, by the specd function that called it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.total = 0
-        self.by_caller: collections.Counter = collections.Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.total += 1
-        caller = traceback.extract_stack(limit=3)[0]
-        self.by_caller[f"{Path(caller.filename).name}:{caller.name}"] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def count(rule: str, batch: int, k: int) -> tuple[float, list[tuple[str, float]]]:
     rig = build_rig(OracleConfig(vocab=2, k=k)).but(rule=rule)
     session = rig.engine().start([Request(f"r{i}", rig.prompt, 60, seed=i) for i in range(batch)])
     speculative_round(session)  # the first round also fills the caches the others reuse
-    counter, rounds = Count(), 0
-    with counter:
+    calls, rounds = TorchCalls(), 0
+    with calls:
         while not session.done and rounds < ROUNDS:
             speculative_round(session)
             rounds += 1
-    top = [(name, n / rounds) for name, n in counter.by_caller.most_common(5)]
-    return counter.total / rounds, top
+    by_caller: collections.Counter = collections.Counter()
+    for (_, file, _, function), n in calls.where.items():
+        by_caller[f"{file.rsplit('/', 1)[-1]}:{function}"] += n
+    top = [(name, n / rounds) for name, n in by_caller.most_common(5)]
+    return calls.count / rounds, top
 
 
 def main() -> None:
