@@ -388,10 +388,11 @@ class HFCausalLM:
         Given the 2D form, transformers reads it back from the device to see whether it may drop it
         (one wait per draft step on CUDA). The ledger knows: no mask where there is no hole, as
         transformers would decide, else the 4D form, which SDPA takes as it is."""
-        if n_new == 1 and self._one_row_mask_4d and cache.hole_free():
+        one_row_4d = n_new == 1 and self._one_row_mask_4d
+        if one_row_4d and cache.hole_free():
             return None
         mask = torch.cat([cache.valid, torch.ones(batch, n_new, dtype=torch.bool, device=cache.device)], dim=1)
-        return mask[:, None, None, :] if n_new == 1 and self._one_row_mask_4d else mask.to(torch.long)
+        return mask[:, None, None, :] if one_row_4d else mask.to(torch.long)
 
     def _step(
         self, cache: HFCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool = False
