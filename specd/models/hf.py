@@ -383,7 +383,6 @@ class HFCausalLM:
     def _attention_mask(self, cache: HFCache, batch: int, n_new: int) -> torch.Tensor | None:
         """The step's mask over the cache's positions and its ``n_new`` inputs. Padding is visible to
         its own queries in this call only (no fully masked row, no NaN), and is a hole afterwards.
-
         A one-row step's mask is its padding alone (nothing of a causal mask applies to one query).
         Given the 2D form, transformers reads it back from the device to see whether it may drop it
         (one wait per draft step on CUDA). The ledger knows: no mask where there is no hole, as
