@@ -40,6 +40,7 @@ from fractions import Fraction
 
 import torch
 
+from specd.core.checks import flagged
 from specd.core.probability import residual_floor
 from specd.core.rows import Rows
 
@@ -120,7 +121,7 @@ def block_tests(eta: torch.Tensor, num: torch.Tensor, den: torch.Tensor, rows: R
     valid = rows.valid()
     passed = valid & (lhs < rhs)
     near = valid & ((lhs - rhs).abs() <= bound)
-    if near.numel() and bool(near.any()):  # no drafts (K = 0): nothing to read
+    if flagged(near):
         for b, i in near.nonzero().tolist():
             passed[b, i] = exact_block_test(float(eta[b, i]), rows, b, i)
     return passed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from specd.core.checks import flagged
 from specd.errors import EmptyDistribution, UnknownBackend
 
 BACKENDS = ("max_shift", "online")
@@ -97,5 +98,5 @@ EMPTY_ROW = "a processed row has every logit masked: no token can be sampled"
 
 
 def _check_mass(row_max: torch.Tensor) -> None:
-    if torch.isneginf(row_max).any():
+    if flagged(torch.isneginf(row_max)):
         raise EmptyDistribution(EMPTY_ROW)

@@ -93,15 +93,19 @@ def round_timing(outcomes: Sequence[RoundOutcome], drafted, blocks: dict[str, fl
     )
 
 
-def acceptance_rows(outcomes: Sequence[RoundOutcome], decision) -> list[list[AcceptanceRecord]]:
-    """A published round's per-draft log rows, per request: one AcceptanceRecord per proposed token,
-    from its outcome and the rule's ``decision`` for the batch (specd.core.sampler.Decision)."""
+def log_columns(decision) -> list[torch.Tensor]:
+    """What the acceptance log reads of the rule's ``decision`` (specd.core.sampler.Decision), each
+    float[B, K]: p(d), q(d), the acceptance ratio and, where the rule read them, the uniforms."""
     columns = [decision.p_draft, decision.q_draft, decision.ratios]
-    if decision.uniforms is not None:
-        columns.append(decision.uniforms)
-    read = torch.stack([c.to(torch.float64) for c in columns]).tolist()  # one read of the four
+    return columns + ([decision.uniforms] if decision.uniforms is not None else [])
+
+
+def acceptance_rows(outcomes: Sequence[RoundOutcome], read: list) -> list[list[AcceptanceRecord]]:
+    """A published round's per-draft log rows, per request: one AcceptanceRecord per proposed token,
+    from its outcome and ``read``, the ``log_columns`` of the rule's decision as read from the device
+    (lists [B][K], with the round's decision: one read)."""
     p_d, q_d, ratio = read[:3]
-    u = read[3] if decision.uniforms is not None else None
+    u = read[3] if len(read) > 3 else None
     out = []
     for b, o in enumerate(outcomes):
         a = o.accepted

@@ -20,12 +20,13 @@ from contextlib import contextmanager
 
 import torch
 
+from specd.core import checks
 from specd.core.kv import KVRows
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
 from specd.core.proposer import DraftContext, Proposal
-from specd.core.records import RunResult, acceptance_rows, round_timing
+from specd.core.records import RunResult, acceptance_rows, log_columns, round_timing
 from specd.core.rows import Rows, row_starts, valid_positions
 from specd.core.rules import Rule
 from specd.core.scratch import Scratch
@@ -67,10 +68,17 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
             txn.verified(drafts, v, used, source, plan.match)
 
         # 3. decide: the run's rule, once, over the round's packed rows (p: the target's processed rows).
-        rows = round_rows(eng, active, verified, proposal, session.scratch)
-        decision = eng.rule.decide(rows, active, session.draws)
-        decided = torch.stack([decision.accepted, decision.terminal, decision.is_bonus.to(torch.int64)], 1)
-        for txn, (accepted, terminal, is_bonus) in zip(txns, decided.tolist()):  # the round's one read of it
+        #    Its exactness checks are read with the decision; where one is set (rare), the round decides
+        #    again reading each as it goes: the same decision, or the check's own refusal.
+        with checks.deferred() as kept:
+            rows = round_rows(eng, active, verified, proposal, session.scratch)
+            decision = eng.rule.decide(rows, active, session.draws)
+        decided, flagged, logged = read_decision(decision, kept, eng.config.record_log)  # the round's one read
+        if flagged:
+            rows = round_rows(eng, active, verified, proposal, session.scratch)
+            decision = eng.rule.decide(rows, active, session.draws)
+            decided, _, logged = read_decision(decision, [], eng.config.record_log)
+        for txn, (accepted, terminal, is_bonus) in zip(txns, decided):
             txn.decided(accepted, terminal, bool(is_bonus))
 
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
@@ -93,7 +101,7 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
     session.stats.add_published(outcomes, timing)
     eng.publish_timing(timing)
     if eng.config.record_log:
-        for outcome, acceptance in zip(outcomes, acceptance_rows(outcomes, decision)):
+        for outcome, acceptance in zip(outcomes, acceptance_rows(outcomes, logged)):
             session.log(outcome.request_id).add(outcome, acceptance)
     return outcomes
 
@@ -302,6 +310,24 @@ def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
         at += p.shape[0] * row * p.element_size()
     rows = sum(p.shape[0] for p in parts)
     return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+
+
+def read_decision(decision, kept: list[torch.Tensor], log: bool) -> tuple[list[list[int]], bool, list]:
+    """One read from the device -> (per request [A, terminal token, is bonus], whether any exactness
+    check kept in ``kept`` (specd.core.checks) is set, and with ``log`` the acceptance log's columns
+    as lists [B][K] (records.log_columns; else [])). Sent as one float64 vector: a token id or a
+    count below 2^53 is exact in it."""
+    accepted = decision.accepted
+    b, device = accepted.shape[0], accepted.device
+    decided = torch.stack([accepted, decision.terminal, decision.is_bonus.to(torch.int64)], 1)
+    columns = log_columns(decision) if log else []
+    parts = [decided, checks.any_set(kept, device), *columns]
+    values = torch.cat([t.to(device=device, dtype=torch.float64).flatten() for t in parts]).tolist()
+    triples = [[int(v) for v in values[i : i + 3]] for i in range(0, 3 * b, 3)]
+    k = columns[0].shape[1] if columns else 0
+    rest = values[3 * b + 1 :]
+    read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(len(columns))]
+    return triples, bool(values[3 * b]), read
 
 
 def round_rows(

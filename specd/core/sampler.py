@@ -35,6 +35,7 @@ from fractions import Fraction
 import torch
 
 from specd.core import block
+from specd.core.checks import flagged
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
 from specd.core.rows import Rows, valid_positions
@@ -52,7 +53,7 @@ def sample_categorical(rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     equals the exact rule for every uniform, u near 0 and near 1 included.
     """
     idx, near = categorical_draw(rows, u)
-    if bool(near.any()):
+    if flagged(near):
         idx = exact_redraw(rows, u, idx, near.nonzero().flatten().tolist())
     return idx
 
@@ -112,7 +113,7 @@ def exact_less(u: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.T
     less = u64 < ratio
     step = torch.nextafter(ratio, torch.full_like(ratio, float("inf"))) - ratio
     near = (den64 > 0) & ((u64 - ratio).abs() <= 2 * step)
-    if near.numel() and bool(near.any()):  # an empty batch of tests (K = 0) reads nothing
+    if flagged(near):
         for i in near.nonzero().tolist():
             i = tuple(i)
             less[i] = Fraction(u64[i].item()) * Fraction(den64[i].item()) < Fraction(num64[i].item())
@@ -145,7 +146,7 @@ class RejectionSampler:
 
         The ratio is reported (log, statistics); the decision itself is ``acceptance_tests``.
         """
-        if valid.numel() and bool((valid & (q_draft <= 0)).any()):  # no drafts (K = 0): nothing to read
+        if flagged(valid & (q_draft <= 0)):
             raise ImpossibleProposal("a proposed token has q(d) = 0: it cannot have been sampled from q")
         p64, q64 = p_draft.to(torch.float64), q_draft.to(torch.float64)
         ratio = torch.where(valid, p64 / torch.where(valid, q64, torch.ones_like(q64)), 0.0)

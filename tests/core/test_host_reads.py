@@ -59,7 +59,38 @@ def test_a_round_reads_from_the_device_a_bounded_number_of_times_at_any_batch_si
     assert rest_sixteen <= rest_one, "reads must not grow with the batch"
 
 
-def test_the_acceptance_log_costs_one_read_a_round(hf_pair):
-    without, _ = reads_per_round(hf_pair, 4, "maximal")
-    with_log, _ = reads_per_round(hf_pair, 4, "maximal", log=True)
-    assert with_log == without + 1
+@pytest.mark.parametrize("rule", ["maximal", "invariant"])
+def test_the_acceptance_log_is_read_with_the_decision(hf_pair, rule):
+    without, _ = reads_per_round(hf_pair, 4, rule)
+    with_log, _ = reads_per_round(hf_pair, 4, rule, log=True)
+    assert with_log == without
+
+
+CHECKS = {"flagged", "exact_less", "sample_categorical", "acceptance_ratios", "_check_mass", "block_tests"}
+
+
+@pytest.mark.parametrize("rule", ["maximal", "invariant", "block"])
+def test_the_rules_exactness_checks_are_read_with_the_decision(hf_pair, rule):
+    """No check reads on its own in a round where none is set (specd.core.checks): the decision's one
+    read carries them all."""
+    _, reads = reads_per_round(hf_pair, 4, rule)
+    by_function = {}
+    for (_, _, _, function), n in reads.where.items():
+        by_function[function] = by_function.get(function, 0) + n
+    assert not CHECKS & set(by_function), by_function
+    assert by_function["read_decision"] == ROUNDS
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_target_only_decoding_reads_once_a_round(hf_pair, temperature):
+    """Without drafts there are no holes to tidy and nothing to draft: the decision's read is all."""
+    from specd.core.proposer import NullProposer
+
+    target, _ = hf_pair
+    policy = SamplingPolicy.build(temperature=temperature)
+    engine = SpeculativeEngine(target, NullProposer(target.vocab_size), policy, EngineConfig(k=0, record_log=True))
+    session = engine.start([Request(f"r{i}", (1, 2, 3, 4 + i), 40, seed=i) for i in range(4)])
+    with HostReads() as reads:
+        for _ in range(ROUNDS):
+            speculative_round(session)
+    assert reads.count == ROUNDS, reads.where.most_common(4)
