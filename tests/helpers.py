@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import random
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
@@ -102,3 +105,17 @@ def interrupted(args, when, signum=signal.SIGINT) -> tuple[int, str]:
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     return proc.returncode, err
+
+
+@functools.cache
+def benchmark(name: str):
+    """The script benchmarks/NAME.py as a module (it may import the scripts beside it)."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+    return module

@@ -2,28 +2,19 @@
 test on, with a fixed split that shares no source text between its halves, and readable by
 ``specd generate --prompts-file``."""
 
-import functools
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
+
+from tests.helpers import benchmark
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 CORPUS = BENCHMARKS / "corpus"
 
 
-@functools.cache
 def heldout():
     """benchmarks/heldout.py, the one home of the kinds and of how a half is read."""
-    sys.path.insert(0, str(BENCHMARKS))  # it imports benchmarks/grounded.py beside it
-    try:
-        spec = importlib.util.spec_from_file_location("heldout", BENCHMARKS / "heldout.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return benchmark("heldout")
 
 
 def word_grams(text: str, n: int) -> set[tuple[str, ...]]:

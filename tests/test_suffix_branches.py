@@ -2,25 +2,14 @@
 one branch replays what ``--draft suffix`` proposes, the other continuations are the match's,
 and a tree never takes more rounds than one branch."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.helpers import benchmark
 
 
 @pytest.fixture(scope="module")
 def branches():
-    sys.path.insert(0, str(BENCHMARKS))  # it imports benchmarks/heldout.py beside it
-    try:
-        spec = importlib.util.spec_from_file_location("suffix_branches", BENCHMARKS / "suffix_branches.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return benchmark("suffix_branches")
 
 
 def test_other_continuations_are_the_matchs_with_another_first_token(branches):
