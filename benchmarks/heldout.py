@@ -279,17 +279,28 @@ def k_list(text: str) -> list[int]:
     return ks
 
 
+def positive(text: str) -> int:
+    """An integer of at least 1 (argparse says so in one line otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(TARGETS), default="smollm")
     ap.add_argument("--half", choices=("test", "fit", "both"), default="test")
     ap.add_argument("--passes", default="greedy,sampling,batch", help="any of greedy, sampling, batch, vocab")
     ap.add_argument("--threads", default="2,1")
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--per-kind", type=int, help="only the first N prompts of each kind (a quicker, rougher run)")
+    ap.add_argument("--max-new-tokens", type=positive, default=96)
+    ap.add_argument("--repeats", type=positive, default=1)
+    ap.add_argument("--per-kind", type=positive, help="only the first N prompts of each kind (a quicker, rougher run)")
     ap.add_argument("--kinds", help="only these kinds, comma-separated")
-    ap.add_argument("--batches", type=int, default=5, help="batches of 8 per group in the batch pass")
+    ap.add_argument("--batches", type=positive, default=5, help="batches of 8 per group in the batch pass")
     ap.add_argument(
         "--batch-ks", type=k_list, default=[], help="the batch pass also runs the suffix lookup at these fixed K"
     )

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from heldout import OPEN, Systems, load_half  # noqa: E402
+from heldout import OPEN, Systems, load_half, positive  # noqa: E402
 from model_time import time_calls  # noqa: E402
 
 from specd.policy.costs import OnlineCosts  # noqa: E402
@@ -42,17 +42,6 @@ def run(systems: Systems, name: str, item):
         return pipe.run([item], baseline=True, record_log=False)
     fresh = dataclasses.replace(pipe, costs=OnlineCosts())  # as a new command would
     return fresh.run([item], k=0 if name == "default at K = 0" else "auto", record_log=False)
-
-
-def positive(text: str) -> int:
-    """An integer of at least 1 (argparse says so in one line otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def main() -> None:
