@@ -37,10 +37,11 @@ def flagged(condition: torch.Tensor) -> bool:
 
 
 @contextmanager
-def deferred() -> Iterator[list[torch.Tensor]]:
-    """Checks run inside keep their flags (bool 0-d tensors, in the yielded list) instead of reading them."""
+def deferred(defer: bool = True) -> Iterator[list[torch.Tensor]]:
+    """Checks run inside keep their flags (bool 0-d tensors, in the yielded list) instead of reading
+    them; with ``defer`` False they read at once, as outside (the list stays empty)."""
     kept: list[torch.Tensor] = []
-    token = _KEPT.set(kept)
+    token = _KEPT.set(kept if defer else None)
     try:
         yield kept
     finally:

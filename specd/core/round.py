@@ -41,10 +41,10 @@ HALF = (torch.float16, torch.bfloat16)
 
 
 def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
-    """One round for every live request -> each request's published RoundOutcome. Nothing authoritative
-    changes before a request's commit: its successor S_1 is staged aside and published by compare-and-swap;
-    a failure leaves every unpublished request at S_0 (its temporary K/V rows dropped), and a retry
-    re-reads the same draws, because stream counters move only at publication."""
+    """One round for every live request -> each request's published RoundOutcome. Nothing authoritative changes
+    before a request's commit: S_1 is staged aside and published by compare-and-swap; a failure leaves every
+    unpublished request at S_0 (its temporary K/V rows dropped); a retry re-reads the same draws (stream counters
+    move only at publication). Exactness checks are read with the decision; where one is set, it is taken again."""
     eng, clock = session.engine, RoundClock(session.sync)
     active = materialize_frontiers(session, clock)  # writes the frontier's K/V row (retained layout)
     if not active:
@@ -62,22 +62,18 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
         #    stay temporary in the target cache; rows a shared-body draft staged are not fed again).
         with clock.timed("verify"):
             verified = verify(session, active, proposal.drafts, proposal.staged)
-        for txn, drafts, v, used, source, plan in zip(
-            txns, proposal.drafts, verified, proposal.draws, proposal.sources, plans
-        ):
-            txn.verified(drafts, v, used, source, plan.match)
+        for txn, d, v, used, src, plan in zip(txns, proposal.drafts, verified, proposal.draws, proposal.sources, plans):
+            txn.verified(d, v, used, src, plan.match)
 
-        # 3. decide: the run's rule, once, over the round's packed rows (p: the target's processed rows).
-        #    Its exactness checks are read with the decision; where one is set (rare), the round decides
-        #    again reading each as it goes: the same decision, or the check's own refusal.
-        with checks.deferred() as kept:
-            rows = round_rows(eng, active, verified, proposal, session.scratch)
-            decision = eng.rule.decide(rows, active, session.draws)
-        decided, flagged, logged = read_decision(decision, kept, eng.config.record_log)  # the round's one read
-        if flagged:
-            rows = round_rows(eng, active, verified, proposal, session.scratch)
-            decision = eng.rule.decide(rows, active, session.draws)
-            decided, _, logged = read_decision(decision, [], eng.config.record_log)
+        # 3. decide: the run's rule over the round's packed rows (p: the target's processed rows); its exactness
+        #    checks are read with the decision (specd.core.checks), which is taken again only where one is set.
+        for deferring in (True, False):
+            with checks.deferred(deferring) as kept:
+                rows = round_rows(eng, active, verified, proposal, session.scratch)
+                decision = eng.rule.decide(rows, active, session.draws)
+            decided, flagged, logged = read_decision(decision, kept, eng.config.record_log)  # the one read
+            if not flagged:
+                break
         for txn, (accepted, terminal, is_bonus) in zip(txns, decided):
             txn.decided(accepted, terminal, bool(is_bonus))
 
