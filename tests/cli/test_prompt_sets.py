@@ -77,7 +77,10 @@ def test_the_results_file_is_the_same_at_every_batch_size(tiny_models, prompt_se
 
 
 @pytest.mark.slow
-def test_ctrl_c_keeps_every_finished_request_and_resume_finishes_the_rest(tiny_models, prompt_set, tmp_path, capsys):
+def test_ctrl_c_keeps_every_finished_request_and_resume_finishes_the_rest(tiny_models, tmp_path, capsys):
+    # four times the set: a fast run must still be decoding when Ctrl-C arrives
+    prompt_set = tmp_path / "many.jsonl"
+    prompt_set.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS * 4))
     full = tmp_path / "full.jsonl"
     code, _, err = run_cli(generate(tiny_models, prompt_set, "--out", str(full), "--batch-size", "2"), capsys)
     assert code == 0, err
@@ -92,7 +95,7 @@ def test_ctrl_c_keeps_every_finished_request_and_resume_finishes_the_rest(tiny_m
     code, err = interrupted(args, three_lines_written)
     assert code == 130 and err.endswith("specd: error: interrupted\n")
     partial = [json.loads(x) for x in out.read_text().splitlines()]  # a valid file: every line parses
-    assert 3 <= len(partial) < len(PROMPTS) + 1
+    assert 3 <= len(partial) < 4 * len(PROMPTS) + 1
     code, out_text, err = run_cli([*args, "--resume", "--json"], capsys)
     assert code == 0, err
     assert json.loads(out_text)["already_complete"] == len(partial) - 1
