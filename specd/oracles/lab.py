@@ -383,24 +383,24 @@ SHARED_BODY_VARIANTS: tuple[Variant, ...] = (
 )
 
 
-LAB_FAMILIES = ("", "ngram/", "multi/", "shared/")  # a model draft, a lookup, two sources, the shared body
+# prefix -> (its rig, built on the lab's base rig; its variants): a model draft, a lookup, two sources, shared body
+LAB_FAMILIES: dict[str, tuple[Callable[[Rig], Rig], tuple[Variant, ...]]] = {
+    "": (lambda base: base, VARIANTS),
+    "ngram/": (ngram_rig, NGRAM_VARIANTS),
+    "multi/": (lambda base: multi_source_rig(base, lambda r: FixedK(max(r.k, 2))), MULTI_SOURCE_VARIANTS),
+    "shared/": (lambda base: shared_body_rig(base.but(layout_name="replay_frontier")), SHARED_BODY_VARIANTS),
+}
 
 
 def run_lab(cfg: OracleConfig, variants: tuple[Variant, ...] | None = None, families=None) -> list[dict]:
-    """The lab's families (a model draft, a lookup, two sources, the shared-body draft), each with its
-    variants; ``variants``: these instead, on the families named in ``families`` ("" the model draft)."""
+    """The lab's families (LAB_FAMILIES), each with its variants; ``variants``: these instead, on the
+    families named in ``families`` ("" the model draft)."""
     base = build_rig(cfg, lab=True)
     horizon = base.k + 1
     results: list[dict] = []
-    rigs = {
-        "": (base, VARIANTS),
-        "ngram/": (ngram_rig(base), NGRAM_VARIANTS),
-        "multi/": (multi_source_rig(base, lambda r: FixedK(max(r.k, 2))), MULTI_SOURCE_VARIANTS),
-        "shared/": (shared_body_rig(base.but(layout_name="replay_frontier")), SHARED_BODY_VARIANTS),
-    }
     for prefix in families or LAB_FAMILIES:
-        rig, variants_here = rigs[prefix]
-        results += lab_family(prefix, rig, variants or variants_here, horizon, cfg.seed)
+        family_rig, variants_here = LAB_FAMILIES[prefix]
+        results += lab_family(prefix, family_rig(base), variants or variants_here, horizon, cfg.seed)
     return results
 
 
