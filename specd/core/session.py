@@ -127,24 +127,23 @@ class DecodeSession:
         fresh = iter(
             self.admit([Request(rid, s.output[: s.prompt_len], s.max_new_tokens) for s, ids in branches for rid in ids])
         )  # one prefill for every copy
-        copies = [[next(fresh) for _ in ids] for _, ids in branches]
+        copies = [[(state, next(fresh)) for _ in ids] for state, ids in branches]
+        pairs = [pair for group in copies for pair in group]
         rows = []
-        for (state, _), group in zip(branches, copies):
-            for c in group:
-                if self.cache.committed(c.slot) == state.cache_tokens:
-                    continue  # admitting the prompt already built this cache
-                self.cache.reset(c.slot)
-                if state.cache_tokens:
-                    rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
+        for state, c in pairs:
+            if self.cache.committed(c.slot) == state.cache_tokens:
+                continue  # admitting the prompt already built this cache
+            self.cache.reset(c.slot)
+            if state.cache_tokens:
+                rows.append(RowInput(c.slot, state.cache_tokens, tuple(range(len(state.cache_tokens)))))
         if rows:
             self.engine.target.step(self.cache, rows, logits_for=0)
             for row in rows:
                 self.cache.commit(row.slot, len(row.tokens))
-        for (state, _), group in zip(branches, copies):
-            for c in group:
-                rng = RngState(state.rng.seed, c.request_id, state.rng.counters)
-                self.store.add(state.evolve(request_id=c.request_id, slot=c.slot, rng=rng))
-        return [[self.store.get(c.request_id) for c in group] for group in copies]
+        for state, c in pairs:
+            rng = RngState(state.rng.seed, c.request_id, state.rng.counters)
+            self.store.add(state.evolve(request_id=c.request_id, slot=c.slot, rng=rng))
+        return [[self.store.get(c.request_id) for _, c in group] for group in copies]
 
     def _check(self, requests: Sequence[Request]) -> None:
         vocab = self.engine.target.vocab_size
