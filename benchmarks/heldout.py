@@ -44,6 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from arguments import positive, positives  # noqa: E402
 from grounded import batch_rates, hf_generate, ratios, rotate  # noqa: E402
 
 from specd.core.shared_body import SharedBodyProposer  # noqa: E402
@@ -268,28 +269,6 @@ def targets(model: str, figures: dict) -> list[str]:
     return lines
 
 
-def k_list(text: str) -> list[int]:
-    """--batch-ks: "2,4,8" -> [2, 4, 8]; anything else is argparse's one-line error."""
-    try:
-        ks = [int(k) for k in text.split(",") if k.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected K values like 2,4,8, got {text!r}") from None
-    if any(k < 1 for k in ks):
-        raise argparse.ArgumentTypeError(f"each K must be at least 1, got {text!r}")
-    return ks
-
-
-def positive(text: str) -> int:
-    """An integer of at least 1 (argparse says so in one line otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(TARGETS), default="smollm")
@@ -302,7 +281,7 @@ def main() -> None:
     ap.add_argument("--kinds", help="only these kinds, comma-separated")
     ap.add_argument("--batches", type=positive, default=5, help="batches of 8 per group in the batch pass")
     ap.add_argument(
-        "--batch-ks", type=k_list, default=[], help="the batch pass also runs the suffix lookup at these fixed K"
+        "--batch-ks", type=positives, default=[], help="the batch pass also runs the suffix lookup at these fixed K"
     )
     ap.add_argument("--ns", default="4096,8192,16384,32768", help="draft vocabularies of the vocab pass (gemma)")
     ap.add_argument("--json", help="also write every measurement to this file")

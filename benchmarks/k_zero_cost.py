@@ -28,7 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from heldout import OPEN, Systems, load_half, positive  # noqa: E402
+from arguments import positive  # noqa: E402
+from heldout import OPEN, Systems, load_half  # noqa: E402
 from model_time import time_calls  # noqa: E402
 
 from specd.policy.costs import OnlineCosts  # noqa: E402

@@ -16,7 +16,10 @@ import collections
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from arguments import positive, positives  # noqa: E402
 
 from specd.core.host_reads import TorchCalls  # noqa: E402
 from specd.core.round import speculative_round  # noqa: E402
@@ -44,13 +47,13 @@ def count(rule: str, batch: int, k: int) -> tuple[float, list[tuple[str, float]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", default="1,16")
-    parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--batch", type=positives, default=[1, 16])
+    parser.add_argument("--k", type=positive, default=3)
     args = parser.parse_args()
     print("| rule | batch | tensor operations per round | the most from |")
     print("|---|---|---|---|")
     for rule in ("maximal", "invariant", "block"):
-        for batch in (int(b) for b in args.batch.split(",")):
+        for batch in args.batch:
             per_round, top = count(rule, batch, args.k)
             where = ", ".join(f"{name} {n:.0f}" for name, n in top)
             print(f"| {rule} | {batch} | {per_round:.0f} | {where} |")

@@ -39,7 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from heldout import GROUNDED, OPEN, Systems, load_half, positive  # noqa: E402
+from arguments import positive, positives  # noqa: E402
+from heldout import GROUNDED, OPEN, Systems, load_half  # noqa: E402
 
 from specd.core.model import RowInput  # noqa: E402
 from specd.core.suffix import SuffixIndex  # noqa: E402
@@ -139,22 +140,17 @@ def steps(rows: int, cost: dict[int, float]) -> float:
     return (cost[lo] + (cost[hi] - cost[lo]) * (rows - lo) / (hi - lo)) / cost[1]
 
 
-def whole_numbers(text: str) -> tuple[int, ...]:
-    """Comma-separated whole numbers of at least 1."""
-    return tuple(positive(part) for part in text.split(","))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--half", choices=("fit", "test"), default="fit")
     ap.add_argument("--kinds", choices=("grounded", "open", "all"), default="all")
-    ap.add_argument("--ks", type=whole_numbers, default=(1, 3, 8), help="fixed K values, comma-separated")
+    ap.add_argument("--ks", type=positives, default=[1, 3, 8], help="fixed K values, comma-separated")
     ap.add_argument("--threads", type=positive, default=2)
     ap.add_argument("--max-new-tokens", type=positive, default=96)
     ap.add_argument("--repeats", type=positive, default=7)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    ks = list(a.ks)
+    ks = a.ks
     systems = Systems("smollm", a.max_new_tokens)
     kinds = {"grounded": GROUNDED, "open": OPEN, "all": GROUNDED + OPEN}[a.kinds]
     items = load_half(a.half, None, ",".join(kinds))
