@@ -43,7 +43,25 @@ from specd.core.sources import Plan, SourceSet, first_available
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.transaction import RoundTransaction
+from specd.core.tree_shape import TreeShape
 from specd.errors import UsageError
+
+
+def refuse_tree(config: EngineConfig, sources: SourceSet, target) -> None:
+    """A token tree needs a rule with a tree form (not ``block``), sources that draft trees (not the
+    shared-body draft, which drafts into the target's own cache a chain at a time), and a target whose
+    attention takes a tree's mask: each refused in one line."""
+    if config.rule == "block":
+        raise UsageError(
+            "--tree: block verification judges a chain as a block and has no tree form here; use --rule maximal "
+            "or invariant with a tree"
+        )
+    shared = [s.identity for s in sources.sources if s.shares_target_cache]
+    if shared:
+        raise UsageError(f"--tree: {shared[0].split('(')[0]} drafts chains only (it drafts into the target's cache)")
+    why = getattr(target, "tree_refusal", None)
+    if why:
+        raise UsageError(f"--tree: {why}")
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,7 @@ class EngineConfig:
     eos_ids: frozenset[int] = frozenset()
     record_log: bool = True
     rule: str = "maximal"  # or "invariant" (specd.core.rules); a greedy target decides by the greedy rule
+    tree: TreeShape | None = None  # the tree each drafting request drafts (specd.core.tree_shape); None: chains
 
 
 class SpeculativeEngine:
@@ -94,6 +113,8 @@ class SpeculativeEngine:
                 f"{shared[0].split('(')[0]} drafts the frontier into the target's cache, which the "
                 f"{config.layout} layout already holds: use --layout replay_frontier"
             )
+        if config.tree is not None and not config.tree.is_chain:
+            refuse_tree(config, self.proposer, target)
         self.transaction_cls = transaction_cls
         self.observers = tuple(observers)
 
@@ -112,7 +133,15 @@ class SpeculativeEngine:
         else:
             plan = self.k_policy.plan(state, offers)
         k = max(0, min(plan.k, state.draft_budget))
-        return Plan(plan.source, k, plan.match) if k else Plan(None, 0)
+        shape = plan.shape if plan.shape is not None else self.config.tree
+        if shape is not None and k:
+            shape = shape.cut(k)
+            k = shape.depth
+        return (
+            Plan(plan.source, k, plan.match, shape if shape is not None and not shape.is_chain else None)
+            if k
+            else Plan(None, 0)
+        )
 
     def publish_timing(self, timing: RoundTiming) -> None:
         for observe in self.observers:

@@ -165,8 +165,24 @@ class SharedNoise:
     def __init__(self, sampler):
         self.sampler = sampler
 
-    def race(self, states, offset: int, q_rows: torch.Tensor) -> torch.Tensor:
-        """The drafts at ``offset`` (0: the round's first position) for ``states``: q_rows float[N, V] -> int64[N]."""
+    def race(self, states, offset, q_rows: torch.Tensor) -> torch.Tensor:
+        """The drafts at ``offset`` (0: the round's first position; an int, or one per state) for
+        ``states``: q_rows float[N, V] -> int64[N]."""
+        offsets = [offset] * len(states) if isinstance(offset, int) else list(offset)
         keys = [self.sampler.draft_noise_key(s) for s in states]
-        positions = [self.sampler.noise_position(s, offset) for s in states]
+        positions = [self.sampler.noise_position(s, o) for s, o in zip(states, offsets)]
         return race_tokens(q_rows, keys, positions)
+
+    def race_top(self, states, offsets, q_rows: torch.Tensor, m: int) -> torch.Tensor:
+        """The m tokens of highest score log q + G at each row's position, best first: the Gumbel-top-m,
+        a sample of m distinct tokens without replacement from q (its first is ``race``'s) -> int64[N, m]
+        (-1 past a row's tokens of mass)."""
+        keys = [self.sampler.draft_noise_key(s) for s in states]
+        positions = [self.sampler.noise_position(s, o) for s, o in zip(states, offsets)]
+        noise = uniforms(
+            torch.tensor(keys, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64), q_rows.shape[1]
+        )
+        rows64 = q_rows.to(torch.float64)
+        scores = torch.where(rows64 > 0, rows64.log(), float("-inf")) - noise.to(rows64.device).log().neg().log()
+        top = scores.topk(min(m, scores.shape[1]), dim=-1)
+        return torch.where(top.values > float("-inf"), top.indices, -1)

@@ -3,14 +3,21 @@
 Every cache (the table model's, or a Hugging Face cache wrapper) keeps this
 ledger per slot (one slot per request): ``committed`` is authoritative history,
 ``temporary`` holds rows a step produced that no round has committed yet. A step
-stages its rows; the round commits a prefix of the temporary rows and drops the
-rest. Positions are absolute and must be contiguous: a row whose position is not
-the next one (a replayed frontier, a gap) is refused with CacheIdentityError.
-Slots open when a request joins and close when it leaves.
+stages its rows; the round commits a path of the temporary rows and drops the
+rest. Each temporary row has a parent: the temporary row it follows (its index among
+the slot's temporary rows), or -1 for the committed history itself. Rows staged without
+parents continue the slot's last row, one after another (a chain); a token tree's rows
+name theirs (``KVRows.parents``; specd.core.tree), so siblings stand at one position and
+each row sees the committed history and its own ancestors only. Positions are absolute and
+must follow the parent's: a row whose position is not the next one after its parent's (a
+replayed frontier, a gap) is refused with CacheIdentityError. What a round commits must be
+a path from the committed history (a chain's: a prefix). Slots open when a request joins
+and close when it leaves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specd.errors import CacheIdentityError
@@ -18,16 +25,22 @@ from specd.errors import CacheIdentityError
 
 @dataclass(frozen=True)
 class KVRows:
-    """Identities of K/V rows: which token at which absolute position, in which slot."""
+    """Identities of K/V rows: which token at which absolute position, in which slot, and for the
+    rows of a token tree each row's parent (its index among the slot's temporary rows, counting
+    those staged before it; -1: the committed history). ``parents`` None: a chain continuing the
+    slot's last row."""
 
     slot: int
     tokens: tuple[int, ...]
     positions: tuple[int, ...]
+    parents: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def take(self, start: int, stop: int | None = None) -> KVRows:
+        """The identities of rows start..stop (their parents are not carried: what they identify is
+        token and position)."""
         return KVRows(self.slot, self.tokens[start:stop], self.positions[start:stop])
 
 
@@ -46,6 +59,8 @@ class KVCache:
 
     _committed: dict[int, list[int]] = field(default_factory=dict)
     _temporary: dict[int, list[int]] = field(default_factory=dict)
+    _parents: dict[int, list[int]] = field(default_factory=dict)  # per temporary row: its parent
+    _positions: dict[int, list[int]] = field(default_factory=dict)  # per temporary row: its position
     counts: LedgerCounts = field(default_factory=LedgerCounts)
 
     def open(self, slot: int) -> None:
@@ -53,12 +68,15 @@ class KVCache:
         if slot in self._committed:
             raise CacheIdentityError(f"slot {slot} is already open")
         self._committed[slot] = []
-        self._temporary[slot] = []
+        self._clear(slot)
+
+    def _clear(self, slot: int) -> None:
+        self._temporary[slot], self._parents[slot], self._positions[slot] = [], [], []
 
     def close(self, slot: int) -> None:
         """The request left: forget the slot (physical caches free its storage)."""
-        self._committed.pop(slot, None)
-        self._temporary.pop(slot, None)
+        for rows in (self._committed, self._temporary, self._parents, self._positions):
+            rows.pop(slot, None)
 
     def compact(self) -> None:
         """Give back the storage of closed slots (physical caches; the ledger has none)."""
@@ -75,34 +93,89 @@ class KVCache:
     def temporary(self, slot: int) -> tuple[int, ...]:
         return tuple(self._temporary[slot])
 
+    def temporary_parents(self, slot: int) -> tuple[int, ...]:
+        """Each temporary row's parent (-1: the committed history)."""
+        return tuple(self._parents[slot])
+
+    def ancestors(self, slot: int, row: int) -> list[int]:
+        """The temporary rows a row at temporary index ``row`` sees: its ancestors and itself, in
+        order (-1: none)."""
+        out = []
+        while row >= 0:
+            out.append(row)
+            row = self._parents[slot][row]
+        return out[::-1]
+
+    def context(self, slot: int, row: int) -> list[int]:
+        """The tokens a row's query sees: the committed history, then temporary row ``row`` and
+        its ancestors (-1: the committed history alone)."""
+        temp = self._temporary[slot]
+        return self._committed[slot] + [temp[r] for r in self.ancestors(slot, row)]
+
     def visible(self, slot: int) -> list[int]:
-        """What the next step's first input sees: committed then temporary rows."""
-        return self._committed[slot] + self._temporary[slot]
+        """What the next step's first input sees when it continues the slot's last row."""
+        return self.context(slot, len(self._temporary[slot]) - 1)
 
     def length(self, slot: int) -> int:
         return len(self._committed[slot]) + len(self._temporary[slot])
 
     def stage(self, rows: KVRows) -> None:
-        """Record rows a step produced; positions must continue the slot's rows."""
-        start = self.length(rows.slot)
-        expected = tuple(range(start, start + len(rows)))
-        if rows.positions != expected:
+        """Record rows a step produced; each row's position must follow its parent's (a chain's:
+        continue the slot's rows)."""
+        slot, base = rows.slot, len(self._temporary[rows.slot])
+        parents = rows.parents if rows.parents is not None else tuple(range(base - 1, base + len(rows) - 1))
+        expected = list(self._positions[slot])  # every temporary row's position, these rows' appended
+        for i, parent in enumerate(parents):
+            if not -1 <= parent < base + i:
+                raise CacheIdentityError(f"slot {slot}: row {base + i}'s parent {parent} is not a row before it")
+            expected.append((expected[parent] if parent >= 0 else len(self._committed[slot]) - 1) + 1)
+        if rows.positions != tuple(expected[base:]):
             raise CacheIdentityError(
-                f"slot {rows.slot}: rows at positions {list(rows.positions)} but the cache holds "
-                f"{start} rows (expected positions {list(expected)}): duplicate or shifted position"
+                f"slot {slot}: rows at positions {list(rows.positions)} but the cache holds "
+                f"{self.length(slot)} rows (expected positions {expected[base:]}): duplicate or shifted position"
             )
-        self._temporary[rows.slot].extend(rows.tokens)
+        self._temporary[slot].extend(rows.tokens)
+        self._parents[slot].extend(parents)
+        self._positions[slot] = expected
         self.counts.staged += len(rows)
 
-    def commit(self, slot: int, keep: int) -> None:
-        """The first ``keep`` temporary rows become history; the rest are dropped."""
+    def path_along(self, slot: int, tokens: Sequence[int]) -> list[int]:
+        """The longest path of temporary rows from the committed history whose tokens are a prefix of
+        ``tokens`` (a chain's: its common prefix with them)."""
+        temp, parents = self._temporary[slot], self._parents[slot]
+        path, at = [], -1
+        for token in tokens:
+            nxt = next((r for r in range(len(temp)) if parents[r] == at and temp[r] == token), None)
+            if nxt is None:
+                break
+            path.append(nxt)
+            at = nxt
+        return path
+
+    def kept(self, slot: int, keep: int | Sequence[int]) -> list[int]:
+        """The temporary rows a commit keeps: the first ``keep`` (an int), or the rows ``keep`` names,
+        which must form a path from the committed history (each the parent of the next)."""
         temp = self._temporary[slot]
-        if not 0 <= keep <= len(temp):
+        rows = list(range(keep)) if isinstance(keep, int) else list(keep)
+        if isinstance(keep, int) and not 0 <= keep <= len(temp):
             raise CacheIdentityError(f"slot {slot}: cannot commit {keep} of {len(temp)} temporary rows")
-        self._committed[slot].extend(temp[:keep])
-        self.counts.committed += keep
-        self.counts.discarded += len(temp) - keep
-        self._temporary[slot] = []
+        parent = -1
+        for r in rows:
+            if not 0 <= r < len(temp) or self._parents[slot][r] != parent:
+                raise CacheIdentityError(
+                    f"slot {slot}: cannot commit temporary rows {rows}: they are not a path from the committed rows"
+                )
+            parent = r
+        return rows
+
+    def commit(self, slot: int, keep: int | Sequence[int]) -> None:
+        """The temporary rows ``keep`` names (``kept``) become history; the rest are dropped."""
+        rows = self.kept(slot, keep)
+        temp = self._temporary[slot]
+        self._committed[slot].extend(temp[r] for r in rows)
+        self.counts.committed += len(rows)
+        self.counts.discarded += len(temp) - len(rows)
+        self._clear(slot)
 
     def discard(self, slot: int) -> None:
         self.commit(slot, 0)
@@ -110,4 +183,4 @@ class KVCache:
     def reset(self, slot: int) -> None:
         """Forget a slot's rows but keep it open (its history is rebuilt from scratch)."""
         self._committed[slot] = []
-        self._temporary[slot] = []
+        self._clear(slot)

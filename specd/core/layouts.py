@@ -11,6 +11,13 @@ C' = O'[:-1] and frontier F' = O'[-1]. They differ in the round-start cache:
   n..n+k-1 and returns p_2..p_{k+1}.
 
 Logit row j scores the token *after* input j; K/V row j belongs to input j.
+
+A round's drafts are the nodes of a token tree (specd.core.tree): the call feeds them in node
+order, each at the position of its depth (F's position + depth) and seeing only its ancestors
+(``RowInput.parents``), so its logit row is the one after the node on its own branch. A chain
+is fed as it always was. The rows a round commits are those of the accepted path, in order
+(``commit_order``: the path's rows first, then the rest, so that a count of rows to commit
+names the path's first rows; on a chain, the first rows).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import torch
 from specd.core.kv import KVRows
 from specd.core.model import RowInput
 from specd.core.state import RequestState
+from specd.core.tree import DraftTree
 from specd.errors import CacheIdentityError, UnknownLayout
 
 
@@ -41,7 +49,13 @@ class FrontierLayout:
         """Rows to materialize before the round (READY), or None."""
         raise NotImplementedError
 
-    def verification_input(self, state: RequestState, drafts: tuple[int, ...]) -> RowInput | None:
+    def verification_input(self, state: RequestState, tree: DraftTree) -> RowInput | None:
+        raise NotImplementedError
+
+    def commit_order(self, tree: DraftTree, path: tuple[int, ...]) -> tuple[int, ...]:
+        """The verification call's K/V rows, those of the accepted ``path`` (node indices from the
+        root down) first, in order, then every other one: a count from ``rows_to_commit`` keeps the
+        first of them."""
         raise NotImplementedError
 
     def extract(self, logits: torch.Tensor | None, kv: KVRows | None, state: RequestState, k: int) -> Verified:
@@ -67,11 +81,16 @@ class ReplayFrontier(FrontierLayout):
     def frontier_input(self, state):
         return None
 
-    def verification_input(self, state, drafts):
+    def verification_input(self, state, tree):
         _check_round_start(state, cached_frontier=False)
         start = len(state.cache_tokens)
-        tokens = (state.output[-1], *drafts)
-        return RowInput(state.slot, tokens, tuple(range(start, start + len(tokens))))
+        positions = (start, *(start + d for d in tree.depths))
+        parents = None if tree.is_chain else (-1, *(p + 1 for p in tree.parents))  # node n is row n + 1
+        return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents)
+
+    def commit_order(self, tree, path):
+        on_path = (0, *(n + 1 for n in path))
+        return on_path + tuple(r for r in range(len(tree) + 1) if r not in on_path)
 
     def extract(self, logits, kv, state, k):
         if logits is None or logits.shape[0] != k + 1:
@@ -95,14 +114,18 @@ class RetainedFrontier(FrontierLayout):
         start = len(state.cache_tokens)
         return RowInput(state.slot, (state.output[-1],), (start,))
 
-    def verification_input(self, state, drafts):
+    def verification_input(self, state, tree):
         _check_round_start(state, cached_frontier=True)
         if state.retained_logits is None:
             raise CacheIdentityError("retained_frontier: no retained p_1 at round start")
-        if not drafts:
+        if not len(tree):
             return None  # p_1 is already known: a k = 0 round needs no target call
         start = len(state.cache_tokens)
-        return RowInput(state.slot, tuple(drafts), tuple(range(start, start + len(drafts))))
+        positions = tuple(start + d - 1 for d in tree.depths)
+        return RowInput(state.slot, tree.tokens, positions, None if tree.is_chain else tree.parents)
+
+    def commit_order(self, tree, path):
+        return path + tuple(n for n in range(len(tree)) if n not in path)
 
     def extract(self, logits, kv, state, k):
         retained = state.retained_logits.unsqueeze(0)

@@ -10,7 +10,10 @@ trail (the store's list of published outcomes).
 Terms: of k drafts d_1..d_k, the rule accepted the prefix A (``accepted``) and drew a
 terminal token (``terminal_token``): the correction at the first rejection (A < k) or the
 bonus after k accepts. Stops (EOS, the token budget) may cut what is emitted: the terminal's
-kind is then "stop" and ``emitted`` is what was published.
+kind is then "stop" and ``emitted`` is what was published. When the drafts were a token tree
+(specd.core.tree), ``draft_token_ids`` are its nodes in node order, ``draft_parents`` their
+parents and ``accepted_path`` the A accepted nodes from the root down; a chain's round leaves
+both None (its path is d_1..d_A).
 """
 
 from __future__ import annotations
@@ -44,11 +47,22 @@ class RoundOutcome:
     processor_before_hash: str  # the target processor state's digest ("" when stateless)
     processor_after_hash: str
     finish_reason: str | None  # set when the round finished the request
+    draft_parents: tuple[int, ...] | None = None  # a tree's node parents (None: a chain)
+    accepted_path: tuple[int, ...] | None = None  # a tree's accepted nodes, root down (None: a chain)
 
     @property
     def k(self) -> int:
-        """Drafts proposed this round."""
+        """Drafts proposed this round (a tree's nodes)."""
         return len(self.draft_token_ids)
+
+    @property
+    def levels(self) -> int:
+        """How deep the rule's tests went: the accepted drafts, plus one where a draft after them was
+        tested and refused (a chain's min(A + 1, k); a tree's, along its walk)."""
+        if self.draft_parents is None:
+            return min(self.accepted + 1, self.k)
+        leaf = self.accepted_path[-1] if self.accepted_path else -1
+        return self.accepted + (1 if leaf in self.draft_parents else 0)
 
     def round_row(self) -> dict:
         """The acceptance log's row for this round (schema specd.trace/v1, "type": "round")."""
@@ -67,4 +81,6 @@ class RoundOutcome:
             "committed_token_count": self.committed_token_count,
             "finish_reason": self.finish_reason,
             "match": self.match,
-        }
+        } | (
+            {"parents": list(self.draft_parents), "path": list(self.accepted_path or ())} if self.draft_parents else {}
+        )

@@ -29,6 +29,8 @@ from specd.core.processors import SamplingPolicy
 from specd.core.rng import Draws
 from specd.core.sampler import categorical_draw, exact_redraw
 from specd.core.state import RequestState
+from specd.core.tree import DraftTree
+from specd.core.tree_draft import draft_trees
 from specd.errors import EmptyDistribution, UsageError
 
 
@@ -76,6 +78,13 @@ class Proposal:
     # The round's: the source each row drafted from (None: no drafts), and each source's turn.
     sources: tuple[str | None, ...] = ()
     timings: tuple[SourceTiming, ...] = ()
+    # Per row, its drafts' tree (specd.core.tree) when they are not a chain (None, or no entry: a chain).
+    trees: tuple[DraftTree | None, ...] = ()
+
+    def tree(self, b: int) -> DraftTree:
+        """Row b's proposal as a tree (a chain: the tree with one branch)."""
+        given = self.trees[b] if b < len(self.trees) else None
+        return given if given is not None else DraftTree.chain(self.drafts[b])
 
     def q_row(self, b: int, i: int) -> torch.Tensor:
         """Row b's i-th q row, float[V]: its model row, or the point mass on its draft."""
@@ -118,9 +127,10 @@ class Proposer:
         return 0
 
     def propose(
-        self, states: Sequence[RequestState], ks: Sequence[int], cache: KVCache | None, ctx: DraftContext
+        self, states: Sequence[RequestState], ks: Sequence[int], cache: KVCache | None, ctx: DraftContext, shapes=None
     ) -> Proposal:
-        """Up to ks[b] drafts for each of ``states``, with the q rows they were drawn from."""
+        """Up to ks[b] drafts for each of ``states``, with the q rows they were drawn from: a chain, or
+        with ``shapes`` (specd.core.tree_shape.TreeShape or None, per row) a tree of that shape."""
         raise NotImplementedError
 
     def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
@@ -167,15 +177,6 @@ def check_draft_stop(value: float, where: str = "--draft-stop") -> None:
     """The draft-stop probability P: in [0, 1) (0: never stop early; 1 would never draft)."""
     if not 0.0 <= value < 1.0:
         raise UsageError(f"{where} must be in [0, 1), got {value}")
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class ModelProposer(Proposer):
@@ -250,71 +251,24 @@ class ModelProposer(Proposer):
             return q_rows.max(dim=-1).values
         return torch.softmax(self.policy.logits(raw_rows, states).float(), dim=-1).max(dim=-1).values
 
-    def propose(self, states, ks, cache, ctx):
-        b_total, dtype = len(states), ctx.dtype
-        k_max = max(ks, default=0)
-        device = getattr(self.model, "device", "cpu")
-        drafts: list[list[int]] = [[] for _ in states]
-        q_rows_of: list[list[torch.Tensor]] = [[] for _ in states]  # the row each draft was drawn from
-        noise = ctx.noise if not self.policy.greedy else None  # the rule's: race under it, read no uniform
-        sampled = not self.policy.greedy and noise is None  # proposal uniforms are read
-        live = [b for b in range(b_total) if ks[b] > 0]
-        if not live:
-            return Proposal(
-                tuple(() for _ in states), *packed(q_rows_of, self.vocab_size, dtype, device), (0,) * b_total
-            )
-        uniforms = {b: ctx.draws(states[b], "proposal", ks[b]) for b in live} if sampled else {}
-        proc = {b: states[b].draft_proc for b in live}
-        staged: dict[int, list[torch.Tensor]] = {}
-        rows = []
-        for b in live:
-            tokens = self.pending(cache, states[b])
-            start = cache.length(states[b].slot)
-            rows.append(RowInput(states[b].slot, tokens, tuple(range(start, start + len(tokens)))))
-        started = time.perf_counter()
-        raw = dict(zip(live, self.forward(cache, rows, staged)))
-        first_call = (max(len(r.tokens) for r in rows), time.perf_counter() - started)
-        ks = list(ks)
-        for i in range(k_max):
-            here = [b for b in live if ks[b] > i]
-            if not here:
-                break
-            raw_rows = torch.stack([raw[b] for b in here])
-            q_rows = self.policy.probabilities(raw_rows, [proc[b] for b in here], ctx.backend, dtype, check=False)
-            if self.draft_stop > 0:
-                if not self.policy.greedy and bool(empty_rows(q_rows).any()):  # before a row without mass stops
-                    raise EmptyDistribution(EMPTY_ROW)
-                sure = self.confidence(raw_rows, q_rows, [proc[b] for b in here]) >= self.draft_stop
-                for b in (b for b, keep in zip(here, sure.tolist()) if not keep):
-                    ks[b] = i  # this row's draft ends before position i + 1
-                keep_idx = sure.nonzero().flatten()
-                here = [here[j] for j in keep_idx.tolist()]
-                if not here:
-                    break
-                q_rows = q_rows[keep_idx.to(q_rows.device)]
-            u = torch.tensor([uniforms[b][i] for b in here], dtype=torch.float64) if sampled else None
-            if noise is not None:
-                chosen, near = noise.race([states[b] for b in here], i, q_rows), None
-            else:
-                chosen, near = self.draw(q_rows, u)
-            drawn = self.read_step(q_rows, u, chosen, near)
-            for b, tok, row in zip(here, drawn, q_rows.to(dtype)):
-                drafts[b].append(tok)
-                q_rows_of[b].append(row)
-                proc[b] = proc[b].advance(tok)
-            feed = [b for b in here if ks[b] > i + 1]
-            if feed:
-                step_rows = [RowInput(states[b].slot, (drafts[b][-1],), (cache.length(states[b].slot),)) for b in feed]
-                raw.update(zip(feed, self.forward(cache, step_rows, staged)))
-        q, q_index = packed(q_rows_of, self.vocab_size, dtype, device)
-        draws = tuple(len(d) if sampled else 0 for d in drafts)
-        staged_rows = self.staged_rows(states, staged)
-        return Proposal(tuple(tuple(d) for d in drafts), q, q_index, draws, staged_rows, *first_call)
+    def propose(self, states, ks, cache, ctx, shapes=None):
+        """Up to ks[b] levels of drafts for each row: a chain, or the tree shapes[b] asks for
+        (``specd.core.tree_draft``: level by level, one draft call a level)."""
+        return draft_trees(self, states, ks, shapes, cache, ctx)
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
         """One draft step -> the raw logit row after each row's last input, float[V] each. ``staged``
         (slot -> hidden rows) collects what a shared-body draft wrote into the target's cache."""
         return [logits[-1] for logits in self.model.step(cache, rows, logits_for=1).logits]
+
+    def forward_rows(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
+        """One draft step over rows of one token each (a chain's next draft) or a tree level's nodes
+        (``RowInput.parents``) -> per input, the raw logit row after each of its tokens, float[n, V]."""
+        if all(r.parents is None and len(r.tokens) == 1 for r in rows):
+            return [row.unsqueeze(0) for row in self.forward(cache, rows, staged)]
+        if self.shares_target_cache:
+            raise UsageError(f"{self.identity} drafts chains only")
+        return list(self.model.step(cache, rows).logits)
 
     def staged_rows(self, states, staged: dict) -> tuple | None:
         """Proposal.staged (a draft with a cache of its own stages nothing in the target's)."""
@@ -347,9 +301,9 @@ class ModelProposer(Proposer):
             cache.discard(slot)
             return
         committed = len(cache.committed(slot))
+        # Keep the temporary rows along the published output (a chain's: its common prefix with it).
         # Never cache the frontier: the next proposal must start with a real input row.
-        keep = min(common_prefix(cache.temporary(slot), output[committed:]), len(output) - 1 - committed)
-        cache.commit(slot, max(keep, 0))
+        cache.commit(slot, cache.path_along(slot, output[committed : len(output) - 1]))
 
 
 class NgramProposer(Proposer):

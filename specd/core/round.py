@@ -34,6 +34,7 @@ from specd.core.session import DecodeSession
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
 from specd.core.transaction import RoundTransaction
+from specd.core.tree import DraftTree, TreeBatch
 from specd.errors import CacheIdentityError
 
 PublishCallback = Callable[[RequestState, tuple[int, ...]], None]
@@ -60,22 +61,23 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
 
         # 2. verify: one target call scores every row's drafts and the bonus position (its K/V rows
         #    stay temporary in the target cache; rows a shared-body draft staged are not fed again).
+        trees = [proposal.tree(b) for b in range(len(active))]
         with clock.timed("verify"):
-            verified = verify(session, active, proposal.drafts, proposal.staged)
-        for txn, d, v, used, src, plan in zip(txns, proposal.drafts, verified, proposal.draws, proposal.sources, plans):
-            txn.verified(d, v, used, src, plan.match)
+            verified = verify(session, active, trees, proposal.staged)
+        for txn, t, v, used, src, plan in zip(txns, trees, verified, proposal.draws, proposal.sources, plans):
+            txn.verified(t, v, used, src, plan.match)
 
         # 3. decide: the run's rule over the round's packed rows (p: the target's processed rows); its exactness
         #    checks are read with the decision (specd.core.checks), which is taken again only where one is set.
         for deferring in (True, False):
             with checks.deferred(deferring) as kept:
-                rows = round_rows(eng, active, verified, proposal, session.scratch)
+                rows = round_rows(eng, active, verified, proposal, trees, session.scratch)
                 decision = eng.rule.decide(rows, active, session.draws)
             decided, flagged, logged = read_decision(decision, kept, eng.config.record_log)  # the one read
             if not flagged:
                 break
-        for txn, (accepted, terminal, is_bonus) in zip(txns, decided):
-            txn.decided(accepted, terminal, bool(is_bonus))
+        for txn, (accepted, terminal, is_bonus, leaf) in zip(txns, decided):
+            txn.decided(accepted, terminal, bool(is_bonus), leaf)
 
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
         #    the caches keep exactly the rows of what was published.
@@ -104,15 +106,17 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
 
 def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
     """Assemble S_1 and the round's outcome for one request without touching S_0: stops, the K/V
-    rows it keeps, its output, processor states and stream counters. ``rule``: whether it read
-    uniforms from the request's streams, and how many acceptance tests it read."""
-    start, (accepted, terminal, is_bonus) = txn.start, txn.decision
-    stop = apply_stops(txn.drafts[:accepted], terminal, eos_ids, start.remaining)
+    rows it keeps (the accepted path's), its output, processor states and stream counters. ``rule``:
+    whether it read uniforms from the request's streams, and how many acceptance tests it read."""
+    start, (accepted, terminal, is_bonus), tree = txn.start, txn.decision, txn.tree
+    stop = apply_stops(tree.path_tokens(txn.path[-1]) if txn.path else (), terminal, eos_ids, start.remaining)
     rows = txn.temporary_rows
-    kv_keep = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(rows))
+    count = txn.layout.rows_to_commit(stop.accepted_emitted, stop.terminal_emitted, len(rows))
+    kv_rows = txn.layout.commit_order(tree, txn.path)[:count]
+    kept = tuple(rows[r] for r in kv_rows)
     # Streams advance over the draws the rule read for what was emitted (unread ones are read next round).
     correction = stop.terminal_emitted and not is_bonus
-    reached = rule.tests_read(len(txn.drafts), stop.accepted_emitted, correction)  # 0 for a rule that reads none
+    reached = rule.tests_read(tree, txn.path, stop.accepted_emitted, correction)  # 0 for a rule that reads none
     rng = start.rng.advance_all(txn.proposal_draws, reached, 1 if stop.terminal_emitted and rule.reads_streams else 0)
     target_proc = txn.stage_processor(start.target_proc, stop.emitted)
     outcome = RoundOutcome(
@@ -130,8 +134,8 @@ def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
         emitted=stop.emitted,
         start_position=len(start.output),
         committed_token_count=start.generated + len(stop.emitted),
-        committed_kv_token_ids=rows[:kv_keep],
-        discarded_kv_token_ids=rows[kv_keep:],
+        committed_kv_token_ids=kept,
+        discarded_kv_token_ids=tuple(rows[r] for r in range(len(rows)) if r not in kv_rows),
         reached_acceptance_tests=reached,
         proposal_draws=txn.proposal_draws,
         rng_before=start.rng.counters,
@@ -139,10 +143,12 @@ def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
         processor_before_hash=start.target_proc.digest() if start.target_proc.stateful else "",
         processor_after_hash=target_proc.digest() if target_proc.stateful else "",
         finish_reason=stop.finish_reason,
+        draft_parents=None if tree.is_chain else tree.parents,
+        accepted_path=None if tree.is_chain else txn.path,
     )
     successor = start.evolve(
         output=start.output + stop.emitted,
-        cache_tokens=start.cache_tokens + rows[:kv_keep],
+        cache_tokens=start.cache_tokens + kept,
         target_proc=target_proc,
         draft_proc=txn.stage_processor(start.draft_proc, stop.emitted),
         rng=rng,
@@ -152,7 +158,7 @@ def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
         finish_reason=stop.finish_reason,
         retained_logits=None,
     )
-    txn.staged(outcome, successor)
+    txn.staged(outcome, successor, kv_rows)
 
 
 def decode(
@@ -255,12 +261,14 @@ def target_call(session: DecodeSession, rows: list[RowInput], hidden: bool = Fal
 
 def verify(session: DecodeSession, active: Sequence[RequestState], drafts, staged=None) -> list[Verified]:
     """One target call for the batch -> per-row Verified (its rows stay temporary in the cache).
+    ``drafts``: per row its proposal tree (specd.core.tree; a chain's tokens stand for the chain).
 
     ``staged``: per row, the hidden states float[j, D] of the first j rows of its verification
     input that a shared-body draft already wrote into the target's cache (None: none). Such a row
     feeds only the rest, and its logits are the full head over all of its hidden states (one head
     product for the whole batch)."""
     target, layout = session.engine.target, session.engine.layout
+    drafts = [d if isinstance(d, DraftTree) else DraftTree.chain(d) for d in drafts]
     inputs = [layout.verification_input(s, d) for s, d in zip(active, drafts)]
     if not staged or not any(h is not None for h in staged):
         out, by_slot = target_call(session, [row for row in inputs if row is not None])
@@ -309,39 +317,45 @@ def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def read_decision(decision, kept: list[torch.Tensor], log: bool) -> tuple[list[list[int]], bool, list]:
-    """One read from the device -> (per request [A, terminal token, is bonus], whether any exactness
+    """One read from the device -> (per request [A, terminal token, is bonus, last accepted node], whether any exactness
     check kept in ``kept`` (specd.core.checks) is set, and with ``log`` the acceptance log's columns
     as lists [B][K] (records.log_columns; else [])). Sent as one float64 vector: a token id or a
     count below 2^53 is exact in it."""
     accepted = decision.accepted
     b, device = accepted.shape[0], accepted.device
-    decided = torch.stack([accepted, decision.terminal, decision.is_bonus.to(torch.int64)], 1)
+    leaf = decision.leaf if decision.leaf is not None else accepted - 1
+    decided = torch.stack([accepted, decision.terminal, decision.is_bonus.to(torch.int64), leaf], 1)
     columns = log_columns(decision) if log else []
     parts = [decided, checks.any_set(kept, device), *columns]
     values = torch.cat([t.to(device=device, dtype=torch.float64).flatten() for t in parts]).tolist()
-    triples = [[int(v) for v in values[i : i + 3]] for i in range(0, 3 * b, 3)]
+    fours = [[int(v) for v in values[i : i + 4]] for i in range(0, 4 * b, 4)]
     k = columns[0].shape[1] if columns else 0
-    rest = values[3 * b + 1 :]
+    rest = values[4 * b + 1 :]
     read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(len(columns))]
-    return triples, bool(values[3 * b]), read
+    return fours, bool(values[4 * b]), read
 
 
 def round_rows(
-    engine, active: Sequence[RequestState], verified: Sequence[Verified], proposal: Proposal, scratch: Scratch
+    engine,
+    active: Sequence[RequestState],
+    verified: Sequence[Verified],
+    proposal: Proposal,
+    trees: Sequence[DraftTree],
+    scratch: Scratch,
 ) -> Rows:
     """The round's rows for the rule (specd.core.rows.Rows), packed: the target's processed rows
-    (request b's k_b + 1 rows, each at its own logical prefix: the target policy's processor state
-    advanced over the drafts before it), or when the target policy is greedy only their argmax ids;
-    q as the draft models drew it (a lookup's drafts are ids); the drafts and their q rows by request.
-    The target's rows are processed in ``scratch`` (p lives there until the next round)."""
+    (request b's k_b + 1 rows: the root's, then each node's, each at its own logical prefix: the
+    target policy's processor state advanced over the node's branch), or when the target policy is
+    greedy only their argmax ids; q as the draft models drew it (a lookup's drafts are ids); the
+    drafts and their q rows by request, and the trees' structure where one is not a chain. The
+    target's rows are processed in ``scratch`` (p lives there until the next round)."""
     policy, cfg, drafts = engine.target_policy, engine.config, proposal.drafts
     states = []
-    for s, d in zip(active, drafts):
-        st = s.target_proc
-        for i in range(len(d) + 1):
-            states.append(st)
-            if i < len(d):
-                st = st.advance(d[i])
+    for s, tree in zip(active, trees):
+        at = [s.target_proc]  # the root's, then each node's: its parent's advanced over its token
+        for token, parent in zip(tree.tokens, tree.parents):
+            at.append(at[parent + 1].advance(token))
+        states.extend(at)
     raw = joined([v.p_raw for v in verified])
     work = None  # where the rows are processed: greedy without processors reads raw's argmax as it is
     if policy.processors or not policy.greedy:  # half-precision logits are processed in float32
@@ -368,4 +382,5 @@ def round_rows(
         proposal.q.shape[-1],
         argmax,
         tuple(ks),
+        None if all(t.is_chain for t in trees) else TreeBatch.of(trees, k_max, device),
     )

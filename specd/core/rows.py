@@ -9,6 +9,12 @@ request, R = the sum of k_b + 1, R_q the rows a draft model drew from, V the voc
     draft      int64[B, K]       proposed tokens d_1..d_k, -1 past k_b
     k_lens     int64[B]          drafts per request (0 is a plain target step)
 
+A request's drafts are the nodes of its proposal tree (``specd.core.tree``: node n's parent,
+depth and siblings; a chain of k drafts is the tree with one branch). Its k_b + 1 target rows are
+p at the root (the row after the frontier, scoring the root's children) and then one per node,
+the row after node n scoring node n's children; a chain's are p_1..p_{k+1}. ``tree`` holds the
+structure (``TreeBatch``: each node's parent, each node's last child).
+
 Every rule (``specd.core.sampler``, ``specd.core.block``) reads them through ``Rows``.
 """
 
@@ -18,6 +24,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
+
+from specd.core.tree import ROOT, TreeBatch
 
 
 def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
@@ -45,6 +53,7 @@ class Rows:
     vocab: int
     target_argmax: torch.Tensor | None = None  # int64[B, K+1]: a greedy target's argmax ids (p None)
     k_host: tuple[int, ...] | None = None  # k_lens as the host knows it (None: read it from k_lens)
+    tree: TreeBatch | None = None  # the proposals' structure (None: every proposal is a chain)
 
     def ks(self) -> list[int]:
         """Drafts per request as Python ints (no read from the device when the round knows them)."""
@@ -72,6 +81,23 @@ class Rows:
     def _valid(self) -> torch.Tensor:
         return valid_positions(self.k_lens, self.draft.shape[1])
 
+    def structure(self) -> TreeBatch:
+        """The proposals' trees (``specd.core.tree.TreeBatch``); chains when the rows hold none."""
+        return self.tree if self.tree is not None else self._chains
+
+    @cached_property
+    def _chains(self) -> TreeBatch:
+        k_max = self.draft.shape[1]
+        index = torch.arange(k_max + 1, device=self.draft.device).unsqueeze(0)
+        last = torch.where(index < self.k_lens.unsqueeze(1), index, ROOT)  # column c's last child: node c
+        parent = (index[:, :k_max] - 1).expand(len(self.k_lens), k_max)
+        return TreeBatch(parent, last, k_max, True)
+
+    def parent_rows(self) -> torch.Tensor:
+        """int64[B, K]: each node's parent's row of the packed p (the row that scores the node)."""
+        _, start = self.target()
+        return start.unsqueeze(1) + self.structure().parent + 1
+
     def target(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(p, p_start): the target's packed rows, which a greedy round's Rows does not hold."""
         if self.p is None or self.p_start is None:
@@ -79,15 +105,16 @@ class Rows:
         return self.p, self.p_start
 
     def p_at(self, positions: torch.Tensor) -> torch.Tensor:
-        """int64[B] (0-based, at most k_b) -> p_{position+1} of each request, float[B, V]."""
+        """int64[B] (0-based, at most k_b) -> each request's target row at ``positions``, float[B, V]:
+        row 0 is the root's, row n + 1 node n's (a chain's p_{position+1})."""
         p, start = self.target()
         return p[start + positions]
 
     def p_draft(self) -> torch.Tensor:
-        """p_i(d_i) per draft, float[B, K] (0 at padding)."""
+        """p(d) per draft under its parent's row, float[B, K] (0 at padding): a chain's p_i(d_i)."""
         k_max = self.draft.shape[1]
-        p, start = self.target()
-        index = (start.unsqueeze(1) + torch.arange(k_max, device=self.draft.device)).clamp(max=len(p) - 1)
+        p, _ = self.target()
+        index = self.parent_rows().clamp(max=len(p) - 1)
         picked = p[index, self.draft.clamp_min(0)] if k_max else p.new_zeros(len(self.k_lens), 0)
         return torch.where(self.valid(), picked, torch.zeros_like(picked))
 
@@ -99,6 +126,18 @@ class Rows:
             rows = self.q[self.q_index.clamp_min(0), self.draft.clamp_min(0)].to(dtype)
             picked = torch.where(model, rows, picked)
         return torch.where(self.valid(), picked, torch.zeros_like(picked))
+
+    def q_at_nodes(self, requests: list[int], nodes: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """The q rows of the nodes (requests[j], nodes[j]), float[N, V]: each one's model row or the
+        point mass on its token."""
+        device = self.draft.device
+        b = torch.tensor(requests, dtype=torch.int64, device=device)
+        n = torch.tensor(nodes, dtype=torch.int64, device=device)
+        index, token = self.q_index[b, n], self.draft[b, n]
+        out = torch.zeros(len(nodes), self.vocab, dtype=dtype, device=device)
+        if self.q.shape[0]:
+            out = self.q[index.clamp_min(0)].to(dtype) * (index >= 0).unsqueeze(1)
+        return out.scatter_add_(1, token.clamp_min(0).unsqueeze(1), (index < 0).to(dtype).unsqueeze(1))
 
     def q_at(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """int64[B] (0-based, below K) -> q_{position+1} of each request, float[B, V]: its model row,

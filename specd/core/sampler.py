@@ -39,6 +39,7 @@ from specd.core.checks import flagged
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
 from specd.core.rows import Rows, valid_positions
+from specd.core.tree import leaf_of, walk
 from specd.errors import ImpossibleProposal
 
 
@@ -121,6 +122,27 @@ def exact_less(u: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.T
 
 
 @dataclass(frozen=True)
+class Tested:
+    """What a round's nodes were tested against (``RejectionSampler.tested_rows``; B requests, K the
+    most nodes): ``p_draft`` float[B, K] the tested row's mass on each node's token; a later sibling's
+    tested row is ``later`` float64[M, V] at ``later_index`` int64[B, K] (-1: a first child, tested
+    against its parent's row)."""
+
+    p_draft: torch.Tensor
+    later: torch.Tensor | None = None
+    later_index: torch.Tensor | None = None
+
+    def before(self, node: torch.Tensor, parent_row: torch.Tensor) -> torch.Tensor:
+        """The row node int64[B] (-1: none) was tested against, float[B, V]: ``parent_row`` (its
+        parent's target row) for a first child, a bonus or no node, else its sibling residual."""
+        if self.later is None or self.later_index is None:
+            return parent_row
+        at = self.later_index.gather(1, node.clamp_min(0).unsqueeze(1)).squeeze(1)
+        at = torch.where(node >= 0, at, -1)
+        return torch.where((at >= 0).unsqueeze(1), self.later[at.clamp_min(0)], parent_row.to(torch.float64))
+
+
+@dataclass(frozen=True)
 class Decision:
     """What a rule decides for a batch of B requests (K: the most drafts of any request)."""
 
@@ -134,6 +156,8 @@ class Decision:
     # terminal_rows is then its point mass) from the start, else once drawn (specd.core.rules)
     terminal: torch.Tensor | None = None
     uniforms: torch.Tensor | None = None  # float64[B, K] the acceptance uniforms read (None: none read)
+    # int64[B] the last accepted node of each request's tree (-1: none); on a chain A - 1
+    leaf: torch.Tensor | None = None
 
 
 class RejectionSampler:
@@ -192,18 +216,70 @@ class RejectionSampler:
         return torch.where(is_bonus.unsqueeze(-1), p_at.to(torch.float64), self.correction_rows(p_at, q_at))
 
     def decide(self, rows: Rows, accept_u: torch.Tensor) -> Decision:
-        """Accepted counts and the terminal distribution per request (no terminal draw yet)."""
-        k_max = rows.draft.shape[1]
+        """Accepted paths and the terminal distribution per request (no terminal draw yet): each node is
+        tested against what is left of its parent's row after its earlier siblings were refused
+        (``tested_rows``), the walk descends into the first child that passes (``specd.core.tree.walk``),
+        and where it ends the terminal is the bonus (a node without children) or the correction from
+        what is left after the last child was refused. A chain's is the token-wise rule above."""
         valid = rows.valid()
-        p_draft = rows.p_draft()
+        tested = self.tested_rows(rows)
+        p_draft = tested.p_draft
         q_draft = rows.q_draft(p_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
-        accepted = self.count_accepted(self.acceptance_tests(p_draft, q_draft, accept_u, valid))
-        is_bonus = accepted >= rows.k_lens
-        p_at = rows.p_at(accepted)
-        q_index = torch.where(is_bonus, rows.k_lens - 1, accepted).clamp(0, max(k_max - 1, 0))
-        q_at = rows.q_at(q_index, p_at.dtype) if k_max else p_at
-        return Decision(accepted, self.terminal_rows(p_at, q_at, is_bonus), is_bonus, ratios, p_draft, q_draft)
+        passed = self.acceptance_tests(p_draft, q_draft, accept_u, valid)
+        accepted, leaf, last = self.walk_tree(passed, rows)
+        is_bonus = last < 0
+        p_at = tested.before(last, rows.p_at(leaf + 1))
+        q_at = rows.q_at(torch.where(is_bonus, leaf, last).clamp_min(0), p_at.dtype) if rows.draft.shape[1] else p_at
+        terminal_rows = self.terminal_rows(p_at, q_at, is_bonus)
+        return Decision(accepted, terminal_rows, is_bonus, ratios, p_draft, q_draft, leaf=leaf)
+
+    def walk_tree(self, passed: torch.Tensor, rows: Rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The walk down each request's tree (``specd.core.tree.walk``) from the nodes' tests passed
+        bool[B, K] -> (A int64[B], the last accepted node int64[B] (-1: none), the last child of that
+        node, which was refused, int64[B] (-1: it has none, the terminal is a bonus))."""
+        tree = rows.structure()
+        level_passed, along = walk(passed, rows.valid(), tree)
+        accepted = self.count_accepted(level_passed)
+        leaf = leaf_of(along, accepted)
+        return accepted, leaf, tree.last_child.gather(1, (leaf + 1).unsqueeze(1)).squeeze(1)
+
+    def tested_rows(self, rows: Rows) -> Tested:
+        """What each node is tested against: a first child, its parent's row; a later sibling, what
+        is left of it once every earlier sibling was refused, normalize([p' - q']_+) with p' and q'
+        the previous sibling's tested row and q row (``correction_rows``, the same residual a
+        correction is drawn from). Only trees with siblings have later ones."""
+        p_draft = rows.p_draft()
+        tree = rows.structure()
+        later = [(b, n) for b, t in enumerate(tree.trees) for n in range(len(t)) if t.ranks[n] > 0]
+        if not later:
+            return Tested(p_draft)
+        p, _ = rows.target()
+        b_all, k_max = rows.draft.shape
+        starts = [sum(k + 1 for k in rows.ks()[:b]) for b in range(b_all)]  # each request's first row of p
+        index = torch.full((b_all, k_max), -1, dtype=torch.int64)  # each later sibling's row of ``residual``
+        residual: list[torch.Tensor] = []
+        for rank in range(1, max(max(t.ranks, default=0) for t in tree.trees) + 1):
+            here = [(b, n) for b, n in later if tree.trees[b].ranks[n] == rank]
+            prev = [(b, tree.trees[b].children[tree.trees[b].parents[n]][rank - 1]) for b, n in here]
+            base = torch.stack(
+                [
+                    p[starts[b] + tree.trees[b].parents[m] + 1].to(torch.float64)
+                    if index[b, m] < 0
+                    else residual[int(index[b, m])]
+                    for b, m in prev
+                ]
+            )
+            q_prev = rows.q_at_nodes([b for b, _ in prev], [m for _, m in prev], torch.float64)
+            left = self.correction_rows(base, q_prev)
+            for b, n in here:
+                index[b, n] = len(residual)
+            residual.extend((left / left.sum(dim=-1, keepdim=True)).unbind(0))
+        rows_at = torch.stack(residual)
+        index = index.to(p.device)
+        picked = rows_at[index.clamp_min(0), rows.draft.clamp_min(0)]
+        p_draft = torch.where(index >= 0, picked, p_draft.to(torch.float64))
+        return Tested(p_draft, rows_at, index)
 
     # -- block verification (specd.core.block: the rule in words, its terms and its arithmetic)
     def block_thresholds(self, rows: Rows, rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,19 +316,23 @@ class RejectionSampler:
         return self.match_targets(target_argmax, rows)
 
     def match_targets(self, targets: torch.Tensor, rows: Rows) -> Decision:
-        """Accept d_i while it equals the target's decided token x_i (targets int64[B, K+1]), then
-        emit x at the first mismatch, or the bonus x_{k+1}: greedy's rule and the invariant rule's."""
-        draft, k_lens = rows.draft, rows.k_lens
-        b, k_max = draft.shape
+        """Accept a node while it equals the target's decided token at its parent (targets
+        int64[B, K+1], one per target row: the root's, then each node's), descending into the
+        matching child; where none matches emit the target's token there, or after a node without
+        children the bonus: greedy's rule and the invariant rule's (on a chain: accept d_i while it
+        equals x_i, then emit x at the first mismatch, or the bonus x_{k+1})."""
+        draft = rows.draft
+        b = draft.shape[0]
         valid = rows.valid()
         q_draft = rows.q_draft(rows.q.dtype)
-        p_draft = ((draft == targets[:, :k_max]) & valid).to(q_draft.dtype)
+        parent_target = targets.gather(1, rows.structure().parent + 1)
+        p_draft = ((draft == parent_target) & valid).to(q_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
-        accepted = self.count_accepted((ratios >= 1) & valid)
-        argmax_at = targets.gather(1, accepted.unsqueeze(1)).squeeze(1)
+        accepted, leaf, last = self.walk_tree((ratios >= 1) & valid, rows)
+        argmax_at = targets.gather(1, (leaf + 1).unsqueeze(1)).squeeze(1)
         point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=draft.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
-        return Decision(accepted, point_mass, accepted >= k_lens, ratios, p_draft, q_draft, terminal=argmax_at)
+        return Decision(accepted, point_mass, last < 0, ratios, p_draft, q_draft, terminal=argmax_at, leaf=leaf)
 
     # -- the invariant rule (specd.core.gumbel): every emitted token is the target's Gumbel-max token
     def noise_key(self, state) -> int:
@@ -276,11 +356,17 @@ class RejectionSampler:
         return self.match_targets(self.race_targets(rows, states), rows)
 
     def race_targets(self, rows: Rows, states) -> torch.Tensor:
-        """The target's Gumbel-max token at each of the round's positions, raced over the real rows
-        only -> int64[B, K+1] (past a request's k_b + 1: 0, never read)."""
+        """The target's Gumbel-max token at each of the round's target rows, raced over the real rows
+        only, each under the noise of the output position it scores (a node of depth j: the round's
+        offset j) -> int64[B, K+1] (past a request's k_b + 1: 0, never read)."""
         k_lens = rows.ks()
+        tree = rows.structure()
         keys = [self.noise_key(s) for s, k in zip(states, k_lens) for _ in range(k + 1)]
-        positions = [self.noise_position(s, i) for s, k in zip(states, k_lens) for i in range(k + 1)]
+        positions = [
+            self.noise_position(s, depth)
+            for b, (s, k) in enumerate(zip(states, k_lens))
+            for depth in tree.row_depths(b, k)
+        ]
         won = race_tokens(rows.target()[0], keys, positions)
         k_max = rows.draft.shape[1]
         targets = torch.zeros(len(k_lens), k_max + 1, dtype=torch.int64, device=won.device)

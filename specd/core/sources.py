@@ -27,6 +27,7 @@ import torch
 from specd.core.kv import KVCache
 from specd.core.proposer import DraftContext, ModelProposer, NullProposer, Proposal, Proposer, SourceTiming
 from specd.core.state import RequestState
+from specd.core.tree_shape import TreeShape
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,13 @@ class Plan:
     """What a request does this round: draft up to ``k`` tokens from source ``source`` (an index
     into the run's sources; None with k = 0: a plain target step). ``match``: the chosen source's
     match length this round (its offer's), kept in the request's history as the evidence the
-    round's acceptance is filed under."""
+    round's acceptance is filed under. ``shape``: the tree it drafts (specd.core.tree_shape; None:
+    a chain of k), whose depth is at most k."""
 
     source: int | None
     k: int
     match: int | None = None
+    shape: TreeShape | None = None
 
 
 def plan_from(offer: Offer, k: int) -> Plan:
@@ -151,6 +154,7 @@ class SourceSet:
         used = [0] * b_total
         names: list[str | None] = [None] * b_total
         staged: list = [None] * b_total
+        trees: list = [None] * b_total
         parts: list[torch.Tensor] = []
         timings: list[SourceTiming] = []
         for index, source in enumerate(self.sources):
@@ -161,11 +165,16 @@ class SourceSet:
             started = time.perf_counter()
             mine, ks = [states[b] for b in rows], [plans[b].k for b in rows]
             cache = target_cache if source.shares_target_cache else caches.caches[index]
-            proposal = source.propose(mine, ks, cache, ctx)
+            shapes = [plans[b].shape for b in rows]
+            if any(shape is not None for shape in shapes):
+                proposal = source.propose(mine, ks, cache, ctx, shapes=shapes)
+            else:
+                proposal = source.propose(mine, ks, cache, ctx)
             seconds = time.perf_counter() - started
             shift = sum(len(part) for part in parts)  # this source's q rows follow the earlier sources'
             for j, b in enumerate(rows):
                 drafts[b] = tuple(proposal.drafts[j])
+                trees[b] = proposal.trees[j] if j < len(proposal.trees) else None
                 q_index[b] = tuple(i + shift if i >= 0 else -1 for i in proposal.q_index[j][: len(drafts[b])])
                 if proposal.staged is not None:
                     staged[b] = proposal.staged[j]
@@ -188,7 +197,14 @@ class SourceSet:
         empty = [torch.zeros(0, self.vocab_size or 0, dtype=ctx.dtype)]
         q = torch.cat([part.to(device=device, dtype=ctx.dtype) for part in parts] or empty)
         return Proposal(
-            tuple(drafts), q, tuple(q_index), tuple(used), tuple(staged), sources=tuple(names), timings=tuple(timings)
+            tuple(drafts),
+            q,
+            tuple(q_index),
+            tuple(used),
+            tuple(staged),
+            sources=tuple(names),
+            timings=tuple(timings),
+            trees=tuple(trees) if any(t is not None for t in trees) else (),
         )
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:

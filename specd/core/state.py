@@ -69,8 +69,10 @@ class History:
     at_match: tuple[tuple[tuple[str, int], int, int], ...] = ()
 
     def add(self, outcome: RoundOutcome) -> History:
-        """The history once ``outcome``'s round is published."""
-        return self.after(outcome.k, outcome.accepted, outcome.source, outcome.match)
+        """The history once ``outcome``'s round is published (a tree's round counts as the chain its
+        walk tested: acceptance by depth)."""
+        k = outcome.k if outcome.draft_parents is None else outcome.levels
+        return self.after(k, outcome.accepted, outcome.source, outcome.match)
 
     def after(self, k: int, accepted: int, source: str | None = None, match: int | None = None) -> History:
         """The history once a round with ``k`` drafts from ``source`` (a lookup: at match length

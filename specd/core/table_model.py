@@ -79,20 +79,28 @@ class TableModel:
         return StepOutput(out.logits, out.kv, list(out.logits))
 
     def step(self, cache: KVCache, rows: Sequence[RowInput], logits_for: int | None = None) -> StepOutput:
+        """Each row's logits are the table's row at the context its query sees: the slot's committed
+        rows and its ancestors (a chain's: every row before it; a token tree's: its own branch)."""
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
-            context = tuple(cache.visible(row.slot)) + tuple(row.tokens)
             n = len(row.tokens)
             wanted = n if logits_for is None else min(logits_for, n)  # logits only where asked
-            key = (context, wanted)
-            block = self._blocks.get(key)
-            if block is None:  # a table row block is a pure function of the context: built once, read only
-                out = [self.raw_logits(context[: len(context) - n + i + 1]) for i in range(n - wanted, n)]
+            first = len(cache.temporary(row.slot))
+            new_rows = KVRows(row.slot, row.tokens, row.positions, row.parents)
+            if row.parents is None:
+                context = tuple(cache.visible(row.slot)) + tuple(row.tokens)
+                cache.stage(new_rows)
+                key = (context, wanted)
+                block = self._blocks.get(key)
+                if block is None:  # a table row block is a pure function of the context: built once, read only
+                    out = [self.raw_logits(context[: len(context) - n + i + 1]) for i in range(n - wanted, n)]
+                    block = torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype)
+                    self._blocks[key] = block
+            else:
+                cache.stage(new_rows)
+                out = [self.raw_logits(tuple(cache.context(row.slot, first + i))) for i in range(n - wanted, n)]
                 block = torch.stack(out) if out else torch.empty(0, self.vocab_size, dtype=self.dtype)
-                self._blocks[key] = block
-            new_rows = KVRows(row.slot, row.tokens, row.positions)
-            cache.stage(new_rows)
             logits.append(block)
             kv.append(new_rows)
         return StepOutput(logits, kv)

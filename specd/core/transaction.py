@@ -26,6 +26,7 @@ from specd.core.layouts import FrontierLayout, Verified
 from specd.core.outcome import RoundOutcome
 from specd.core.processors import PolicyState
 from specd.core.state import RequestState
+from specd.core.tree import DraftTree
 from specd.errors import StaleGeneration, TransactionStateError
 
 T = TypeVar("T")
@@ -47,38 +48,46 @@ class RoundTransaction:
         self.layout = layout
         self.round_id = f"{start.request_id}/round-{start.rounds}"
         self.phase = Phase.READY
-        self.drafts: tuple[int, ...] = ()
+        self.drafts: tuple[int, ...] = ()  # the proposal's node tokens (a chain's d_1..d_k)
+        self.tree: DraftTree = DraftTree.chain(())
         self.proposal_draws = 0
         self.source: str | None = None
         self.match: int | None = None  # the source's match length (a lookup's evidence)
         self.verified_rows: Verified | None = None
         self._temporary: tuple[int, ...] | None = None
         self._decision: tuple[int, int, bool] | None = None  # (A, terminal token, is it a bonus)
+        self.path: tuple[int, ...] = ()  # the accepted nodes, from the root down (a chain's: 0..A-1)
+        self.kv_rows: tuple[int, ...] = ()  # the temporary target K/V rows the staged round keeps
         self.outcome: RoundOutcome | None = None
         self.successor: RequestState | None = None
 
     # -- phases ---------------------------------------------------------------
     def verified(
         self,
-        drafts: tuple[int, ...],
+        drafts: tuple[int, ...] | DraftTree,
         verified: Verified,
         proposal_draws: int,
         source: str | None = None,
         match: int | None = None,
     ) -> None:
-        """The drafts (from ``source`` at match length ``match``, having consumed ``proposal_draws``
-        proposal uniforms) and the target's verification of them."""
+        """The drafts (a tree, or a chain's tokens; from ``source`` at match length ``match``, having
+        consumed ``proposal_draws`` proposal uniforms) and the target's verification of them."""
         self._expect(Phase.READY)
-        self.drafts, self.verified_rows, self.proposal_draws = drafts, verified, proposal_draws
+        self.tree = drafts if isinstance(drafts, DraftTree) else DraftTree.chain(drafts)
+        self.drafts, self.verified_rows, self.proposal_draws = self.tree.tokens, verified, proposal_draws
         self.source = source if drafts else None
         self.match = match if drafts else None
         self.phase = Phase.VERIFIED
         self.checkpoint("verified")
 
-    def decided(self, accepted: int, terminal: int, is_bonus: bool) -> None:
-        """The rule's decision for this request, before stops: A, the terminal token and its kind."""
+    def decided(self, accepted: int, terminal: int, is_bonus: bool, leaf: int | None = None) -> None:
+        """The rule's decision for this request, before stops: A, the terminal token and its kind, and
+        the last accepted node (``leaf``; -1: none; a chain's is A - 1, the default)."""
         self._expect(Phase.VERIFIED)
-        self._decision = (accepted, terminal, is_bonus)
+        path = self.tree.path(accepted - 1 if leaf is None else leaf)
+        if len(path) != accepted:
+            raise TransactionStateError(f"{self.round_id}: {accepted} accepted but node {leaf} is at depth {len(path)}")
+        self._decision, self.path = (accepted, terminal, is_bonus), path
         self.phase = Phase.DECIDED
         self.checkpoint("decided")
 
@@ -96,15 +105,16 @@ class RoundTransaction:
         return self._temporary
 
     @property
-    def kv_keep(self) -> int:
-        """How many temporary target K/V rows the staged round keeps as history."""
-        return len(self._held(self.outcome, "outcome").committed_kv_token_ids)
+    def kv_keep(self) -> tuple[int, ...]:
+        """The temporary target K/V rows the staged round keeps as history (a path, in order)."""
+        self._held(self.outcome, "outcome")
+        return self.kv_rows
 
-    def staged(self, outcome: RoundOutcome, successor: RequestState) -> None:
-        """Hold S_1 and the round's outcome, computed off to the side (S_0 untouched)."""
+    def staged(self, outcome: RoundOutcome, successor: RequestState, kv_rows: tuple[int, ...] = ()) -> None:
+        """Hold S_1, the round's outcome and the K/V rows it keeps, computed off to the side (S_0 untouched)."""
         self._expect(Phase.DECIDED)
         self.checkpoint("staged_kv")
-        self.outcome, self.successor = outcome, successor
+        self.outcome, self.successor, self.kv_rows = outcome, successor, kv_rows
         self.phase = Phase.STAGED
         self.checkpoint("staged_output")
 

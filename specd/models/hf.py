@@ -188,10 +188,12 @@ class HFCache(KVCache):
             temporary = other.temporary(slot)
             self.stage(KVRows(slot, temporary, tuple(range(len(temporary)))))
 
-    def commit(self, slot: int, keep: int) -> None:
+    def commit(self, slot: int, keep) -> None:
+        kept = set(self.kept(slot, keep))
         cols = self.temp_cols.pop(slot, [])
-        if len(cols) > keep:
-            self.valid[self._row[slot], cols[keep:]] = False
+        dropped = [c for i, c in enumerate(cols) if i not in kept]  # a tree's other branches become holes
+        if dropped:
+            self.valid[self._row[slot], dropped] = False
         super().commit(slot, keep)
 
     def reset(self, slot: int) -> None:
@@ -380,6 +382,45 @@ class HFCausalLM:
             )
         return ids, pos, real
 
+    @property
+    def tree_refusal(self) -> str | None:
+        """Why this model cannot verify a token tree (None: it can): its attention must take a 4D mask
+        (SDPA or eager attention; flash attention takes 2D masks only)."""
+        impl = getattr(self.model.config, "_attn_implementation", None)
+        if impl in ("sdpa", "eager"):
+            return None
+        return f"{self.name}: its attention ({impl}) takes no token tree's mask (SDPA and eager attention do)"
+
+    def _tree_mask(self, cache: HFCache, rows: Sequence[RowInput], n_new: int) -> torch.Tensor:
+        """The step's 4D mask when a row is a token tree's (``RowInput.parents``; specd.core.tree): each
+        query sees its slot's committed rows and its own ancestors among the temporary rows (staged
+        before or in this call), and itself; never a sibling's branch. Boolean (True: attend) for SDPA,
+        additive (0 / the dtype's lowest) for eager attention; other attention kernels take no such mask."""
+        if self.tree_refusal:
+            raise UsageError(self.tree_refusal)
+        batch, past = cache.valid.shape
+        mask = torch.zeros(batch, n_new, past + n_new, dtype=torch.bool)
+        committed = cache.valid.to("cpu", copy=True)
+        for slot, cols in cache.temp_cols.items():
+            committed[cache.row_of(slot), cols] = False
+        mask[:, :, :past] = committed.unsqueeze(1)
+        mask[:, torch.arange(n_new), past + torch.arange(n_new)] = True  # every query sees itself (padding too)
+        for r in rows:
+            b, old = cache.row_of(r.slot), cache.temp_cols.get(r.slot, [])
+            first = len(old)
+            parents = list(cache.temporary_parents(r.slot))
+            parents += r.parents if r.parents is not None else range(first - 1, first + len(r.tokens) - 1)
+            for j in range(len(r.tokens)):
+                at = first + j
+                while at >= 0:
+                    mask[b, j, old[at] if at < first else past + at - first] = True
+                    at = parents[at]
+        mask = mask.unsqueeze(1).to(cache.device)
+        if self.model.config._attn_implementation == "sdpa":
+            return mask
+        low = torch.finfo(self.dtype).min
+        return torch.zeros(mask.shape, dtype=self.dtype, device=cache.device).masked_fill_(~mask, low)
+
     def _attention_mask(self, cache: HFCache, batch: int, n_new: int) -> torch.Tensor | None:
         """The step's mask over the cache's positions and its ``n_new`` inputs. Padding is visible to
         its own queries in this call only (no fully masked row, no NaN), and is a hole afterwards.
@@ -406,9 +447,12 @@ class HFCausalLM:
         need = logits_for
         shortest = min(len(r.tokens) for r in rows)
         keep = n_new if need is None else (min(n_new, n_new - shortest + need) if need else 0)
+        tree = any(r.parents is not None for r in rows)
         inputs = {
             "input_ids": ids.to(self.device),
-            "attention_mask": self._attention_mask(cache, batch, n_new),
+            "attention_mask": self._tree_mask(cache, rows, n_new)
+            if tree
+            else self._attention_mask(cache, batch, n_new),
             "position_ids": pos.to(self.device),
             "use_cache": True,
             self._cache_kw: cache.dyn,
@@ -434,7 +478,7 @@ class HFCausalLM:
         logits, kv, states_out = [], [], []
         for i, (r, (b, lo, n)) in enumerate(zip(rows, wanted)):
             cache.temp_cols.setdefault(r.slot, []).extend(range(start_col, start_col + n))
-            rows_kv = KVRows(r.slot, r.tokens, r.positions)
+            rows_kv = KVRows(r.slot, r.tokens, r.positions, r.parents)
             cache.stage(rows_kv)
             first = n_new - keep  # physical column of all_logits[:, 0]
             if hidden:

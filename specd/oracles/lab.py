@@ -100,16 +100,20 @@ class ReplayIntoRetainedCache(RetainedFrontier):
 
     name = "replay_frontier"
 
-    def verification_input(self, state, drafts):
+    def verification_input(self, state, tree):
         start = len(state.cache_tokens)
-        tokens = (state.output[-1], *drafts)
-        return RowInput(state.slot, tokens, tuple(range(start, start + len(tokens))))
+        parents = None if tree.is_chain else (-1, *(p + 1 for p in tree.parents))
+        positions = (start, *(start + d for d in tree.depths))
+        return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents)
 
     def extract(self, logits, kv, state, k):
         return ReplayFrontier.extract(self, logits, kv, state, k)
 
     def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
         return ReplayFrontier.rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows)
+
+    def commit_order(self, tree, path):
+        return ReplayFrontier.commit_order(self, tree, path)
 
 
 # -- broken proposer and transaction ------------------------------------------------------

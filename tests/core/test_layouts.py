@@ -8,6 +8,7 @@ from specd.core.round import RoundClock, materialize_frontiers, stage, verify
 from specd.core.rules import MaximalRule
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
+from specd.core.tree import DraftTree
 from specd.errors import UnknownLayout
 from tests.helpers import table_engine
 
@@ -35,7 +36,7 @@ def test_replay_snapshot_inputs_positions_and_offsets():
     session = engine.start([Request("r", PROMPT, 8)])
     state = session.states()[0]
     assert state.cache_tokens == PROMPT[:5] and state.frontier == 12
-    row = ReplayFrontier().verification_input(state, DRAFTS)
+    row = ReplayFrontier().verification_input(state, DraftTree.chain(DRAFTS))
     assert row.tokens == (12, 8, 6, 2)
     assert row.positions == (5, 6, 7, 8)
     _, _, _, verified, _, _ = run_snapshot("replay_frontier")
@@ -60,7 +61,7 @@ def test_replay_snapshot_commit_and_discard():
 def test_retained_layout_feeds_only_drafts_and_reuses_p1():
     engine, session, state, verified, txn, successor = run_snapshot("retained_frontier")
     assert state.cache_tokens == PROMPT  # READY materialized the frontier
-    row = RetainedFrontier().verification_input(state, DRAFTS)
+    row = RetainedFrontier().verification_input(state, DraftTree.chain(DRAFTS))
     assert row.tokens == DRAFTS and row.positions == (6, 7, 8)
     for i in range(4):
         assert torch.equal(verified.p_raw[i], engine.target.raw_logits(PROMPT + DRAFTS[:i]))

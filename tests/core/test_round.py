@@ -59,7 +59,7 @@ def test_the_round_has_no_branch_on_the_rule():
 
 def test_the_scan_sees_calls_where_they_are():
     """Guard against a vacuous scan: the rule's own internal calls are found where they are."""
-    assert ("core/sampler.py", "decide") in calls_of({"count_accepted"})
+    assert ("core/sampler.py", "walk_tree") in calls_of({"count_accepted"})
 
 
 # Every write a round makes to the authoritative state, and where it may happen: the publication

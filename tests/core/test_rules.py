@@ -8,6 +8,7 @@ from specd.core.gumbel import SharedNoise
 from specd.core.rules import RULES, BlockRule, GreedyRule, InvariantRule, MaximalRule, rule_for
 from specd.core.sampler import RejectionSampler, Rows
 from specd.core.state import Request
+from specd.core.tree import DraftTree
 from specd.errors import UsageError
 from tests.helpers import table_engine
 
@@ -30,8 +31,15 @@ def test_what_each_rule_reads_and_how_a_draft_draws_for_it():
     assert not InvariantRule(sampler).reads_streams and isinstance(noise, SharedNoise) and noise.sampler is sampler
     assert BlockRule(sampler).reads_streams and BlockRule(sampler).draft_noise() is None
     # the tests each rule reads, given what was emitted: maximal up to the first rejection, block all k
-    assert [rule.tests_read(4, 2, True) for rule in (MaximalRule(sampler), BlockRule(sampler))] == [3, 4]
-    assert [rule.tests_read(4, 2, False) for rule in (GreedyRule(sampler), InvariantRule(sampler))] == [0, 0]
+    chain = DraftTree.chain((5, 6, 7, 8))
+    assert [rule.tests_read(chain, (0, 1), 2, True) for rule in (MaximalRule(sampler), BlockRule(sampler))] == [3, 4]
+    no_streams = (GreedyRule(sampler), InvariantRule(sampler))
+    assert [rule.tests_read(chain, (0, 1), 2, False) for rule in no_streams] == [0, 0]
+    # on a tree, up to the walk's last test: node 2 accepted after 0 and 1 were refused, then node 3, then
+    # (a correction) every child of node 3
+    tree = DraftTree((5, 6, 7, 8, 9, 4), (-1, -1, -1, 2, 3, 3))
+    assert MaximalRule(sampler).tests_read(tree, (2, 3), 2, True) == 6
+    assert MaximalRule(sampler).tests_read(tree, (2, 3), 2, False) == 4
 
 
 def test_the_maximal_rule_reads_each_requests_own_streams_and_sets_its_terminal():

@@ -8,6 +8,7 @@ from typing import Protocol
 from specd.core.gumbel import SharedNoise
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, Rows
+from specd.core.tree import DraftTree
 
 
 class Rule(Protocol):
@@ -18,7 +19,9 @@ class Rule(Protocol):
         """The noise a sampled model draft races under, or None: it reads its proposal stream."""
         ...
 
-    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+    def tests_read(
+        self, tree: DraftTree, path: tuple[int, ...], accepted_emitted: int, correction_emitted: bool
+    ) -> int:
         """How many of a request's k acceptance uniforms the decision read, given what was emitted
         (a stop may cut the round short); its stream advances by that many at publication."""
         ...

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from specd.core.rng import Draws
 from specd.core.rules.maximal import uniforms
 from specd.core.sampler import Decision, RejectionSampler, Rows
+from specd.core.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,10 @@ class BlockRule:
     def draft_noise(self) -> None:
         return None  # a model draft draws from its proposal stream
 
-    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
-        return k  # every test decides A, so every one is read
+    def tests_read(
+        self, tree: DraftTree, path: tuple[int, ...], accepted_emitted: int, correction_emitted: bool
+    ) -> int:
+        return len(tree)  # every test decides A, so every one is read (a block is a chain)
 
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         accept_u, terminal_u = uniforms(rows, states, draws)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
+from specd.core.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,9 @@ class GreedyRule:
     def draft_noise(self) -> None:
         return None  # a sampled draft still draws from its proposal stream
 
-    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+    def tests_read(
+        self, tree: DraftTree, path: tuple[int, ...], accepted_emitted: int, correction_emitted: bool
+    ) -> int:
         return 0  # no test reads a uniform
 
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from specd.core.gumbel import SharedNoise
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
+from specd.core.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class InvariantRule:
     def draft_noise(self) -> SharedNoise:
         return SharedNoise(self.sampler)
 
-    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
+    def tests_read(
+        self, tree: DraftTree, path: tuple[int, ...], accepted_emitted: int, correction_emitted: bool
+    ) -> int:
         return 0  # no test reads a uniform
 
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:

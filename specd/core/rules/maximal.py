@@ -11,6 +11,7 @@ import torch
 
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
+from specd.core.tree import DraftTree, tests_reached
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,10 @@ class MaximalRule:
     def draft_noise(self) -> None:
         return None  # a model draft draws from its proposal stream
 
-    def tests_read(self, k: int, accepted_emitted: int, correction_emitted: bool) -> int:
-        return accepted_emitted + (1 if correction_emitted else 0)  # the tests up to the first rejection
+    def tests_read(
+        self, tree: DraftTree, path: tuple[int, ...], accepted_emitted: int, correction_emitted: bool
+    ) -> int:
+        return tests_reached(tree, path, accepted_emitted, correction_emitted)  # up to the walk's last test
 
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         accept_u, terminal_u = uniforms(rows, states, draws)

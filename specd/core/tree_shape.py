@@ -1,0 +1,160 @@
+"""What tree a request drafts in a round: ``--tree SPEC`` (``TreeShape``).
+
+Three kinds of shape (the tree's terms are ``specd.core.tree``'s):
+
+- static, by branching per depth: ``3,2,1,1`` gives the root 3 children, each of them 2, then 1
+  and 1 (3 + 6 + 6 + 6 = 21 nodes, depth 4); ``1,1,1,1`` is the chain of 4;
+- static, by EAGLE's "choices": a JSON file holding a list of rank paths, each a node (``[0]`` the
+  root's first child, ``[0, 1]`` that node's second child, ...); every path's prefixes and its
+  lower ranks must be in the list;
+- dynamic, at most N nodes: ``nodes=N`` (optionally ``nodes=N,depth=D,width=W``), EAGLE-2's rule:
+  level by level the W nodes of highest path probability under the draft (the product of q along
+  the path) are expanded with their W most likely children, and the N nodes of highest path
+  probability of all drafted are kept (a node's is at most its parent's, so they form a tree).
+
+An optional prefix says how siblings are drawn (``sampled:3,2``, ``rank:3,2``, ``iid:3,2``;
+``specd.core.tree``); without it the drafting source decides: a sampled model draft samples
+its children without replacement (under the invariant rule, the Gumbel-top-k of its row under
+the shared noise, the same law), a greedy draft or a lookup ranks them. A dynamic tree's nodes
+are chosen by the draft's probabilities, so its children are ranked, never sampled: keeping a
+sampled child for being likely would bias the law it was drawn from.
+
+A request's round drafts at most its K levels (its draft budget): the shape is cut to that depth.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd.core.tree import CONSTRUCTIONS
+from specd.errors import UsageError
+
+MAX_TREE_NODES = 256  # a verification call's rows per request; past this no tree is worth its call
+MAX_TREE_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """A static tree as its nodes' rank paths (``choices``, parents before children), or a dynamic
+    one of at most ``nodes`` nodes (``choices`` None); ``drawn``: the construction asked for (None:
+    the source's own)."""
+
+    choices: tuple[tuple[int, ...], ...] | None = None
+    nodes: int = 0
+    max_depth: int = 0  # a dynamic tree's deepest level (0: as deep as its nodes allow)
+    width: int = 0  # a dynamic tree's expansions per level and children per expansion
+    drawn: str | None = None
+    spec: str = ""
+
+    @property
+    def dynamic(self) -> bool:
+        return self.choices is None
+
+    @property
+    def depth(self) -> int:
+        if self.choices is None:
+            return self.max_depth or self.nodes
+        return max((len(c) for c in self.choices), default=0)
+
+    @property
+    def size(self) -> int:
+        """Most nodes a tree of this shape has."""
+        return self.nodes if self.choices is None else len(self.choices)
+
+    @property
+    def is_chain(self) -> bool:
+        return self.choices is not None and all(max(c) == 0 for c in self.choices)
+
+    def children(self, path: tuple[int, ...]) -> int:
+        """How many children the node at rank path ``path`` gets (() is the root) in a static shape."""
+        assert self.choices is not None
+        return sum(1 for c in self.choices if len(c) == len(path) + 1 and c[:-1] == path)
+
+    def cut(self, depth: int) -> TreeShape:
+        """The shape within ``depth`` levels (a request's draft budget)."""
+        if depth >= self.depth:
+            return self
+        if self.choices is None:
+            return TreeShape(None, self.nodes, depth, self.width, self.drawn, self.spec)
+        return TreeShape(tuple(c for c in self.choices if len(c) <= depth), 0, 0, 0, self.drawn, self.spec)
+
+    @classmethod
+    def chain(cls, k: int) -> TreeShape:
+        return cls(tuple((0,) * j for j in range(1, k + 1)), spec=",".join(["1"] * k))
+
+    @classmethod
+    def branching(cls, widths: list[int], drawn: str | None = None, spec: str = "") -> TreeShape:
+        """Each node of depth j gets widths[j] children."""
+        paths: list[tuple[int, ...]] = [()]
+        choices: list[tuple[int, ...]] = []
+        for w in widths:
+            paths = [p + (r,) for p in paths for r in range(w)]
+            choices.extend(paths)
+        return cls(tuple(choices), drawn=drawn, spec=spec)
+
+
+def parse_tree(spec: str, where: str = "--tree") -> TreeShape:
+    """``--tree SPEC`` (module docstring) -> its TreeShape; bad input is a UsageError naming ``where``."""
+    text = spec.strip()
+    drawn = None
+    head, sep, rest = text.partition(":")
+    if sep and head in CONSTRUCTIONS:
+        drawn, text = head, rest.strip()
+    if text.startswith("nodes="):
+        shape = _dynamic(text, where, spec)
+        if drawn == "sampled" or drawn == "iid":
+            raise UsageError(f"{where} {spec!r}: a dynamic tree keeps its likeliest nodes, so its children are ranked")
+        return TreeShape(None, shape.nodes, shape.max_depth, shape.width, drawn, spec)
+    if text and all(part.strip().isdigit() for part in text.split(",")):
+        widths = [int(part) for part in text.split(",")]
+        if any(w < 1 for w in widths):
+            raise UsageError(f"{where} {spec!r}: every depth needs at least one child per node")
+        shape = TreeShape.branching(widths, drawn, spec)
+    else:
+        shape = TreeShape(_choices_file(text, where), drawn=drawn, spec=spec)
+    if not shape.choices:
+        raise UsageError(f"{where} {spec!r}: the tree has no node")
+    if len(shape.choices) > MAX_TREE_NODES or shape.depth > MAX_TREE_DEPTH:
+        raise UsageError(
+            f"{where} {spec!r}: {len(shape.choices)} nodes, depth {shape.depth}; at most "
+            f"{MAX_TREE_NODES} nodes and depth {MAX_TREE_DEPTH}"
+        )
+    return shape
+
+
+def _dynamic(text: str, where: str, spec: str) -> TreeShape:
+    fields = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or key.strip() not in ("nodes", "depth", "width") or not value.strip().isdigit():
+            raise UsageError(f"{where} {spec!r}: expected nodes=N[,depth=D][,width=W] with whole numbers")
+        fields[key.strip()] = int(value)
+    nodes, depth, width = fields["nodes"], fields.get("depth", 0), fields.get("width", 0)
+    if not 1 <= nodes <= MAX_TREE_NODES or not 0 <= depth <= MAX_TREE_DEPTH or width < 0:
+        raise UsageError(f"{where} {spec!r}: nodes must be in 1..{MAX_TREE_NODES}, depth at most {MAX_TREE_DEPTH}")
+    return TreeShape(None, nodes, depth, width or min(nodes, 4))
+
+
+def _choices_file(text: str, where: str) -> tuple[tuple[int, ...], ...]:
+    """An EAGLE choices list from a JSON file: rank paths, each one's prefixes and lower ranks present."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise UsageError(f"{where} {text!r}: not branching counts like 3,2,1, nodes=N, or a choices file")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{where} {text!r}: cannot read a JSON choices list ({type(e).__name__})") from None
+    ok = isinstance(raw, list) and all(
+        isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in c)
+        for c in raw
+    )
+    if not ok:
+        raise UsageError(f"{where} {text!r}: a choices file is a JSON list of rank paths like [[0], [1], [0, 0]]")
+    choices = sorted({tuple(c) for c in raw}, key=lambda c: (len(c), c))
+    have = set(choices)
+    for c in choices:
+        if (len(c) > 1 and c[:-1] not in have) or (c[-1] > 0 and c[:-1] + (c[-1] - 1,) not in have):
+            raise UsageError(f"{where} {text!r}: node {list(c)} lacks its parent or an earlier sibling in the list")
+    return tuple(choices)
