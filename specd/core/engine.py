@@ -113,7 +113,7 @@ class SpeculativeEngine:
                 f"{shared[0].split('(')[0]} drafts the frontier into the target's cache, which the "
                 f"{config.layout} layout already holds: use --layout replay_frontier"
             )
-        if config.tree is not None and not config.tree.is_chain:
+        if config.tree is not None and not (config.tree.is_chain and config.tree.drawn is None):
             refuse_tree(config, self.proposer, target)
         self.transaction_cls = transaction_cls
         self.observers = tuple(observers)
@@ -137,11 +137,9 @@ class SpeculativeEngine:
         if shape is not None and k:
             shape = shape.cut(k)
             k = shape.depth
-        return (
-            Plan(plan.source, k, plan.match, shape if shape is not None and not shape.is_chain else None)
-            if k
-            else Plan(None, 0)
-        )
+            if shape.is_chain and shape.drawn is None:
+                shape = None  # a chain shape is the plain chain of k
+        return Plan(plan.source, k, plan.match, shape) if k else Plan(None, 0)
 
     def publish_timing(self, timing: RoundTiming) -> None:
         for observe in self.observers:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -29,7 +29,7 @@ from specd.core.processors import SamplingPolicy
 from specd.core.rng import Draws
 from specd.core.sampler import categorical_draw, exact_redraw
 from specd.core.state import RequestState
-from specd.core.tree import DraftTree
+from specd.core.tree import DraftTree, trie
 from specd.core.tree_draft import draft_trees
 from specd.errors import EmptyDistribution, UsageError
 
@@ -347,9 +347,45 @@ class NgramProposer(Proposer):
                         return follow, size
         return (), 0
 
-    def propose(self, states, ks, cache, ctx):
+    def continuations(self, seq: tuple[int, ...], k: int, n: int) -> list[tuple[int, ...]]:
+        """Up to n distinct continuations of up to k tokens, each what followed another earlier
+        occurrence of the longest matching tail (most recent first: the first is ``lookup``'s)."""
+        first, size = self.find(seq, k)
+        if not first:
+            return []
+        found, tail = [first], seq[-size:]
+        for start in range(len(seq) - size - 1, -1, -1):
+            follow = seq[start + size : start + size + k]
+            if len(found) >= n:
+                break
+            if seq[start : start + size] == tail and follow and follow not in found:
+                found.append(follow)
+        return found
+
+    def propose(self, states, ks, cache, ctx, shapes=None):
+        if shapes is not None:  # a tree of the tail's continuations (specd.core.tree.trie)
+            found = [
+                self.continuations(s.output, k, branches(sh)) if k > 0 else [] for s, k, sh in zip(states, ks, shapes)
+            ]
+            return lookup_trees(found, shapes, self.vocab_size, ctx.dtype)
         drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))
         return point_masses(drafts, self.vocab_size, ctx.dtype)
+
+
+def branches(shape) -> int:
+    """How many continuations a lookup's tree of ``shape`` takes: its root's children (1: a chain)."""
+    if shape is None:
+        return 1
+    return shape.width if shape.dynamic else shape.children(())
+
+
+def lookup_trees(found, shapes, vocab: int, dtype: torch.dtype) -> Proposal:
+    """A lookup's proposal from each row's continuations: their trie within the shape's nodes
+    (specd.core.tree.trie; each child chosen, so q is the point mass on it)."""
+    trees = [trie(c, shape.size if shape is not None else len(c[0]) if c else 0) for c, shape in zip(found, shapes)]
+    proposal = point_masses(tuple(t.tokens for t in trees), vocab, dtype)
+    kept = tuple(None if t.is_chain else t for t in trees)
+    return replace(proposal, trees=kept if any(t is not None for t in kept) else ())
 
 
 def point_masses(drafts: tuple[tuple[int, ...], ...], vocab: int, dtype: torch.dtype) -> Proposal:

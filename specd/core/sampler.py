@@ -272,8 +272,8 @@ class RejectionSampler:
             )
             q_prev = rows.q_at_nodes([b for b, _ in prev], [m for _, m in prev], torch.float64)
             left = self.correction_rows(base, q_prev)
-            for b, n in here:
-                index[b, n] = len(residual)
+            for j, (b, n) in enumerate(here):
+                index[b, n] = len(residual) + j
             residual.extend((left / left.sum(dim=-1, keepdim=True)).unbind(0))
         rows_at = torch.stack(residual)
         index = index.to(p.device)

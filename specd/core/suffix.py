@@ -27,7 +27,7 @@ decoding, the text never depends on the draft).
 from __future__ import annotations
 
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import Proposer, point_masses
+from specd.core.proposer import Proposer, branches, lookup_trees, point_masses
 
 
 class SuffixIndex:
@@ -102,6 +102,16 @@ class SuffixIndex:
             end = self.first_end[state]
         proposal = tuple(self.tokens[end + 1 : end + 1 + k])
         return proposal, self.length[state]
+
+    def continuations(self, k: int, n: int) -> tuple[list[tuple[int, ...]], int]:
+        """-> (up to n continuations of up to k tokens, each after another follower of the match,
+        ``lookup``'s first (most often, then most recent), the match length); ([], 0) without a match."""
+        first, length = self.lookup(k)
+        if not first:
+            return [], 0
+        followers = sorted(self.follow.get(self.match_state(), {}).values(), reverse=True)
+        ends = [end for _, end in followers[:n]]
+        return [first] + [tuple(self.tokens[end + 1 : end + 1 + k]) for end in ends[1:]], length
 
 
 class RunTexts:
@@ -201,6 +211,12 @@ class SuffixCache:
         other = self.run.lookup(slot, output, k)
         return other if other[1] > own[1] else own
 
+    def continuations(self, slot: int, output: tuple[int, ...], k: int, n: int) -> list[tuple[int, ...]]:
+        """Up to n continuations of up to k tokens (``SuffixIndex.continuations``), the first ``lookup``'s."""
+        first = self.lookup(slot, output, k)[0]
+        own = self.follow(slot, output).continuations(k, n)[0]
+        return [first] + [c for c in own if c and c != first][: n - 1] if first else []
+
 
 class SuffixProposer(Proposer):
     """The lookup draft over a suffix automaton (see the module docstring); ``run``: suffix:run."""
@@ -224,7 +240,13 @@ class SuffixProposer(Proposer):
             return 0
         return cache.lookup(state.slot, state.output, 1)[1]
 
-    def propose(self, states, ks, cache, ctx):
+    def propose(self, states, ks, cache, ctx, shapes=None):
+        if shapes is not None:  # a tree of the match's continuations (specd.core.tree.trie)
+            found = [
+                cache.continuations(s.slot, s.output, k, branches(shape)) if k > 0 else []
+                for s, k, shape in zip(states, ks, shapes)
+            ]
+            return lookup_trees(found, shapes, self.vocab_size, ctx.dtype)
         drafts = tuple(cache.lookup(s.slot, s.output, k)[0] if k > 0 else () for s, k in zip(states, ks))
         return point_masses(drafts, self.vocab_size, ctx.dtype)
 

@@ -126,7 +126,7 @@ class DraftTree:
         return kids[-1] if kids else -1
 
 
-def tests_reached(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: bool) -> int:
+def uniforms_reached(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: bool) -> int:
     """How far into a request's acceptance uniforms (one per node, in node order) a walk read: one
     past the last node it tested. Along the first ``accepted`` nodes of ``path`` it tested each
     parent's children up to the one it accepted; with ``refused_all`` every child of the node it
@@ -138,6 +138,27 @@ def tests_reached(tree: DraftTree, path: tuple[int, ...], accepted: int, refused
     if refused_all:
         last = max(last, *tree.children.get(at, (-1,)))
     return last + 1
+
+
+def trie(branches: Sequence[Sequence[int]], nodes: int) -> DraftTree:
+    """Token chains merged into one tree of chosen children (a shared prefix is one branch), at most
+    ``nodes`` nodes, taken chain by chain in order: the first chain whole first, so the tree holds
+    the proposal the first chain alone would be (a lookup's several continuations)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    child: dict[tuple[int, int], int] = {}
+    for branch in branches:
+        at = ROOT
+        for token in branch:
+            nxt = child.get((at, token))
+            if nxt is None:
+                if len(tokens) >= nodes:
+                    break
+                nxt = child[(at, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(at)
+            at = nxt
+    return DraftTree(tuple(tokens), tuple(parents), "rank")
 
 
 def chains(drafts: Sequence[Sequence[int]]) -> tuple[DraftTree, ...]:

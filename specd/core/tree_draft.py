@@ -236,20 +236,26 @@ def _without(row: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:
 def _drawn(proposer, level, q, m, way, uniforms, grown):
     """Children drawn at the requests' proposal uniforms (sampled: without replacement; iid: each
     from q), one read from the device per rank (a chain: one a level); a row stops once no mass is
-    left to draw from."""
+    left to draw from. Child r of an expansion reads its request's uniform at the node index it
+    would have among the level's planned children (node order; a child never drawn leaves its
+    uniform unread)."""
     out: list[list] = [[] for _ in level]
+    base = []  # per expansion: its request's uniform index for its first child
+    for e, count in zip(level, m):
+        g = grown[e.b]
+        base.append(g.draws)
+        g.draws += count
     current, here = q, list(range(len(level)))
     for r in range(max(m)):
         here = [j for j in here if m[j] > r]
         if not here:
             break
         rows = current[here]
-        u = torch.tensor([uniforms[level[j].b][grown[level[j].b].draws] for j in here], dtype=torch.float64)
+        u = torch.tensor([uniforms[level[j].b][base[j] + r] for j in here], dtype=torch.float64)
         chosen, near = proposer.draw(rows, u)
         tokens = proposer.read_step(rows, u, chosen, near)
         for j, token, row in zip(here, tokens, rows):
             out[j].append((token, row))
-            grown[level[j].b].draws += 1
         if way == "sampled" and r + 1 < max(m):  # the next child's row: the earlier ones removed
             left = current.to(torch.float64).clone()
             left[torch.tensor(here), torch.tensor(tokens)] = 0.0

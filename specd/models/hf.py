@@ -24,7 +24,9 @@ from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
 from specd.errors import CacheIdentityError, UsageError
 from specd.models import cache_compat
-from specd.models.products import ProductForms, forms_of
+from specd.models.head import OutputHead
+from specd.models.products import forms_of
+from specd.models.tree_mask import tree_mask, tree_refusal
 
 COMPACT_MIN_POSITIONS = 64  # below this, holes cost less than a gather
 SPLIT_HEAD_MODEL_TYPES = {
@@ -39,41 +41,6 @@ SPLIT_HEAD_MODEL_TYPES = {
     "gemma2",
     "gemma3_text",
 }
-
-
-class OutputHead:
-    """The LM head, applied only to the rows whose logits are needed, in the product form its
-    model's ``ProductForms`` chose for that row count (specd.models.products; None: the plain
-    linear, as on CUDA)."""
-
-    def __init__(
-        self,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        forms: ProductForms | None,
-        softcap: float | None = None,
-    ):
-        """``softcap``: the model's final logit soft-capping c (logits = c tanh(x / c)), or None."""
-        self.weight = weight
-        self.bias = bias
-        self.softcap = softcap
-        self.forms = forms
-
-    def restricted(self, columns: torch.Tensor) -> OutputHead:
-        """The head over ``columns`` int64[N] only (a copy of those rows of the weight): its logits
-        are the full head's at those columns."""
-        bias = self.bias.detach()[columns].contiguous() if self.bias is not None else None
-        return OutputHead(self.weight.detach()[columns].contiguous(), bias, self.forms, self.softcap)
-
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden float[..., n, D] -> logits float[..., n, V]."""
-        if self.forms is None:
-            logits = torch.nn.functional.linear(hidden, self.weight, self.bias)
-        else:
-            logits = self.forms.product(hidden, self.weight, self.bias)
-        if self.softcap:
-            logits = torch.tanh(logits / self.softcap) * self.softcap
-        return logits
 
 
 def input_device(model) -> torch.device:
@@ -384,42 +351,8 @@ class HFCausalLM:
 
     @property
     def tree_refusal(self) -> str | None:
-        """Why this model cannot verify a token tree (None: it can): its attention must take a 4D mask
-        (SDPA or eager attention; flash attention takes 2D masks only)."""
-        impl = getattr(self.model.config, "_attn_implementation", None)
-        if impl in ("sdpa", "eager"):
-            return None
-        return f"{self.name}: its attention ({impl}) takes no token tree's mask (SDPA and eager attention do)"
-
-    def _tree_mask(self, cache: HFCache, rows: Sequence[RowInput], n_new: int) -> torch.Tensor:
-        """The step's 4D mask when a row is a token tree's (``RowInput.parents``; specd.core.tree): each
-        query sees its slot's committed rows and its own ancestors among the temporary rows (staged
-        before or in this call), and itself; never a sibling's branch. Boolean (True: attend) for SDPA,
-        additive (0 / the dtype's lowest) for eager attention; other attention kernels take no such mask."""
-        if self.tree_refusal:
-            raise UsageError(self.tree_refusal)
-        batch, past = cache.valid.shape
-        mask = torch.zeros(batch, n_new, past + n_new, dtype=torch.bool)
-        committed = cache.valid.to("cpu", copy=True)
-        for slot, cols in cache.temp_cols.items():
-            committed[cache.row_of(slot), cols] = False
-        mask[:, :, :past] = committed.unsqueeze(1)
-        mask[:, torch.arange(n_new), past + torch.arange(n_new)] = True  # every query sees itself (padding too)
-        for r in rows:
-            b, old = cache.row_of(r.slot), cache.temp_cols.get(r.slot, [])
-            first = len(old)
-            parents = list(cache.temporary_parents(r.slot))
-            parents += r.parents if r.parents is not None else range(first - 1, first + len(r.tokens) - 1)
-            for j in range(len(r.tokens)):
-                at = first + j
-                while at >= 0:
-                    mask[b, j, old[at] if at < first else past + at - first] = True
-                    at = parents[at]
-        mask = mask.unsqueeze(1).to(cache.device)
-        if self.model.config._attn_implementation == "sdpa":
-            return mask
-        low = torch.finfo(self.dtype).min
-        return torch.zeros(mask.shape, dtype=self.dtype, device=cache.device).masked_fill_(~mask, low)
+        """Why this model cannot verify a token tree (None: it can; specd.models.tree_mask)."""
+        return tree_refusal(self.model, self.name)
 
     def _attention_mask(self, cache: HFCache, batch: int, n_new: int) -> torch.Tensor | None:
         """The step's mask over the cache's positions and its ``n_new`` inputs. Padding is visible to
@@ -447,12 +380,13 @@ class HFCausalLM:
         need = logits_for
         shortest = min(len(r.tokens) for r in rows)
         keep = n_new if need is None else (min(n_new, n_new - shortest + need) if need else 0)
-        tree = any(r.parents is not None for r in rows)
+        tree = any(r.parents is not None for r in rows)  # a token tree's rows: each sees its own branch
+        mask = (
+            tree_mask(self.model, self.name, cache, rows, n_new) if tree else self._attention_mask(cache, batch, n_new)
+        )
         inputs = {
             "input_ids": ids.to(self.device),
-            "attention_mask": self._tree_mask(cache, rows, n_new)
-            if tree
-            else self._attention_mask(cache, batch, n_new),
+            "attention_mask": mask,
             "position_ids": pos.to(self.device),
             "use_cache": True,
             self._cache_kw: cache.dyn,

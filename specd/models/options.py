@@ -28,6 +28,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.proposer import check_draft_stop
 from specd.core.rules import RULES
+from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
@@ -70,6 +71,11 @@ def device_map_value(value, where):
 
 def draft_value(value, where):
     parse_drafts(value)  # an unknown, repeated or empty source is refused by name
+
+
+def tree_value(value, where):
+    if value is not None:
+        parse_tree(value, where)
 
 
 def sampling(check: Callable) -> Check:
@@ -121,6 +127,16 @@ class GenerateOptions:
         help="Drafts per round: auto (chosen per request and round from its acceptance and the measured "
         f"costs; K = 0 when drafting does not pay) or a fixed K in 1..{MAX_K}.",
         check=check_k,
+    )
+    tree: str | None = option(
+        None,
+        "--tree",
+        kind="str?",
+        metavar="SPEC",
+        help="Draft a token tree each round and verify it in one target call: branching per depth (3,2,1,1), "
+        "a JSON file of EAGLE choices, or nodes=N (at most N nodes, the draft's likeliest paths first); a prefix "
+        "sampled:, rank: or iid: says how siblings are drawn. Its depth is the round's K.",
+        check=tree_value,
     )
     k_max: int = option(
         DEFAULT_K_MAX,
@@ -332,9 +348,25 @@ class GenerateOptions:
                 f"--draft {shared[0].text} drafts the frontier into the target's cache, which {self.where('layout')} "
                 f"{self.layout} already holds: use --layout replay_frontier"
             )
+        if self.tree is not None:
+            self._check_tree(shared)
         if self.draft_vocab is not None and not shared and self.draft is not None:
             raise UsageError(
                 f"{self.where('draft_vocab')} is the table of a self:vocab=N draft; --draft {self.draft} has none"
+            )
+
+    def _check_tree(self, shared) -> None:
+        """--tree with what cannot serve a tree, refused by name (the engine refuses the same)."""
+        if self.k != "auto":
+            raise UsageError(f"{self.where('tree')} sets each round's depth (its K); {self.where('k')} does not apply")
+        if self.rule == "block" and not parse_tree(self.tree).is_chain:
+            raise UsageError(
+                f"{self.where('tree')}: block verification judges a chain as a block and has no tree form here; "
+                "use --rule maximal or invariant with a tree"
+            )
+        if shared:
+            raise UsageError(
+                f"{self.where('tree')}: --draft {shared[0].text} drafts chains only (into the target's cache)"
             )
 
     @staticmethod

@@ -24,6 +24,7 @@ from specd.core.session import RequestLog
 from specd.core.sources import SourceSet
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
+from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError
 from specd.models.admission import EventSpace, admit
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
@@ -193,6 +194,9 @@ class Pipeline:
         """``k``: a fixed K or "auto"; ``batch``: the requests the run decodes together (auto reads
         its costs at that batch size)."""
         o = self.options
+        tree = parse_tree(o.tree) if o.tree is not None and not baseline else None
+        if tree is not None:
+            k = tree.depth  # a tree's depth is each drafting round's K
         config = EngineConfig(
             k=0 if k == "auto" else k,
             layout=o.layout,
@@ -200,6 +204,7 @@ class Pipeline:
             eos_ids=self.eos_ids,
             record_log=record_log,
             rule=o.rule,
+            tree=tree,
         )
         observers = (self.costs.observe,)  # every run's timings are facts about the machine
         if baseline:

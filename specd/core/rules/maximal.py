@@ -11,7 +11,7 @@ import torch
 
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
-from specd.core.tree import DraftTree, tests_reached
+from specd.core.tree import DraftTree, uniforms_reached
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class MaximalRule:
     def tests_read(
         self, tree: DraftTree, path: tuple[int, ...], accepted_emitted: int, correction_emitted: bool
     ) -> int:
-        return tests_reached(tree, path, accepted_emitted, correction_emitted)  # up to the walk's last test
+        return uniforms_reached(tree, path, accepted_emitted, correction_emitted)  # up to the walk's last test
 
     def decide(self, rows: Rows, states, draws: Draws) -> Decision:
         accept_u, terminal_u = uniforms(rows, states, draws)

@@ -1,0 +1,122 @@
+"""Token trees on Hugging Face models: a tree step's rows are each node's own branch's (SDPA, eager,
+and a sliding-window Gemma 3 within its window), the cache keeps the accepted path and continues from
+it, attention that takes no tree mask is refused, and ``specd generate --tree`` decodes greedy text
+identical to target-only decoding."""
+
+import json
+
+import pytest
+import torch
+
+from specd.core.model import RowInput
+from specd.models.hf import HFCausalLM
+from tests.helpers import run_cli
+from tests.hf_helpers import tiny_llama
+
+PROMPTS = {0: (1, 2, 3, 4, 5), 1: (7, 8, 9)}
+# the frontier F, then nodes (parents as rows of this input: -1 the committed rows, 0 is F)
+TOKENS = {0: (5, 11, 12, 13, 14, 15), 1: (9, 20, 21)}
+PARENTS = {0: (-1, 0, 0, 1, 1, 2), 1: (-1, 0, 1)}
+
+
+def branch(slot: int, row: int) -> list[int]:
+    out = []
+    while row >= 0:
+        out.append(TOKENS[slot][row])
+        row = PARENTS[slot][row]
+    return list(PROMPTS[slot][:-1]) + out[::-1]
+
+
+def gemma():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=64,
+        max_position_embeddings=512,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    )
+    torch.manual_seed(0)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("family", ["sdpa", "eager", "gemma3"])
+def test_a_tree_steps_rows_are_each_nodes_own_branchs(family):
+    model = gemma() if family == "gemma3" else tiny_llama(50, seed=0)
+    if family == "eager":
+        model.config._attn_implementation = "eager"
+    lm = HFCausalLM(model, family)
+    cache = lm.new_cache()
+    for slot, prompt in PROMPTS.items():
+        cache.open(slot)
+    lm.step(cache, [RowInput(s, p[:-1], tuple(range(len(p) - 1))) for s, p in PROMPTS.items()], logits_for=0)
+    for slot, prompt in PROMPTS.items():
+        cache.commit(slot, len(prompt) - 1)
+    rows = []
+    for slot in PROMPTS:
+        depth = [len(branch(slot, r)) - len(PROMPTS[slot]) for r in range(len(TOKENS[slot]))]
+        positions = tuple(len(PROMPTS[slot]) - 1 + d for d in depth)
+        rows.append(RowInput(slot, TOKENS[slot], positions, PARENTS[slot]))
+    out = lm.step(cache, rows)
+    with torch.no_grad():
+        for slot in PROMPTS:
+            for r in range(len(TOKENS[slot])):
+                ref = model(torch.tensor([branch(slot, r)])).logits[0, -1].float()
+                assert torch.allclose(out.logits[slot][r], ref, atol=1e-4), (slot, r)
+    # keep slot 0's branch F -> 11 -> 13 and nothing of slot 1's tree past F; then a chain step continues it
+    cache.commit(0, [0, 1, 3])
+    cache.commit(1, [0])
+    assert cache.committed(0) == (1, 2, 3, 4, 5, 11, 13) and cache.committed(1) == (7, 8, 9)
+    nxt = lm.step(cache, [RowInput(s, (40,), (len(cache.committed(s)),)) for s in PROMPTS])
+    with torch.no_grad():
+        for slot in PROMPTS:
+            ref = model(torch.tensor([[*cache.committed(slot)[:-1], cache.committed(slot)[-1], 40]])).logits[0, -1]
+            assert torch.allclose(nxt.logits[slot][0], ref.float(), atol=1e-4)
+
+
+def test_attention_that_takes_no_tree_mask_is_refused():
+    model = tiny_llama(50, seed=0)
+    lm = HFCausalLM(model, "t")
+    assert lm.tree_refusal is None
+    model.config._attn_implementation = "flash_attention_2"
+    assert "takes no token tree's mask" in lm.tree_refusal
+
+
+@pytest.mark.parametrize("tree", ["2,2", "rank:3,1", "nodes=6"])
+def test_generate_with_a_tree_is_target_only_greedy(tiny_models, capsys, tree):
+    args = [
+        "generate",
+        "--target",
+        tiny_models[0],
+        "--draft",
+        tiny_models[1],
+        "-p",
+        "hello world",
+        "-p",
+        "def add(a, b):",
+    ]
+    code, out, err = run_cli([*args, "--max-new-tokens", "14", "--tree", tree, "--compare", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0, err
+    assert doc["identical_outputs"] is True
+    assert doc["stats"]["speculative"]["emitted_tokens"] == 28
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--tree", "0,2"], "--tree '0,2': every depth needs at least one child per node"),
+        (["--tree", "2,2", "--rule", "block", "--temperature", "0.7"], "block verification"),
+        (["--tree", "2,2", "-k", "3"], "sets each round's depth"),
+        (["--tree", "2", "--draft", "self:vocab=64"], "drafts chains only"),
+    ],
+)
+def test_a_tree_that_cannot_run_is_one_line(tiny_models, capsys, extra, message):
+    code, out, err = run_cli(["generate", "--target", tiny_models[0], "-p", "hello", *extra], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
