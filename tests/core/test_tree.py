@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from specd.core.tree import DraftTree, TreeBatch, leaf_of, uniforms_reached, trie, walk
+from specd.core.tree import DraftTree, TreeBatch, leaf_of, trie, uniforms_reached, walk
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import UsageError
 

@@ -53,7 +53,7 @@ def test_a_tree_steps_rows_are_each_nodes_own_branchs(family):
         model.config._attn_implementation = "eager"
     lm = HFCausalLM(model, family)
     cache = lm.new_cache()
-    for slot, prompt in PROMPTS.items():
+    for slot in PROMPTS:
         cache.open(slot)
     lm.step(cache, [RowInput(s, p[:-1], tuple(range(len(p) - 1))) for s, p in PROMPTS.items()], logits_for=0)
     for slot, prompt in PROMPTS.items():
