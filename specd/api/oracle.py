@@ -5,7 +5,7 @@ functions and a renderer; its ``--json`` document is the report's ``document``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specd.oracles.fixture import OracleConfig
@@ -78,6 +78,7 @@ def prove(
     layout: str = "replay_frontier",
     backend: str = "max_shift",
     jobs: int | None = None,
+    tree: str | Sequence[str] | None = None,
     **controls: float | int | None,
 ) -> OracleReport:
     """Prove specd's round exact on random tables over a vocabulary of ``vocab`` tokens with K = ``k``
@@ -86,7 +87,8 @@ def prove(
     ``rule``: maximal, invariant, block, both (the first two) or all. ``controls``: the target's
     further processors (min_p, presence_penalty, frequency_penalty, no_repeat_ngram_size). ``jobs``:
     processes the independent checks run on (default: the usable cores, at most 4, on Linux; 1 runs
-    them all in this process; the report is the same)."""
+    them all in this process; the report is the same). ``tree``: the token trees the tree checks
+    enumerate (a ``--tree`` spec or several; None: small defaults; "none": no tree checks)."""
     arguments = dict(locals())
     jobs = arguments.pop("jobs")
     return OracleReport._of(run_oracle(_config(arguments), jobs))
@@ -127,4 +129,7 @@ def _config(arguments: dict) -> OracleConfig:
     arguments.pop("sampler", None)
     for name in ("target_bias", "draft_bias"):
         arguments[name] = dict(arguments[name] or {})
+    if "tree" in arguments:  # one spec, several, or None (the defaults)
+        tree = arguments["tree"]
+        arguments["tree"] = (tree,) if isinstance(tree, str) else tuple(tree or ())
     return OracleConfig(**arguments, controls={n: v for n, v in controls.items() if v is not None})

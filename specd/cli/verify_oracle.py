@@ -75,6 +75,17 @@ Jobs = Annotated[
         "on Linux; 1: one process). The report is the same.",
     ),
 ]
+Tree = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tree",
+        metavar="SPEC",
+        help="A token tree the tree checks enumerate (repeatable: each starts a request, so one round holds "
+        "several): branching per depth like 2,2,1 or an EAGLE choices file, optionally prefixed sampled:, rank: or "
+        "iid: (otherwise each construction is checked). Default: small trees for --vocab and --k; none: no tree "
+        "checks.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
 
@@ -99,6 +110,7 @@ def verify_oracle(
     rule: Rule = "both",
     sampler: Sampler = None,
     jobs: Jobs = None,
+    tree: Tree = None,
     as_json: AsJson = False,
 ) -> None:
     """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
@@ -121,7 +133,15 @@ def verify_oracle(
         report = check_sampler(sampler, rule=rule, **fixture)
     else:
         report = prove(
-            horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, jobs=jobs, **fixture
+            horizon=horizon,
+            samples=samples,
+            layout=layout,
+            backend=backend,
+            lab=lab,
+            rule=rule,
+            jobs=jobs,
+            tree=tree,
+            **fixture,
         )
     if as_json:
         print_json(report.document)
@@ -171,9 +191,8 @@ def render(report: dict) -> None:
         for col in ("variant", "caught", "by", "evidence"):
             lab.add_column(col)
         for v in report["failure_lab"]:
-            lab.add_row(
-                v["variant"], "[green]yes[/]" if v["caught"] else "[red]NO[/]", v["caught_by"] or "-", v["detail"]
-            )
+            caught = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]n/a[/]"}[v["caught"]]
+            lab.add_row(v["variant"], caught, v["caught_by"] or "-", v["detail"])
         stdout.print(lab)
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     stdout.print(f"{verdict} in {report['elapsed_s']:.2f} s of oracle work")
