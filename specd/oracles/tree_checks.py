@@ -206,8 +206,8 @@ def check_tree_invariant(case: TreeCase, seeds: int = TREE_SEEDS) -> Check:
             compared += seeds
             wrong = [s for s in range(seeds) if got[s] != baseline[s]]
             if wrong and first is None:
-                s = wrong[0]
-                first = f"{drawn}/{layout}, seed {s}: tree {list(got[s])}, target-only {list(baseline[s])}"
+                s, trees = wrong[0], " ".join(shape.spec for shape in case.shapes_for(drawn))
+                first = f"trees {trees} ({layout}), seed {s}: tree text {list(got[s])}, target-only {list(baseline[s])}"
     in_law = law(rig, case.horizon, baseline)
     figures = {"shapes": case.specs, "seeds": seeds, "configurations": configurations, "texts_compared": compared}
     figures |= {"differ": 0 if first is None else 1, "target_only_not_the_gumbel_max_chain": anchored}

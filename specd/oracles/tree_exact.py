@@ -48,8 +48,8 @@ class ShapeFromHistory(KPolicy):
 
 
 def ragged_rig(rig: Rig, shapes: Sequence[TreeShape], prompts: Sequence[tuple[int, ...]]) -> Rig:
-    """``rig`` drafting trees: each request's shape by ``ShapeFromHistory`` (the first shape is the
-    run's ``--tree``, which the engine's checks see)."""
+    """``rig`` drafting trees: each request's shape by ``ShapeFromHistory`` (the engine's own tree is
+    the first shape, so whatever refuses a tree refuses this one)."""
     return rig.but(tree=shapes[0], k_policy_factory=lambda r: ShapeFromHistory(shapes, prompts))
 
 
@@ -83,7 +83,6 @@ class TreeEnumerator(Enumerator):
     def __init__(self, rig: Rig, horizon: int, completion: str, prompts: Sequence[tuple[int, ...]]):
         super().__init__(rig, horizon, completion)
         self.refs = {prompt: Reference(rig.but(prompt=prompt)) for prompt in prompts}
-        self.order = None
         self.agreement = Agreement()
         self._walks: dict[tuple[int, ...], TreeWalk] = {}
 

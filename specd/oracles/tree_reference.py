@@ -197,9 +197,10 @@ class TreeWalk:
 
     def _children(self, ctx, drawn: str, count: int, u: list[float], path: Path, known: dict) -> list[int]:
         """The tokens of a node's children: the cell's where the walk read them, else drawn at the
-        fill uniforms as production would. Only how many children each has moves the numbering, and
-        that depends on their contexts alone where a draft row's support does not move (full rows,
-        top-k), so the row's own arithmetic suffices."""
+        fill uniforms as production draws them. An untested child's token reaches the round only
+        through how many children its own subtree gets (the numbering of the nodes after it), the
+        same for every token wherever a draft row's support does not move (full rows, top-k): the
+        rows' float arithmetic suffices."""
         if drawn == "rank":
             return self.order(ctx)[:count]
         tokens: list[int] = []

@@ -58,7 +58,6 @@ def test_the_walk_reads_only_the_children_it_tests():
 @pytest.mark.parametrize(
     "cfg",
     [
-        OracleConfig(vocab=2, k=3),  # the full run's default trees
         OracleConfig(vocab=3, k=2, tree=("2", "1,2"), layout="retained_frontier", target_temperature=0.8),
         OracleConfig(vocab=2, k=2, tree=("rank:3,1", "iid:2", "sampled:1,2"), repetition_penalty=1.4),
         OracleConfig(vocab=3, k=1, tree=("3",), draft_temperature=0.0, seed=3),  # a greedy draft ranks its children
@@ -75,10 +74,16 @@ def test_a_correct_engine_passes_the_tree_checks_on_a_grid(cfg):
     assert check_tree_rational(case).passed
 
 
-def test_every_construction_is_checked_under_the_maximal_rule_and_each_probe_is_the_rules():
-    cfg = OracleConfig(vocab=2, k=3)
-    figures = check_tree_exact(tree_case(cfg)).figures
+def test_the_full_runs_trees_are_proved_under_every_construction_and_each_probe_is_the_rules():
+    cfg = OracleConfig(vocab=2, k=3)  # the default trees
+    case = tree_case(cfg)
+    check = check_tree_exact(case)
+    assert check.passed, check.detail
+    assert case.specs == ["2,1,1", "1,3"] and check.figures["trees_in_one_round"] >= 2
+    assert check_tree_greedy(case, cfg).passed and check_tree_rational(case).passed
+    figures = check.figures
     for drawn in ("sampled", "rank", "iid"):
+        assert figures[f"differ_{drawn}"] == 0
         assert figures[f"max_abs_diff_{drawn}"] <= 1e-12 and figures[f"mass_error_{drawn}"] <= 1e-12
         assert figures[f"requests_{drawn}"] == 3 * figures[f"cells_{drawn}"] > 0
         assert figures[f"largest_tree_{drawn}"] >= 4
