@@ -89,7 +89,7 @@ def tree_case(cfg: OracleConfig) -> TreeCase | None:
     given = [s.drawn for s in shapes if s.drawn is not None]
     constructions = ("as given",) if given else CONSTRUCTIONS
     depth = max(s.depth for s in shapes)
-    horizon = cfg.horizon if cfg.horizon is not None else depth + 1
+    horizon = max(depth + 1, cfg.horizon or 0)  # at least the deepest tree and its terminal in a first round
     if horizon > 1 and cfg.vocab**horizon > MAX_SEQUENCES:
         raise UsageError(f"--tree: vocab^horizon = {cfg.vocab}^{horizon} sequences (limit {MAX_SEQUENCES})")
     case = TreeCase(rig, shapes, constructions, prompts_for(rig, len(shapes)), horizon, cfg.seed)
@@ -148,6 +148,7 @@ def proved(figures: dict) -> bool:
         and figures["differ"] == 0
         and not figures["audit_errors"]
         and figures["cells"] > 0
+        and figures["largest_tree"] > 0  # a proof over rounds that drafted no tree would prove nothing here
     )
 
 

@@ -111,6 +111,13 @@ def test_the_invariant_rules_tree_text_is_target_only_sampling_and_block_refuses
     assert block.passed and "no tree form" in block.detail
 
 
+def test_a_short_horizon_still_drafts_the_whole_tree():
+    case = tree_case(OracleConfig(vocab=2, k=3, horizon=1, tree=("2,1",)))
+    assert case.horizon == 3  # the deepest tree and its terminal, in a first round
+    check = check_tree_exact(case)
+    assert check.passed and check.figures["largest_tree_sampled"] == 4  # 2 + 2 nodes
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
