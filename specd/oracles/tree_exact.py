@@ -25,7 +25,7 @@ from specd.core.state import Request, RequestState
 from specd.core.tree_shape import TreeShape
 from specd.oracles.exact import PROBES, UNUSED, Enumerator, Joint, Reference, target_joint
 from specd.oracles.montecarlo import audit_session
-from specd.oracles.rig import Rig
+from specd.oracles.rig import Rig, fold
 from specd.oracles.tree_reference import TreeWalk, construction
 from specd.policy.kpolicy import KPolicy
 
@@ -192,7 +192,6 @@ def draft_order(ref: Reference):
     rig = ref.rig
     if not rig.draft_policy.greedy:
         return None
-    from specd.oracles.rig import fold
 
     def order(ctx: tuple[int, ...]) -> list[int]:
         state = fold(rig.draft_policy.initial_state(rig.prompt), ctx[len(rig.prompt) :])

@@ -47,10 +47,6 @@ Row = Callable[[tuple[int, ...]], list]  # context (output and the branch's toke
 FILL = {"centre": 0.5, "left": 0.0, "right": 1.0 - 2.0**-53}
 
 
-class TooManyCells(Exception):
-    """A round has more cells than the caller's limit (``TreeWalk.cells``)."""
-
-
 @dataclass(frozen=True)
 class TreeCell:
     """One cell of a tree round: the interval of each uniform the walk reads, keyed by the rank path
@@ -103,7 +99,8 @@ class TreeWalk:
 
     def cells(self, context: tuple[int, ...], shape: TreeShape, drawn: str, limit: int | None = None) -> list[TreeCell]:
         """Every cell of one round from ``context`` (the output) drafting ``shape`` (already cut to
-        the round's depth) with children drawn as ``drawn`` says; past ``limit`` cells, TooManyCells."""
+        the round's depth) with children drawn as ``drawn`` says; past ``limit`` cells the walk stops
+        early (what it returns is then more than ``limit`` cells, not all of them)."""
         out: list[TreeCell] = []
         self.limit = limit
         self._node(Round(context, shape, drawn), context, (), Trail(self.one), out)
@@ -121,7 +118,7 @@ class TreeWalk:
         count = self.count(ctx, rnd.shape, rnd.drawn, path)
         p = self.p(ctx)
         if self.limit is not None and len(out) > self.limit:
-            raise TooManyCells(len(out))
+            return
         if count == 0:  # the bonus, from the node's own row
             out.extend(trail.ended(cells_of(p)))
             return
@@ -256,4 +253,4 @@ class Trail:
         ]
 
 
-__all__ = ["FILL", "PROBES", "Drafted", "TooManyCells", "TreeCell", "TreeWalk", "construction", "ranked"]
+__all__ = ["FILL", "PROBES", "Drafted", "TreeCell", "TreeWalk", "construction", "ranked"]
