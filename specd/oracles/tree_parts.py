@@ -16,7 +16,7 @@ from specd.oracles.tree_checks import (
     check_tree_rational,
     tree_case,
 )
-from specd.oracles.tree_lab import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
+from specd.oracles.tree_engine_lab import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
 
 Part = tuple[float, Callable[[], list]]
 

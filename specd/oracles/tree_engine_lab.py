@@ -1,6 +1,7 @@
-"""The failure lab's tree bugs: what other engines shipped or argued about in tree verification,
-each rebuilt on specd's engine with one component replaced through an extension point (the
-sampler, the proposer, the layout, or the target model's attention mask), each caught by name.
+"""The failure lab's tree bugs as engine variants: what other engines shipped or argued about in
+tree verification, each rebuilt on specd's engine with one component replaced through an extension
+point (the sampler, the proposer, the layout, or the target model's attention mask), each caught by
+name by the tree checks (``tree_checks``).
 
 The lab runs on its own small case: V = 3 (``TREE_LAB_VOCAB``: with two tokens a refused child
 leaves the next one the only token, so SpecInfer's residual and the exact one agree), the lab's
