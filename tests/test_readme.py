@@ -36,6 +36,7 @@ PAGES = [
             "safety",
             "performance",
             "layout",
+            "trees",
         )
     ),
 ]
@@ -48,6 +49,7 @@ GROUPS = {
         ("choosing-k.md", "prompt-sets.md", "oracle.md"),
         ("first.jsonl", "results.jsonl"),
     ),
+    "trees": (("trees.md",), ()),
     "traces-sweep-k": (
         ("traces.md", "sweep-k.md", "safety.md", "performance.md", "layout.md"),
         ("log.jsonl", "summary.csv", "tagged.jsonl", "acceptance.png", "sweep.png", "measured.csv", "measured.png"),

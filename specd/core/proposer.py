@@ -95,19 +95,6 @@ class Proposal:
         )
 
 
-def packed(
-    rows: Sequence[Sequence[torch.Tensor]], vocab: int, dtype: torch.dtype, device="cpu"
-) -> tuple[torch.Tensor, tuple[tuple[int, ...], ...]]:
-    """Per row, its q rows float[V] (one per draft) -> (q float[R_q, V], q_index): packed in row order."""
-    flat = [r for row in rows for r in row]
-    q = torch.stack(flat).to(dtype) if flat else torch.zeros(0, vocab, dtype=dtype, device=device)
-    index, start = [], 0
-    for row in rows:
-        index.append(tuple(range(start, start + len(row))))
-        start += len(row)
-    return q, tuple(index)
-
-
 class Proposer:
     """The interface. ``deterministic``: the proposal is a function of the published
     output alone (no draws), so the oracle enumerates one path with mass 1."""
@@ -254,7 +241,10 @@ class ModelProposer(Proposer):
     def propose(self, states, ks, cache, ctx, shapes=None):
         """Up to ks[b] levels of drafts for each row: a chain, or the tree shapes[b] asks for
         (``specd.core.tree_draft``: level by level, one draft call a level)."""
-        return draft_trees(self, states, ks, shapes, cache, ctx)
+        d = draft_trees(self, states, ks, shapes, cache, ctx)
+        return Proposal(
+            d.drafts, d.q, d.q_index, d.draws, self.staged_rows(states, d.staged), *d.first_call, trees=d.trees
+        )
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
         """One draft step -> the raw logit row after each row's last input, float[V] each. ``staged``

@@ -33,6 +33,7 @@ import torch
 from specd.core.model import RowInput
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import PolicyState
+from specd.core.rows import packed
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
 from specd.errors import EmptyDistribution, UsageError
@@ -77,11 +78,25 @@ def construction(shape: TreeShape | None, greedy: bool, noise) -> str:
     return asked or "sampled"
 
 
-def draft_trees(proposer, states, ks, shapes, cache, ctx):
-    """The proposal (``specd.core.proposer.Proposal``) of ``proposer`` (a ModelProposer) for each of
-    ``states``: up to ks[b] levels, each request's tree as shapes[b] says (None: a chain of ks[b])."""
-    from specd.core.proposer import Proposal, packed
+@dataclass(frozen=True)
+class Drafted:
+    """What a model draft drafted for a batch (a Proposal's parts, specd.core.proposer): per row its
+    nodes' tokens, the packed q rows and each node's row (-1: a point mass), the proposal uniforms read,
+    what it staged (slot -> hidden rows, a shared-body draft's), its first call (most tokens fed one row,
+    seconds) and per row its tree where that is not a chain."""
 
+    drafts: tuple[tuple[int, ...], ...]
+    q: torch.Tensor
+    q_index: tuple[tuple[int, ...], ...]
+    draws: tuple[int, ...]
+    staged: dict
+    first_call: tuple[int, float] = (0, 0.0)
+    trees: tuple[DraftTree | None, ...] = ()
+
+
+def draft_trees(proposer, states, ks, shapes, cache, ctx) -> Drafted:
+    """What ``proposer`` (a ModelProposer) drafts for each of ``states``: up to ks[b] levels, each
+    request's tree as shapes[b] says (None: a chain of ks[b])."""
     shapes = list(shapes) if shapes is not None else [None] * len(states)
     noise = ctx.noise if not proposer.policy.greedy else None  # the rule's: race under it, read no uniform
     ways = [construction(s, proposer.policy.greedy, noise) for s in shapes]
@@ -90,7 +105,7 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx):
     live = [b for b in range(len(states)) if ks[b] > 0]
     if not live:
         empty = packed([[] for _ in states], proposer.vocab_size, ctx.dtype, device)
-        return Proposal(tuple(() for _ in states), *empty, (0,) * len(states))
+        return Drafted(tuple(() for _ in states), *empty, (0,) * len(states), {})
     size = {b: shapes[b].cut(ks[b]).size if shapes[b] is not None else ks[b] for b in live}
     reads = [b for b in live if ways[b] != "rank" and noise is None]  # children drawn at proposal uniforms
     uniforms = {b: ctx.draws(states[b], "proposal", size[b]) for b in reads}
@@ -117,14 +132,14 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx):
     q, q_index = packed(kept_rows, proposer.vocab_size, ctx.dtype, device)
     q_index = tuple(_indices(rows_of, qi) for (_, rows_of), qi in zip(trees, q_index))
     tree_of = tuple(None if t.is_chain else t for t, _ in trees)
-    return Proposal(
+    return Drafted(
         tuple(t.tokens for t, _ in trees),
         q,
         q_index,
         tuple(g.draws for g in grown),
-        proposer.staged_rows(states, staged),
-        *first_call,
-        trees=tree_of if any(t is not None for t in tree_of) else (),
+        staged,
+        first_call,
+        tree_of if any(t is not None for t in tree_of) else (),
     )
 
 
