@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from specd.api import arguments as args
+from specd.errors import UsageError, shown
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_oracle, run_sampler_oracle
 
@@ -88,7 +90,7 @@ def prove(
     processes the independent checks run on (default: the usable cores, at most 4, on Linux; 1 runs
     them all in this process; the report is the same)."""
     arguments = dict(locals())
-    jobs = arguments.pop("jobs")
+    jobs = args.whole(arguments.pop("jobs"), "jobs", optional=True)  # run_oracle checks >= 1
     return OracleReport._of(run_oracle(_config(arguments), jobs))
 
 
@@ -117,14 +119,37 @@ def check_sampler(
     does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
     back): decisions that close to a boundary are reported as inconclusive, not as wrong."""
     arguments = {**locals(), "lab": False}
-    rounding = arguments.pop("input_rounding")
+    rounding = args.number(arguments.pop("input_rounding"), "input_rounding")
+    if not 0 <= rounding < 1:
+        raise UsageError(f"input_rounding is a relative change in [0, 1), got {shown(rounding)}")
     return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding))
 
 
+WHOLE = ("vocab", "k", "seed", "samples")  # the fixture's integers; its optional ones: horizon, jobs
+NUMBERS = ("target_temperature", "draft_temperature")
+TEXTS = ("rule", "layout", "backend")
+CONTROLS = ("min_p", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size")  # **controls' names
+
+
 def _config(arguments: dict) -> OracleConfig:
-    """The oracle's fixture from a call's arguments (its extra keywords: the target's controls)."""
+    """The oracle's fixture from a call's arguments (its extra keywords: the target's controls),
+    each argument's type checked by name (the fixture checks the ranges)."""
     controls = arguments.pop("controls")
     arguments.pop("sampler", None)
+    given = lambda names: (name for name in names if name in arguments)  # noqa: E731 - check_sampler has fewer
+    for name in given(WHOLE):
+        args.whole(arguments[name], name)
+    args.whole(arguments.get("horizon"), "horizon", optional=True)
+    for name in given(NUMBERS):  # types here; ranges (finite, positive) in the fixture, named by their flags
+        args.number(arguments[name], name, finite=False)
+    args.number(arguments["repetition_penalty"], "repetition_penalty", optional=True, finite=False)
+    for name in given(TEXTS):
+        args.text(arguments[name], name)
+    args.flag(arguments["lab"], "lab")
     for name in ("target_bias", "draft_bias"):
-        arguments[name] = dict(arguments[name] or {})
+        arguments[name] = args.biases(arguments[name], name)
+    for name, value in controls.items():
+        if name not in CONTROLS:
+            raise UsageError(f"unknown option {shown(name)}; the target's controls are {', '.join(CONTROLS)}")
+        args.number(value, name, optional=True, finite=False)
     return OracleConfig(**arguments, controls={n: v for n, v in controls.items() if v is not None})

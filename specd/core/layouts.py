@@ -22,7 +22,7 @@ import torch
 from specd.core.kv import KVRows
 from specd.core.model import RowInput
 from specd.core.state import RequestState
-from specd.errors import CacheIdentityError, UnknownLayout
+from specd.errors import CacheIdentityError, UnknownLayout, shown
 
 
 @dataclass(frozen=True)
@@ -123,4 +123,4 @@ def make_layout(name: str) -> FrontierLayout:
     try:
         return LAYOUTS[name]()
     except KeyError:
-        raise UnknownLayout(f"unknown layout {name!r}; choose one of {', '.join(LAYOUTS)}") from None
+        raise UnknownLayout(f"unknown layout {shown(name)}; choose one of {', '.join(LAYOUTS)}") from None

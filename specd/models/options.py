@@ -28,7 +28,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.probability import BACKENDS
 from specd.core.proposer import check_draft_stop
 from specd.core.rules import RULES
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
@@ -55,7 +55,7 @@ def batch_size_value(value, where):
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE
     ):
-        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE} (an integer), got {value!r}")
+        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE} (an integer), got {shown(value)}")
 
 
 def stop_strings(value, where):
@@ -65,7 +65,7 @@ def stop_strings(value, where):
 
 def device_map_value(value, where):
     if value not in (None, "auto"):
-        raise UsageError(f"{where} takes auto, got {value!r}")
+        raise UsageError(f"{where} takes auto, got {shown(value)}")
 
 
 def draft_value(value, where):
@@ -372,9 +372,9 @@ def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
     for part in text.split(","):
         device, sep, size = part.strip().partition("=")
         if not sep or not size or not (device in ("cpu", "disk", "mps") or device.isdigit()):
-            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {text!r}")
+            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {shown(text)}")
         if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
-            raise UsageError(f"{where}: {size!r} is not a size like 512MiB or 30GiB")
+            raise UsageError(f"{where}: {shown(size)} is not a size like 512MiB or 30GiB")
         out[int(device) if device.isdigit() else device] = size.strip()
     return out
 

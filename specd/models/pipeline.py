@@ -24,7 +24,7 @@ from specd.core.session import RequestLog
 from specd.core.sources import SourceSet
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.admission import EventSpace, admit
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
@@ -158,7 +158,7 @@ class Pipeline:
         else:
             ids = self.tokenizer(item.text, add_special_tokens=True)["input_ids"]
         if not ids:
-            raise UsageError(f"prompt {item.request_id!r} encodes to no tokens")
+            raise UsageError(f"prompt {shown(item.request_id)} encodes to no tokens")
         return tuple(int(t) for t in ids)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -323,7 +323,7 @@ class Pipeline:
             if self.context is not None:
                 if len(prompt) >= self.context:
                     raise UsageError(
-                        f"prompt {item.request_id!r} has {len(prompt)} tokens, but the model reads at most "
+                        f"prompt {shown(item.request_id)} has {len(prompt)} tokens, but the model reads at most "
                         f"{self.context} positions: nothing can be generated after it; shorten it"
                     )
                 allowed = min(budget, self.context - len(prompt))

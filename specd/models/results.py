@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from specd.errors import ResumeMismatch, UsageError, WriteFailed
+from specd.errors import ResumeMismatch, UsageError, WriteFailed, shown
 from specd.files import (
     MAX_CONFIG_BYTES,
     STDOUT,
@@ -197,7 +197,7 @@ class RequestLines:
         strangers = [rid for rid in finished if rid not in self.position]
         if strangers:
             raise ResumeMismatch(
-                f"--resume: {path} holds requests that are not in this prompt set (e.g. {strangers[0]!r}); "
+                f"--resume: {path} holds requests that are not in this prompt set (e.g. {shown(strangers[0])}); "
                 "resume with the same prompts"
             )
         self.groups = {rid: g for rid, g in group_lines.items() if rid in finished}
@@ -317,7 +317,7 @@ class PromptSetFiles:
                 prompt = json.loads(lines[-1]).get("prompt")
                 if prompt != texts[rid]:
                     raise ResumeMismatch(
-                        f"--resume: {f.path} holds request {rid!r} with another prompt than this prompt set's; "
+                        f"--resume: {f.path} holds request {shown(rid)} with another prompt than this prompt set's; "
                         "resume with the same prompts"
                     )
 
@@ -362,12 +362,14 @@ def load_k_schedules(path: str) -> dict[str, tuple[tuple[int, str | None], ...]]
         if rid is None or schedule is None:
             continue
         if not isinstance(schedule, list) or not all(type(k) is int and k >= 0 for k in schedule):
-            raise UsageError(f"--k-schedule {path}: request {rid!r} has a k_schedule that is not a list of K >= 0")
+            raise UsageError(f"--k-schedule {path}: request {shown(rid)} has a k_schedule that is not a list of K >= 0")
         sources = acceptance.get("source_schedule", [None] * len(schedule))
         if not isinstance(sources, list) or len(sources) != len(schedule):
-            raise UsageError(f"--k-schedule {path}: request {rid!r} has a source_schedule unlike its k_schedule")
+            raise UsageError(f"--k-schedule {path}: request {shown(rid)} has a source_schedule unlike its k_schedule")
         if not all(s is None or isinstance(s, str) for s in sources):
-            raise UsageError(f"--k-schedule {path}: request {rid!r} has a source_schedule that is not a list of names")
+            raise UsageError(
+                f"--k-schedule {path}: request {shown(rid)} has a source_schedule that is not a list of names"
+            )
         schedules[str(rid)] = tuple((k, s or None) for k, s in zip(schedule, sources))
     if not schedules:
         raise UsageError(

@@ -37,7 +37,7 @@ from unittest import mock
 import torch
 
 from specd.core.sampler import RejectionSampler, Rows
-from specd.errors import SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError, one_line
+from specd.errors import SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError, one_line, shown
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def isolated(what: str, passthrough: tuple[type, ...] = ()):
     except SamplerFailed:
         raise
     except SystemExit as err:
-        raise SamplerFailed(f"{what} exited (SystemExit {err.code!r}) instead of returning", "exited") from None
+        raise SamplerFailed(f"{what} exited (SystemExit {shown(err.code)}) instead of returning", "exited") from None
     except Exception as err:  # noqa: BLE001 - the code under test can fail in any way
         raise SamplerFailed(f"{what} raised {type(err).__name__}: {one_line(str(err), 200)}", "raised") from None
 
@@ -254,21 +254,21 @@ def load_sampler(spec: str) -> SamplerUnderTest:
         return SamplerUnderTest(spec, build(), description, rounding)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"--sampler takes module:attr or one of {', '.join(SHIPPED)}; got {spec!r}")
+        raise UsageError(f"--sampler takes module:attr or one of {', '.join(SHIPPED)}; got {shown(spec)}")
     added = os.getcwd() not in sys.path  # a module beside the user, as `python -m` would find it
     if added:
         sys.path.insert(0, os.getcwd())
     if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name):
-        raise UsageError(f"--sampler {spec!r}: {module_name!r} is not a Python module name")
+        raise UsageError(f"--sampler {shown(spec)}: {shown(module_name)} is not a Python module name")
     try:
-        with loading(f"the sampler module {module_name!r}, on import,"):
+        with loading(f"the sampler module {shown(module_name)}, on import,"):
             try:
                 found = importlib.util.find_spec(module_name)  # imports the parent packages
             except ModuleNotFoundError:
                 found = None
             if found is None:
                 raise UsageError(
-                    f"cannot import the sampler module {module_name!r}: no such module (looked beside you and on "
+                    f"cannot import the sampler module {shown(module_name)}: no such module (looked beside you and on "
                     "the Python path)"
                 )
             module = importlib.import_module(module_name)
@@ -278,7 +278,7 @@ def load_sampler(spec: str) -> SamplerUnderTest:
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+            raise UsageError(f"module {shown(module_name)} has no attribute {shown(attr)}")
         obj = getattr(obj, part)
     return as_sampler(obj, spec)
 
