@@ -29,7 +29,7 @@ from specd.core.proposer import ModelProposer, NgramProposer, Proposer
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError, shown
-from specd.files import identity
+from specd.files import check_path_name, identity
 from specd.models.hf import HFCausalLM
 from specd.models.numbers import integer
 
@@ -83,6 +83,7 @@ def parse_draft(spec: str | None) -> DraftSpec | None:
             f"--draft: unknown draft source {shown(spec)}; use self:bf16, self:fp16, self:layers=N, self:vocab=N, "
             "ngram:N, suffix, suffix:run or a model"
         )
+    check_path_name(spec, "--draft")  # a folder or a hub id
     return DraftSpec("model", spec, spec)
 
 

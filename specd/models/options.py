@@ -29,6 +29,7 @@ from specd.core.probability import BACKENDS
 from specd.core.proposer import check_draft_stop
 from specd.core.rules import RULES
 from specd.errors import UsageError, shown
+from specd.files import check_path_name
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
@@ -68,6 +69,11 @@ def device_map_value(value, where):
         raise UsageError(f"{where} takes auto, got {shown(value)}")
 
 
+def path_value(value, where):
+    if value is not None:
+        check_path_name(value, where)  # a folder, a hub id or a file
+
+
 def draft_value(value, where):
     parse_drafts(value)  # an unknown, repeated or empty source is refused by name
 
@@ -85,6 +91,7 @@ class GenerateOptions:
         "--target",
         kind="str?",
         help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct.",
+        check=path_value,
     )
     draft: str | None = option(
         None,
@@ -103,8 +110,12 @@ class GenerateOptions:
         help="The frequency table self:vocab=N takes its N tokens from (a specd.vocab-frequency/v1 file). Default: "
         "the embedded model's shipped table, else one built from your target on first use and cached.",
     )
-    target_gguf: str | None = option(None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).")
-    draft_gguf: str | None = option(None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).")
+    target_gguf: str | None = option(
+        None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).", check=path_value
+    )
+    draft_gguf: str | None = option(
+        None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).", check=path_value
+    )
     trust_remote_code: bool = option(
         False,
         "--trust-remote-code",

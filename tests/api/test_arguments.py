@@ -51,6 +51,8 @@ BAD = [
     (lambda p: specd.sweep("not a pair"), "sweep takes a specd.Pair (from specd.Pair.load), got 'not a pair'"),
     (lambda p: specd.sweep(p, prompts=5), "prompts must be a string or a list of strings"),
     (lambda p: specd.sweep(p, repeats=1.5), "repeats must be an integer"),
+    (lambda p: specd.Pair.load("x" * 10000), "(10000 characters) is too long for a file name or path"),
+    (lambda p: p.generate("a", out="d/" + "x" * 300), "results file 'd/xxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx'"),
 ]
 
 
