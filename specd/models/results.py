@@ -255,6 +255,26 @@ class RequestLines:
         self.groups[rid] = lines
         self.file_order.append(rid)
 
+    def _sync_and_close(self) -> None:
+        """Sync and close the file. Its failure (a full disk: data still buffered, or the file
+        system's own write-back) is WriteFailed naming the file, unless a write already failed and
+        says so (then the line being raised is that one, not a second one about the same disk)."""
+        if self._fh is None or self.to_stdout:
+            return
+        try:
+            try:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            finally:
+                self._fh.close()  # the descriptor is closed even when its flush fails
+        except OSError as err:
+            if self._failed is None:
+                self._failed = (
+                    f"cannot write the {self.what} {self.path}: {write_failure(err)}; the {self.written} "
+                    "request(s) written before are kept (run again with --resume once it is fixed)"
+                )
+                raise WriteFailed(self._failed) from None
+
     def close(self) -> None:
         """Write whatever finished and still waits (out of order if the run stopped early); once
         every request of the prompt set is in, put the file in input order."""
@@ -263,11 +283,7 @@ class RequestLines:
                 self._write(rid, lines)
         finally:
             self.waiting.clear()
-            if self._fh is not None and not self.to_stdout:
-                try:
-                    os.fsync(self._fh.fileno())
-                finally:
-                    self._fh.close()
+            self._sync_and_close()
         complete = all(rid in self.groups for rid in self.order)
         in_order = self.file_order == [rid for rid in self.order if rid in self.groups]
         cleanup = self._fh is None and self._prefix is not None and bool(self.groups)  # resumed, nothing new
