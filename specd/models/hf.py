@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 import torch
 
@@ -24,6 +23,7 @@ from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
 from specd.errors import CacheIdentityError, UsageError
 from specd.models import cache_compat
+from specd.models.modes import own_call
 from specd.models.products import ProductForms, forms_of
 
 COMPACT_MIN_POSITIONS = 64  # below this, holes cost less than a gather
@@ -67,10 +67,8 @@ class OutputHead:
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden float[..., n, D] -> logits float[..., n, V]."""
-        if self.forms is None:
-            logits = torch.nn.functional.linear(hidden, self.weight, self.bias)
-        else:
-            logits = self.forms.product(hidden, self.weight, self.bias)
+        product = torch.nn.functional.linear if self.forms is None else self.forms.product
+        logits = product(hidden, self.weight, self.bias)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -252,6 +250,7 @@ class HFCausalLM:
         plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
         self.forms = forms_of(model) if plain_cpu else None
         self.head = self._split_head(model)
+        self.modules = tuple(model.modules())
 
     def _split_head(self, model) -> OutputHead | None:
         """Run the trunk and our own head when the model's logits are exactly lm_head(hidden)."""
@@ -276,8 +275,8 @@ class HFCausalLM:
         return self.head is not None
 
     def engaged(self):
-        """The context of this adapter's own calls: products in their chosen forms (CPU)."""
-        return self.forms.engaged() if self.forms is not None else nullcontext()
+        """The context of this adapter's own calls: eval mode, products in their chosen forms (CPU)."""
+        return own_call(self.modules, self.forms)
 
     @torch.no_grad()
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:

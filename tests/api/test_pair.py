@@ -137,6 +137,27 @@ def test_a_model_in_training_mode_decodes_in_eval_mode(objects):
         target.eval()
 
 
+def test_a_model_put_back_in_training_mode_still_decodes_in_eval_mode(objects):
+    """Issue 50: ``model.train()`` after ``Pair.load`` (dropout on) made greedy calls decode other text
+    with nothing said. Each call runs in eval mode and leaves the model as it found it."""
+    from tests.hf_helpers import tiny_llama
+
+    _, _, tok = objects
+    target = tiny_llama(len(tok), seed=4, eos=tok.eos_token_id)
+    for module in target.modules():
+        if hasattr(module, "attention_dropout"):
+            module.attention_dropout = 0.5  # dropout that changes the logits in training mode
+    pair = specd.Pair.load(target, "suffix,self:layers=1", tokenizer=tok)
+    expected = pair.generate(PROMPTS, max_new_tokens=12, temperature=0, k=3).texts
+    target.train()
+    try:
+        for _ in range(2):
+            assert pair.generate(PROMPTS, max_new_tokens=12, temperature=0, k=3).texts == expected
+            assert target.training and all(m.training for m in target.modules())  # left as the owner set it
+    finally:
+        target.eval()
+
+
 def test_the_same_request_from_python_and_from_the_command_line_agrees(tiny_models, capsys):
     """Every field of every result and every statistic but the timings, sampled, two prompts."""
     target, draft = tiny_models
