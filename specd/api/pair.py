@@ -192,7 +192,9 @@ class Pair:
             TARGET_ONLY: pipe.run(items, baseline=True, record_log=False, batch_size=size),
             SPECULATIVE: pipe.run(items, record_log=False, batch_size=size),
         }
-        parted = divergences(pipe, items, runs[TARGET_ONLY], runs[SPECULATIVE]) if pipe.target_policy.greedy else []
+        with pipe.exclusive():  # the target scores where the texts part, outside any round
+            greedy = pipe.target_policy.greedy
+            parted = divergences(pipe, items, runs[TARGET_ONLY], runs[SPECULATIVE]) if greedy else []
         return Comparison(
             Generation._of(runs[TARGET_ONLY]),
             Generation._of(runs[SPECULATIVE]),

@@ -73,7 +73,8 @@ def sweep(
     texts = None if prompts is None else args.prompts(prompts)  # a string is one prompt
     args.whole(max_new_tokens, "max_new_tokens", 1)
     args.whole(repeats, "repeats")
-    result = measure(pair._pipe, ks, batches, texts, max_new_tokens=max_new_tokens, repeats=repeats)
+    with pair._pipe.exclusive():  # it times the models' calls: another thread's would be in its figures
+        result = measure(pair._pipe, ks, batches, texts, max_new_tokens=max_new_tokens, repeats=repeats)
     return _frame(ledger_records(result.rows, "measured", result.measured))
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -29,6 +30,7 @@ from specd.models.admission import EventSpace, admit
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
 from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
+from specd.models.exclusive import exclusive
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM, logit_width
@@ -44,6 +46,8 @@ from specd.policy.autok import auto_k_over
 from specd.policy.costs import OnlineCosts
 from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
+T = TypeVar("T")
+_DONE = object()  # the end of a stream of events
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
 
 
@@ -278,11 +282,12 @@ class Pipeline:
         stops = StopStrings(self.decode, self.options.stop)
         results: dict[str, RequestResult] = {}
         t0 = time.perf_counter()
-        session = engine.start()
-        session.submit(requests)
+        with self.exclusive():
+            session = engine.start()
+            session.submit(requests)
         delta = Deltas()
         events = decode_events(session, batch_size, stops if stops.stops or texts else None)
-        for finished, state, emitted in events:
+        for finished, state, emitted in self.exclusively(events):
             if finished:
                 item = by_id[state.request_id]
                 text, tokens = stops.cut(state.request_id, state.new_tokens)
@@ -306,12 +311,34 @@ class Pipeline:
                 yield new
             if on_publish is not None:
                 on_publish(state, emitted)
-        run_result = session.result()
-        if session.sync is not None:
-            session.sync()  # the wall time is the work's, not its launch's
+        with self.exclusive():
+            run_result = session.result()
+            if session.sync is not None:
+                session.sync()  # the wall time is the work's, not its launch's
         wall = time.perf_counter() - t0
         ordered = tuple(results[i.request_id] for i in items)
         return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes)
+
+    @property
+    def models(self) -> list[torch.nn.Module]:
+        """Every model this pipeline runs: the target's and each draft source's."""
+        sources = self.proposer.sources if self.proposer is not None else ()
+        lms = [self.target, *(getattr(s, "model", None) for s in sources)]
+        return [lm.model for lm in lms if isinstance(getattr(lm, "model", None), torch.nn.Module)]
+
+    def exclusive(self):
+        """Hold every model of the pipeline (specd.models.exclusive): one call at a time on each."""
+        return exclusive(self.models)
+
+    def exclusively(self, events: Iterator[T]) -> Iterator[T]:
+        """``events`` with each step (a round and its events) taken holding the models: two threads on
+        one pair interleave round by round, each decoding as it would alone."""
+        while True:
+            with self.exclusive():
+                event = next(events, _DONE)
+            if event is _DONE:
+                return
+            yield event
 
     def requests(self, items: Sequence[PromptItem], budget: int) -> tuple[list[Request], tuple[str, ...]]:
         """Encode every prompt; a prompt that fills the models' context is refused, and a budget
