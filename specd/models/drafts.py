@@ -105,6 +105,20 @@ def parse_drafts(text: str | None) -> tuple[DraftSpec, ...]:
     return specs
 
 
+def fit_default(text: str, specs: tuple[DraftSpec, ...], dtype: torch.dtype) -> tuple[str, tuple, str | None]:
+    """A default draft list (the user named none) on a target loaded in ``dtype`` -> (the list, its
+    sources, a note saying what was left out, or None): without a copy of the target in its own dtype
+    (self:bf16 on a bfloat16 target: a second target, as slow). A list the user names keeps such a
+    source, and ``build_proposer`` refuses it."""
+    kept = tuple(s for s in specs if not (s.kind == "self-dtype" and s.value == dtype))
+    if len(kept) == len(specs):
+        return text, specs, None
+    names = ",".join(s.text for s in kept)
+    left = ", ".join(s.text for s in specs if s not in kept)
+    dtype_name = str(dtype).removeprefix("torch.")
+    return names, kept, f"draft: {names} (the default {text} without {left}: the target is already in {dtype_name})"
+
+
 def early_exit_model(model: torch.nn.Module, layers: int) -> torch.nn.Module:
     """A view of the target that stops after ``layers`` decoder layers (weights shared, not copied)."""
     inner = getattr(model, "model", None)

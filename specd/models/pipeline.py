@@ -28,7 +28,7 @@ from specd.core.stops import StopStrings
 from specd.errors import UsageError, shown
 from specd.models.admission import EventSpace, admit
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
-from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
+from specd.models.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.exclusive import exclusive
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
@@ -87,6 +87,7 @@ class Pipeline:
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
+        defaulted = with_draft and not (opts.draft or opts.draft_gguf)
         opts, specs = draft_specs(opts, embedded, with_draft, report)
         # A local folder's generation_config.json is read (and refused if broken) before anything loads.
         generation = read_folder(opts.generation_config, opts.target) if opts.target else None
@@ -98,6 +99,11 @@ class Pipeline:
         if shared:
             checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
         target, loaded_draft = load_models(opts, specs, dtype, device, given, tokenizer)
+        if defaulted:  # never a copy of the target in its own dtype (self:bf16 on a bfloat16 target)
+            draft, specs, note = fit_default(opts.draft, specs, next(target.model.parameters()).dtype)
+            opts = dataclasses.replace(opts, draft=draft)
+            if note and report is not None:
+                report(note)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
