@@ -196,6 +196,19 @@ class SamplerFailed(SpecdError):
         self.finding = finding
 
 
+class SamplerAborted(SpecdError):
+    """A sampler under test in its own process (specd.oracles.sandbox) ended that process (exit,
+    crash), forked it, or did not answer within its time limit: nothing more can be asked of it.
+    Never a refusal (a raised error is one): the check it was in fails, naming ``finding``
+    (``exited``, ``crashed``, ``forked``, ``timed_out``, ``broke_the_channel``)."""
+
+    code = "sampler_aborted"
+
+    def __init__(self, message: str, finding: str):
+        super().__init__(message)
+        self.finding = finding
+
+
 # -- files ----------------------------------------------------------------------------
 class BadTrace(UsageError):
     code = "bad_trace"

@@ -12,6 +12,7 @@ from specd.api import arguments as args
 from specd.errors import UsageError, shown
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_oracle, run_sampler_oracle
+from specd.oracles.sandbox import DEFAULT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def check_sampler(
     draft_bias: Mapping[int, float] | None = None,
     repetition_penalty: float | None = None,
     input_rounding: float = 0.0,
+    timeout: float = DEFAULT_TIMEOUT,
     **controls: float | int | None,
 ) -> OracleReport:
     """Check a speculative sampler against the exact law (``specd verify-oracle --sampler``).
@@ -117,12 +119,22 @@ def check_sampler(
     "module:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
     options are ``prove``'s. ``input_rounding``: the relative change the sampler's own handling
     does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
-    back): decisions that close to a boundary are reported as inconclusive, not as wrong."""
+    back): decisions that close to a boundary are reported as inconclusive, not as wrong.
+
+    The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
+    a call that ends that process (``os._exit``, a crash), forks it, or does not return within
+    ``timeout`` seconds fails the check it was in, naming it (``exited``, ``crashed``, ``forked``,
+    ``timed_out``), and this process carries on to its report; what the sampler prints goes to
+    standard error. Its process is a fork of this one: the sampler sees this process's state, and
+    what it changes there stays there."""
     arguments = {**locals(), "lab": False}
     rounding = args.number(arguments.pop("input_rounding"), "input_rounding")
     if not 0 <= rounding < 1:
         raise UsageError(f"input_rounding is a relative change in [0, 1), got {shown(rounding)}")
-    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding))
+    limit = args.number(arguments.pop("timeout"), "timeout")
+    if limit <= 0:
+        raise UsageError(f"timeout must be a number of seconds > 0, got {shown(limit)}")
+    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit))
 
 
 WHOLE = ("vocab", "k", "seed", "samples")  # the fixture's integers; its optional ones: horizon, jobs

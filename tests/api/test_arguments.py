@@ -44,6 +44,8 @@ BAD = [
     (lambda p: specd.check_sampler("specd", input_rounding=math.nan), "input_rounding must be a finite number"),
     (lambda p: specd.check_sampler("specd", input_rounding=-1), "input_rounding is a relative change in [0, 1)"),
     (lambda p: specd.check_sampler("specd", input_rounding="x"), "input_rounding must be a number, got 'x' (str)"),
+    (lambda p: specd.check_sampler("specd", timeout=0), "timeout must be a number of seconds > 0"),
+    (lambda p: specd.check_sampler("specd", timeout=math.inf), "timeout must be a finite number"),
     (lambda p: specd.read_log(0), "read_log(path) must be a path (a str or os.PathLike), got 0 (int)"),
     (lambda p: specd.read_log(None), "read_log(path) must be a path"),
     (lambda p: specd.summarize_log(1), "summarize_log(path) must be a path"),
