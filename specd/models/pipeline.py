@@ -100,10 +100,7 @@ class Pipeline:
             checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
         target, loaded_draft = load_models(opts, specs, dtype, device, given, tokenizer)
         if defaulted:  # never a copy of the target in its own dtype (self:bf16 on a bfloat16 target)
-            draft, specs, note = fit_default(opts.draft, specs, next(target.model.parameters()).dtype)
-            opts = dataclasses.replace(opts, draft=draft)
-            if note and report is not None:
-                report(note)
+            opts, specs = default_fitted(opts, specs, target.model, report)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
@@ -406,6 +403,14 @@ def draft_specs(opts: GenerateOptions, embedded, with_draft: bool, report) -> tu
     if with_draft and opts.draft_gguf:
         specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
     return opts, specs
+
+
+def default_fitted(opts: GenerateOptions, specs: tuple, model, report) -> tuple[GenerateOptions, tuple]:
+    """The default draft list fitted to the loaded target's dtype (``fit_default``), said once."""
+    draft, specs, note = fit_default(opts.draft, specs, next(model.parameters()).dtype)
+    if note and report is not None:
+        report(note)
+    return dataclasses.replace(opts, draft=draft), specs
 
 
 def load_models(opts: GenerateOptions, specs, dtype, device, given: Mapping[str, Loaded], tokenizer) -> tuple:
