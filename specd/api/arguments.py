@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any  # each checker returns the value it checked (None only where optional)
 
 from specd.errors import UsageError, shown
 
@@ -15,7 +16,7 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-def whole(value, name: str, minimum: int | None = None, optional: bool = False) -> int | None:
+def whole(value, name: str, minimum: int | None = None, optional: bool = False) -> Any:
     """An integer (not a bool, not 2.0, not "2"), at least ``minimum``; None where ``optional``."""
     if value is None and optional:
         return None
@@ -27,7 +28,7 @@ def whole(value, name: str, minimum: int | None = None, optional: bool = False) 
     return value
 
 
-def number(value, name: str, optional: bool = False, finite: bool = True) -> float | None:
+def number(value, name: str, optional: bool = False, finite: bool = True) -> Any:
     """A real number (an int or a float; not a bool, not a string), finite unless told (a range check
     downstream then names it); None where ``optional``."""
     if value is None and optional:
@@ -45,7 +46,7 @@ def flag(value, name: str) -> bool:
     return value
 
 
-def text(value, name: str, optional: bool = False) -> str | None:
+def text(value, name: str, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     if not isinstance(value, str):
@@ -65,7 +66,7 @@ def biases(value, name: str) -> dict[int, float]:
     return dict(value)
 
 
-def path(value, name: str, optional: bool = False) -> str | None:
+def path(value, name: str, optional: bool = False) -> Any:
     """A file's path: a string or an os.PathLike; an int (a file descriptor) is not a path."""
     if value is None and optional:
         return None
