@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specd.api.oracle import CheckResult, OracleReport, check_sampler
+from specd.oracles.sandbox import DEFAULT_TIMEOUT
 
 __all__ = ["assert_sampler_exact"]
 
@@ -27,13 +28,16 @@ def assert_sampler_exact(
     k: int = 3,
     seed: int = 0,
     input_rounding: float = 0.0,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> OracleReport:
     """Check ``sampler`` against the exact law of ``rule`` (maximal: the token-wise rule; block: block
     verification) on random tables with ``vocab`` tokens and K = ``k``; return the report if it
     passes, else raise AssertionError naming each failed check and what it found, the minimal
-    counterexample, and the probability mass that moved there. ``input_rounding``: as in
-    ``specd.check_sampler``."""
-    report = check_sampler(sampler, rule=rule, vocab=vocab, k=k, seed=seed, input_rounding=input_rounding)
+    counterexample, and the probability mass that moved there. ``input_rounding``, ``timeout`` (the
+    seconds a call may take in the sampler's own process): as in ``specd.check_sampler``."""
+    report = check_sampler(
+        sampler, rule=rule, vocab=vocab, k=k, seed=seed, input_rounding=input_rounding, timeout=timeout
+    )
     if not report.passed:
         raise AssertionError(failure_message(report))
     return report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -9,8 +10,9 @@ from rich.table import Table
 
 from specd.api.oracle import check_sampler, prove
 from specd.cli.common import parse_bias, print_json, stdout
-from specd.errors import printable
+from specd.errors import UsageError, printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
+from specd.oracles.sandbox import DEFAULT_TIMEOUT
 
 # The flags, declared once each (typer reads them off the annotations).
 Vocab = Annotated[
@@ -67,6 +69,14 @@ Sampler = Annotated[
         "which runs that module's code: name only code you trust.",
     ),
 ]
+SamplerTimeout = Annotated[
+    float | None,
+    typer.Option(
+        "--sampler-timeout",
+        help=f"Seconds one call of --sampler's sampler may take in its own process (default {DEFAULT_TIMEOUT:g}); "
+        "a call that takes longer fails its check (timed_out).",
+    ),
+]
 Jobs = Annotated[
     int | None,
     typer.Option(
@@ -98,6 +108,7 @@ def verify_oracle(
     lab: Lab = True,
     rule: Rule = "both",
     sampler: Sampler = None,
+    sampler_timeout: SamplerTimeout = None,
     jobs: Jobs = None,
     as_json: AsJson = False,
 ) -> None:
@@ -117,8 +128,13 @@ def verify_oracle(
         frequency_penalty=frequency_penalty,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    if sampler_timeout is not None and sampler is None:
+        raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
     if sampler is not None:
-        report = check_sampler(sampler, rule=rule, **fixture)
+        limit = DEFAULT_TIMEOUT if sampler_timeout is None else sampler_timeout
+        if not math.isfinite(limit) or limit <= 0:
+            raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
+        report = check_sampler(sampler, rule=rule, timeout=limit, **fixture)
     else:
         report = prove(
             horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, jobs=jobs, **fixture

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specd.core.stats import RoundCounts, acceptance_figures
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 
 
 def frames(requests: list[dict], rounds: list[dict]) -> pd.DataFrame:
@@ -71,7 +71,7 @@ def summarize(requests: list[dict], rounds: list[dict], by: str | None = None) -
     rnds = frames(requests, rounds)
     key = by or "request_id"
     if not rnds.empty and key not in rnds.columns:
-        raise UsageError(f"--by {key!r}: no such column (have: {', '.join(sorted(rnds.columns))})")
+        raise UsageError(f"--by {shown(key)}: no such column (have: {', '.join(sorted(rnds.columns))})")
     groups = {}
     if not rnds.empty:
         for value, g in rnds.groupby(key, dropna=False, sort=True):
