@@ -96,6 +96,7 @@ def check_sampler(
     sampler: Callable | str,
     *,
     rule: str = "maximal",
+    tree: str | None = None,
     vocab: int = 2,
     k: int = 3,
     seed: int = 0,
@@ -115,10 +116,19 @@ def check_sampler(
     "module:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
     options are ``prove``'s. ``input_rounding``: the relative change the sampler's own handling
     does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
-    back): decisions that close to a boundary are reported as inconclusive, not as wrong."""
+    back): decisions that close to a boundary are reported as inconclusive, not as wrong.
+
+    ``tree``: a tree shape, as ``--tree`` takes it ("2,2", "iid:2,2", a choices file): ``sampler`` is
+    then a tree sampler, ``sampler(tokens, parents, depths, p, q, drawn, u) -> (path, terminal)``
+    (specd.oracles.tree_samplers states it; shipped: "specd", "specinfer", "rrs", "sglang",
+    "sglang@0.5,1", "eagle", "trtllm", "llamacpp", "medusa-typical"), checked over every draft tree
+    of the constructions the shape names (all four without a prefix); K is the tree's depth."""
     arguments = {**locals(), "lab": False}
     rounding = arguments.pop("input_rounding")
-    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding))
+    tree = arguments.pop("tree")
+    if tree is not None:
+        arguments["k"] = 1  # the tree's depth takes its place
+    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, tree))
 
 
 def _config(arguments: dict) -> OracleConfig:

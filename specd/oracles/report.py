@@ -9,6 +9,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
 
+import torch
+
 from specd.errors import SamplerFailed, UsageError
 from specd.oracles import sampler_checks as sc
 from specd.oracles.block_checks import block_checks
@@ -22,8 +24,10 @@ from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import run_parts, usable_cores
+from specd.oracles.price import chain_price
 from specd.oracles.record import Check
 from specd.oracles.samplers import as_sampler, load_sampler
+from specd.oracles.tree_report import run_tree_sampler_oracle
 
 SCHEMA = "specd.verify-oracle/v1"
 RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups
@@ -34,16 +38,23 @@ SEQUENCE_TABLE_LIMIT = 32
 
 
 @contextmanager
-def collector_paused():
+def collector_paused(one_thread: bool = False):
     """The oracle makes millions of short-lived objects and no cycles worth chasing: reference
-    counting frees them, and pausing the cyclic collector (restored after) saves about a third."""
-    was = gc.isenabled()
+    counting frees them, and pausing the cyclic collector (restored after) saves about a third.
+    ``one_thread``: torch on one thread meanwhile (restored after): the sampler oracle calls the
+    sampler on rows of a few tokens, where a second thread only waits, and on a busy machine a
+    two-thread softmax of 2 x 3 values took 16 ms instead of 1 us."""
+    was, threads = gc.isenabled(), torch.get_num_threads()
     gc.disable()
+    if one_thread:
+        torch.set_num_threads(1)
     try:
         yield
     finally:
         if was:
             gc.enable()
+        if one_thread:
+            torch.set_num_threads(threads)
 
 
 def run_oracle(cfg: OracleConfig, jobs: int | None = None) -> dict:
@@ -166,9 +177,10 @@ def _lab_config(cfg: OracleConfig) -> dict:
     }
 
 
-def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> dict:
+def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0, tree: str | None = None) -> dict:
     """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
-    the callable itself, whose rows suffer ``input_rounding`` on their way in) -> one report."""
+    the callable itself, whose rows suffer ``input_rounding`` on their way in) -> one report. With
+    ``tree`` (a --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report)."""
     # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
     # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter.
     # Refused before the sampler's module is imported (importing runs its code).
@@ -178,12 +190,16 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> 
             "(the invariant rule has no sampler protocol)"
         )
     rule = SAMPLER_RULES[cfg.rule]
-    with collector_paused():
+    if tree is not None:
+        with collector_paused(one_thread=True):
+            return run_tree_sampler_oracle(cfg, spec, tree, rule)
+    with collector_paused(one_thread=True):
         t_start = time.perf_counter()
         sampler = load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
         spec = sampler.name
         tokens = None
         counterexample = None
+        price: dict = {}
         try:
             tokens = sc.returns_tokens(sampler)
             rig = build_rig(cfg)
@@ -206,6 +222,12 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> 
                 )
             elif checks[2].passed is False:
                 counterexample = checks[2].counterexample
+            if checks[0].passed is False and rule == "maximal":  # what the lossy sampler costs, exactly
+                try:
+                    price = {"chain": chain_price(sampler, rig, cfg.k, tokens)}
+                    checks[0].figures.update(tv_horizon=price["chain"]["tv_horizon"])
+                except SamplerFailed as err:
+                    price = {"chain": {"not_priced": str(err)}}
         return {
             "schema": SCHEMA,
             "mode": "sampler",
@@ -223,5 +245,6 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> 
             ],
             "findings": sorted({f for c in checks for f in c.findings}),
             "counterexample": counterexample,
+            "price": price,
             "elapsed_s": time.perf_counter() - t_start,
         }
