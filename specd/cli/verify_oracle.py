@@ -146,7 +146,7 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
+        return ", ".join(_fmt(v) for v in value)
     return str(value)
 
 

@@ -26,7 +26,7 @@ from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import run_parts, usable_cores
 from specd.oracles.price import chain_price
 from specd.oracles.record import Check
-from specd.oracles.samplers import as_sampler, load_sampler
+from specd.oracles.samplers import SamplerUnderTest, as_sampler, load_sampler, rule_sampler
 from specd.oracles.tree_report import run_tree_sampler_oracle
 
 SCHEMA = "specd.verify-oracle/v1"
@@ -225,6 +225,8 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0, tre
             if checks[0].passed is False and rule == "maximal":  # what the lossy sampler costs, exactly
                 try:
                     price = {"chain": chain_price(sampler, rig, cfg.k, tokens)}
+                    exact = chain_price(SamplerUnderTest("specd", rule_sampler(), ""), rig, cfg.k, True)
+                    price["chain"]["exact_rule_expected_accepted"] = exact["expected_accepted"]
                     checks[0].figures.update(tv_horizon=price["chain"]["tv_horizon"])
                 except SamplerFailed as err:
                     price = {"chain": {"not_priced": str(err)}}

@@ -122,6 +122,37 @@ def test_the_python_api_and_the_pytest_helper_take_a_tree(tmp_path):
     assert "not_exact_iid" in message and "minimal counterexample: V=2, tree 2 drawn iid" in message
 
 
+# The smallest counterexamples docs/oracle.md states: (rule, drawing) -> (V, tree, seed, sequence, exact, sampler)
+COUNTEREXAMPLES = {
+    ("trtllm", "iid"): (2, "2", 0, [1, 1], 0.8005, 0.7124),
+    ("trtllm", "sampled"): (3, "2", 0, [1, 1], 0.5576, 0.4844),
+    ("sglang", "iid"): (2, "2", 0, [1, 1], 0.8005, 0.7018),
+    ("llamacpp", "sampled"): (2, "2", 0, [1, 1], 0.8005, 0.85),
+    ("specinfer", "sampled"): (3, "2", 1, [2, 1], 0.6157, 0.6237),
+    ("rrs", "rank"): (2, "1", 0, [1, 1], 0.8005, 0.8),
+    ("sglang@0.5,1", "rank"): (2, "1", 2, [1, 1], 0.1343, 0),
+    ("sglang@1,0.5", "rank"): (2, "1", 0, [1, 1], 0.8005, 0.7009),
+    ("sglang@0.3,0.3", "rank"): (2, "1", 0, [1, 1], 0.8005, 0.5682),
+    ("medusa-typical", "rank"): (2, "1", 0, [1, 1], 0.8005, 0),
+}
+
+
+@pytest.mark.parametrize("name, drawing", list(COUNTEREXAMPLES))
+def test_the_smallest_counterexamples_are_the_docs(name, drawing):
+    from pathlib import Path
+
+    from specd.oracles.tree_sampler_checks import tree_counterexample
+
+    build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed))  # noqa: E731
+    cx = tree_counterexample(load_tree_sampler(name), [drawing], build)
+    vocab, tree, seed, sequence, exact, got = COUNTEREXAMPLES[(name, drawing)]
+    assert (cx["vocab"], cx["tree"], cx["seed"], cx["sequence"]) == (vocab, tree, seed, sequence)
+    assert f"{cx['exact_mass']:.4g} -> {cx['sampler_mass']:.4g}" == f"{exact:.4g} -> {got:.4g}"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "oracle.md").read_text()
+    assert f"{exact:.4g} -> {got:.4g}" in docs
+    assert cx["round"]["sampler_emits"] != cx["round"]["exact_rule_emits"]
+
+
 # -- the failure lab's tree bugs, through the protocol ----------------------------------------------------
 def test_every_lab_tree_bug_is_caught_through_the_protocol():
     rows = run_tree_lab(lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed)))
