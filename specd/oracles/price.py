@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from specd.errors import SamplerFailed
 from specd.oracles.exact import Reference, chain_joint
 from specd.oracles.sampler_checks import Call, call_batch
 
@@ -153,3 +154,16 @@ def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
             else:
                 del start[c]
     return laws
+
+
+def priced(sampler, rig, k: int, tokens: bool) -> dict:
+    """``chain_price`` of a chain sampler that failed its exact check, with specd's exact rule's expected
+    accepted length on the same tables beside it (or why it could not be priced)."""
+    from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+
+    try:
+        price = chain_price(sampler, rig, k, tokens)
+    except SamplerFailed as err:
+        return {"not_priced": str(err)}
+    exact = chain_price(SamplerUnderTest("specd", rule_sampler(), ""), rig, k, True)
+    return {**price, "exact_rule_expected_accepted": exact["expected_accepted"]}

@@ -24,9 +24,9 @@ from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import run_parts, usable_cores
-from specd.oracles.price import chain_price
+from specd.oracles.price import priced
 from specd.oracles.record import Check
-from specd.oracles.samplers import SamplerUnderTest, as_sampler, load_sampler, rule_sampler
+from specd.oracles.samplers import as_sampler, load_sampler
 from specd.oracles.tree_report import run_tree_sampler_oracle
 
 SCHEMA = "specd.verify-oracle/v1"
@@ -197,9 +197,7 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0, tre
         t_start = time.perf_counter()
         sampler = load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
         spec = sampler.name
-        tokens = None
-        counterexample = None
-        price: dict = {}
+        tokens, counterexample, price = None, None, {}
         try:
             tokens = sc.returns_tokens(sampler)
             rig = build_rig(cfg)
@@ -213,23 +211,7 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0, tre
             checks = [Check("ordinary_round", False, {}, detail, [err.finding])]
         else:
             checks += check_degenerate(sampler, tokens)
-            if checks[0].passed is False:
-                counterexample = minimal_counterexample(
-                    sampler,
-                    tokens,
-                    lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False)),
-                    rule=rule,
-                )
-            elif checks[2].passed is False:
-                counterexample = checks[2].counterexample
-            if checks[0].passed is False and rule == "maximal":  # what the lossy sampler costs, exactly
-                try:
-                    price = {"chain": chain_price(sampler, rig, cfg.k, tokens)}
-                    exact = chain_price(SamplerUnderTest("specd", rule_sampler(), ""), rig, cfg.k, True)
-                    price["chain"]["exact_rule_expected_accepted"] = exact["expected_accepted"]
-                    checks[0].figures.update(tv_horizon=price["chain"]["tv_horizon"])
-                except SamplerFailed as err:
-                    price = {"chain": {"not_priced": str(err)}}
+            counterexample, price = _failures(sampler, cfg, rig, rule, tokens, checks)
         return {
             "schema": SCHEMA,
             "mode": "sampler",
@@ -250,3 +232,18 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0, tre
             "price": price,
             "elapsed_s": time.perf_counter() - t_start,
         }
+
+
+def _failures(
+    sampler, cfg: OracleConfig, rig, rule: str, tokens: bool, checks: list[Check]
+) -> tuple[dict | None, dict]:
+    """(the minimal counterexample of the first failure, and what a sampler that is not exact costs)."""
+    if checks[0].passed is not False:
+        return (checks[2].counterexample if checks[2].passed is False else None), {}
+    build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
+    counterexample = minimal_counterexample(sampler, tokens, build, rule=rule)
+    if rule != "maximal":
+        return counterexample, {}
+    price = {"chain": priced(sampler, rig, cfg.k, tokens)}  # what the lossy sampler costs, exactly
+    checks[0].figures["tv_horizon"] = price["chain"].get("tv_horizon")
+    return counterexample, price
