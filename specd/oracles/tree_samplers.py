@@ -66,8 +66,11 @@ class TreeSamplerUnderTest:
 
     def __call__(self, rnd: TreeRound, u: Uniforms) -> TreeOutcome:
         """Run the sampler on one round with the stream ``u``: the one place the oracle calls a tree
-        sampler's code (a hardened runner wraps this). Whatever it raises comes back as SamplerFailed;
-        a uniform used as a number is named as such."""
+        sampler's code. Whatever it raises comes back as SamplerFailed; a uniform used as a number is
+        named as such. A runner that isolates the sampler in a child process (a time limit per call)
+        runs ``tree_sampler_checks.round_law(sampler, rnd)`` there, a round in and a dict of floats
+        out: the stream calls back into the oracle on every comparison, so it must live beside the
+        sampler."""
         tree = rnd.tree
         args = (
             torch.tensor(tree.tokens, dtype=torch.int64),
