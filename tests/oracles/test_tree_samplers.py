@@ -99,7 +99,7 @@ def exact_tree_sampler(tokens, parents, depths, p, q, drawn, u):
 
 
 def test_an_independent_correct_sampler_passes_every_construction():
-    report = run_tree("2,2", exact_tree_sampler, vocab=3)
+    report = run_tree("2,1", exact_tree_sampler, vocab=3)
     assert report["passed"], report["checks"]
     assert [c["passed"] for c in report["checks"]] == [True] * 5
 
