@@ -19,6 +19,7 @@ from collections import defaultdict
 from specd.errors import SamplerFailed
 from specd.oracles.exact import Reference, chain_joint
 from specd.oracles.sampler_checks import Call, call_batch
+from specd.oracles.samplers import SamplerUnderTest, rule_sampler
 
 GRID = 2**53  # the streams' uniforms are multiples of 1/GRID in [0, 1)
 
@@ -159,8 +160,6 @@ def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
 def priced(sampler, rig, k: int, tokens: bool) -> dict:
     """``chain_price`` of a chain sampler that failed its exact check, with specd's exact rule's expected
     accepted length on the same tables beside it (or why it could not be priced)."""
-    from specd.oracles.samplers import SamplerUnderTest, rule_sampler
-
     try:
         price = chain_price(sampler, rig, k, tokens)
     except SamplerFailed as err:

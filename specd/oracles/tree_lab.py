@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from specd.core.tree import ROOT
 from specd.oracles.tree_published import (
-    _path_to,
     llamacpp_branches,
     sglang_target_only,
     specinfer,
     trtllm_dynamic_tree,
 )
-from specd.oracles.tree_samplers import children_of, specd_tree_sampler
+from specd.oracles.tree_rounds import children_of, path_to
+from specd.oracles.tree_sampler_checks import tree_counterexample
+from specd.oracles.tree_samplers import TreeSamplerUnderTest, specd_tree_sampler
 
 
 def target_sample_per_path(tokens, parents, depths, p, q, drawn, u):
@@ -32,7 +33,7 @@ def target_sample_per_path(tokens, parents, depths, p, q, drawn, u):
     kids = children_of(parents)
     best: tuple[list[int], int] = ([], -1)
     for leaf in [n for n in range(len(tokens)) if n not in kids] or [ROOT]:
-        candidate = _path_to(parents, leaf) if leaf != ROOT else []
+        candidate = path_to(parents, leaf) if leaf != ROOT else []
         kept, at, token = [], ROOT, -1
         for node in candidate + [None]:
             token = u.draw(p[at + 1], key=("path", leaf, len(kept)))
@@ -96,9 +97,6 @@ TREE_LAB = {
 def run_tree_lab(build_rig) -> list[dict]:
     """Each tree bug through the protocol: caught when the smallest counterexample is found (its
     case and the mass that moved), ``build_rig(vocab, depth, seed)`` giving the tables."""
-    from specd.oracles.tree_sampler_checks import tree_counterexample
-    from specd.oracles.tree_samplers import TreeSamplerUnderTest
-
     out = []
     for name, (fn, drawing, what) in TREE_LAB.items():
         cx = tree_counterexample(TreeSamplerUnderTest(name, fn, what), [drawing], build_rig)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from specd.core.tree import ROOT
-from specd.oracles.tree_samplers import children_of
+from specd.oracles.tree_rounds import children_of, path_to
 
 
 def _needs_q(q, who: str):
@@ -185,7 +185,7 @@ def llamacpp_branches(tokens, parents, depths, p, q, drawn, u):
     q = _needs_q(q, "llama.cpp's multi-branch rule")
     kids = children_of(parents)
     leaves = [n for n in range(len(tokens)) if n not in kids] if len(tokens) else []
-    sequences = [_path_to(parents, leaf) for leaf in leaves]
+    sequences = [path_to(parents, leaf) for leaf in leaves]
     active = list(range(len(sequences)))
     at, path = ROOT, []
     for depth in range(len(max(sequences, key=len, default=[])) + 1):
@@ -213,14 +213,6 @@ def llamacpp_branches(tokens, parents, depths, p, q, drawn, u):
     return path, p[at + 1]
 
 
-def _path_to(parents, node: int) -> list[int]:
-    out = []
-    while node != ROOT:
-        out.append(node)
-        node = int(parents[node])
-    return out[::-1]
-
-
 def medusa_typical(posterior_threshold: float = 0.09, posterior_alpha: float = 0.3):
     """Medusa's typical acceptance (medusa/model/utils.py ``evaluate_posterior`` with
     sampling='typical', and ``get_typical_one_token`` for the next token), from its code: a candidate
@@ -239,7 +231,7 @@ def medusa_typical(posterior_threshold: float = 0.09, posterior_alpha: float = 0
         kids = children_of(parents)
         best, best_key = [], (0, 0.0)
         for leaf in (n for n in range(len(tokens)) if n not in kids):
-            candidate, kept, likelihood = _path_to(parents, leaf), [], 0.0
+            candidate, kept, likelihood = path_to(parents, leaf), [], 0.0
             for node in candidate:
                 row = p[int(parents[node]) + 1]
                 prob = row[int(tokens[node])]

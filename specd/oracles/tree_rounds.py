@@ -55,6 +55,23 @@ class TreeRound:
         return torch.tensor(self.tree.depths, dtype=torch.int64)
 
 
+def children_of(parents) -> dict[int, list[int]]:
+    """Parent (-1: the root) -> its children in node order, from a sampler's parents int64[N] or a sequence."""
+    out: dict[int, list[int]] = {}
+    for n, parent in enumerate(parents.tolist() if isinstance(parents, torch.Tensor) else parents):
+        out.setdefault(int(parent), []).append(n)
+    return out
+
+
+def path_to(parents, node: int) -> list[int]:
+    """The nodes from a child of the root down to ``node``, from parents int64[N] or a sequence."""
+    out = []
+    while node != ROOT:
+        out.append(node)
+        node = int(parents[node])
+    return out[::-1]
+
+
 def shape_nodes(shape: TreeShape) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A static shape's (parents, ranks), node by node in the shape's order."""
     if shape.choices is None:

@@ -45,9 +45,10 @@ from specd.core.rows import Rows
 from specd.core.sampler import RejectionSampler, Tested
 from specd.core.tree import ROOT, DraftTree, TreeBatch
 from specd.errors import SamplerFailed, UsageError
-from specd.oracles.samplers import isolated, loading
+from specd.oracles import tree_published as pub
+from specd.oracles.samplers import isolated, load_sampler, loading
 from specd.oracles.tree_rounds import TreeRound
-from specd.oracles.tree_uniforms import Nondeterministic, UniformAsNumber, Uniforms
+from specd.oracles.tree_uniforms import Uniforms
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,8 @@ class TreeSamplerUnderTest:
             tree.drawn,
             u,
         )
-        try:
-            with isolated(f"sampler {self.name}", passthrough=(Nondeterministic, UniformAsNumber)):
-                out = self.fn(*args)
-        except UniformAsNumber as err:
-            raise SamplerFailed(f"sampler {self.name}: {err}", "uniform_used_as_a_number") from None
+        with isolated(f"sampler {self.name}"):  # the stream's SamplerFailed (own_randomness, ...) passes as it is
+            out = self.fn(*args)
         return normalize_tree_result(self.name, out, tree, rnd.p.shape[-1])
 
 
@@ -152,14 +150,6 @@ def _node_list(name: str, path) -> tuple[int, ...]:
     except (TypeError, ValueError, RuntimeError):
         _fail(name, f"a path that is not a sequence of node indices: {path!r:.80}", "path_not_in_tree")
     raise AssertionError  # _fail raised
-
-
-def children_of(parents) -> dict[int, list[int]]:
-    """Parent (-1: the root) -> its children in node order, from int64[N] or a sequence."""
-    out: dict[int, list[int]] = {}
-    for n, parent in enumerate(parents.tolist() if isinstance(parents, torch.Tensor) else parents):
-        out.setdefault(int(parent), []).append(n)
-    return out
 
 
 # -- specd's own tree rule -----------------------------------------------------------------------
@@ -243,8 +233,6 @@ def specd_tree_sampler(tokens, parents, depths, p, q, drawn, u):
 # -- loading --------------------------------------------------------------------------------------
 def tree_shipped() -> dict[str, tuple[Callable[..., Callable], str, tuple[float, ...]]]:
     """name -> (its builder from parameters, what it is, its default parameters)."""
-    from specd.oracles import tree_published as pub
-
     return {
         "specd": (lambda: specd_tree_sampler, "specd's tree rule (RejectionSampler.decide over the tree)", ()),
         "specinfer": (lambda: pub.specinfer, "SpecInfer's multi-step speculative sampling (Miao et al. 2023)", ()),
@@ -260,8 +248,6 @@ def tree_shipped() -> dict[str, tuple[Callable[..., Callable], str, tuple[float,
 def load_tree_sampler(spec: str) -> TreeSamplerUnderTest:
     """A shipped tree rule by name (``NAME`` or ``NAME@a,b`` for its parameters: sglang@0.5,1 is
     threshold_single 0.5, threshold_acc 1), or ``module:attr`` imported (its code runs)."""
-    from specd.oracles.samplers import load_sampler
-
     name, at, args = spec.partition("@")
     shipped = tree_shipped()
     if name in shipped:

@@ -26,13 +26,9 @@ from fractions import Fraction
 
 import torch
 
-from specd.errors import SamplerFailed
+from specd.errors import SamplerFailed, SamplerNondeterministic, UniformAsNumber
 
 MAX_OUTCOMES = 20_000  # runs of the sampler on one round: past this it compares without end
-
-
-class UniformAsNumber(TypeError):
-    """A uniform was used as a number (float(U), U.item(), a tensor of it)."""
 
 
 def _exact(x, what: str = "a uniform is compared with") -> Fraction | float:
@@ -122,10 +118,6 @@ class Uniform:
         return f"Uniform({self._key!r})"
 
 
-class Nondeterministic(Exception):
-    """The sampler did not retrace its own decisions when run again with the same uniforms."""
-
-
 class Uniforms:
     """A round's uniforms for one run of the sampler: each read uniform's interval so far, and the
     undecided points it reached (``points``: (what was asked, how many sides, the side taken)).
@@ -186,8 +178,9 @@ class Uniforms:
         i = len(self.points)
         if i < len(self._forced):
             if self._asked[i] != asked:
-                raise Nondeterministic(
-                    f"run again on the same uniforms it asked {asked[:2]} where it had asked {self._asked[i][:2]}"
+                raise SamplerNondeterministic(
+                    f"the sampler is not a function of its uniforms: run again on the same uniforms it asked "
+                    f"{asked[:2]} where it had asked {self._asked[i][:2]}"
                 )
             side = self._forced[i]
         else:
@@ -213,15 +206,11 @@ def explore(run: Callable[[Uniforms], object], limit: int = MAX_OUTCOMES) -> lis
     while pending:
         forced, asked = pending.pop()
         stream = Uniforms(forced, asked)
-        try:
-            result = run(stream)
-        except Nondeterministic as err:
-            raise SamplerFailed(f"the sampler is not a function of its uniforms: {err}", "own_randomness") from None
+        result = run(stream)
         if len(stream.points) < len(forced):
-            raise SamplerFailed(
+            raise SamplerNondeterministic(
                 "the sampler is not a function of its uniforms: run again on the same uniforms it stopped before a "
-                "comparison it had made",
-                "own_randomness",
+                "comparison it had made"
             )
         points = stream.points
         for i in range(len(forced), len(points)):

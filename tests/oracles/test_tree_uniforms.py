@@ -6,8 +6,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from specd.errors import SamplerFailed
-from specd.oracles.tree_uniforms import ConcreteUniforms, UniformAsNumber, explore
+from specd.errors import SamplerFailed, UniformAsNumber
+from specd.oracles.tree_uniforms import ConcreteUniforms, explore
 
 
 def law(run):
