@@ -209,6 +209,26 @@ class SamplerAborted(SpecdError):
         self.finding = finding
 
 
+class UniformAsNumber(SamplerFailed):
+    """A tree sampler used one of the oracle's uniforms as a number (float(U)) instead of comparing it
+    or drawing with it (specd.oracles.tree_uniforms): the oracle cannot integrate over such a use."""
+
+    code = "uniform_used_as_a_number"
+
+    def __init__(self, message: str):
+        super().__init__(message, "uniform_used_as_a_number")
+
+
+class SamplerNondeterministic(SamplerFailed):
+    """A tree sampler did not retrace its own decisions when run again on the same uniforms: it has
+    randomness of its own, which the oracle neither controls nor integrates over."""
+
+    code = "sampler_nondeterministic"
+
+    def __init__(self, message: str):
+        super().__init__(message, "own_randomness")
+
+
 # -- files ----------------------------------------------------------------------------
 class BadTrace(UsageError):
     code = "bad_trace"

@@ -99,6 +99,7 @@ def check_sampler(
     sampler: Callable | str,
     *,
     rule: str = "maximal",
+    tree: str | None = None,
     vocab: int = 2,
     k: int = 3,
     seed: int = 0,
@@ -121,6 +122,12 @@ def check_sampler(
     does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
     back): decisions that close to a boundary are reported as inconclusive, not as wrong.
 
+    ``tree``: a tree shape, as ``--tree`` takes it ("2,2", "iid:2,2", a choices file): ``sampler`` is
+    then a tree sampler, ``sampler(tokens, parents, depths, p, q, drawn, u) -> (path, terminal)``
+    (specd.oracles.tree_samplers states it; shipped: "specd", "specinfer", "rrs", "sglang",
+    "sglang@0.5,1", "eagle", "trtllm", "llamacpp", "medusa-typical"), checked over every draft tree
+    of the constructions the shape names (all four without a prefix); K is the tree's depth.
+
     The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
     a call that ends that process (``os._exit``, a crash), forks it, or does not return within
     ``timeout`` seconds fails the check it was in, naming it (``exited``, ``crashed``, ``forked``,
@@ -134,7 +141,10 @@ def check_sampler(
     limit = args.number(arguments.pop("timeout"), "timeout")
     if limit <= 0:
         raise UsageError(f"timeout must be a number of seconds > 0, got {shown(limit)}")
-    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit))
+    tree = arguments.pop("tree")
+    if tree is not None:
+        arguments["k"] = 1  # the tree's depth takes its place
+    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree))
 
 
 WHOLE = ("vocab", "k", "seed", "samples")  # the fixture's integers; its optional ones: horizon, jobs

@@ -77,6 +77,15 @@ SamplerTimeout = Annotated[
         "a call that takes longer fails its check (timed_out).",
     ),
 ]
+Tree = Annotated[
+    str | None,
+    typer.Option(
+        "--tree",
+        help="With --sampler: check a tree sampler over every draft tree of this shape (2,2; iid:2,2; "
+        "sampled:, rank:; an EAGLE choices file); K is the tree's depth. Shipped: specd, specinfer, rrs, sglang, "
+        "sglang@S,A, eagle, trtllm, llamacpp, medusa-typical[@T,A].",
+    ),
+]
 Jobs = Annotated[
     int | None,
     typer.Option(
@@ -109,6 +118,7 @@ def verify_oracle(
     rule: Rule = "both",
     sampler: Sampler = None,
     sampler_timeout: SamplerTimeout = None,
+    tree: Tree = None,
     jobs: Jobs = None,
     as_json: AsJson = False,
 ) -> None:
@@ -130,11 +140,13 @@ def verify_oracle(
     )
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
+    if tree is not None and sampler is None:
+        raise UsageError("--tree here checks a tree sampler: give it with --sampler NAME or module:attr")
     if sampler is not None:
         limit = DEFAULT_TIMEOUT if sampler_timeout is None else sampler_timeout
         if not math.isfinite(limit) or limit <= 0:
             raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
-        report = check_sampler(sampler, rule=rule, timeout=limit, **fixture)
+        report = check_sampler(sampler, rule=rule, tree=tree, timeout=limit, **fixture)
     else:
         report = prove(
             horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, jobs=jobs, **fixture
@@ -150,7 +162,7 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
+        return ", ".join(_fmt(v) for v in value)
     return str(value)
 
 
@@ -197,9 +209,14 @@ def render(report: dict) -> None:
 
 def render_sampler(report: dict) -> None:
     s, c = report["sampler"], report["config"]
+    shape = (
+        f"tree {printable(report['tree']['spec'])} ({report['tree']['nodes']} nodes)"
+        if "tree" in report
+        else f"K={c['k']}"
+    )
     stdout.print(
         f"[bold]specd verify-oracle --sampler[/] {printable(s['spec'])}: {printable(s['description'])} "
-        f"(returns {s['returns'] or 'nothing the protocol allows'}); V={c['vocab']} K={c['k']} seed={c['seed']}"
+        f"(returns {s['returns'] or 'nothing the protocol allows'}); V={c['vocab']} {shape} seed={c['seed']}"
     )
     checks = Table(title="Checks", title_justify="left")
     for col in ("check", "result", "found", "figures"):
@@ -209,10 +226,37 @@ def render_sampler(report: dict) -> None:
         figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items()) or printable(ch["detail"])
         checks.add_row(ch["name"], result, ", ".join(ch["findings"]) or "-", printable(figures))
     stdout.print(checks)
+    render_price(report.get("price") or {})
     if report["counterexample"]:
         stdout.print("[bold]minimal counterexample[/]")
         for key, value in report["counterexample"].items():
-            stdout.print(f"  {key}: {printable(str(value))}", markup=False, highlight=False)
+            for line in (
+                [f"{key}:"] + [f"  {k}: {v}" for k, v in value.items()]
+                if isinstance(value, dict)
+                else [f"{key}: {value}"]
+            ):
+                stdout.print(f"  {printable(line)}", markup=False, highlight=False)
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     found = ", ".join(report["findings"]) or "nothing"
     stdout.print(f"{verdict}; found: {found} ({report['elapsed_s']:.2f} s)")
+
+
+def render_price(price: dict) -> None:
+    """What a sampler that is not exact costs: total variation from the target, beside its accepted length."""
+    if not price:
+        return
+    table = Table(title="What it costs (exact, over the cells enumerated)", title_justify="left")
+    for col in ("drawn", "TV over the horizon", "TV per position", "accepted per round", "exact rule's"):
+        table.add_column(col, justify="right")
+    for drawn, figures in price.items():
+        if "tv_horizon" not in figures:
+            table.add_row(drawn, "-", "-", "-", printable(str(figures.get("not_priced", ""))))
+            continue
+        table.add_row(
+            drawn,
+            f"{figures['tv_horizon']:.4g}",
+            ", ".join(f"{x:.4g}" for x in figures["tv_per_position"]),
+            f"{figures['expected_accepted']:.4g}",
+            _fmt(figures.get("exact_rule_expected_accepted", "-")),
+        )
+    stdout.print(table)

@@ -36,6 +36,8 @@ import torch
 from specd.errors import SamplerAborted, SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError
 from specd.oracles.lifeline import die_with_parent
 from specd.oracles.samplers import SamplerResult, SamplerUnderTest, as_sampler, described, load_sampler
+from specd.oracles.tree_sampler_checks import round_law
+from specd.oracles.tree_samplers import as_tree_sampler, load_tree_sampler
 
 DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take before it is a finding
 LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
@@ -46,19 +48,26 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and not torch.cuda.is_initialized()
 
 
-def load(spec, input_rounding: float = 0.0) -> SamplerUnderTest:
-    """A shipped adapter's name or ``module:attr`` (imported), or a callable (a class is built)."""
+def load(spec, input_rounding: float = 0.0, tree: bool = False):
+    """A shipped adapter's name or ``module:attr`` (imported), or a callable (a class is built); with
+    ``tree``, under the tree-sampler protocol (specd.oracles.tree_samplers)."""
+    if tree:
+        return load_tree_sampler(spec) if isinstance(spec, str) else as_tree_sampler(spec)
     return load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
 
 
 @contextmanager
-def sampler_session(spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT) -> Iterator[SamplerUnderTest]:
+def sampler_session(
+    spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: bool = False
+) -> Iterator:
     """The sampler ``spec`` loaded and ready to call: in a child process where one can be forked
-    (its calls limited to ``timeout`` seconds each), else here."""
+    (its calls limited to ``timeout`` seconds each), else here. ``tree``: a tree sampler, whose unit
+    of work in the child is one round's law (``round_law``: the uniform stream it reads calls back into
+    the oracle on every comparison, so it lives beside the sampler)."""
     if not can_fork():
-        yield load(spec, input_rounding)
+        yield load(spec, input_rounding, tree)
         return
-    child = SamplerProcess(spec, input_rounding, timeout)
+    child = SamplerProcess(spec, input_rounding, timeout, tree)
     try:
         yield child.start()
     finally:
@@ -75,17 +84,28 @@ class ChildSampler(SamplerUnderTest):
         return self.fn((p, q, drafts, k_lens, accept_u, terminal_u))
 
 
+class ChildTreeSampler:
+    """A tree sampler as the tree checks see it: each round's law computed by its process."""
+
+    def __init__(self, process: SamplerProcess, name: str, description: str):
+        self.process, self.name, self.description = process, name, description
+
+    def round_law(self, rnd) -> tuple[dict, float, float, int]:
+        """specd.oracles.tree_sampler_checks.round_law, run in the sampler's process."""
+        return self.process.round_law(rnd)
+
+
 class SamplerProcess:
     """This side of the child: it starts it, sends it calls, and reads what became of it."""
 
-    def __init__(self, spec, input_rounding: float, timeout: float):
-        self.spec, self.rounding, self.timeout = spec, input_rounding, timeout
+    def __init__(self, spec, input_rounding: float, timeout: float, tree: bool = False):
+        self.spec, self.rounding, self.timeout, self.tree = spec, input_rounding, timeout, tree
         self.name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
         self.pid: int | None = None
         self.conn: Connection | None = None
         self.aborted: SamplerAborted | None = None
 
-    def start(self) -> ChildSampler:
+    def start(self):
         """Fork the child and wait for it to load the sampler: -> the sampler, or the loading's own
         error (SamplerUnloadable, exit 2) whatever became of it."""
         ours, theirs = Pipe()
@@ -96,7 +116,7 @@ class SamplerProcess:
         if pid == 0:  # the child: it never returns into this process's code
             try:
                 ours.close()
-                serve(theirs, parent, self.spec, self.rounding)
+                serve(theirs, parent, self.spec, self.rounding, self.tree)
             finally:
                 os._exit(0)
         theirs.close()
@@ -117,18 +137,39 @@ class SamplerProcess:
         if reply[0] != "ready":
             raise self.abort(f"sampler {self.name}'s process answered out of turn", "broke_the_channel")
         self.name = reply[1]
+        if self.tree:
+            return ChildTreeSampler(self, reply[1], reply[2])
         return ChildSampler(self, reply[1], reply[2], reply[3])
+
+    def round_law(self, rnd) -> tuple[dict, float, float, int]:
+        """One tree round to the child -> its law (as ``call``: SamplerFailed, SamplerAborted)."""
+        reply = self.ask(rnd)
+        try:
+            if reply[0] == "law":
+                law = {tuple(int(t) for t in tokens): float(mass) for tokens, mass in reply[1]}
+                return law, float(reply[2]), float(reply[3]), int(reply[4])
+            if reply[0] == "failed":
+                raise SamplerFailed(str(reply[1]), str(reply[2]))
+            if reply[0] == "aborted":
+                raise self.abort(str(reply[1]), str(reply[2]))
+        except (TypeError, ValueError, IndexError):
+            pass
+        raise self.abort(f"sampler {self.name}'s process answered what is not specd's reply", "broke_the_channel")
+
+    def ask(self, request) -> list:
+        """Send one request to the child -> its reply (or SamplerAborted: this call and every later one)."""
+        if self.aborted is not None:
+            raise self.aborted
+        try:
+            self.conn.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # gone: answer() says how
+            pass
+        return self.answer("instead of returning")
 
     def call(self, tensors: tuple) -> SamplerResult:
         """One call's tensors to the child -> its result, SamplerFailed (it raised, or returned what
         the protocol does not allow), or SamplerAborted (this call and every later one)."""
-        if self.aborted is not None:
-            raise self.aborted
-        try:
-            self.conn.send_bytes(pickle.dumps(tensors, protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:  # gone: answer() says how
-            pass
-        reply = self.answer("instead of returning")
+        reply = self.ask(tensors)
         try:
             if reply[0] == "ok":
                 rows = None if reply[3] is None else torch.tensor(reply[3], dtype=torch.float64)
@@ -211,9 +252,9 @@ class SamplerProcess:
 
 
 # -- the child's side --------------------------------------------------------------------------
-def serve(conn: Connection, parent: int, spec, input_rounding: float) -> None:
+def serve(conn: Connection, parent: int, spec, input_rounding: float, tree: bool = False) -> None:
     """Load the sampler, then answer calls until this side closes: each reply is JSON, a list whose
-    first item says what it is ("ready", "refused", "ok", "failed", "aborted")."""
+    first item says what it is ("ready", "refused", "ok", "law" (a tree round's), "failed", "aborted")."""
     die_with_parent(parent)
     try:
         os.setpgid(0, 0)
@@ -227,23 +268,28 @@ def serve(conn: Connection, parent: int, spec, input_rounding: float) -> None:
     me = os.getpid()
     name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
     try:
-        sampler = load(spec, input_rounding)
+        sampler = load(spec, input_rounding, tree)
     except UsageError as err:  # SamplerUnloadable, SamplerUnavailable, a bad module:attr
         reply(conn, me, name, ["refused", type(err).__name__, str(err)])
         return
     except BaseException as err:  # noqa: BLE001 - loading ran the user's code
         reply(conn, me, name, ["refused", "SamplerUnloadable", f"cannot load the sampler: {described(err)}"])
         return
-    reply(conn, me, sampler.name, ["ready", sampler.name, sampler.description, sampler.input_rounding])
+    rounding = getattr(sampler, "input_rounding", 0.0)
+    reply(conn, me, sampler.name, ["ready", sampler.name, sampler.description, rounding])
     while True:
         try:
             tensors = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
         try:
-            result = sampler(*tensors)
-            rows = None if result.terminal_rows is None else result.terminal_rows.tolist()
-            answer = ["ok", result.accepted, result.terminal, rows]
+            if tree:
+                law, accepted, reads, runs = round_law(sampler, tensors)
+                answer = ["law", [[list(k), v] for k, v in law.items()], accepted, reads, runs]
+            else:
+                result = sampler(*tensors)
+                rows = None if result.terminal_rows is None else result.terminal_rows.tolist()
+                answer = ["ok", result.accepted, result.terminal, rows]
         except SamplerFailed as err:
             answer = ["failed", str(err), err.finding]
         except BaseException as err:  # noqa: BLE001 - e.g. a KeyboardInterrupt the sampler raised itself

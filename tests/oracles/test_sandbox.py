@@ -201,3 +201,55 @@ def test_a_class_that_ends_the_process_when_built_cannot_be_loaded():
 
     with pytest.raises(SamplerUnloadable, match="ended its process .exit status 0. while it was loaded"):
         specd.check_sampler(Exits)
+
+
+TREE_HOSTILE = textwrap.dedent(
+    """
+    import os
+    import time
+
+    from specd.oracles.tree_samplers import tree_shipped
+
+    correct = tree_shipped()["specd"][0]()
+
+
+    def exits(*args):
+        os._exit(0)
+
+
+    def hangs_on_branches(tokens, parents, depths, p, q, drawn, u):
+        while len(tokens) > 1:
+            time.sleep(1)
+        return correct(tokens, parents, depths, p, q, drawn, u)
+
+
+    def forks(*args):
+        if os.fork() == 0:
+            time.sleep(0.2)
+        return correct(*args)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "name, flags, finding, words",
+    [
+        ("exits", [], "exited", "ended its process (exit status 0) instead of returning"),
+        ("hangs_on_branches", ["--sampler-timeout", "1"], "timed_out", "did not return within 1 s"),
+        ("forks", [], "forked", "forked a process"),
+    ],
+)
+def test_a_tree_sampler_that_dies_or_hangs_is_a_failed_check_and_one_report(
+    tmp_path, monkeypatch, capsys, name, flags, finding, words
+):
+    (tmp_path / "hostile_trees.py").write_text(TREE_HOSTILE)
+    monkeypatch.chdir(tmp_path)
+    try:
+        args = ["verify-oracle", "--sampler", f"hostile_trees:{name}", "--tree", "2", "--vocab", "2", "--json", *flags]
+        code, out, err = run_cli(args, capsys)
+    finally:
+        sys.modules.pop("hostile_trees", None)
+    assert code == 1 and "internal error" not in err, err
+    doc = json.loads(out)
+    assert not doc["passed"] and finding in doc["findings"] and doc["sampler"]["process"] == "its own"
+    assert words in [c for c in doc["checks"] if c["passed"] is False][-1]["detail"]
