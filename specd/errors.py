@@ -9,6 +9,7 @@ here prints.
 from __future__ import annotations
 
 import re
+import reprlib
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 # Control characters (ESC among them, but not tab and newline) and bidirectional overrides in text
@@ -35,11 +36,40 @@ def one_line(text: str, limit: int = 400) -> str:
     return text[: cut + 1] if cut > limit // 3 else text[: limit - 3].rstrip() + "..."
 
 
+def shown(value, limit: int = 60) -> str:
+    """A value as a message shows it: its repr, abbreviated (a few items of a long list, the ends of
+    a long string, and how many there are), so a message never carries a huge value."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"  # repr may refuse to write it
+    text = _SHORT.repr(value)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    if isinstance(value, (str, bytes)) and len(value) > _SHORT.maxstring:
+        text += f" ({len(value)} {'characters' if isinstance(value, str) else 'bytes'})"
+    elif isinstance(value, (list, tuple, dict, set, frozenset)) and len(value) > _SHORT.maxlist:
+        text += f" ({len(value)} items)"
+    return text
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxfrozenset = _SHORT.maxdict = 6
+_SHORT.maxstring = _SHORT.maxother = 40
+_SHORT.maxlong = 40
+MAX_MESSAGE = 2000  # any longer message keeps its start and its end
+
+
 class SpecdError(Exception):
-    """Base class: a failure with a one-line message and an exit code."""
+    """Base class: a failure with a one-line message and an exit code. A message is never huge:
+    past MAX_MESSAGE characters its middle is cut."""
 
     exit_code = 1
     code = "specd_error"
+
+    def __init__(self, message: object = "", *args: object):
+        text = str(message)
+        if len(text) > MAX_MESSAGE:
+            text = text[: MAX_MESSAGE * 2 // 3] + " [...] " + text[-MAX_MESSAGE // 3 :]
+        super().__init__(text, *args)
 
 
 class UsageError(SpecdError):
@@ -164,6 +194,39 @@ class SamplerFailed(SpecdError):
     def __init__(self, message: str, finding: str = "raised"):
         super().__init__(message)
         self.finding = finding
+
+
+class SamplerAborted(SpecdError):
+    """A sampler under test in its own process (specd.oracles.sandbox) ended that process (exit,
+    crash), forked it, or did not answer within its time limit: nothing more can be asked of it.
+    Never a refusal (a raised error is one): the check it was in fails, naming ``finding``
+    (``exited``, ``crashed``, ``forked``, ``timed_out``, ``broke_the_channel``)."""
+
+    code = "sampler_aborted"
+
+    def __init__(self, message: str, finding: str):
+        super().__init__(message)
+        self.finding = finding
+
+
+class UniformAsNumber(SamplerFailed):
+    """A tree sampler used one of the oracle's uniforms as a number (float(U)) instead of comparing it
+    or drawing with it (specd.oracles.tree_uniforms): the oracle cannot integrate over such a use."""
+
+    code = "uniform_used_as_a_number"
+
+    def __init__(self, message: str):
+        super().__init__(message, "uniform_used_as_a_number")
+
+
+class SamplerNondeterministic(SamplerFailed):
+    """A tree sampler did not retrace its own decisions when run again on the same uniforms: it has
+    randomness of its own, which the oracle neither controls nor integrates over."""
+
+    code = "sampler_nondeterministic"
+
+    def __init__(self, message: str):
+        super().__init__(message, "own_randomness")
 
 
 # -- files ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from specd.errors import OutputPathError, UsageError, WriteFailed
+from specd.errors import OutputPathError, UsageError, WriteFailed, shown
 
 _WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 STDOUT = "-"  # an output path meaning "standard output, as a stream"
@@ -48,12 +48,25 @@ MAX_JSON_DEPTH = 200  # nesting of any JSON value specd reads (its own files nes
 # splits on them) or cannot be encoded at all (a lone surrogate); as escapes they are plain JSON.
 _UNSAFE_IN_LINE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+)/fd)/(\d+)")
+NAME_MAX, PATH_MAX = 255, 4096  # bytes: the longest file name and path Linux's file systems take
+
+
+def check_path_name(path: str | Path, what: str) -> None:
+    """Refuse, as bad input, a path no file system can hold (a name over NAME_MAX bytes, or a path
+    over PATH_MAX), before anything tries it (the system's own error would read as a failed run)."""
+    data = os.fsencode(path)
+    if len(data) >= PATH_MAX or any(len(part) > NAME_MAX for part in data.split(b"/")):
+        raise UsageError(
+            f"{what} {shown(str(path))} is too long for a file name or path (at most {NAME_MAX} bytes a name, "
+            f"{PATH_MAX} a path)"
+        )
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_TEXT_BYTES, error: type = UsageError) -> bytes:
     """The bytes of a user's file (at most ``limit``), or one line (an ``error``) saying why not.
     A device (``/dev/zero``, directly or through a symlink) is refused without reading it."""
     try:
+        check_path_name(path, what)
         st = os.stat(path)
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
             raise error(f"{what} {path} is a device, not a file")
@@ -263,6 +276,7 @@ def check_output(path: str | Path, what: str) -> Path:
     (``STDOUT`` itself for standard output)."""
     if not str(path).strip():
         raise OutputPathError(f"{what}: the path is empty")
+    check_path_name(path, what)
     if is_stdout(path):
         return Path(STDOUT)
     if _FD_PATH.fullmatch(str(path)) or str(path) in ("/dev/stderr", "/dev/stdin"):

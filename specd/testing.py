@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specd.api.oracle import CheckResult, OracleReport, check_sampler
+from specd.oracles.sandbox import DEFAULT_TIMEOUT
 
 __all__ = ["assert_sampler_exact"]
 
@@ -23,17 +24,23 @@ def assert_sampler_exact(
     sampler: Callable | str,
     *,
     rule: str = "maximal",
+    tree: str | None = None,
     vocab: int = 2,
     k: int = 3,
     seed: int = 0,
     input_rounding: float = 0.0,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> OracleReport:
     """Check ``sampler`` against the exact law of ``rule`` (maximal: the token-wise rule; block: block
     verification) on random tables with ``vocab`` tokens and K = ``k``; return the report if it
     passes, else raise AssertionError naming each failed check and what it found, the minimal
-    counterexample, and the probability mass that moved there. ``input_rounding``: as in
-    ``specd.check_sampler``."""
-    report = check_sampler(sampler, rule=rule, vocab=vocab, k=k, seed=seed, input_rounding=input_rounding)
+    counterexample, and the probability mass that moved there. ``input_rounding``, ``timeout`` (the
+    seconds a call may take in the sampler's own process): as in ``specd.check_sampler``. ``tree``: a
+    tree shape ("2,2", "iid:2,2"): check ``sampler`` as a tree sampler (the protocol of
+    specd.oracles.tree_samplers) over every draft tree of that shape."""
+    report = check_sampler(
+        sampler, rule=rule, tree=tree, vocab=vocab, k=k, seed=seed, input_rounding=input_rounding, timeout=timeout
+    )
     if not report.passed:
         raise AssertionError(failure_message(report))
     return report
@@ -48,7 +55,18 @@ def failure_message(report: OracleReport) -> str:
     ]
     lines += [f"  {check.name} failed: {_evidence(check)}" for check in report.failed]
     cx = report.counterexample
-    if cx and "sequence" in cx:
+    if cx and "tree" in cx:
+        lines.append(
+            f"  minimal counterexample: V={cx['vocab']}, tree {cx['tree']} drawn {cx['drawing']}, seed={cx['seed']}: "
+            f"the sequence {cx['sequence']} has probability {cx['sampler_mass']:.6g} under the sampler, "
+            f"{cx['exact_mass']:.6g} exactly ({cx['moved']:+.6g} of mass moved there)"
+        )
+        r = cx["round"]
+        lines.append(
+            f"  most of it on the draft tree tokens={r['tokens']}, parents={r['parents']}, p={r['p_rows']}, "
+            f"q={r['q_rows']}: the sampler emits {r['sampler_emits']}, specd's exact rule {r['exact_rule_emits']}"
+        )
+    elif cx and "sequence" in cx:
         moved = cx["sampler_mass"] - cx["exact_mass"]
         lines.append(
             f"  minimal counterexample: V={cx['vocab']}, K={cx['k']}, seed={cx['seed']}: the sequence "

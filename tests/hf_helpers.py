@@ -60,6 +60,28 @@ def tiny_llama(vocab_size: int, seed: int = 0, layers: int = 2, hidden: int = 64
     return model
 
 
+def tiny_gemma3(vocab_size: int, window: int, pad_id: int | None = None):
+    """A tiny Gemma 3 with sliding-window layers (two local, one global) and attention window ``window``."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=window,
+        max_position_embeddings=512,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        eos_token_id=None,
+        pad_token_id=pad_id,
+    )
+    torch.manual_seed(0)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
 def noisy_copy(model, scale: float, seed: int):
     """A draft that agrees with the target often but not always."""
     draft = copy.deepcopy(model)

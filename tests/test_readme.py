@@ -36,6 +36,7 @@ PAGES = [
             "safety",
             "performance",
             "layout",
+            "trees",
         )
     ),
 ]
@@ -48,6 +49,7 @@ GROUPS = {
         ("choosing-k.md", "prompt-sets.md", "oracle.md"),
         ("first.jsonl", "results.jsonl"),
     ),
+    "trees": (("trees.md",), ()),
     "traces-sweep-k": (
         ("traces.md", "sweep-k.md", "safety.md", "performance.md", "layout.md"),
         ("log.jsonl", "summary.csv", "tagged.jsonl", "acceptance.png", "sweep.png", "measured.csv", "measured.png"),
@@ -92,7 +94,7 @@ def test_the_readme_shows_commands_and_says_which_are_not_run():
     commands = readme_commands()
     assert sum(c.startswith("specd ") for c in commands) >= 15
     assert all(c.startswith(("specd ",) + NOT_RUN) for c in commands), commands
-    assert set(readme_files()) == {"prompts.jsonl", "run.yaml", "my_sampler.py"}
+    assert set(readme_files()) == {"prompts.jsonl", "run.yaml", "my_sampler.py", "my_tree_sampler.py"}
 
 
 def test_the_groups_run_every_page_once():

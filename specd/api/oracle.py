@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from specd.api import arguments as args
+from specd.errors import UsageError, shown
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_oracle, run_sampler_oracle
+from specd.oracles.sandbox import DEFAULT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def prove(
     them all in this process; the report is the same). ``tree``: the token trees the tree checks
     enumerate (a ``--tree`` spec or several; None: small defaults; "none": no tree checks)."""
     arguments = dict(locals())
-    jobs = arguments.pop("jobs")
+    jobs = args.whole(arguments.pop("jobs"), "jobs", optional=True)  # run_oracle checks >= 1
     return OracleReport._of(run_oracle(_config(arguments), jobs))
 
 
@@ -98,6 +101,7 @@ def check_sampler(
     sampler: Callable | str,
     *,
     rule: str = "maximal",
+    tree: str | None = None,
     vocab: int = 2,
     k: int = 3,
     seed: int = 0,
@@ -107,6 +111,7 @@ def check_sampler(
     draft_bias: Mapping[int, float] | None = None,
     repetition_penalty: float | None = None,
     input_rounding: float = 0.0,
+    timeout: float = DEFAULT_TIMEOUT,
     **controls: float | int | None,
 ) -> OracleReport:
     """Check a speculative sampler against the exact law (``specd verify-oracle --sampler``).
@@ -117,19 +122,71 @@ def check_sampler(
     "module:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
     options are ``prove``'s. ``input_rounding``: the relative change the sampler's own handling
     does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
-    back): decisions that close to a boundary are reported as inconclusive, not as wrong."""
+    back): decisions that close to a boundary are reported as inconclusive, not as wrong.
+
+    ``tree``: a tree shape, as ``--tree`` takes it ("2,2", "iid:2,2", a choices file): ``sampler`` is
+    then a tree sampler, ``sampler(tokens, parents, depths, p, q, drawn, u) -> (path, terminal)``
+    (specd.oracles.tree_samplers states it; shipped: "specd", "specinfer", "rrs", "sglang",
+    "sglang@0.5,1", "eagle", "trtllm", "llamacpp", "medusa-typical"), checked over every draft tree
+    of the constructions the shape names (all four without a prefix); K is the tree's depth.
+
+    The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
+    a call that ends that process (``os._exit``, a crash), forks it, or does not return within
+    ``timeout`` seconds fails the check it was in, naming it (``exited``, ``crashed``, ``forked``,
+    ``timed_out``), and this process carries on to its report; what the sampler prints goes to
+    standard error. Its process is a fork of this one: the sampler sees this process's state, and
+    what it changes there stays there."""
     arguments = {**locals(), "lab": False}
-    rounding = arguments.pop("input_rounding")
-    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding))
+    rounding = args.number(arguments.pop("input_rounding"), "input_rounding")
+    if not 0 <= rounding < 1:
+        raise UsageError(f"input_rounding is a relative change in [0, 1), got {shown(rounding)}")
+    limit = args.number(arguments.pop("timeout"), "timeout")
+    if limit <= 0:
+        raise UsageError(f"timeout must be a number of seconds > 0, got {shown(limit)}")
+    tree = arguments.pop("tree")
+    if tree is not None:
+        arguments["k"] = 1  # the tree's depth takes its place
+    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree))
+
+
+WHOLE = ("vocab", "k", "seed", "samples")  # the fixture's integers; its optional ones: horizon, jobs
+NUMBERS = ("target_temperature", "draft_temperature")
+TEXTS = ("rule", "layout", "backend")
+CONTROLS = ("min_p", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size")  # **controls' names
+
+
+def _trees(value) -> tuple[str, ...]:
+    """``prove``'s ``tree``: one spec (a string), several (a list or tuple of strings), or None."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise UsageError(f"tree must be a tree spec or a list of them, got {shown(value)}")
+    return tuple(args.text(spec, "tree") for spec in value)
 
 
 def _config(arguments: dict) -> OracleConfig:
-    """The oracle's fixture from a call's arguments (its extra keywords: the target's controls)."""
+    """The oracle's fixture from a call's arguments (its extra keywords: the target's controls),
+    each argument's type checked by name (the fixture checks the ranges)."""
     controls = arguments.pop("controls")
     arguments.pop("sampler", None)
+    given = lambda names: (name for name in names if name in arguments)  # noqa: E731 - check_sampler has fewer
+    for name in given(WHOLE):
+        args.whole(arguments[name], name)
+    args.whole(arguments.get("horizon"), "horizon", optional=True)
+    for name in given(NUMBERS):  # types here; ranges (finite, positive) in the fixture, named by their flags
+        args.number(arguments[name], name, finite=False)
+    args.number(arguments["repetition_penalty"], "repetition_penalty", optional=True, finite=False)
+    for name in given(TEXTS):
+        args.text(arguments[name], name)
+    args.flag(arguments["lab"], "lab")
     for name in ("target_bias", "draft_bias"):
-        arguments[name] = dict(arguments[name] or {})
-    if "tree" in arguments:  # one spec, several, or None (the defaults)
-        tree = arguments["tree"]
-        arguments["tree"] = (tree,) if isinstance(tree, str) else tuple(tree or ())
+        arguments[name] = args.biases(arguments[name], name)
+    for name, value in controls.items():
+        if name not in CONTROLS:
+            raise UsageError(f"unknown option {shown(name)}; the target's controls are {', '.join(CONTROLS)}")
+        args.number(value, name, optional=True, finite=False)
+    if "tree" in arguments:  # prove's: one spec, several, or None (the defaults)
+        arguments["tree"] = _trees(arguments["tree"])
     return OracleConfig(**arguments, controls={n: v for n, v in controls.items() if v is not None})

@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.errors import UsageError
+from specd.api import arguments as args
+from specd.errors import UsageError, shown
 from specd.files import check_output, check_paths
 from specd.models.divergence import Divergence, divergences
 from specd.models.generation import (
@@ -191,7 +192,9 @@ class Pair:
             TARGET_ONLY: pipe.run(items, baseline=True, record_log=False, batch_size=size),
             SPECULATIVE: pipe.run(items, record_log=False, batch_size=size),
         }
-        parted = divergences(pipe, items, runs[TARGET_ONLY], runs[SPECULATIVE]) if pipe.target_policy.greedy else []
+        with pipe.exclusive():  # the target scores where the texts part, outside any round
+            greedy = pipe.target_policy.greedy
+            parted = divergences(pipe, items, runs[TARGET_ONLY], runs[SPECULATIVE]) if greedy else []
         return Comparison(
             Generation._of(runs[TARGET_ONLY]),
             Generation._of(runs[SPECULATIVE]),
@@ -210,6 +213,7 @@ class Pair:
     ) -> PromptSetFiles | None:
         """The results file and acceptance log of a run, checked before it starts: never an input,
         never inside a model folder (specd's path rule, as for the commands)."""
+        out, trace = args.path(out, "out", optional=True), args.path(trace, "trace", optional=True)
         if out is None and trace is None:
             return None
         if trace is not None and baseline:
@@ -242,13 +246,10 @@ def warm_up(pipe: Pipeline, items: Sequence[PromptItem]) -> None:
 
 
 def _items(prompts: str | Sequence[str]) -> list[PromptItem]:
-    """Prompts -> items with the ids ``specd generate --prompt`` gives them (a hash of the text, so
-    a request's random streams are the same from Python and from the command line)."""
-    if isinstance(prompts, str):
-        prompts = [prompts]
-    if not all(isinstance(p, str) for p in prompts):
-        raise UsageError("prompts must be a string or a list of strings")
-    return prompt_items(list(prompts), None)
+    """Prompts (one string, or any iterable of strings) -> items with the ids ``specd generate
+    --prompt`` gives them (a hash of the text, so a request's random streams are the same from
+    Python and from the command line)."""
+    return prompt_items(args.prompts(prompts), None)
 
 
 def _batch(batch_size: int | None) -> int | None:
@@ -285,10 +286,12 @@ def _tokenizer(given: Mapping[str, Loaded], tokenizer: object) -> object:
 
 def _same(options: Mapping[str, object], name: str, actual: str, whose: str) -> None:
     if name in options and options[name] not in (actual, "auto"):
-        raise UsageError(f"{name}={options[name]!r}, but {whose} weights are in {actual}: move the model instead")
+        raise UsageError(f"{name}={shown(options[name])}, but {whose} weights are in {actual}: move the model instead")
 
 
 def _refuse_unknown(options: Mapping[str, object], known: frozenset[str], where: str) -> None:
     unknown = sorted(set(options) - known)
     if unknown:
-        raise UsageError(f"{where}: unknown option {unknown[0]!r} (the options are generate's flags, with underscores)")
+        raise UsageError(
+            f"{where}: unknown option {shown(unknown[0])} (the options are generate's flags, with underscores)"
+        )

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from specd.api import arguments as args
 from specd.api.pair import Pair
+from specd.errors import UsageError, shown
 from specd.policy.kpolicy import MAX_K
 from specd.sweeps.analytic import (
     MAX_SWEEP_BATCH,
@@ -44,6 +46,7 @@ def ledger(
     name (draft_cost, row_cost, draft_row_cost, state_cost, queue_cost, context_cost)."""
     ks = parse_ints("1..8" if k is None else k, "k", MAX_SWEEP_K)
     batches = parse_ints(batch, "batch", MAX_SWEEP_BATCH)
+    trace_log = args.path(trace_log, "trace_log", optional=True)
     profile = choose_profile(alpha, list(alphas) if alphas is not None else None, trace_log=trace_log)
     rows = analytic(
         profile, cost_model(costs), ks, batches, context, stop_probability, parse_kv_shape(kv_shape), k is not None
@@ -63,18 +66,22 @@ def sweep(
     """The measured sweep (``sweep-k --measure``) on a loaded pair: its acceptance profile from a
     run at the largest K, its target and draft calls timed, and every (K, batch) generated; the
     ledger's predicted speedup beside the measured one (``measured_speedup``)."""
+    if not isinstance(pair, Pair):
+        raise UsageError(f"sweep takes a specd.Pair (from specd.Pair.load), got {shown(pair)} ({type(pair).__name__})")
     ks = parse_ints(k, "k", MAX_K)
     batches = parse_ints(batch, "batch", MAX_MEASURED_BATCH)
-    result = measure(
-        pair._pipe, ks, batches, list(prompts) if prompts else None, max_new_tokens=max_new_tokens, repeats=repeats
-    )
+    texts = None if prompts is None else args.prompts(prompts)  # a string is one prompt
+    args.whole(max_new_tokens, "max_new_tokens", 1)
+    args.whole(repeats, "repeats")
+    with pair._pipe.exclusive():  # it times the models' calls: another thread's would be in its figures
+        result = measure(pair._pipe, ks, batches, texts, max_new_tokens=max_new_tokens, repeats=repeats)
     return _frame(ledger_records(result.rows, "measured", result.measured))
 
 
 def read_log(path: str) -> pd.DataFrame:
     """An acceptance log's rounds, one row each (request_id, round, k, accepted, emitted, source, ...),
     with each request's prompt and tag beside them."""
-    _, requests, _, rounds = read_trace(path)
+    _, requests, _, rounds = read_trace(args.path(path, "read_log(path)"))
     return frames(requests, rounds)
 
 
@@ -82,8 +89,8 @@ def summarize_log(path: str, by: str | None = None) -> pd.DataFrame:
     """An acceptance log's summary (``trace summarize``): one row for the whole log ("overall") and one
     per group of ``by`` (request_id by default; prompt, tag): rounds, mean accepted length,
     Pr(A = a), survival, reach-conditioned alpha_j, vLLM's counters."""
-    _, requests, _, rounds = read_trace(path)
-    return to_table(summarize(requests, rounds, by))
+    _, requests, _, rounds = read_trace(args.path(path, "summarize_log(path)"))
+    return to_table(summarize(requests, rounds, args.text(by, "by", optional=True)))
 
 
 def _frame(records: list[dict]) -> pd.DataFrame:

@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a check failed or the run failed; 2 bad input;
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -18,7 +19,7 @@ from specd.cli.interrupt import exit_interrupted
 from specd.cli.sweep_k import sweep_k
 from specd.cli.trace import app as trace_app
 from specd.cli.verify_oracle import verify_oracle
-from specd.errors import SpecdError, one_line
+from specd.errors import SpecdError, one_line, shown
 from specd.files import write_failure
 
 app = typer.Typer(
@@ -95,6 +96,8 @@ def run(argv: list[str] | None = None) -> None:
         _quiet_stdout()
         sys.exit(1)
     except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:  # a path typed too long for any file system: bad input
+            fail(f"{shown(str(err.filename))}: the name is too long for a file name or path", 2)
         if err.filename is None:  # writing to standard output failed (a file's error names the file)
             _quiet_stdout()
             fail(f"cannot write to standard output: {write_failure(err)}", 1)

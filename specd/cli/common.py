@@ -9,7 +9,7 @@ import sys
 import yaml
 from rich.console import Console
 
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.files import MAX_CONFIG_BYTES, read_text
 
 stdout = Console(highlight=False, soft_wrap=False)
@@ -28,7 +28,7 @@ def parse_bias(items: list[str] | None, option: str) -> dict[int, float]:
                 raise ValueError
             out[int(token)] = float(value)
         except ValueError:
-            raise UsageError(f"{option} takes TOKEN=VALUE (e.g. 0=0.5), got {item!r}") from None
+            raise UsageError(f"{option} takes TOKEN=VALUE (e.g. 0=0.5), got {shown(item)}") from None
     return out
 
 
@@ -50,7 +50,7 @@ class StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, (str, int, float, bool)) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                    None, None, f"the key {shown(key)} is given twice", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)

@@ -251,6 +251,12 @@ def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> Swee
 def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
     """Time the real models, measure the profile, and generate at every (K, B)."""
     check_repeats(p["repeats"])  # before any model loads
+    if not p["draft"] and p["dtype"] == "bfloat16":
+        raise UsageError(
+            f"sweep-k --measure times {MEASURED_DRAFT} when no --draft is given: a copy of the target in bfloat16, "
+            "which a bfloat16 target already is; name the draft to time with --draft (self:layers=N, a smaller "
+            "model of its family, ...)"
+        )
     options = GenerateOptions(
         target=p["target"],
         draft=p["draft"] or MEASURED_DRAFT,

@@ -11,7 +11,7 @@ from specd.cli.common import print_json, stderr, stdout
 from specd.cli.generate import execute
 from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table
-from specd.errors import UsageError, printable
+from specd.errors import UsageError, printable, shown
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout, write_text_atomic
 from specd.models.options import GenerateOptions
 from specd.traces.log import read_trace
@@ -63,7 +63,7 @@ def show(
     known = {r["request_id"] for r in requests}
     if request is not None and request not in known:
         have = ", ".join(sorted(known)[:20]) + (" ..." if len(known) > 20 else "")
-        raise UsageError(f"no request {request!r} in {path} (have: {have})")
+        raise UsageError(f"no request {shown(request)} in {path} (have: {have})")
     for req in requests:
         rid = req["request_id"]
         if request is not None and rid != request:

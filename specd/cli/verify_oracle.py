@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -9,8 +10,9 @@ from rich.table import Table
 
 from specd.api.oracle import check_sampler, prove
 from specd.cli.common import parse_bias, print_json, stdout
-from specd.errors import printable
+from specd.errors import UsageError, printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
+from specd.oracles.sandbox import DEFAULT_TIMEOUT
 
 # The flags, declared once each (typer reads them off the annotations).
 Vocab = Annotated[
@@ -67,12 +69,12 @@ Sampler = Annotated[
         "which runs that module's code: name only code you trust.",
     ),
 ]
-Jobs = Annotated[
-    int | None,
+SamplerTimeout = Annotated[
+    float | None,
     typer.Option(
-        "--jobs",
-        help="Processes the engine oracle's independent checks run on (default: the usable cores, at most 4, "
-        "on Linux; 1: one process). The report is the same.",
+        "--sampler-timeout",
+        help=f"Seconds one call of --sampler's sampler may take in its own process (default {DEFAULT_TIMEOUT:g}); "
+        "a call that takes longer fails its check (timed_out).",
     ),
 ]
 Tree = Annotated[
@@ -80,10 +82,20 @@ Tree = Annotated[
     typer.Option(
         "--tree",
         metavar="SPEC",
-        help="A token tree the tree checks enumerate (repeatable: each starts a request, so one round holds "
-        "several): branching per depth like 2,2,1 or an EAGLE choices file, optionally prefixed sampled:, rank: or "
-        "iid: (otherwise each construction is checked). Default: small trees for --vocab and --k; none: no tree "
-        "checks.",
+        help="A token tree: branching per depth like 2,2,1 or an EAGLE choices file, optionally prefixed "
+        "sampled:, rank: or iid:. The engine's tree checks enumerate every --tree given (repeatable: each starts a "
+        "request, so one round holds several; without a prefix each construction is checked; default: small trees "
+        "for --vocab and --k; none: no tree checks). With --sampler, one --tree: check a tree sampler over every "
+        "draft tree of that shape, K its depth. Shipped: specd, specinfer, rrs, sglang, sglang@S,A, eagle, trtllm, "
+        "llamacpp, medusa-typical[@T,A].",
+    ),
+]
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        help="Processes the engine oracle's independent checks run on (default: the usable cores, at most 4, "
+        "on Linux; 1: one process). The report is the same.",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
@@ -109,8 +121,9 @@ def verify_oracle(
     lab: Lab = True,
     rule: Rule = "both",
     sampler: Sampler = None,
-    jobs: Jobs = None,
+    sampler_timeout: SamplerTimeout = None,
     tree: Tree = None,
+    jobs: Jobs = None,
     as_json: AsJson = False,
 ) -> None:
     """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
@@ -129,20 +142,13 @@ def verify_oracle(
         frequency_penalty=frequency_penalty,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    if sampler_timeout is not None and sampler is None:
+        raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
     if sampler is not None:
-        report = check_sampler(sampler, rule=rule, **fixture)
+        report = _check_sampler(sampler, rule, tree, sampler_timeout, fixture)
     else:
-        report = prove(
-            horizon=horizon,
-            samples=samples,
-            layout=layout,
-            backend=backend,
-            lab=lab,
-            rule=rule,
-            jobs=jobs,
-            tree=tree,
-            **fixture,
-        )
+        engine = dict(horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, jobs=jobs)
+        report = prove(rule=rule, tree=tree, **engine, **fixture)
     if as_json:
         print_json(report.document)
     else:
@@ -150,11 +156,21 @@ def verify_oracle(
     raise typer.Exit(0 if report.passed else 1)
 
 
+def _check_sampler(sampler: str, rule: str, tree: list[str] | None, timeout: float | None, fixture: dict):
+    """``--sampler``'s report: a chain sampler, or with one --tree a tree sampler over that shape."""
+    limit = DEFAULT_TIMEOUT if timeout is None else timeout
+    if not math.isfinite(limit) or limit <= 0:
+        raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
+    if tree is not None and len(tree) > 1:
+        raise UsageError("--sampler checks a tree sampler over one tree shape: give --tree once")
+    return check_sampler(sampler, rule=rule, tree=tree[0] if tree else None, timeout=limit, **fixture)
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
+        return ", ".join(_fmt(v) for v in value)
     return str(value)
 
 
@@ -200,9 +216,14 @@ def render(report: dict) -> None:
 
 def render_sampler(report: dict) -> None:
     s, c = report["sampler"], report["config"]
+    shape = (
+        f"tree {printable(report['tree']['spec'])} ({report['tree']['nodes']} nodes)"
+        if "tree" in report
+        else f"K={c['k']}"
+    )
     stdout.print(
         f"[bold]specd verify-oracle --sampler[/] {printable(s['spec'])}: {printable(s['description'])} "
-        f"(returns {s['returns'] or 'nothing the protocol allows'}); V={c['vocab']} K={c['k']} seed={c['seed']}"
+        f"(returns {s['returns'] or 'nothing the protocol allows'}); V={c['vocab']} {shape} seed={c['seed']}"
     )
     checks = Table(title="Checks", title_justify="left")
     for col in ("check", "result", "found", "figures"):
@@ -212,10 +233,37 @@ def render_sampler(report: dict) -> None:
         figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items()) or printable(ch["detail"])
         checks.add_row(ch["name"], result, ", ".join(ch["findings"]) or "-", printable(figures))
     stdout.print(checks)
+    render_price(report.get("price") or {})
     if report["counterexample"]:
         stdout.print("[bold]minimal counterexample[/]")
         for key, value in report["counterexample"].items():
-            stdout.print(f"  {key}: {printable(str(value))}", markup=False, highlight=False)
+            for line in (
+                [f"{key}:"] + [f"  {k}: {v}" for k, v in value.items()]
+                if isinstance(value, dict)
+                else [f"{key}: {value}"]
+            ):
+                stdout.print(f"  {printable(line)}", markup=False, highlight=False)
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     found = ", ".join(report["findings"]) or "nothing"
     stdout.print(f"{verdict}; found: {found} ({report['elapsed_s']:.2f} s)")
+
+
+def render_price(price: dict) -> None:
+    """What a sampler that is not exact costs: total variation from the target, beside its accepted length."""
+    if not price:
+        return
+    table = Table(title="What it costs (exact, over the cells enumerated)", title_justify="left")
+    for col in ("drawn", "TV over the horizon", "TV per position", "accepted per round", "exact rule's"):
+        table.add_column(col, justify="right")
+    for drawn, figures in price.items():
+        if "tv_horizon" not in figures:
+            table.add_row(drawn, "-", "-", "-", printable(str(figures.get("not_priced", ""))))
+            continue
+        table.add_row(
+            drawn,
+            f"{figures['tv_horizon']:.4g}",
+            ", ".join(f"{x:.4g}" for x in figures["tv_per_position"]),
+            f"{figures['expected_accepted']:.4g}",
+            _fmt(figures.get("exact_rule_expected_accepted", "-")),
+        )
+    stdout.print(table)

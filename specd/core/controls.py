@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 
 
 def _finite(value) -> bool:
@@ -16,28 +16,28 @@ def _finite(value) -> bool:
 
 def check_temperature(value, name: str = "temperature") -> None:
     if value is None or not _finite(value) or value < 0:
-        raise UsageError(f"{name} must be a finite number >= 0 (0 means greedy), got {value}")
+        raise UsageError(f"{name} must be a finite number >= 0 (0 means greedy), got {shown(value)}")
 
 
 def check_top_k(value, name: str = "top-k") -> None:
     """An integer >= 0; 0 (like None) means no top-k filter, as in Hugging Face."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {value}")
+        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {shown(value)}")
 
 
 def check_top_p(value, name: str = "top-p") -> None:
     if value is not None and not (_finite(value) and 0.0 < value <= 1.0):
-        raise UsageError(f"{name} must be in (0, 1], got {value}")
+        raise UsageError(f"{name} must be in (0, 1], got {shown(value)}")
 
 
 def check_penalty(value, name: str = "repetition penalty") -> None:
     if value is not None and not (_finite(value) and value > 0):
-        raise UsageError(f"{name} must be a finite number > 0, got {value}")
+        raise UsageError(f"{name} must be a finite number > 0, got {shown(value)}")
 
 
 def check_min_p(value, name: str = "min-p") -> None:
     if value is not None and not (_finite(value) and 0.0 <= value <= 1.0):
-        raise UsageError(f"{name} must be in [0, 1] (0: off), got {value}")
+        raise UsageError(f"{name} must be in [0, 1] (0: off), got {shown(value)}")
 
 
 ADDITIVE_PENALTY_RANGE = (-2.0, 2.0)  # vLLM's and the OpenAI API's range
@@ -48,13 +48,15 @@ def check_additive_penalty(value, name: str) -> None:
     negative value favours repeating). Bounded, so the shift stays finite for any output length."""
     low, high = ADDITIVE_PENALTY_RANGE
     if value is not None and not (_finite(value) and low <= value <= high):
-        raise UsageError(f"{name} must be in [{low:g}, {high:g}] (0: off; vLLM's and OpenAI's range), got {value}")
+        raise UsageError(
+            f"{name} must be in [{low:g}, {high:g}] (0: off; vLLM's and OpenAI's range), got {shown(value)}"
+        )
 
 
 def check_count(value, name: str) -> None:
     """An integer >= 0 (0: off): --no-repeat-ngram-size, --min-new-tokens."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {value}")
+        raise UsageError(f"{name} must be an integer >= 0 (0: off), got {shown(value)}")
 
 
 def check_bias(bias: Mapping[int, float] | None, name: str = "logit bias", vocab: int | None = None) -> None:
@@ -62,4 +64,4 @@ def check_bias(bias: Mapping[int, float] | None, name: str = "logit bias", vocab
         if vocab is not None and not 0 <= token < vocab:
             raise UsageError(f"{name}: token {token} is outside the vocabulary 0..{vocab - 1}")
         if not _finite(value):
-            raise UsageError(f"{name}: the bias of token {token} must be a finite number, got {value}")
+            raise UsageError(f"{name}: the bias of token {token} must be a finite number, got {shown(value)}")

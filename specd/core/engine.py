@@ -134,12 +134,15 @@ class SpeculativeEngine:
             plan = self.k_policy.plan(state, offers)
         k = max(0, min(plan.k, state.draft_budget))
         shape = plan.shape if plan.shape is not None else self.config.tree
+        also = plan.also
         if shape is not None and k:
             shape = shape.cut(k)
             k = shape.depth
             if shape.is_chain and shape.drawn is None:
                 shape = None  # a chain shape is the plain chain of k
-        return Plan(plan.source, k, plan.match, shape) if k else Plan(None, 0)
+            elif plan.shape is None and not shape.dynamic and shape.children(()) > 1:
+                also = tuple(o.index for o in offers if o.index != plan.source)  # the root's other children
+        return Plan(plan.source, k, plan.match, shape, also) if k else Plan(None, 0)
 
     def publish_timing(self, timing: RoundTiming) -> None:
         for observe in self.observers:

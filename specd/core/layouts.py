@@ -30,7 +30,7 @@ from specd.core.kv import KVRows
 from specd.core.model import RowInput
 from specd.core.state import RequestState
 from specd.core.tree import DraftTree
-from specd.errors import CacheIdentityError, UnknownLayout
+from specd.errors import CacheIdentityError, UnknownLayout, shown
 
 
 @dataclass(frozen=True)
@@ -146,4 +146,4 @@ def make_layout(name: str) -> FrontierLayout:
     try:
         return LAYOUTS[name]()
     except KeyError:
-        raise UnknownLayout(f"unknown layout {name!r}; choose one of {', '.join(LAYOUTS)}") from None
+        raise UnknownLayout(f"unknown layout {shown(name)}; choose one of {', '.join(LAYOUTS)}") from None

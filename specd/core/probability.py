@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from specd.core.checks import flagged
-from specd.errors import EmptyDistribution, UnknownBackend
+from specd.errors import EmptyDistribution, UnknownBackend, shown
 
 BACKENDS = ("max_shift", "online")
 
@@ -84,7 +84,7 @@ def softmax(
 
 def check_backend(name: str) -> str:
     if name not in BACKENDS:
-        raise UnknownBackend(f"unknown probability backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise UnknownBackend(f"unknown probability backend {shown(name)}; choose one of {', '.join(BACKENDS)}")
     return name
 
 

@@ -95,19 +95,6 @@ class Proposal:
         )
 
 
-def packed(
-    rows: Sequence[Sequence[torch.Tensor]], vocab: int, dtype: torch.dtype, device="cpu"
-) -> tuple[torch.Tensor, tuple[tuple[int, ...], ...]]:
-    """Per row, its q rows float[V] (one per draft) -> (q float[R_q, V], q_index): packed in row order."""
-    flat = [r for row in rows for r in row]
-    q = torch.stack(flat).to(dtype) if flat else torch.zeros(0, vocab, dtype=dtype, device=device)
-    index, start = [], 0
-    for row in rows:
-        index.append(tuple(range(start, start + len(row))))
-        start += len(row)
-    return q, tuple(index)
-
-
 class Proposer:
     """The interface. ``deterministic``: the proposal is a function of the published
     output alone (no draws), so the oracle enumerates one path with mass 1."""
@@ -251,10 +238,14 @@ class ModelProposer(Proposer):
             return q_rows.max(dim=-1).values
         return torch.softmax(self.policy.logits(raw_rows, states).float(), dim=-1).max(dim=-1).values
 
-    def propose(self, states, ks, cache, ctx, shapes=None):
+    def propose(self, states, ks, cache, ctx, shapes=None, exclude=None):
         """Up to ks[b] levels of drafts for each row: a chain, or the tree shapes[b] asks for
-        (``specd.core.tree_draft``: level by level, one draft call a level)."""
-        return draft_trees(self, states, ks, shapes, cache, ctx)
+        (``specd.core.tree_draft``: level by level, one draft call a level), its root's children never
+        the tokens exclude[b] names."""
+        d = draft_trees(self, states, ks, shapes, cache, ctx, exclude)
+        return Proposal(
+            d.drafts, d.q, d.q_index, d.draws, self.staged_rows(states, d.staged), *d.first_call, trees=d.trees
+        )
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
         """One draft step -> the raw logit row after each row's last input, float[V] each. ``staged``
@@ -379,9 +370,13 @@ def branches(shape) -> int:
     return shape.width if shape.dynamic else shape.children(())
 
 
-def lookup_trees(found, shapes, vocab: int, dtype: torch.dtype) -> Proposal:
-    """A lookup's proposal from each row's continuations: their trie within the shape's nodes
-    (specd.core.tree.trie; each child chosen, so q is the point mass on it)."""
+def lookup_trees(found, shapes, vocab: int, dtype: torch.dtype, exclude=None) -> Proposal:
+    """A lookup's proposal from each row's continuations: their trie within the shape's root children
+    and nodes (specd.core.tree.trie; each child chosen, so q is the point mass on it), none starting
+    with a token exclude[b] names."""
+    if exclude is not None:
+        found = [[c for c in conts if c[0] not in ex] for conts, ex in zip(found, exclude)]
+    found = [conts[: branches(shape)] for conts, shape in zip(found, shapes)]
     trees = [trie(c, shape.size if shape is not None else len(c[0]) if c else 0) for c, shape in zip(found, shapes)]
     proposal = point_masses(tuple(t.tokens for t in trees), vocab, dtype)
     kept = tuple(None if t.is_chain else t for t in trees)

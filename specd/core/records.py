@@ -18,6 +18,7 @@ from specd.core.outcome import RoundOutcome
 from specd.core.proposer import SourceTiming
 from specd.core.state import RequestState
 from specd.core.stats import RunStats
+from specd.core.tree import DraftTree, walked
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,13 @@ class AcceptanceRecord:
     accepted: bool
     correction_distribution_id: str | None  # set on the rejected position
     committed_token_count: int  # output tokens after this round was published
+    parent: int | None = None  # a tree round's: the node's parent (-1: the root); a chain's: None
 
     def as_dict(self) -> dict:
-        return {"type": "proposal", **asdict(self)}
+        row = {"type": "proposal", **asdict(self)}
+        if self.parent is None:
+            del row["parent"]  # a chain's rows are as they always were
+        return row
 
 
 @dataclass(frozen=True)
@@ -108,28 +113,33 @@ def acceptance_rows(outcomes: Sequence[RoundOutcome], read: list) -> list[list[A
     u = read[3] if len(read) > 3 else None
     out = []
     for b, o in enumerate(outcomes):
-        a = o.accepted
+        tree = DraftTree(o.draft_token_ids, o.draft_parents) if o.draft_parents else DraftTree.chain(o.draft_token_ids)
+        path = o.accepted_path if o.accepted_path is not None else tuple(range(o.accepted))
+        leaf = path[-1] if path else -1
+        tested = set(walked(tree, path, o.accepted, leaf in tree.children))
+        refused_last = tree.last_child(leaf) if leaf in tree.children else None
         rows = []
         for i, token in enumerate(o.draft_token_ids):
-            reached = i <= a
+            reached = i in tested
             rows.append(
                 AcceptanceRecord(
                     request_id=o.request_id,
                     round_id=o.round_id,
                     round_index=o.round_index,
                     draft_index=i + 1,
-                    position=o.start_position + i,
+                    position=o.start_position + tree.depths[i] - 1,
                     draft_token=token,
                     q_prob=q_d[b][i],
                     p_prob=p_d[b][i],
                     accept_ratio=ratio[b][i],
                     uniform=u[b][i] if (reached and u is not None) else None,
                     reached=reached,
-                    accepted=i < a,
+                    accepted=i in path,
                     correction_distribution_id=(
-                        f"residual[p{i + 1}-q{i + 1}]@{o.round_id}" if reached and i == a else None
+                        f"residual[p{i + 1}-q{i + 1}]@{o.round_id}" if i == refused_last else None
                     ),
                     committed_token_count=o.committed_token_count,
+                    parent=None if o.draft_parents is None else o.draft_parents[i],
                 )
             )
         out.append(rows)

@@ -20,6 +20,7 @@ Every rule (``specd.core.sampler``, ``specd.core.block``) reads them through ``R
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -151,3 +152,16 @@ class Rows:
             out = torch.zeros(len(positions), self.vocab, dtype=dtype, device=positions.device)
         point = ~model & (token >= 0)
         return out.scatter_add_(1, token.clamp_min(0).unsqueeze(1), point.to(dtype).unsqueeze(1))
+
+
+def packed(
+    rows: Sequence[Sequence[torch.Tensor]], vocab: int, dtype: torch.dtype, device="cpu"
+) -> tuple[torch.Tensor, tuple[tuple[int, ...], ...]]:
+    """Per row, its q rows float[V] (one per draft) -> (q float[R_q, V], q_index): packed in row order."""
+    flat = [r for row in rows for r in row]
+    q = torch.stack(flat).to(dtype) if flat else torch.zeros(0, vocab, dtype=dtype, device=device)
+    index, start = [], 0
+    for row in rows:
+        index.append(tuple(range(start, start + len(row))))
+        start += len(row)
+    return q, tuple(index)

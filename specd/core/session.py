@@ -28,7 +28,7 @@ from specd.core.scratch import Scratch
 from specd.core.state import Request, RequestState
 from specd.core.stats import StatsAccumulator
 from specd.core.transaction import RequestStore, RoundTransaction
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 
 
 @dataclass
@@ -150,14 +150,14 @@ class DecodeSession:
         known = set(self.store.ids())
         for r in requests:
             if r.request_id in known:
-                raise UsageError(f"request ids must be unique; {r.request_id!r} appears twice")
+                raise UsageError(f"request ids must be unique; {shown(r.request_id)} appears twice")
             known.add(r.request_id)
             if not r.prompt:
-                raise UsageError(f"request {r.request_id!r} has an empty prompt")
+                raise UsageError(f"request {shown(r.request_id)} has an empty prompt")
             if r.max_new_tokens < 0:
-                raise UsageError(f"request {r.request_id!r}: max_new_tokens must be >= 0")
+                raise UsageError(f"request {shown(r.request_id)}: max_new_tokens must be >= 0")
             if any(not 0 <= t < vocab for t in r.prompt):
-                raise UsageError(f"request {r.request_id!r}: prompt token outside the vocabulary (size {vocab})")
+                raise UsageError(f"request {shown(r.request_id)}: prompt token outside the vocabulary (size {vocab})")
 
     def _prefill(self, states: list[RequestState]) -> None:
         """Commit K/V for prompt[:-1]; the last prompt token is the first frontier."""

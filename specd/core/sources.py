@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from specd.core.kv import KVCache
 from specd.core.proposer import DraftContext, ModelProposer, NullProposer, Proposal, Proposer, SourceTiming
 from specd.core.state import RequestState
+from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
 
 
@@ -54,6 +55,7 @@ class Plan:
     k: int
     match: int | None = None
     shape: TreeShape | None = None
+    also: tuple[int, ...] = ()  # further sources whose children join a static tree's root, in turn
 
 
 def plan_from(offer: Offer, k: int) -> Plan:
@@ -94,6 +96,99 @@ class SourceCaches:
     def tidy(self) -> None:
         for c in self._each():
             c.tidy()
+
+
+class Drafting:
+    """A round's drafts as the sources return them, per row: its nodes, each node's q row, the
+    proposal uniforms read, the source, what a shared-body draft staged, the tree, the timings."""
+
+    def __init__(self, rows: int):
+        self.drafts: list[tuple[int, ...]] = [() for _ in range(rows)]
+        self.parents: list[tuple[int, ...] | None] = [None] * rows  # None: a chain
+        self.drawn: list[str] = ["sampled"] * rows
+        self.q_index: list[tuple[int, ...]] = [() for _ in range(rows)]
+        self.used = [0] * rows
+        self.names: list[str | None] = [None] * rows
+        self.staged: list = [None] * rows
+        self.parts: list[torch.Tensor] = []
+        self.timings: list[SourceTiming] = []
+
+    def tree(self, b: int) -> DraftTree:
+        if self.parents[b] is None:
+            return DraftTree.chain(self.drafts[b])
+        return DraftTree(self.drafts[b], self.parents[b], self.drawn[b])
+
+    def roots(self, b: int) -> int:
+        return len(self.root_tokens(b))
+
+    def root_tokens(self, b: int) -> tuple[int, ...]:
+        tree = self.tree(b)
+        return tuple(tree.tokens[n] for n in tree.children.get(-1, ()))
+
+    def after_draws(self, ctx: DraftContext, states, rows) -> DraftContext:
+        """``ctx`` whose proposal uniforms start after those the rows' earlier sources read."""
+        skip = {states[b].request_id: self.used[b] for b in rows}
+
+        def draws(state, stream: str, n: int) -> list[float]:
+            off = skip.get(state.request_id, 0) if stream == "proposal" else 0
+            return ctx.draws(state, stream, n + off)[off:]
+
+        return replace(ctx, draws=draws)
+
+    def take(self, source, rows, states, plans, cache, ctx: DraftContext, kw: dict, merge: bool = False) -> None:
+        """Run one source's turn for ``rows`` (``kw``: its shapes and exclusions) and keep what it drafted
+        (``merge``: beside each row's earlier nodes, as more children of the root)."""
+        calls, started = source.forward_calls, time.perf_counter()
+        proposal = source.propose([states[b] for b in rows], [plans[b].k for b in rows], cache, ctx, **kw)
+        seconds = time.perf_counter() - started
+        shift = sum(len(part) for part in self.parts)  # this turn's q rows follow the earlier turns'
+        for j, b in enumerate(rows):
+            new = proposal.tree(j)
+            index = tuple(i + shift if i >= 0 else -1 for i in proposal.q_index[j][: len(new)])
+            if merge and len(new):
+                tree, at = self.tree(b), len(self.drafts[b])
+                self.drafts[b] = tree.tokens + new.tokens
+                self.parents[b] = tree.parents + tuple(p + at if p >= 0 else p for p in new.parents)
+                self.drawn[b] = "iid" if "iid" in (tree.drawn, new.drawn) else tree.drawn
+                self.q_index[b] += index
+                self.used[b] += proposal.draws[j]
+            elif not merge:
+                self.drafts[b], self.q_index[b], self.used[b] = new.tokens, index, proposal.draws[j]
+                self.parents[b] = None if new.is_chain else new.parents
+                self.drawn[b] = new.drawn
+                self.names[b] = source.identity if new.tokens else None
+                if proposal.staged is not None:
+                    self.staged[b] = proposal.staged[j]
+        self.parts.append(proposal.q)
+        longest = max((len(proposal.drafts[j]) for j in range(len(rows))), default=0)
+        drafted = sum(1 for j in range(len(rows)) if proposal.drafts[j])
+        self.timings.append(
+            SourceTiming(
+                source.identity,
+                seconds,
+                source.forward_calls - calls,
+                drafted,
+                longest,
+                proposal.first_call_tokens,
+                proposal.first_call_seconds,
+            )
+        )
+
+    def proposal(self, vocab: int | None, dtype: torch.dtype) -> Proposal:
+        device = next((part.device for part in self.parts if len(part)), "cpu")  # a model's rows stay there
+        empty = [torch.zeros(0, vocab or 0, dtype=dtype)]
+        q = torch.cat([part.to(device=device, dtype=dtype) for part in self.parts] or empty)
+        trees = tuple(None if p is None else self.tree(b) for b, p in enumerate(self.parents))
+        return Proposal(
+            tuple(self.drafts),
+            q,
+            tuple(self.q_index),
+            tuple(self.used),
+            tuple(self.staged),
+            sources=tuple(self.names),
+            timings=tuple(self.timings),
+            trees=trees if any(t is not None for t in trees) else (),
+        )
 
 
 class SourceSet:
@@ -147,65 +242,28 @@ class SourceSet:
         self, states, plans: Sequence[Plan], caches: SourceCaches, ctx: DraftContext, target_cache=None
     ) -> Proposal:
         """Each source drafts for the rows whose plan names it; rows of K = 0 draft nothing. A
-        shared-body source drafts into ``target_cache`` (the target's cache)."""
-        b_total = len(states)
-        drafts: list[tuple[int, ...]] = [() for _ in states]
-        q_index: list[tuple[int, ...]] = [() for _ in states]
-        used = [0] * b_total
-        names: list[str | None] = [None] * b_total
-        staged: list = [None] * b_total
-        trees: list = [None] * b_total
-        parts: list[torch.Tensor] = []
-        timings: list[SourceTiming] = []
+        shared-body source drafts into ``target_cache`` (the target's cache). A row whose tree takes
+        several sources (``Plan.also``) gets the rest of its root's children from each of them in turn,
+        never a token an earlier source put there (specd.core.tree_draft: the law of a later source's
+        children is its row without them), each source's proposal uniforms after the earlier ones'."""
+        acc = Drafting(len(states))
         for index, source in enumerate(self.sources):
             rows = [b for b, plan in enumerate(plans) if plan.source == index and plan.k > 0]
-            if not rows:
-                continue
-            calls = source.forward_calls
-            started = time.perf_counter()
-            mine, ks = [states[b] for b in rows], [plans[b].k for b in rows]
-            cache = target_cache if source.shares_target_cache else caches.caches[index]
-            shapes = [plans[b].shape for b in rows]
-            if any(shape is not None for shape in shapes):
-                proposal = source.propose(mine, ks, cache, ctx, shapes=shapes)
-            else:
-                proposal = source.propose(mine, ks, cache, ctx)
-            seconds = time.perf_counter() - started
-            shift = sum(len(part) for part in parts)  # this source's q rows follow the earlier sources'
-            for j, b in enumerate(rows):
-                drafts[b] = tuple(proposal.drafts[j])
-                trees[b] = proposal.trees[j] if j < len(proposal.trees) else None
-                q_index[b] = tuple(i + shift if i >= 0 else -1 for i in proposal.q_index[j][: len(drafts[b])])
-                if proposal.staged is not None:
-                    staged[b] = proposal.staged[j]
-                used[b] = proposal.draws[j]
-                names[b] = source.identity if drafts[b] else None
-            parts.append(proposal.q)
-            longest = max((len(proposal.drafts[j]) for j in range(len(rows))), default=0)
-            timings.append(
-                SourceTiming(
-                    source.identity,
-                    seconds,
-                    source.forward_calls - calls,
-                    sum(1 for b in rows if drafts[b]),
-                    longest,
-                    proposal.first_call_tokens,
-                    proposal.first_call_seconds,
-                )
-            )
-        device = next((part.device for part in parts if len(part)), "cpu")  # a model's rows stay where they are
-        empty = [torch.zeros(0, self.vocab_size or 0, dtype=ctx.dtype)]
-        q = torch.cat([part.to(device=device, dtype=ctx.dtype) for part in parts] or empty)
-        return Proposal(
-            tuple(drafts),
-            q,
-            tuple(q_index),
-            tuple(used),
-            tuple(staged),
-            sources=tuple(names),
-            timings=tuple(timings),
-            trees=tuple(trees) if any(t is not None for t in trees) else (),
-        )
+            if rows:
+                cache = target_cache if source.shares_target_cache else caches.caches[index]
+                shapes = [plans[b].shape for b in rows]
+                kw = {"shapes": shapes} if any(shape is not None for shape in shapes) else {}
+                acc.take(source, rows, states, plans, cache, ctx, kw)
+        for turn in range(max((len(plan.also) for plan in plans), default=0)):
+            for index, source in enumerate(self.sources):
+                rows = [b for b, plan in enumerate(plans) if len(plan.also) > turn and plan.also[turn] == index]
+                rest = {b: plans[b].shape.ranks_from(acc.roots(b)) for b in rows}
+                rows = [b for b in rows if rest[b] is not None]
+                if rows:
+                    kw = {"shapes": [rest[b] for b in rows], "exclude": [acc.root_tokens(b) for b in rows]}
+                    shifted = acc.after_draws(ctx, states, rows)
+                    acc.take(source, rows, states, plans, caches.caches[index], shifted, kw, merge=True)
+        return acc.proposal(self.vocab_size, ctx.dtype)
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
         """Every source's cache follows the published output (None: the round aborted)."""

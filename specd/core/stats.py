@@ -48,10 +48,13 @@ class RoundCounts:
 
     def add_outcome(self, outcome) -> None:
         """One request's published round (a RoundOutcome)."""
-        self.add_round(outcome.k, outcome.accepted, len(outcome.emitted), outcome.source)
+        self.add_round(outcome.k, outcome.accepted, len(outcome.emitted), outcome.source, outcome.levels)
 
-    def add_round(self, k: int, accepted: int, emitted: int, source: str | None = None) -> None:
-        """One request-round by its counts (a log's round row carries them)."""
+    def add_round(
+        self, k: int, accepted: int, emitted: int, source: str | None = None, levels: int | None = None
+    ) -> None:
+        """One request-round by its counts (a log's round row carries them). ``levels``: how deep its
+        tests went (a tree's walk: positions are depths; None: a chain's, min(A + 1, K))."""
         self.rounds += 1
         if k > 0 and source:
             self.source_hist[source] = self.source_hist.get(source, 0) + 1
@@ -61,7 +64,7 @@ class RoundCounts:
         self.emitted += emitted
         if k > 0:
             self.accepted_hist[accepted] = self.accepted_hist.get(accepted, 0) + 1
-        for j in range(1, positions_reached(k, accepted) + 1):
+        for j in range(1, (positions_reached(k, accepted) if levels is None else levels) + 1):
             self.reached[j] = self.reached.get(j, 0) + 1
         for j in range(1, accepted + 1):
             self.accepted_at[j] = self.accepted_at.get(j, 0) + 1

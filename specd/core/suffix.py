@@ -27,7 +27,7 @@ decoding, the text never depends on the draft).
 from __future__ import annotations
 
 from specd.core.processors import SamplingPolicy
-from specd.core.proposer import Proposer, branches, lookup_trees, point_masses
+from specd.core.proposer import Proposer, lookup_trees, point_masses
 
 
 class SuffixIndex:
@@ -240,13 +240,10 @@ class SuffixProposer(Proposer):
             return 0
         return cache.lookup(state.slot, state.output, 1)[1]
 
-    def propose(self, states, ks, cache, ctx, shapes=None):
+    def propose(self, states, ks, cache, ctx, shapes=None, exclude=None):
         if shapes is not None:  # a tree of the match's continuations (specd.core.tree.trie)
-            found = [
-                cache.continuations(s.slot, s.output, k, branches(shape)) if k > 0 else []
-                for s, k, shape in zip(states, ks, shapes)
-            ]
-            return lookup_trees(found, shapes, self.vocab_size, ctx.dtype)
+            found = [cache.continuations(s.slot, s.output, k, 1 << 30) if k > 0 else [] for s, k in zip(states, ks)]
+            return lookup_trees(found, shapes, self.vocab_size, ctx.dtype, exclude)
         drafts = tuple(cache.lookup(s.slot, s.output, k)[0] if k > 0 else () for s, k in zip(states, ks))
         return point_masses(drafts, self.vocab_size, ctx.dtype)
 

@@ -126,18 +126,24 @@ class DraftTree:
         return kids[-1] if kids else -1
 
 
-def uniforms_reached(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: bool) -> int:
-    """How far into a request's acceptance uniforms (one per node, in node order) a walk read: one
-    past the last node it tested. Along the first ``accepted`` nodes of ``path`` it tested each
-    parent's children up to the one it accepted; with ``refused_all`` every child of the node it
-    stopped at. A chain's: accepted (+ 1 when the draft after them was refused)."""
-    at, last = ROOT, -1
+def walked(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: bool) -> list[int]:
+    """The nodes a walk tested, in the order it tested them: along the first ``accepted`` nodes of
+    ``path`` each parent's children up to the one it accepted, and with ``refused_all`` every child of
+    the node it stopped at (a chain's: d_1..d_A, and d_{A+1} when it was refused)."""
+    out, at = [], ROOT
     for node in path[:accepted]:
-        last = max(last, node)
+        kids = tree.children[at]
+        out.extend(kids[: kids.index(node) + 1])
         at = node
     if refused_all:
-        last = max(last, *tree.children.get(at, (-1,)))
-    return last + 1
+        out.extend(tree.children.get(at, ()))
+    return out
+
+
+def uniforms_reached(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: bool) -> int:
+    """How far into a request's acceptance uniforms (one per node, in node order) a walk read: one
+    past the last node it tested (``walked``)."""
+    return max(walked(tree, path, accepted, refused_all), default=-1) + 1
 
 
 def trie(branches: Sequence[Sequence[int]], nodes: int) -> DraftTree:

@@ -33,6 +33,7 @@ import torch
 from specd.core.model import RowInput
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import PolicyState
+from specd.core.rows import packed
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
 from specd.errors import EmptyDistribution, UsageError
@@ -61,6 +62,7 @@ class Expansion:
     path: tuple[int, ...]  # its rank path (a static shape's key)
     depth: int  # the root's 0
     children: int = 0
+    exclude: tuple[int, ...] = ()  # tokens its children may not be (earlier siblings from another source)
 
 
 def construction(shape: TreeShape | None, greedy: bool, noise) -> str:
@@ -77,11 +79,27 @@ def construction(shape: TreeShape | None, greedy: bool, noise) -> str:
     return asked or "sampled"
 
 
-def draft_trees(proposer, states, ks, shapes, cache, ctx):
-    """The proposal (``specd.core.proposer.Proposal``) of ``proposer`` (a ModelProposer) for each of
-    ``states``: up to ks[b] levels, each request's tree as shapes[b] says (None: a chain of ks[b])."""
-    from specd.core.proposer import Proposal, packed
+@dataclass(frozen=True)
+class Drafted:
+    """What a model draft drafted for a batch (a Proposal's parts, specd.core.proposer): per row its
+    nodes' tokens, the packed q rows and each node's row (-1: a point mass), the proposal uniforms read,
+    what it staged (slot -> hidden rows, a shared-body draft's), its first call (most tokens fed one row,
+    seconds) and per row its tree where that is not a chain."""
 
+    drafts: tuple[tuple[int, ...], ...]
+    q: torch.Tensor
+    q_index: tuple[tuple[int, ...], ...]
+    draws: tuple[int, ...]
+    staged: dict
+    first_call: tuple[int, float] = (0, 0.0)
+    trees: tuple[DraftTree | None, ...] = ()
+
+
+def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Drafted:
+    """What ``proposer`` (a ModelProposer) drafts for each of ``states``: up to ks[b] levels, each
+    request's tree as shapes[b] says (None: a chain of ks[b]). ``exclude``: per row, tokens the root's
+    children may not be (the root's earlier children, another source's: its q rows are then q without
+    them, renormalized, the law its children are drawn from)."""
     shapes = list(shapes) if shapes is not None else [None] * len(states)
     noise = ctx.noise if not proposer.policy.greedy else None  # the rule's: race under it, read no uniform
     ways = [construction(s, proposer.policy.greedy, noise) for s in shapes]
@@ -90,7 +108,7 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx):
     live = [b for b in range(len(states)) if ks[b] > 0]
     if not live:
         empty = packed([[] for _ in states], proposer.vocab_size, ctx.dtype, device)
-        return Proposal(tuple(() for _ in states), *empty, (0,) * len(states))
+        return Drafted(tuple(() for _ in states), *empty, (0,) * len(states), {})
     size = {b: shapes[b].cut(ks[b]).size if shapes[b] is not None else ks[b] for b in live}
     reads = [b for b in live if ways[b] != "rank" and noise is None]  # children drawn at proposal uniforms
     uniforms = {b: ctx.draws(states[b], "proposal", size[b]) for b in reads}
@@ -104,7 +122,10 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx):
     started = time.perf_counter()
     raws = proposer.forward(cache, rows, staged)
     first_call = (max(len(r.tokens) for r in rows), time.perf_counter() - started)
-    level = [Expansion(b, -1, raw, states[b].draft_proc, (), 0) for b, raw in zip(live, raws)]
+    level = [
+        Expansion(b, -1, raw, states[b].draft_proc, (), 0, exclude=tuple(exclude[b]) if exclude else ())
+        for b, raw in zip(live, raws)
+    ]
     dynamic = any(s is not None and s.dynamic for s in shapes)
     while level:
         level = [e for e in level if _plan_children(e, shapes[e.b], ks[e.b])]
@@ -117,14 +138,14 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx):
     q, q_index = packed(kept_rows, proposer.vocab_size, ctx.dtype, device)
     q_index = tuple(_indices(rows_of, qi) for (_, rows_of), qi in zip(trees, q_index))
     tree_of = tuple(None if t.is_chain else t for t, _ in trees)
-    return Proposal(
+    return Drafted(
         tuple(t.tokens for t, _ in trees),
         q,
         q_index,
         tuple(g.draws for g in grown),
-        proposer.staged_rows(states, staged),
-        *first_call,
-        trees=tree_of if any(t is not None for t in tree_of) else (),
+        staged,
+        first_call,
+        tree_of if any(t is not None for t in tree_of) else (),
     )
 
 
@@ -153,6 +174,14 @@ def _children(proposer, level: list[Expansion], ways, states, uniforms, grown, n
     raw_rows = torch.stack([e.raw for e in level])
     procs = [e.proc for e in level]
     q_rows = policy.probabilities(raw_rows, procs, ctx.backend, ctx.dtype, check=False)
+    if any(e.exclude for e in level):
+        q_rows, left = _without_tokens(q_rows, [e.exclude for e in level])
+        if not policy.greedy and not all(left):  # every token of the row is another source's child already
+            keep = [j for j, has in enumerate(left) if has]
+            level, procs = [level[j] for j in keep], [procs[j] for j in keep]
+            q_rows, raw_rows = q_rows[keep], raw_rows[keep]
+            if not level:
+                return []
     if proposer.draft_stop > 0:
         if not policy.greedy and bool(empty_rows(q_rows).any()):  # before a row without mass stops
             raise EmptyDistribution(EMPTY_ROW)
@@ -192,9 +221,10 @@ def _pick(proposer, level, q_rows, raw_rows, procs, ways, states, uniforms, grow
     for way, js in by_way.items():
         q, m = q_rows[js], [level[j].children for j in js]
         if way == "rank":
-            picked = _ranked(proposer, q, raw_rows[js], [procs[j] for j in js], max(m))
-            for j, tops, count, row in zip(js, picked, m, q):
-                first_row = row if proposer.policy.greedy else None  # a greedy draft's one-hot row, as a chain's
+            excluded = [level[j].exclude for j in js]
+            picked = _ranked(proposer, q, raw_rows[js], [procs[j] for j in js], max(m), excluded)
+            for j, tops, count, row, ex in zip(js, picked, m, q, excluded):
+                first_row = row if proposer.policy.greedy and not ex else None  # a greedy draft's one-hot row
                 out[j] = [(t, first_row if r == 0 else None) for r, t in enumerate(tops[:count])]
         elif noise is not None:  # sampled, under the shared noise: the Gumbel-top-k
             e_states, offsets = [states[level[j].b] for j in js], [level[j].depth for j in js]
@@ -210,16 +240,34 @@ def _pick(proposer, level, q_rows, raw_rows, procs, ways, states, uniforms, grow
     return out
 
 
-def _ranked(proposer, q: torch.Tensor, raw: torch.Tensor, procs, m: int) -> list[list[int]]:
-    """The top m tokens of each row (a greedy draft: by its processed logits), ties to the lower id:
-    the first is the draft's argmax, as a chain's (``draw``, one read)."""
-    first = proposer.read_step(q, None, proposer.draw(q, None)[0] if proposer.policy.greedy else q.argmax(-1), None)
+def _ranked(proposer, q: torch.Tensor, raw: torch.Tensor, procs, m: int, excluded) -> list[list[int]]:
+    """The top m tokens of each row (a greedy draft: by its processed logits) but the ``excluded``,
+    ties to the lower id: the first is the draft's argmax, as a chain's (``draw``, one read)."""
+    scores = proposer.policy.logits(raw, procs) if proposer.policy.greedy else q.log()
+    if any(excluded):  # another source's children come first: never these
+        scores = scores.clone()
+        for j, ex in enumerate(excluded):
+            scores[j, list(ex)] = float("-inf")
+        first = proposer.read_step(q, None, scores.argmax(-1), None)
+    else:
+        first = proposer.read_step(q, None, proposer.draw(q, None)[0] if proposer.policy.greedy else q.argmax(-1), None)
     if m == 1:
         return [[t] for t in first]
-    scores = proposer.policy.logits(raw, procs) if proposer.policy.greedy else q.log()
     top = torch.sort(scores, dim=-1, descending=True, stable=True)
     order = torch.where(top.values[:, :m] > float("-inf"), top.indices[:, :m], -1).tolist()  # no child without mass
     return [list(dict.fromkeys([a, *(t for t in row if t >= 0)])) for a, row in zip(first, order)]
+
+
+def _without_tokens(q_rows: torch.Tensor, excluded) -> tuple[torch.Tensor, list[bool]]:
+    """q rows float[N, V] with each row's ``excluded`` tokens removed and the rest renormalized ->
+    (the rows, whether each kept any mass). A row left without mass stays as it was (a greedy draft's
+    one-hot row: its children are ranked by its logits, ``_ranked``)."""
+    out = q_rows.clone()
+    for j, ex in enumerate(excluded):
+        if ex:
+            out[j, list(ex)] = 0.0
+    mass = out.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, out / mass.clamp_min(1e-300), q_rows), (mass.squeeze(1) > 0).tolist()
 
 
 def _without(row: torch.Tensor, tokens: list[int]) -> list[torch.Tensor]:

@@ -80,6 +80,14 @@ class TreeShape:
             return TreeShape(None, self.nodes, depth, self.width, self.drawn, self.spec)
         return TreeShape(tuple(c for c in self.choices if len(c) <= depth), 0, 0, 0, self.drawn, self.spec)
 
+    def ranks_from(self, first: int) -> TreeShape | None:
+        """A static shape's subtrees under the root's children of rank ``first`` on, renumbered from 0
+        (what a second draft source adds after a first one's ``first`` root children), or None when
+        there is no such child."""
+        assert self.choices is not None
+        kept = tuple((c[0] - first, *c[1:]) for c in self.choices if c[0] >= first)
+        return TreeShape(kept, drawn=self.drawn, spec=self.spec) if kept else None
+
     @classmethod
     def chain(cls, k: int) -> TreeShape:
         return cls(tuple((0,) * j for j in range(1, k + 1)), spec=",".join(["1"] * k))

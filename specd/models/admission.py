@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specd.errors import TokenizerMismatch
+from specd.errors import TokenizerMismatch, shown
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def admit(target_tok, draft_tok, target_width: int, draft_width: int) -> EventSp
             if other != tid:
                 where = "missing from the draft" if other is None else f"id {other} in the draft"
                 raise TokenizerMismatch(
-                    f"target and draft tokenizers differ: token {token!r} is id {tid} in the target and {where}"
+                    f"target and draft tokenizers differ: token {shown(token)} is id {tid} in the target and {where}"
                 )
         for attr in ("eos_token_id", "bos_token_id"):
             a, b = getattr(target_tok, attr, None), getattr(draft_tok, attr, None)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.pipeline import Pipeline
 from specd.models.results import manifest_difference
 
@@ -64,7 +64,7 @@ def connect(address: str, num_cpus: int | None = None):
         return ray
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise UsageError(f"--ray takes HOST:PORT (a running cluster's address) or nothing; got {address!r}")
+        raise UsageError(f"--ray takes HOST:PORT (a running cluster's address) or nothing; got {shown(address)}")
     try:
         socket.create_connection((host, int(port)), timeout=3).close()
     except OSError as err:

@@ -28,8 +28,8 @@ from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer, NgramProposer, Proposer
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.suffix import SuffixProposer
-from specd.errors import UsageError
-from specd.files import identity
+from specd.errors import UsageError, shown
+from specd.files import check_path_name, identity
 from specd.models.hf import HFCausalLM
 from specd.models.numbers import integer
 
@@ -65,24 +65,25 @@ def parse_draft(spec: str | None) -> DraftSpec | None:
     if spec in ("self:fp16", "self:float16"):
         return DraftSpec("self-dtype", torch.float16, spec)
     if m := re.fullmatch(r"self:layers=(\d+)", spec):
-        return DraftSpec("self-layers", integer(m.group(1), f"--draft {spec[:40]!r}"), spec)
+        return DraftSpec("self-layers", integer(m.group(1), f"--draft {shown(spec)}"), spec)
     if m := re.fullmatch(r"self:vocab=(\d+)", spec):
-        n = integer(m.group(1), f"--draft {spec[:40]!r}")
+        n = integer(m.group(1), f"--draft {shown(spec)}")
         if n < 2:
-            raise UsageError(f"--draft: {spec!r}: self:vocab=N needs N >= 2 tokens")
+            raise UsageError(f"--draft: {shown(spec)}: self:vocab=N needs N >= 2 tokens")
         return DraftSpec("self-vocab", n, spec)
     if m := re.fullmatch(r"ngram:(\d+)", spec):
-        n = integer(m.group(1), f"--draft {spec[:40]!r}")
+        n = integer(m.group(1), f"--draft {shown(spec)}")
         if n < 1:
-            raise UsageError(f"--draft: {spec!r}: ngram:N needs N >= 1")
+            raise UsageError(f"--draft: {shown(spec)}: ngram:N needs N >= 1")
         return DraftSpec("ngram", n, spec)
     if spec in ("suffix", "suffix:run"):
         return DraftSpec("suffix", spec == "suffix:run", spec)
     if spec.startswith(("self:", "ngram:", "suffix:")):
         raise UsageError(
-            f"--draft: unknown draft source {spec!r}; use self:bf16, self:fp16, self:layers=N, self:vocab=N, ngram:N, "
-            "suffix, suffix:run or a model"
+            f"--draft: unknown draft source {shown(spec)}; use self:bf16, self:fp16, self:layers=N, self:vocab=N, "
+            "ngram:N, suffix, suffix:run or a model"
         )
+    check_path_name(spec, "--draft")  # a folder or a hub id
     return DraftSpec("model", spec, spec)
 
 
@@ -92,16 +93,30 @@ def parse_drafts(text: str | None) -> tuple[DraftSpec, ...]:
         return ()
     parts = [p.strip() for p in text.split(",")]
     if any(not p for p in parts):
-        raise UsageError(f"--draft {text!r}: an empty element in the list (two commas, or one at an end)")
+        raise UsageError(f"--draft {shown(text)}: an empty element in the list (two commas, or one at an end)")
     specs = tuple(parse_draft(p) for p in parts)
     seen: dict[tuple, str] = {}
     for spec in specs:
         key = spec.source_key()
         if key in seen:
-            same = "named twice" if seen[key] == spec.text else f"named twice ({seen[key]!r} is the same source)"
-            raise UsageError(f"--draft {text!r}: the source {spec.text!r} is {same}")
+            same = "named twice" if seen[key] == spec.text else f"named twice ({shown(seen[key])} is the same source)"
+            raise UsageError(f"--draft {shown(text)}: the source {shown(spec.text)} is {same}")
         seen[key] = spec.text
     return specs
+
+
+def fit_default(text: str, specs: tuple[DraftSpec, ...], dtype: torch.dtype) -> tuple[str, tuple, str | None]:
+    """A default draft list (the user named none) on a target loaded in ``dtype`` -> (the list, its
+    sources, a note saying what was left out, or None): without a copy of the target in its own dtype
+    (self:bf16 on a bfloat16 target: a second target, as slow). A list the user names keeps such a
+    source, and ``build_proposer`` refuses it."""
+    kept = tuple(s for s in specs if not (s.kind == "self-dtype" and s.value == dtype))
+    if len(kept) == len(specs):
+        return text, specs, None
+    names = ",".join(s.text for s in kept)
+    left = ", ".join(s.text for s in specs if s not in kept)
+    dtype_name = str(dtype).removeprefix("torch.")
+    return names, kept, f"draft: {names} (the default {text} without {left}: the target is already in {dtype_name})"
 
 
 def early_exit_model(model: torch.nn.Module, layers: int) -> torch.nn.Module:

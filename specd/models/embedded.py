@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.errors import EmbeddedModelMissing, UsageError, WriteFailed
+from specd.errors import EmbeddedModelMissing, UsageError, WriteFailed, shown
 from specd.files import write_atomic, write_failure
 from specd.models.loading import one_gguf_parse
 
@@ -164,7 +164,7 @@ def embedded_name(target: str | None, target_gguf: str | None) -> str | None:
         return None
     name = target[len(EMBEDDED_PREFIX) :] if target else DEFAULT_EMBEDDED
     if name not in EMBEDDED:
-        raise UsageError(f"--target {target}: no embedded model {name!r}; choose one of {', '.join(EMBEDDED)}")
+        raise UsageError(f"--target {target}: no embedded model {shown(name)}; choose one of {', '.join(EMBEDDED)}")
     return name
 
 

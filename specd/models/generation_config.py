@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.files import MAX_CONFIG_BYTES, loads_json, read_text
 
 MODES = ("auto", "none")
@@ -88,7 +88,7 @@ class GenerationDefaults:
 
 def check_mode(mode: str, where: str = "--generation-config") -> str:
     if mode not in MODES:
-        raise UsageError(f"{where} takes auto or none, got {mode!r}")
+        raise UsageError(f"{where} takes auto or none, got {shown(mode)}")
     return mode
 
 
@@ -108,7 +108,7 @@ def _checked(values: dict, where: str) -> dict:
             "repetition_penalty": number and math.isfinite(value) and value > 0,
         }[key]
         if not ok:
-            raise UsageError(f"{where}: {key} = {value!r} is not a valid value for {key}")
+            raise UsageError(f"{where}: {key} = {shown(value)} is not a valid value for {key}")
         out[key] = value
     return out
 
@@ -182,7 +182,7 @@ def resolve(given: Mapping[str, tuple[object, str]], defaults: GenerationDefault
     for key, value in defaults.unapplied.items():
         if sampling or not UNAPPLIED[key][1]:
             raise UsageError(
-                f"{defaults.where}: generate() would apply {key} = {value!r}, which specd does not implement, so "
+                f"{defaults.where}: generate() would apply {key} = {shown(value)}, which specd does not implement, so "
                 "the output would not have generate()'s distribution; remove the key from the file or pass "
                 "--generation-config none"
             )

@@ -35,10 +35,8 @@ class OutputHead:
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden float[..., n, D] -> logits float[..., n, V]."""
-        if self.forms is None:
-            logits = torch.nn.functional.linear(hidden, self.weight, self.bias)
-        else:
-            logits = self.forms.product(hidden, self.weight, self.bias)
+        product = torch.nn.functional.linear if self.forms is None else self.forms.product
+        logits = product(hidden, self.weight, self.bias)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 import torch
 
@@ -25,6 +24,7 @@ from specd.core.model import RowInput, StepOutput
 from specd.errors import CacheIdentityError, UsageError
 from specd.models import cache_compat
 from specd.models.head import OutputHead
+from specd.models.modes import own_call
 from specd.models.products import forms_of
 from specd.models.tree_mask import tree_mask, tree_refusal
 
@@ -221,6 +221,7 @@ class HFCausalLM:
         plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
         self.forms = forms_of(model) if plain_cpu else None
         self.head = self._split_head(model)
+        self.modules = tuple(model.modules())
 
     def _split_head(self, model) -> OutputHead | None:
         """Run the trunk and our own head when the model's logits are exactly lm_head(hidden)."""
@@ -245,8 +246,8 @@ class HFCausalLM:
         return self.head is not None
 
     def engaged(self):
-        """The context of this adapter's own calls: products in their chosen forms (CPU)."""
-        return self.forms.engaged() if self.forms is not None else nullcontext()
+        """The context of this adapter's own calls: eval mode, products in their chosen forms (CPU)."""
+        return own_call(self.modules, self.forms)
 
     @torch.no_grad()
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:

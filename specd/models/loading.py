@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from specd.errors import ModelLoadError, OutOfMemory, RemoteCodeRefused, UnsafeWeights, UsageError, one_line
+from specd.errors import ModelLoadError, OutOfMemory, RemoteCodeRefused, UnsafeWeights, UsageError, one_line, shown
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -26,7 +26,7 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(name)
     if name == "cpu":
         return torch.device("cpu")
-    raise UsageError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
+    raise UsageError(f"unknown device {shown(name)}; use auto, cpu, cuda or cuda:N")
 
 
 def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype | str:
@@ -37,7 +37,7 @@ def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype 
     try:
         return DTYPES[name]
     except KeyError:
-        raise UsageError(f"unknown dtype {name!r}; choose one of auto, {', '.join(DTYPES)}") from None
+        raise UsageError(f"unknown dtype {shown(name)}; choose one of auto, {', '.join(DTYPES)}") from None
 
 
 @dataclass
@@ -274,7 +274,7 @@ def _load_error(err: BaseException, name: str, source: str, device, what: str) -
         )
     hint = " (no network here: a hub id must already be in the local Hugging Face cache)" if source == "hub" else ""
     detail = one_line(text) or type(err).__name__
-    return ModelLoadError(f"cannot load the {what} of {name!r}: {detail}{hint}")
+    return ModelLoadError(f"cannot load the {what} of {shown(name)}: {detail}{hint}")
 
 
 def weights_digest(model: torch.nn.Module) -> str | None:

@@ -8,7 +8,7 @@ digit string is judged by its length before it is converted: anything at or abov
 
 from __future__ import annotations
 
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 
 MAX_NUMBER = 2**64  # no option takes an integer this large (a seed is below it)
 _MAX_DIGITS = len(str(MAX_NUMBER))
@@ -25,7 +25,7 @@ def integer(text: str, where: str) -> int:
     body = text.strip()
     digits = body.lstrip("+-")
     if not digits.isascii() or not digits.isdigit() or len(body) - len(digits) > 1:
-        raise UsageError(f"{where} must be an integer, got {text!r}")
+        raise UsageError(f"{where} must be an integer, got {shown(text)}")
     significant = digits.lstrip("0") or "0"  # int() refuses a long string even when it is all zeros
     if len(significant) > _MAX_DIGITS:
         raise UsageError(f"{where}: a number of {len(significant)} digits is out of range")

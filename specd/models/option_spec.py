@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.numbers import MAX_NUMBER, integer, out_of_range
 
 Check = Callable[[object, str], None]  # (value, where it came from) -> None, or UsageError
@@ -57,7 +57,7 @@ def typed(kind: str, value, where: str):
             return integer(value, where)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise UsageError(f"{where} must be auto or an integer, got {value!r}")
+        raise UsageError(f"{where} must be auto or an integer, got {shown(value)}")
     if base == "strs" and isinstance(value, str):
         return (value,)
     ok = {
@@ -69,7 +69,7 @@ def typed(kind: str, value, where: str):
     }[base]
     if not ok:
         what = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
-        raise UsageError(f"{where} must be {what.get(base, 'a string or a list of strings')}, got {value!r}")
+        raise UsageError(f"{where} must be {what.get(base, 'a string or a list of strings')}, got {shown(value)}")
     if base == "float":
         value = float(value)
         if not math.isfinite(value):
@@ -81,7 +81,7 @@ def typed(kind: str, value, where: str):
 def one_of(what: str, choices) -> Check:
     def check(value, where):
         if value not in choices:
-            raise UsageError(f"{where}: unknown {what} {value!r}; choose one of {', '.join(choices)}")
+            raise UsageError(f"{where}: unknown {what} {shown(value)}; choose one of {', '.join(choices)}")
 
     return check
 

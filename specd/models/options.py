@@ -29,7 +29,8 @@ from specd.core.probability import BACKENDS
 from specd.core.proposer import check_draft_stop
 from specd.core.rules import RULES
 from specd.core.tree_shape import parse_tree
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
+from specd.files import check_path_name
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
@@ -56,7 +57,7 @@ def batch_size_value(value, where):
     if value is not None and (
         isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE
     ):
-        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE} (an integer), got {value!r}")
+        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE} (an integer), got {shown(value)}")
 
 
 def stop_strings(value, where):
@@ -66,7 +67,12 @@ def stop_strings(value, where):
 
 def device_map_value(value, where):
     if value not in (None, "auto"):
-        raise UsageError(f"{where} takes auto, got {value!r}")
+        raise UsageError(f"{where} takes auto, got {shown(value)}")
+
+
+def path_value(value, where):
+    if value is not None:
+        check_path_name(value, where)  # a folder, a hub id or a file
 
 
 def draft_value(value, where):
@@ -91,6 +97,7 @@ class GenerateOptions:
         "--target",
         kind="str?",
         help="Target: local folder or hub id (offline cache). Default: embedded SmolLM2-135M-Instruct.",
+        check=path_value,
     )
     draft: str | None = option(
         None,
@@ -109,8 +116,12 @@ class GenerateOptions:
         help="The frequency table self:vocab=N takes its N tokens from (a specd.vocab-frequency/v1 file). Default: "
         "the embedded model's shipped table, else one built from your target on first use and cached.",
     )
-    target_gguf: str | None = option(None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).")
-    draft_gguf: str | None = option(None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).")
+    target_gguf: str | None = option(
+        None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).", check=path_value
+    )
+    draft_gguf: str | None = option(
+        None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).", check=path_value
+    )
     trust_remote_code: bool = option(
         False,
         "--trust-remote-code",
@@ -404,9 +415,9 @@ def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
     for part in text.split(","):
         device, sep, size = part.strip().partition("=")
         if not sep or not size or not (device in ("cpu", "disk", "mps") or device.isdigit()):
-            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {text!r}")
+            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {shown(text)}")
         if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
-            raise UsageError(f"{where}: {size!r} is not a size like 512MiB or 30GiB")
+            raise UsageError(f"{where}: {shown(size)} is not a size like 512MiB or 30GiB")
         out[int(device) if device.isdigit() else device] = size.strip()
     return out
 

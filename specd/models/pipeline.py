@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
@@ -25,11 +26,12 @@ from specd.core.sources import SourceSet
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.tree_shape import parse_tree
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.admission import EventSpace, admit
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
-from specd.models.drafts import DraftSpec, build_proposer, parse_drafts
+from specd.models.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
+from specd.models.exclusive import exclusive
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM, logit_width
@@ -45,6 +47,8 @@ from specd.policy.autok import auto_k_over
 from specd.policy.costs import OnlineCosts
 from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
+T = TypeVar("T")
+_DONE = object()  # the end of a stream of events
 DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
 
 
@@ -84,6 +88,7 @@ class Pipeline:
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
+        defaulted = with_draft and not (opts.draft or opts.draft_gguf)
         opts, specs = draft_specs(opts, embedded, with_draft, report)
         # A local folder's generation_config.json is read (and refused if broken) before anything loads.
         generation = read_folder(opts.generation_config, opts.target) if opts.target else None
@@ -95,6 +100,8 @@ class Pipeline:
         if shared:
             checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
         target, loaded_draft = load_models(opts, specs, dtype, device, given, tokenizer)
+        if defaulted:  # never a copy of the target in its own dtype (self:bf16 on a bfloat16 target)
+            opts, specs = default_fitted(opts, specs, target.model, report)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
@@ -159,7 +166,7 @@ class Pipeline:
         else:
             ids = self.tokenizer(item.text, add_special_tokens=True)["input_ids"]
         if not ids:
-            raise UsageError(f"prompt {item.request_id!r} encodes to no tokens")
+            raise UsageError(f"prompt {shown(item.request_id)} encodes to no tokens")
         return tuple(int(t) for t in ids)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -195,8 +202,7 @@ class Pipeline:
         its costs at that batch size)."""
         o = self.options
         tree = parse_tree(o.tree) if o.tree is not None and not baseline else None
-        if tree is not None:
-            k = tree.depth  # a tree's depth is each drafting round's K
+        k = tree.depth if tree is not None else k  # a tree's depth is each drafting round's K
         config = EngineConfig(
             k=0 if k == "auto" else k,
             layout=o.layout,
@@ -283,11 +289,12 @@ class Pipeline:
         stops = StopStrings(self.decode, self.options.stop)
         results: dict[str, RequestResult] = {}
         t0 = time.perf_counter()
-        session = engine.start()
-        session.submit(requests)
+        with self.exclusive():
+            session = engine.start()
+            session.submit(requests)
         delta = Deltas()
         events = decode_events(session, batch_size, stops if stops.stops or texts else None)
-        for finished, state, emitted in events:
+        for finished, state, emitted in self.exclusively(events):
             if finished:
                 item = by_id[state.request_id]
                 text, tokens = stops.cut(state.request_id, state.new_tokens)
@@ -311,12 +318,34 @@ class Pipeline:
                 yield new
             if on_publish is not None:
                 on_publish(state, emitted)
-        run_result = session.result()
-        if session.sync is not None:
-            session.sync()  # the wall time is the work's, not its launch's
+        with self.exclusive():
+            run_result = session.result()
+            if session.sync is not None:
+                session.sync()  # the wall time is the work's, not its launch's
         wall = time.perf_counter() - t0
         ordered = tuple(results[i.request_id] for i in items)
         return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes)
+
+    @property
+    def models(self) -> list[torch.nn.Module]:
+        """Every model this pipeline runs: the target's and each draft source's."""
+        sources = self.proposer.sources if self.proposer is not None else ()
+        lms = [self.target, *(getattr(s, "model", None) for s in sources)]
+        return [lm.model for lm in lms if isinstance(getattr(lm, "model", None), torch.nn.Module)]
+
+    def exclusive(self):
+        """Hold every model of the pipeline (specd.models.exclusive): one call at a time on each."""
+        return exclusive(self.models)
+
+    def exclusively(self, events: Iterator[T]) -> Iterator[T]:
+        """``events`` with each step (a round and its events) taken holding the models: two threads on
+        one pair interleave round by round, each decoding as it would alone."""
+        while True:
+            with self.exclusive():
+                event = next(events, _DONE)
+            if event is _DONE:
+                return
+            yield event
 
     def requests(self, items: Sequence[PromptItem], budget: int) -> tuple[list[Request], tuple[str, ...]]:
         """Encode every prompt; a prompt that fills the models' context is refused, and a budget
@@ -328,7 +357,7 @@ class Pipeline:
             if self.context is not None:
                 if len(prompt) >= self.context:
                     raise UsageError(
-                        f"prompt {item.request_id!r} has {len(prompt)} tokens, but the model reads at most "
+                        f"prompt {shown(item.request_id)} has {len(prompt)} tokens, but the model reads at most "
                         f"{self.context} positions: nothing can be generated after it; shorten it"
                     )
                 allowed = min(budget, self.context - len(prompt))
@@ -378,6 +407,14 @@ def draft_specs(opts: GenerateOptions, embedded, with_draft: bool, report) -> tu
     if with_draft and opts.draft_gguf:
         specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
     return opts, specs
+
+
+def default_fitted(opts: GenerateOptions, specs: tuple, model, report) -> tuple[GenerateOptions, tuple]:
+    """The default draft list fitted to the loaded target's dtype (``fit_default``), said once."""
+    draft, specs, note = fit_default(opts.draft, specs, next(model.parameters()).dtype)
+    if note and report is not None:
+        report(note)
+    return dataclasses.replace(opts, draft=draft), specs
 
 
 def load_models(opts: GenerateOptions, specs, dtype, device, given: Mapping[str, Loaded], tokenizer) -> tuple:

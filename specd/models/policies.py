@@ -5,7 +5,7 @@ controls (min-p, penalties, bans) as ``SamplingPolicy.build`` takes them."""
 from __future__ import annotations
 
 from specd.core.processors import SamplingPolicy
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.admission import EventSpace
 from specd.models.generation_config import FIELDS, GenerationDefaults, resolve, resolve_draft
 from specd.models.options import GenerateOptions
@@ -20,7 +20,7 @@ def controls(opts: GenerateOptions, tokenizer, eos: frozenset[int]) -> dict:
         forms = {tuple(tokenizer(form, add_special_tokens=False).input_ids) for form in (word, " " + word) if form}
         forms.discard(())
         if not word or not forms:
-            raise UsageError(f"--bad-words {word!r} encodes to no token; give a word the tokenizer can encode")
+            raise UsageError(f"--bad-words {shown(word)} encodes to no token; give a word the tokenizer can encode")
         sequences += sorted(forms)
     return {
         "min_p": opts.min_p,

@@ -28,6 +28,7 @@ against Hugging Face's in the tests and the benchmarks.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from contextlib import contextmanager
 
@@ -58,22 +59,40 @@ FORMS = {PLAIN: plain, TRANSPOSED: transposed}
 
 class ProductForms:
     """The chosen product form of every class of linear products of one model (see the module
-    docstring). ``clock``: seconds, for timing (tests pass their own)."""
+    docstring). ``clock``: seconds, for timing (tests pass their own).
+
+    Thread-safe: whether products are engaged is each thread's own (another thread's plain call,
+    Hugging Face's ``generate`` say, stays plain), and a class's timings are recorded and decided
+    under a lock (two threads deciding one class at once found its timings gone: a KeyError)."""
 
     def __init__(self, clock=time.perf_counter):
         self.clock = clock
-        self.active = False
         self.chosen: dict[tuple, str] = {}
         self.timings: dict[tuple, dict[str, list[float]]] = {}
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        """A copy (a deep copy of the model carries its forms) has its own lock and engagement."""
+        return {"clock": self.clock, "chosen": dict(self.chosen), "timings": self.timings}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["clock"])
+        self.chosen.update(state["chosen"])
+        self.timings.update(state["timings"])
+
+    @property
+    def active(self) -> bool:
+        return getattr(self._local, "active", False)
 
     @contextmanager
     def engaged(self):
         """Products inside run in their chosen forms (specd's own calls); outside, plainly."""
-        before, self.active = self.active, True
+        before, self._local.active = self.active, True
         try:
             yield self
         finally:
-            self.active = before
+            self._local.active = before
 
     def product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x float[..., D] -> float[..., N], in the form chosen for its class (timed while undecided)."""
@@ -85,15 +104,18 @@ class ProductForms:
         form = self.chosen.get(key)
         if form is not None:
             return FORMS[form](flat, weight, bias).reshape(*x.shape[:-1], -1)
-        seen = self.timings.setdefault(key, {PLAIN: [], TRANSPOSED: []})
-        form = TRANSPOSED if len(seen[TRANSPOSED]) <= len(seen[PLAIN]) else PLAIN
+        with self._lock:
+            seen = self.timings.setdefault(key, {PLAIN: [], TRANSPOSED: []})
+            form = TRANSPOSED if len(seen[TRANSPOSED]) <= len(seen[PLAIN]) else PLAIN
         started = self.clock()
         out = FORMS[form](flat, weight, bias)
-        seen[form].append(self.clock() - started)
-        if min(len(v) for v in seen.values()) >= SAMPLES:
-            faster = statistics.median(seen[TRANSPOSED]) < MARGIN * statistics.median(seen[PLAIN])
-            self.chosen[key] = TRANSPOSED if faster else PLAIN
-            del self.timings[key]
+        elapsed = self.clock() - started
+        with self._lock:
+            seen[form].append(elapsed)
+            if key not in self.chosen and min(len(v) for v in seen.values()) >= SAMPLES:
+                faster = statistics.median(seen[TRANSPOSED]) < MARGIN * statistics.median(seen[PLAIN])
+                self.chosen[key] = TRANSPOSED if faster else PLAIN
+                self.timings.pop(key, None)
         return out.reshape(*x.shape[:-1], -1)
 
 

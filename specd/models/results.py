@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from specd.errors import ResumeMismatch, UsageError, WriteFailed
+from specd.errors import ResumeMismatch, UsageError, WriteFailed, shown
 from specd.files import (
     MAX_CONFIG_BYTES,
     STDOUT,
@@ -197,7 +197,7 @@ class RequestLines:
         strangers = [rid for rid in finished if rid not in self.position]
         if strangers:
             raise ResumeMismatch(
-                f"--resume: {path} holds requests that are not in this prompt set (e.g. {strangers[0]!r}); "
+                f"--resume: {path} holds requests that are not in this prompt set (e.g. {shown(strangers[0])}); "
                 "resume with the same prompts"
             )
         self.groups = {rid: g for rid, g in group_lines.items() if rid in finished}
@@ -255,6 +255,26 @@ class RequestLines:
         self.groups[rid] = lines
         self.file_order.append(rid)
 
+    def _sync_and_close(self) -> None:
+        """Sync and close the file. Its failure (a full disk: data still buffered, or the file
+        system's own write-back) is WriteFailed naming the file, unless a write already failed and
+        says so (then the line being raised is that one, not a second one about the same disk)."""
+        if self._fh is None or self.to_stdout:
+            return
+        try:
+            try:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            finally:
+                self._fh.close()  # the descriptor is closed even when its flush fails
+        except OSError as err:
+            if self._failed is None:
+                self._failed = (
+                    f"cannot write the {self.what} {self.path}: {write_failure(err)}; the {self.written} "
+                    "request(s) written before are kept (run again with --resume once it is fixed)"
+                )
+                raise WriteFailed(self._failed) from None
+
     def close(self) -> None:
         """Write whatever finished and still waits (out of order if the run stopped early); once
         every request of the prompt set is in, put the file in input order."""
@@ -263,11 +283,7 @@ class RequestLines:
                 self._write(rid, lines)
         finally:
             self.waiting.clear()
-            if self._fh is not None and not self.to_stdout:
-                try:
-                    os.fsync(self._fh.fileno())
-                finally:
-                    self._fh.close()
+            self._sync_and_close()
         complete = all(rid in self.groups for rid in self.order)
         in_order = self.file_order == [rid for rid in self.order if rid in self.groups]
         cleanup = self._fh is None and self._prefix is not None and bool(self.groups)  # resumed, nothing new
@@ -317,7 +333,7 @@ class PromptSetFiles:
                 prompt = json.loads(lines[-1]).get("prompt")
                 if prompt != texts[rid]:
                     raise ResumeMismatch(
-                        f"--resume: {f.path} holds request {rid!r} with another prompt than this prompt set's; "
+                        f"--resume: {f.path} holds request {shown(rid)} with another prompt than this prompt set's; "
                         "resume with the same prompts"
                     )
 
@@ -362,12 +378,14 @@ def load_k_schedules(path: str) -> dict[str, tuple[tuple[int, str | None], ...]]
         if rid is None or schedule is None:
             continue
         if not isinstance(schedule, list) or not all(type(k) is int and k >= 0 for k in schedule):
-            raise UsageError(f"--k-schedule {path}: request {rid!r} has a k_schedule that is not a list of K >= 0")
+            raise UsageError(f"--k-schedule {path}: request {shown(rid)} has a k_schedule that is not a list of K >= 0")
         sources = acceptance.get("source_schedule", [None] * len(schedule))
         if not isinstance(sources, list) or len(sources) != len(schedule):
-            raise UsageError(f"--k-schedule {path}: request {rid!r} has a source_schedule unlike its k_schedule")
+            raise UsageError(f"--k-schedule {path}: request {shown(rid)} has a source_schedule unlike its k_schedule")
         if not all(s is None or isinstance(s, str) for s in sources):
-            raise UsageError(f"--k-schedule {path}: request {rid!r} has a source_schedule that is not a list of names")
+            raise UsageError(
+                f"--k-schedule {path}: request {shown(rid)} has a source_schedule that is not a list of names"
+            )
         schedules[str(rid)] = tuple((k, s or None) for k, s in zip(schedule, sources))
     if not schedules:
         raise UsageError(

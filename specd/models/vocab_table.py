@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from specd import __version__ as SPECD_VERSION
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.files import MAX_CONFIG_BYTES, loads_json, read_text, write_text_atomic
 
 FORMAT = "specd.vocab-frequency/v1"
@@ -128,7 +128,7 @@ def read_table(path: str | Path, tokenizer_sha: str, vocab_size: int) -> VocabTa
         raise UsageError(f"{where}: not a {FORMAT} file")
     ranked = data.get("ranked")
     if not isinstance(ranked, list) or not all(type(t) is int for t in ranked) or data.get("count") != len(ranked):
-        raise UsageError(f"{where}: its ranked ids are cut short or not integers (count {data.get('count')!r})")
+        raise UsageError(f"{where}: its ranked ids are cut short or not integers (count {shown(data.get('count'))})")
     if data.get("tokenizer") != tokenizer_sha:
         theirs = str(data.get("tokenizer"))[:12]
         raise UsageError(

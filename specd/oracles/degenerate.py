@@ -206,7 +206,3 @@ def batch_rows(sampler: SamplerUnderTest, tokens: bool) -> Check:
 
 
 CASES = (impossible_draft, zero_target_mass, equal_rows, disjoint_supports, k_zero_row, batch_of_two, batch_rows)
-
-
-def check_degenerate(sampler: SamplerUnderTest, tokens: bool) -> list[Check]:
-    return [case(sampler, tokens) for case in CASES]

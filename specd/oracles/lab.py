@@ -17,7 +17,8 @@ import torch
 from specd.core.layouts import ReplayFrontier, RetainedFrontier, Verified, make_layout
 from specd.core.model import RowInput
 from specd.core.probability import softmax
-from specd.core.proposer import ModelProposer, NgramProposer, Proposal, packed
+from specd.core.proposer import ModelProposer, NgramProposer, Proposal
+from specd.core.rows import packed
 from specd.core.sampler import RejectionSampler
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.sources import SourceSet

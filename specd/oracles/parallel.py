@@ -10,7 +10,8 @@ CUDA, more than one usable core, and more than one part. Each worker runs torch 
 (the parts' tensors are a few rows of a tiny vocabulary; one thread per process is also what
 keeps a forked process clear of the parent's OpenMP pool). A part that fails in a worker, or a
 worker that dies, is run again here, so its error is raised with its own type and traceback, as
-a serial run raises it. A stopped run (Ctrl-C, SIGTERM) ends the workers at once.
+a serial run raises it. A stopped run (Ctrl-C, SIGTERM) ends the workers at once, and a parent
+killed outright (SIGKILL) takes them with it (specd.oracles.lifeline).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from multiprocessing import get_context
 from typing import TypeVar
 
 import torch
+
+from specd.oracles.lifeline import die_with_parent
 
 T = TypeVar("T")
 _parts: Sequence[Callable[[], object]] = ()  # a worker's parts, inherited at fork
@@ -49,7 +52,7 @@ def run_parts(parts: Sequence[Callable[[], T]], jobs: int) -> list[T]:
     workers = min(jobs, len(parts)) if forks else 1
     if workers <= 1:
         return [part() for part in parts]
-    pool = ProcessPoolExecutor(workers, get_context("fork"), initializer=_receive, initargs=(parts,))
+    pool = ProcessPoolExecutor(workers, get_context("fork"), initializer=_receive, initargs=(parts, os.getpid()))
     try:
         outcomes = list(pool.map(_run, range(len(parts))))
     except BrokenProcessPool:  # a worker died (killed, out of memory): do the work here
@@ -70,10 +73,13 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _receive(parts: Sequence[Callable[[], object]]) -> None:
-    """A worker's start: its parts, one torch thread, and the signals' defaults: Ctrl-C reaches the
-    whole process group and the parent alone answers it (it ends the workers), SIGTERM just ends one."""
+def _receive(parts: Sequence[Callable[[], object]], parent: int) -> None:
+    """A worker's start: it dies with its parent (specd.oracles.lifeline: killed with SIGKILL, the
+    parent cannot end it), its parts, one torch thread, and the signals' defaults: Ctrl-C reaches
+    the whole process group and the parent alone answers it (it ends the workers), SIGTERM just
+    ends one."""
     global _parts
+    die_with_parent(parent)
     _parts = parts
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

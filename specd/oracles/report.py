@@ -9,12 +9,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from functools import partial
 
-from specd.errors import SamplerFailed, UsageError
+import torch
+
+from specd.errors import SamplerAborted, SamplerFailed, UsageError
 from specd.oracles import sampler_checks as sc
 from specd.oracles.block_checks import block_checks
 from specd.oracles.block_lab import run_block_lab
 from specd.oracles.counterexample import minimal_counterexample
-from specd.oracles.degenerate import check_degenerate
+from specd.oracles.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.exact import target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
@@ -22,9 +24,11 @@ from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import run_parts, usable_cores
+from specd.oracles.price import priced
 from specd.oracles.record import Check
-from specd.oracles.samplers import as_sampler, load_sampler
+from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
 from specd.oracles.tree_parts import tree_config, tree_parts
+from specd.oracles.tree_report import run_tree_sampler_oracle
 
 SCHEMA = "specd.verify-oracle/v1"
 RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups
@@ -35,16 +39,23 @@ SEQUENCE_TABLE_LIMIT = 32
 
 
 @contextmanager
-def collector_paused():
+def collector_paused(one_thread: bool = False):
     """The oracle makes millions of short-lived objects and no cycles worth chasing: reference
-    counting frees them, and pausing the cyclic collector (restored after) saves about a third."""
-    was = gc.isenabled()
+    counting frees them, and pausing the cyclic collector (restored after) saves about a third.
+    ``one_thread``: torch on one thread meanwhile (restored after): the sampler oracle calls the
+    sampler on rows of a few tokens, where a second thread only waits, and on a busy machine a
+    two-thread softmax of 2 x 3 values took 16 ms instead of 1 us."""
+    was, threads = gc.isenabled(), torch.get_num_threads()
     gc.disable()
+    if one_thread:
+        torch.set_num_threads(1)
     try:
         yield
     finally:
         if was:
             gc.enable()
+        if one_thread:
+            torch.set_num_threads(threads)
 
 
 def run_oracle(cfg: OracleConfig, jobs: int | None = None) -> dict:
@@ -173,9 +184,13 @@ def _lab_config(cfg: OracleConfig) -> dict:
     }
 
 
-def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> dict:
+def run_sampler_oracle(
+    cfg: OracleConfig, spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: str | None = None
+) -> dict:
     """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
-    the callable itself, whose rows suffer ``input_rounding`` on their way in) -> one report."""
+    the callable itself, whose rows suffer ``input_rounding`` on their way in), run in a process of
+    its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds a call may take)
+    -> one report. With ``tree`` (a --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report)."""
     # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
     # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter.
     # Refused before the sampler's module is imported (importing runs its code).
@@ -185,43 +200,23 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> 
             "(the invariant rule has no sampler protocol)"
         )
     rule = SAMPLER_RULES[cfg.rule]
-    with collector_paused():
+    if tree is not None:
+        with collector_paused(one_thread=True):
+            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout)
+    with collector_paused(one_thread=True):
         t_start = time.perf_counter()
-        sampler = load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
-        spec = sampler.name
-        tokens = None
-        counterexample = None
-        try:
-            tokens = sc.returns_tokens(sampler)
-            rig = build_rig(cfg)
-            checks = [
-                sc.check_exact(sampler, rig, cfg.k, tokens, rule),
-                sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule),
-                sc.check_dtype_edges(sampler, tokens),
-            ]
-        except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
-            detail = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})"
-            checks = [Check("ordinary_round", False, {}, detail, [err.finding])]
-        else:
-            checks += check_degenerate(sampler, tokens)
-            if checks[0].passed is False:
-                counterexample = minimal_counterexample(
-                    sampler,
-                    tokens,
-                    lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False)),
-                    rule=rule,
-                )
-            elif checks[2].passed is False:
-                counterexample = checks[2].counterexample
+        with sampler_session(spec, input_rounding, timeout) as sampler:
+            checks, tokens, counterexample, price = _sampler_checks(sampler, cfg, rule)
         return {
             "schema": SCHEMA,
             "mode": "sampler",
             "passed": all(c.passed is not False for c in checks),
             "sampler": {
-                "spec": spec,
+                "spec": sampler.name,
                 "name": sampler.name,
                 "description": sampler.description,
                 "returns": {True: "tokens", False: "distributions", None: None}[tokens],
+                "process": "its own" if isinstance(sampler, ChildSampler) else "specd's",
             },
             "config": {"vocab": cfg.vocab, "k": cfg.k, "seed": cfg.seed, "rule": rule},
             "checks": [
@@ -230,5 +225,45 @@ def run_sampler_oracle(cfg: OracleConfig, spec, input_rounding: float = 0.0) -> 
             ],
             "findings": sorted({f for c in checks for f in c.findings}),
             "counterexample": counterexample,
+            "price": price,
             "elapsed_s": time.perf_counter() - t_start,
         }
+
+
+def _sampler_checks(sampler, cfg: OracleConfig, rule: str) -> tuple[list[Check], bool | None, dict | None, dict]:
+    """-> (the checks, whether it returns tokens, the counterexample, what a sampler that is not exact
+    costs). A sampler that raises or returns what the protocol does not allow on an ordinary round has
+    nothing else checked; one whose process ends, forks or hangs (SamplerAborted) fails the check it
+    was in, and nothing more is asked."""
+    checks: list[Check] = []
+    tokens, counterexample, price, step = None, None, {}, "ordinary_round"
+    try:
+        try:
+            tokens = sc.returns_tokens(sampler)
+            rig = build_rig(cfg)
+            step = "exact_joint"
+            checks.append(sc.check_exact(sampler, rig, cfg.k, tokens, rule))
+            step = "exact_rational"
+            checks.append(sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule))
+            step = "dtype_edges"
+            checks.append(sc.check_dtype_edges(sampler, tokens))
+        except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
+            detail = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})"
+            return [Check("ordinary_round", False, {}, detail, [err.finding])], tokens, None, {}
+        for case in DEGENERATE_CASES:
+            step = case.__name__
+            checks.append(case(sampler, tokens))
+        step = "minimal_counterexample"
+        if checks[0].passed is False:
+            build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
+            counterexample = minimal_counterexample(sampler, tokens, build, rule=rule)
+            if rule == "maximal":
+                step = "price"
+                price = {"chain": priced(sampler, rig, cfg.k, tokens)}  # what the lossy sampler costs, exactly
+                checks[0].figures["tv_horizon"] = price["chain"].get("tv_horizon")
+        elif checks[2].passed is False:
+            counterexample = checks[2].counterexample
+    except SamplerAborted as err:
+        where = f" (on an ordinary round, V={cfg.vocab}, K={cfg.k})" if step == "ordinary_round" else ""
+        checks.append(Check(step, False, {}, f"{err}{where}; nothing more was asked of it", [err.finding]))
+    return checks, tokens, counterexample, price

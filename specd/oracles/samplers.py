@@ -37,7 +37,7 @@ from unittest import mock
 import torch
 
 from specd.core.sampler import RejectionSampler, Rows
-from specd.errors import SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError, one_line
+from specd.errors import SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError, one_line, shown
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,21 @@ class SamplerUnderTest:
         self.input_rounding = input_rounding
 
     def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u) -> SamplerResult:
-        """Call the sampler on one batch. Whatever it raises comes back as SamplerFailed (the
-        checks decide what a refusal means), so a fault of the harness is never blamed on it."""
+        """Call the sampler on one batch, in this process (specd.oracles.sandbox calls it in a child
+        process of its own). Whatever it raises comes back as SamplerFailed (the checks decide what
+        a refusal means), as does a result that cannot even be read (an object whose attributes
+        raise), so a fault of the harness is never blamed on it, nor one of the sampler on specd."""
         with isolated(f"sampler {self.name}"):
             out = self.fn(p, q, drafts, k_lens, accept_u, terminal_u)
-        return normalize_result(self.name, out, drafts.shape[0], p.shape[-1], int(drafts.shape[1]))
+        try:
+            return normalize_result(self.name, out, drafts.shape[0], p.shape[-1], int(drafts.shape[1]))
+        except SamplerFailed:
+            raise
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - reading its result ran its code
+            raise SamplerFailed(
+                f"sampler {self.name} returned something that cannot be read as (accepted, terminal): {described(err)}",
+                "returned_unreadable",
+            ) from None
 
 
 @contextmanager
@@ -78,9 +88,19 @@ def isolated(what: str, passthrough: tuple[type, ...] = ()):
     except SamplerFailed:
         raise
     except SystemExit as err:
-        raise SamplerFailed(f"{what} exited (SystemExit {err.code!r}) instead of returning", "exited") from None
+        raise SamplerFailed(f"{what} exited (SystemExit {shown(err.code)}) instead of returning", "exited") from None
     except Exception as err:  # noqa: BLE001 - the code under test can fail in any way
-        raise SamplerFailed(f"{what} raised {type(err).__name__}: {one_line(str(err), 200)}", "raised") from None
+        raise SamplerFailed(f"{what} raised {described(err)}", "raised") from None
+
+
+def described(err: BaseException) -> str:
+    """An exception of the code under test in a few words: its type and its message (whose own
+    ``__str__`` may raise too)."""
+    try:
+        message = one_line(str(err), 200)
+    except Exception:  # noqa: BLE001 - its __str__ is the code under test too
+        message = "(its message cannot be read)"
+    return f"{type(err).__name__}: {message}"
 
 
 @contextmanager
@@ -100,11 +120,18 @@ def _tensor(name: str, what: str, value) -> torch.Tensor:
             f"sampler {name} returned {what} of type {type(value).__name__}; expected a tensor", "returned_not_a_tensor"
         )
     try:
-        return torch.as_tensor(value)
+        tensor = torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as err:
         raise SamplerFailed(
             f"sampler {name} returned {what} that is not a tensor ({one_line(str(err), 120)})", "returned_not_a_tensor"
         ) from None
+    if tensor.device.type == "meta":
+        raise SamplerFailed(f"sampler {name} returned {what} on the meta device (no values)", "returned_meta_tensor")
+    if tensor.is_complex():
+        raise SamplerFailed(
+            f"sampler {name} returned {what} of dtype {tensor.dtype}; expected real numbers", "returned_complex"
+        )
+    return tensor.detach().as_subclass(torch.Tensor).cpu()  # a plain tensor: its subclass's code stays out
 
 
 def normalize_result(name: str, out, batch: int, vocab: int, k: int | None = None) -> SamplerResult:
@@ -254,21 +281,21 @@ def load_sampler(spec: str) -> SamplerUnderTest:
         return SamplerUnderTest(spec, build(), description, rounding)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"--sampler takes module:attr or one of {', '.join(SHIPPED)}; got {spec!r}")
+        raise UsageError(f"--sampler takes module:attr or one of {', '.join(SHIPPED)}; got {shown(spec)}")
     added = os.getcwd() not in sys.path  # a module beside the user, as `python -m` would find it
     if added:
         sys.path.insert(0, os.getcwd())
     if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name):
-        raise UsageError(f"--sampler {spec!r}: {module_name!r} is not a Python module name")
+        raise UsageError(f"--sampler {shown(spec)}: {shown(module_name)} is not a Python module name")
     try:
-        with loading(f"the sampler module {module_name!r}, on import,"):
+        with loading(f"the sampler module {shown(module_name)}, on import,"):
             try:
                 found = importlib.util.find_spec(module_name)  # imports the parent packages
             except ModuleNotFoundError:
                 found = None
             if found is None:
                 raise UsageError(
-                    f"cannot import the sampler module {module_name!r}: no such module (looked beside you and on "
+                    f"cannot import the sampler module {shown(module_name)}: no such module (looked beside you and on "
                     "the Python path)"
                 )
             module = importlib.import_module(module_name)
@@ -278,7 +305,7 @@ def load_sampler(spec: str) -> SamplerUnderTest:
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+            raise UsageError(f"module {shown(module_name)} has no attribute {shown(attr)}")
         obj = getattr(obj, part)
     return as_sampler(obj, spec)
 

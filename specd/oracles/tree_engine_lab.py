@@ -22,7 +22,8 @@ import torch
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.layouts import make_layout
 from specd.core.model import RowInput
-from specd.core.proposer import ModelProposer, packed
+from specd.core.proposer import ModelProposer
+from specd.core.rows import packed
 from specd.core.sampler import Decision, RejectionSampler, Tested
 from specd.core.table_model import TableModel
 from specd.core.tree import DraftTree

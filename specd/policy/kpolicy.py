@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from specd.core.sources import Plan, first_available, plan_from
 from specd.core.state import RequestState
-from specd.errors import KScheduleMismatch, UsageError
+from specd.errors import KScheduleMismatch, UsageError, shown
 
 MAX_K = 64  # drafts per round, fixed or auto; past this a draft is never the bottleneck worth widening
 # -k auto's largest K unless --k-max says: a lookup copying a passage still gains from 16 to 32
@@ -75,10 +75,10 @@ class ScheduleK(KPolicy):
     def plan(self, state: RequestState, sources) -> Plan:
         schedule = self.schedules.get(state.request_id)
         if schedule is None:
-            raise KScheduleMismatch(f"--k-schedule has no schedule for request {state.request_id!r}")
+            raise KScheduleMismatch(f"--k-schedule has no schedule for request {shown(state.request_id)}")
         if state.rounds >= len(schedule):
             raise KScheduleMismatch(
-                f"--k-schedule: request {state.request_id!r} needs a round {state.rounds + 1} its recorded "
+                f"--k-schedule: request {shown(state.request_id)} needs a round {state.rounds + 1} its recorded "
                 f"schedule ({len(schedule)} rounds) does not have: another prompt, model or budget than the "
                 "recorded run's"
             )
@@ -90,7 +90,8 @@ class ScheduleK(KPolicy):
         offer = next((o for o in sources if o.identity == source), None)
         if offer is None:
             raise KScheduleMismatch(
-                f"--k-schedule: request {state.request_id!r} drafted from {source!r} in round {state.rounds + 1}, "
-                "which this run does not have or cannot use there (another --draft than the recorded run's)"
+                f"--k-schedule: request {shown(state.request_id)} drafted from {shown(source)} in round "
+                f"{state.rounds + 1}, which this run does not have or cannot use there (another --draft than the "
+                "recorded run's)"
             )
         return plan_from(offer, k)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specd.errors import AlphaOutOfRange, InvalidFixture, NotReachConditioned
+from specd.errors import AlphaOutOfRange, InvalidFixture, NotReachConditioned, shown
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,11 @@ class AcceptanceProfile:
 def check_alphas(values) -> tuple[float, ...]:
     """Every alpha_j a number in [0, 1]; at least one."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise InvalidFixture(f"alphas must be a list of numbers, got {values!r}")
+        raise InvalidFixture(f"alphas must be a list of numbers, got {shown(values)}")
     out = []
     for i, a in enumerate(values, 1):
         if isinstance(a, bool) or not isinstance(a, (int, float)):
-            raise AlphaOutOfRange(f"alpha_{i} = {a!r} is not a number")
+            raise AlphaOutOfRange(f"alpha_{i} = {shown(a)} is not a number")
         a = float(a)
         if math.isnan(a) or not 0.0 <= a <= 1.0:
             raise AlphaOutOfRange(f"alpha_{i} = {a} is outside [0, 1]")
@@ -60,7 +60,7 @@ def per_position_profile(alphas, rates: str = "reach_conditioned") -> Acceptance
             "needs reach-conditioned alpha_j (rates: reach_conditioned) or a trace log to estimate them"
         )
     if rates != "reach_conditioned":
-        raise InvalidFixture(f"unknown rate kind {rates!r}; use reach_conditioned")
+        raise InvalidFixture(f"unknown rate kind {shown(rates)}; use reach_conditioned")
     return AcceptanceProfile(check_alphas(alphas), False, "per-position")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from specd.errors import EmptyRange, InvalidCost, UsageError
+from specd.errors import EmptyRange, InvalidCost, UsageError, shown
 from specd.policy.ledger import CostModel
 from specd.policy.profile import AcceptanceProfile, constant_profile, per_position_profile
 from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
@@ -33,11 +33,11 @@ def parse_ints(text, option: str, limit: int) -> list[int]:
         try:
             values = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
-            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {text!r}") from None
+            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {shown(text)}") from None
         if not values:
             raise EmptyRange(f"{option}: empty list")
     if min(values) < 1 or max(values) > limit:
-        raise UsageError(f"{option} takes values in 1..{limit}; got {text!r}")
+        raise UsageError(f"{option} takes values in 1..{limit}; got {shown(text)}")
     return list(range(values[0], values[1] + 1)) if m else values
 
 
@@ -61,7 +61,7 @@ def choose_profile(
             try:
                 alphas = [float(x) for x in alphas.split(",")]
             except ValueError:
-                raise UsageError(f"--alphas takes numbers like 0.9,0.8; got {alphas!r}") from None
+                raise UsageError(f"--alphas takes numbers like 0.9,0.8; got {shown(alphas)}") from None
         return per_position_profile(alphas, rates)
     if trace_log is not None:
         return profile_from_trace(trace_log)
@@ -76,7 +76,7 @@ def cost_model(fields: Mapping[str, object]) -> CostModel:
     """A cost model from its fields by name (the others at their defaults), each a number."""
     unknown = sorted(set(fields) - set(COST_FIELDS))
     if unknown:
-        raise UsageError(f"unknown cost field {unknown[0]!r}; the fields are {', '.join(COST_FIELDS)}")
+        raise UsageError(f"unknown cost field {shown(unknown[0])}; the fields are {', '.join(COST_FIELDS)}")
     return CostModel(**{name: _number(value, name) for name, value in fields.items()})
 
 
@@ -88,9 +88,9 @@ def kv_shape(text: str | None) -> ModelShape | None:
         parts = [int(x) for x in text.split(",")]
         shape = ModelShape(*parts)
     except (ValueError, TypeError):
-        raise UsageError(f"--kv-shape takes layers,kv_heads,head_dim[,bytes]; got {text!r}") from None
+        raise UsageError(f"--kv-shape takes layers,kv_heads,head_dim[,bytes]; got {shown(text)}") from None
     if min(parts) < 1:
-        raise UsageError(f"--kv-shape values must be >= 1; got {text!r}")
+        raise UsageError(f"--kv-shape values must be >= 1; got {shown(text)}")
     return shape
 
 
@@ -107,11 +107,11 @@ def analytic(
     """The ledger's rows over the profile and the cost model, with the -k auto row per batch size.
     Without ``k_given``, a per-position profile sets how far K goes."""
     if not isinstance(context, int) or isinstance(context, bool) or context < 0:
-        raise UsageError(f"--context must be an integer >= 0, got {context!r}")
+        raise UsageError(f"--context must be an integer >= 0, got {shown(context)}")
     if not isinstance(stop_probability, (int, float)) or isinstance(stop_probability, bool):
-        raise UsageError(f"--stop-probability must be in [0, 1), got {stop_probability!r}")
+        raise UsageError(f"--stop-probability must be in [0, 1), got {shown(stop_probability)}")
     if not 0.0 <= stop_probability < 1.0:
-        raise UsageError(f"--stop-probability must be in [0, 1), got {stop_probability!r}")
+        raise UsageError(f"--stop-probability must be in [0, 1), got {shown(stop_probability)}")
     if not (k_given or profile.constant):
         ks = [k for k in ks if k <= len(profile.alphas)]
     return sweep(profile, cost, ks, batches, context, float(stop_probability), shape, auto=True)
@@ -119,5 +119,5 @@ def analytic(
 
 def _number(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidCost(f"cost {name} = {value!r} is not a number")
+        raise InvalidCost(f"cost {name} = {shown(value)} is not a number")
     return float(value)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput, device_sync
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 from specd.models.distributed import actors, connect
 from specd.models.model_facts import kv_layout
 from specd.models.pipeline import Pipeline
@@ -27,7 +27,7 @@ MAX_REPEATS = 100
 
 def check_repeats(repeats: int) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
-        raise UsageError(f"--repeats must be in 1..{MAX_REPEATS}, got {repeats!r}")
+        raise UsageError(f"--repeats must be in 1..{MAX_REPEATS}, got {shown(repeats)}")
 
 
 MEASURE_PROMPTS = (

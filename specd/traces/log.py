@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specd.errors import BadTrace
+from specd.errors import BadTrace, shown
 from specd.files import jsonl_records, read_text
 
 SCHEMA = "specd.trace/v1"
@@ -88,11 +88,13 @@ def read_trace(path: str | Path) -> tuple[dict, list[dict], list[dict], list[dic
             if kind != "header" or "schema" not in obj:
                 raise BadTrace(f"{path}: not a specd trace (the first line must be a {SCHEMA} header)")
             if obj["schema"] != SCHEMA:
-                raise BadTrace(f"{path}: trace schema {obj['schema']!r} is not supported (this specd reads {SCHEMA})")
+                raise BadTrace(
+                    f"{path}: trace schema {shown(obj['schema'])} is not supported (this specd reads {SCHEMA})"
+                )
             header = obj
             continue
         if kind not in rows:
-            raise BadTrace(f"{path}:{n}: unknown line type {kind!r}")
+            raise BadTrace(f"{path}:{n}: unknown line type {shown(kind)}")
         _check_row(path, n, kind, obj)
         rows[kind].append(obj)
     if header is None:
@@ -104,15 +106,15 @@ def _check_row(path, n: int, kind: str, obj: dict) -> None:
     for name, typ in _REQUIRED[kind].items():
         value = obj.get(name)
         if name not in obj or not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-            raise BadTrace(f"{path}:{n}: {kind} line without a valid {name!r} ({typ.__name__} expected)")
+            raise BadTrace(f"{path}:{n}: {kind} line without a valid {shown(name)} ({typ.__name__} expected)")
     for name, types in _OPTIONAL.items():
         if name in obj and (not isinstance(obj[name], types) or isinstance(obj[name], bool)):
-            raise BadTrace(f"{path}:{n}: {kind} line has an invalid {name!r}: {obj[name]!r}")
+            raise BadTrace(f"{path}:{n}: {kind} line has an invalid {shown(name)}: {shown(obj[name])}")
     if kind == "round":
         if not 0 <= obj["accepted"] <= obj["k"] or obj["terminal_kind"] not in TERMINAL_KINDS:
             raise BadTrace(
                 f"{path}:{n}: round line with accepted {obj['accepted']} of k {obj['k']}, "
-                f"terminal {obj['terminal_kind']!r}"
+                f"terminal {shown(obj['terminal_kind'])}"
             )
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in obj["emitted"]):
             raise BadTrace(f"{path}:{n}: round line whose 'emitted' is not a list of token ids")

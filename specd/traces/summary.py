@@ -19,7 +19,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specd.core.stats import RoundCounts, acceptance_figures
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 
 
 def frames(requests: list[dict], rounds: list[dict]) -> pd.DataFrame:
@@ -32,14 +32,26 @@ def frames(requests: list[dict], rounds: list[dict]) -> pd.DataFrame:
     return rnds
 
 
+def tree_levels(parents, path, accepted: int) -> int | None:
+    """A tree round's tested depth from its round row ("parents", "path"; RoundOutcome.levels), None
+    for a chain's row."""
+    if not isinstance(parents, list) or not parents:
+        return None
+    leaf = path[-1] if isinstance(path, list) and path else -1
+    return accepted + (1 if leaf in parents else 0)
+
+
 def summarize_group(rnds: pd.DataFrame) -> dict:
     """The figures of one group of round rows."""
     counts = RoundCounts()
     if not rnds.empty:
         sources = rnds["source"].tolist() if "source" in rnds.columns else [None] * len(rnds)
-        columns = zip(rnds["k"].tolist(), rnds["accepted"].tolist(), rnds["emitted"].map(len), sources)
-        for k, accepted, emitted, source in columns:
-            counts.add_round(int(k), int(accepted), int(emitted), source if isinstance(source, str) else None)
+        parents = rnds["parents"].tolist() if "parents" in rnds.columns else [None] * len(rnds)
+        paths = rnds["path"].tolist() if "path" in rnds.columns else [None] * len(rnds)
+        columns = zip(rnds["k"].tolist(), rnds["accepted"].tolist(), rnds["emitted"].map(len), sources, parents, paths)
+        for k, accepted, emitted, source, tree_parents, path in columns:
+            levels = tree_levels(tree_parents, path, int(accepted))
+            counts.add_round(int(k), int(accepted), int(emitted), source if isinstance(source, str) else None, levels)
     figures = acceptance_figures(counts)
     spec = rnds[rnds["k"] > 0] if not rnds.empty else rnds
     k_max = int(spec["k"].max()) if not spec.empty else 0
@@ -59,7 +71,7 @@ def summarize(requests: list[dict], rounds: list[dict], by: str | None = None) -
     rnds = frames(requests, rounds)
     key = by or "request_id"
     if not rnds.empty and key not in rnds.columns:
-        raise UsageError(f"--by {key!r}: no such column (have: {', '.join(sorted(rnds.columns))})")
+        raise UsageError(f"--by {shown(key)}: no such column (have: {', '.join(sorted(rnds.columns))})")
     groups = {}
     if not rnds.empty:
         for value, g in rnds.groupby(key, dropna=False, sort=True):

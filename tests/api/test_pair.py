@@ -137,6 +137,66 @@ def test_a_model_in_training_mode_decodes_in_eval_mode(objects):
         target.eval()
 
 
+def test_a_model_put_back_in_training_mode_still_decodes_in_eval_mode(objects):
+    """Issue 50: ``model.train()`` after ``Pair.load`` (dropout on) made greedy calls decode other text
+    with nothing said. Each call runs in eval mode and leaves the model as it found it."""
+    from tests.hf_helpers import tiny_llama
+
+    _, _, tok = objects
+    target = tiny_llama(len(tok), seed=4, eos=tok.eos_token_id)
+    for module in target.modules():
+        if hasattr(module, "attention_dropout"):
+            module.attention_dropout = 0.5  # dropout that changes the logits in training mode
+    pair = specd.Pair.load(target, "suffix,self:layers=1", tokenizer=tok)
+    expected = pair.generate(PROMPTS, max_new_tokens=12, temperature=0, k=3).texts
+    target.train()
+    try:
+        for _ in range(2):
+            assert pair.generate(PROMPTS, max_new_tokens=12, temperature=0, k=3).texts == expected
+            assert target.training and all(m.training for m in target.modules())  # left as the owner set it
+    finally:
+        target.eval()
+
+
+@pytest.mark.parametrize("call", ["generate", "stream"])
+def test_two_threads_on_one_pair_get_what_each_would_get_alone(objects, call):
+    """Issue 50: two threads on one Pair raced in the product forms' timing (a KeyError). Calls take
+    turns round by round; each thread's results are those of a serial run (fresh models: their
+    product forms are still being timed)."""
+    import threading
+
+    from tests.hf_helpers import noisy_copy, tiny_llama
+
+    _, _, tok = objects
+    target = tiny_llama(len(tok), seed=5, eos=tok.eos_token_id)
+    pair = specd.Pair.load(target, ["suffix", noisy_copy(target, 0.15, seed=2)], tokenizer=tok)
+    jobs = [dict(prompts=PROMPTS * 2, k=2, temperature=0), dict(prompts=PROMPTS[::-1], k=3, temperature=0.8, seed=3)]
+
+    def run(job):
+        if call == "stream":
+            parts: dict = {}
+            for delta in pair.stream(**job, max_new_tokens=12, batch_size=1):
+                parts[delta.request_id] = parts.get(delta.request_id, "") + delta.text
+            return parts
+        return pair.generate(**job, max_new_tokens=12, batch_size=1).texts
+
+    got, errors = {}, []
+
+    def thread(i):
+        try:
+            got[i] = run(jobs[i])
+        except Exception as err:  # noqa: BLE001 - any failure in a thread is the test's
+            errors.append(err)
+
+    threads = [threading.Thread(target=thread, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [got[0], got[1]] == [run(jobs[0]), run(jobs[1])]
+
+
 def test_the_same_request_from_python_and_from_the_command_line_agrees(tiny_models, capsys):
     """Every field of every result and every statistic but the timings, sampled, two prompts."""
     target, draft = tiny_models

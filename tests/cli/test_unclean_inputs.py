@@ -93,6 +93,13 @@ def test_no_output_inside_the_embedded_models_cache(models, tiny_models, capsys,
         (["--draft", "ngram:2,ngram:02"], "'ngram:02' is named twice ('ngram:2' is the same source)"),
         (["--draft", "D,./D"], "'./D' is named twice ('D' is the same source)"),
         (["--draft", "suffix,suffix"], "'suffix' is named twice"),
+        # issue 50: a name too long for any path is bad input (exit 2), not a failed run (exit 1)
+        (["--draft", "x" * 10000], "--draft 'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx' (10000 characters) is too long"),
+        (["--draft", "suffix," + "x" * 300], "--draft 'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx' (300 characters)"),
+        (["--target", "x" * 10000], "--target 'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx' (10000 characters) is too long"),
+        (["--draft", "suffix", "--out", "x" * 10000], "results file 'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx'"),
+        (["--draft", "suffix", "--trace", "d/" + "x" * 300], "acceptance log 'd/xxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx'"),
+        (["--prompts-file", "x" * 10000], "prompts file 'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxx' (10000 characters)"),
     ],
 )
 def test_values_a_user_can_type_are_one_line_never_an_internal_error(models, tiny_models, capsys, args, message):

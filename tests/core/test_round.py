@@ -38,6 +38,7 @@ ORACLE_ADAPTER = [
     ("oracles/samplers.py", "rule_sampler"),
     ("oracles/samplers.py", "sampler"),
     ("oracles/lab_shipped.py", "decide"),
+    ("oracles/tree_samplers.py", "specd_tree_sampler"),
 ]
 
 

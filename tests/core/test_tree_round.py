@@ -207,3 +207,26 @@ def test_a_lookups_tree_holds_its_chain_proposal_and_its_other_continuations():
     assert first.draft_parents is not None
     roots = [t for t, parent in zip(first.draft_token_ids, first.draft_parents) if parent == -1]
     assert roots == [0, 4, 3]  # the most recent continuation first: the chain's proposal
+
+
+def test_several_sources_fill_one_trees_root_in_turn():
+    """--draft ngram:1,<model> --tree 3,1: the lookup's continuation first, then the model's children
+    for the rest of the root, never a token the lookup put there; greedy text is target-only's."""
+    target, draft = TableModel(V, seed=5, name="t"), TableModel(V, seed=6, name="d")
+    prompt = (1, 2, 0, 1, 2, 1, 1, 2)
+    requests = [Request(f"r{i}", prompt[: 5 + i % 4], 8, seed=i) for i in range(8)]
+    greedy = SamplingPolicy.build(temperature=0.0)
+    sources = [NgramProposer(1, V), ModelProposer(draft, SamplingPolicy.build(temperature=0.7))]
+    engine = SpeculativeEngine(target, sources, greedy, EngineConfig(k=2, tree=parse_tree("3,1")))
+    result = engine.run(requests, batch_size=3)
+    expected = SpeculativeEngine.baseline(target, greedy, EngineConfig()).run(requests).new_tokens()
+    assert result.new_tokens() == expected
+    merged = 0
+    for r in result.rounds:
+        if r.draft_parents is None:
+            continue
+        tree = DraftTree(r.draft_token_ids, r.draft_parents)
+        roots = [tree.tokens[n] for n in tree.children[-1]]
+        assert len(roots) == len(set(roots)) and len(roots) <= 3
+        merged += r.source == "ngram:1" and len(roots) > 1
+    assert merged  # some rounds took the lookup's branch and the model's beside it

@@ -143,3 +143,35 @@ def test_the_adapter_runs_its_calls_in_the_chosen_forms_and_gives_the_same_greed
     rows = {key[2] for key in itertools.chain(target.forms.chosen, target.forms.timings)}
     assert {2, 4, 8} <= rows  # two requests' K = 0 steps and K = 1, K = 3 verify calls
     assert not target.forms.active  # engaged only inside the adapter's calls
+
+
+def test_threads_deciding_one_class_at_once_never_lose_its_timings():
+    """Issue 50: two threads timing one undecided class raced (the second found its timings deleted by
+    the first: a KeyError). Many threads on many fresh classes: every product right, every class decided
+    once, and whether products are engaged is each thread's own."""
+    import threading
+
+    forms = ProductForms()
+    weights = [torch.randn(8 + i, 16) for i in range(6)]
+    x = torch.randn(3, 16)
+    errors, barrier = [], threading.Barrier(4)
+
+    def work():
+        try:
+            barrier.wait()
+            with forms.engaged():
+                for _ in range(SAMPLES * 2 + 1):
+                    for w in weights:
+                        torch.testing.assert_close(forms.product(x, w, None), F.linear(x, w))
+        except Exception as err:  # noqa: BLE001 - any failure in a thread is the test's
+            errors.append(err)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    assert not forms.active  # engaged in the other threads, not in this one
+    for t in threads:
+        t.join()
+    assert errors == [] and forms.timings == {} and len(forms.chosen) == len(weights)
+    clone = copy.deepcopy(forms)  # a deep copy of a model carries its forms: its own lock, the same choices
+    assert clone.chosen == forms.chosen and not clone.active

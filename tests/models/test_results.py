@@ -1,5 +1,7 @@
 """Results files and acceptance logs written request by request, in input order, resumable."""
 
+import errno
+import io
 import json
 
 import pytest
@@ -111,3 +113,61 @@ def test_requests_not_in_the_prompt_set_are_refused(tmp_path):
     f.close()
     with pytest.raises(ResumeMismatch, match="not in this prompt set"):
         RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", MANIFEST, ORDER, resume=True)
+
+
+class SmallDisk(io.FileIO):
+    """A file on a disk with ``room`` bytes left: a write past it fails as a full disk's does
+    (ENOSPC), leaving what did not fit in the buffer above, to fail again when it is closed."""
+
+    room = 0
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > SmallDisk.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+@pytest.fixture
+def full_disk(monkeypatch, tmp_path):
+    """Results files opened for appending land on a small disk: the header and a request or two fit."""
+    from specd.models import results
+
+    def small_open(path, mode="r", encoding=None):
+        assert mode == "a", mode
+        raw = SmallDisk(path, "a")
+        SmallDisk.room = raw.tell() + 900
+        return io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding)
+
+    monkeypatch.setattr(results, "open", small_open, raising=False)
+    return tmp_path / "results.jsonl"
+
+
+def test_a_full_disk_is_write_failed_naming_the_results_file_from_python_and_the_command_line(
+    full_disk, tiny_models, capsys
+):
+    """Issue 50: a full disk under --out raised a raw OSError from RequestLines.close (Python), and the
+    command said "cannot write to standard output" while stdout had room. Both name the results file,
+    keep the requests written before (complete lines, resumable), and exit 1 (WriteFailed)."""
+    import specd
+    from specd.errors import WriteFailed
+    from tests.cli.test_bad_input import one_line
+    from tests.helpers import run_cli
+
+    prompts = [f"prompt number {i} " + "word " * 20 for i in range(12)]
+    pair = specd.Pair.load(tiny_models[0], "suffix")
+    with pytest.raises(WriteFailed) as failed:
+        pair.generate(prompts, max_new_tokens=4, out=str(full_disk), batch_size=1)
+    assert str(full_disk) in str(failed.value) and "the disk is full" in str(failed.value)
+    kept = [json.loads(x) for x in full_disk.read_text().split("\n")[:-1]]  # a torn last line aside
+    assert kept[0]["type"] == "header" and 1 <= len(kept) - 1 < len(prompts)
+    assert f"the {len(kept) - 1} request(s) written before are kept" in str(failed.value)
+
+    full_disk.unlink()
+    (full_disk.parent / "p.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    args = ["--target", tiny_models[0], "--draft", "suffix", "--max-new-tokens", "4", "--batch-size", "1"]
+    code, out, err = run_cli(
+        ["generate", *args, "--prompts-file", str(full_disk.parent / "p.jsonl"), "--out", str(full_disk)], capsys
+    )
+    one_line(code, err, expected_code=1)
+    assert f"cannot write the results file {full_disk}: the disk is full" in err and "standard output" not in err
+    assert json.loads(full_disk.read_text().split("\n")[0])["type"] == "header"

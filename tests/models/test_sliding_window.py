@@ -11,32 +11,15 @@ from specd.models import cache_compat
 from specd.models.hf import HFCausalLM
 from specd.policy.kpolicy import MAX_K
 from tests.helpers import run_cli
-from tests.hf_helpers import tiny_tokenizer
+from tests.hf_helpers import tiny_gemma3, tiny_tokenizer
 
 WINDOW = MAX_K + 1 + 48  # 48 positions usable by a run
 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
     tok = tiny_tokenizer(eos=False)
-    cfg = Gemma3TextConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=WINDOW,
-        max_position_embeddings=512,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        eos_token_id=None,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    model = Gemma3ForCausalLM(cfg).eval()
+    model = tiny_gemma3(len(tok), WINDOW, tok.pad_token_id)
     folder = tmp_path_factory.mktemp("gemma") / "model"
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -11,7 +11,7 @@ import torch
 from specd.core.model import RowInput
 from specd.models.hf import HFCausalLM
 from tests.helpers import run_cli
-from tests.hf_helpers import tiny_llama
+from tests.hf_helpers import tiny_gemma3, tiny_llama
 
 PROMPTS = {0: (1, 2, 3, 4, 5), 1: (7, 8, 9)}
 # the frontier F, then nodes (parents as rows of this input: -1 the committed rows, 0 is F)
@@ -27,28 +27,9 @@ def branch(slot: int, row: int) -> list[int]:
     return list(PROMPTS[slot][:-1]) + out[::-1]
 
 
-def gemma():
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    cfg = Gemma3TextConfig(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=64,
-        max_position_embeddings=512,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-    )
-    torch.manual_seed(0)
-    return Gemma3ForCausalLM(cfg).eval()
-
-
 @pytest.mark.parametrize("family", ["sdpa", "eager", "gemma3"])
 def test_a_tree_steps_rows_are_each_nodes_own_branchs(family):
-    model = gemma() if family == "gemma3" else tiny_llama(50, seed=0)
+    model = tiny_gemma3(50, window=64) if family == "gemma3" else tiny_llama(50, seed=0)
     if family == "eager":
         model.config._attn_implementation = "eager"
     lm = HFCausalLM(model, family)

@@ -103,3 +103,37 @@ def test_the_default_is_the_usable_cores_at_most_the_cap(monkeypatch):
     assert usable_cores() == 1
     monkeypatch.setattr(sys, "platform", "darwin")  # no fork there: the parts run in this process
     assert usable_cores() == 1
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead and waiting to be reaped, is not)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@forks
+def test_workers_die_with_a_parent_killed_outright():
+    """Issue 50: verify-oracle's parent killed with SIGKILL (no clean-up runs) left its forked workers
+    running with no end. Each worker asks for the parent-death signal: none is left after 2 s."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specd.cli", "verify-oracle", "--vocab", "4", "--k", "4", "--jobs", "4", "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers: list[int] = []
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and len(workers) < 2:
+        workers = _children(proc.pid)
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert len(workers) >= 2, "the workers never started"
+    time.sleep(2)
+    left = [pid for pid in workers if _alive(pid)]
+    for pid in left:  # not left behind by a failing test either
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -34,7 +34,7 @@ from specd.core.rules.greedy import GreedyRule
 from specd.core.rules.invariant import InvariantRule
 from specd.core.rules.maximal import MaximalRule
 from specd.core.sampler import RejectionSampler
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
 
 RULES = ("maximal", "invariant", "block")  # what a user may ask for; greedy follows from a temperature of 0
 __all__ = ["RULES", "BlockRule", "GreedyRule", "InvariantRule", "MaximalRule", "Rule", "rule_for"]
@@ -44,7 +44,7 @@ def rule_for(name: str, greedy: bool, sampler: RejectionSampler | None = None) -
     """The rule a run decides with: ``name`` (one of RULES) for a sampled target, greedy for a target
     at temperature 0 (there every rule is the argmax match). ``sampler``: the rule's math."""
     if name not in RULES:
-        raise UsageError(f"unknown rule {name!r}; choose one of {', '.join(RULES)}")
+        raise UsageError(f"unknown rule {shown(name)}; choose one of {', '.join(RULES)}")
     sampler = sampler or RejectionSampler()
     if greedy:
         return GreedyRule(sampler)

@@ -1,0 +1,168 @@
+"""What a lossy sampler costs in distribution, exactly: the total variation between the joint it
+emits and the target's, over the horizon and per position, beside its expected accepted length.
+
+``tv_figures`` prices a joint. A tree sampler's joint is exact by construction (its uniforms are
+integrated where it compares them, ``specd.oracles.tree_uniforms``). A chain sampler takes its
+uniforms as tensors (``specd.oracles.samplers``), so ``chain_price`` finds its own cells: under the
+chain protocol draft i is kept for acceptance uniforms below a threshold and refused at or above
+it (U_i < t_i), and the terminal token is an inverse-CDF draw (non-decreasing in terminal_u); each
+threshold, and each terminal token's interval, is found exactly on the streams' grid (multiples of
+2^-53) by bisection, 53 calls each, batched over every draft path. A sampler whose outcome is not
+of that form (checked at both inner ends of every cell) is reported as such and its price is not
+claimed exact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from specd.errors import SamplerFailed
+from specd.oracles.exact import Reference, chain_joint
+from specd.oracles.sampler_checks import Call, call_batch
+from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+
+GRID = 2**53  # the streams' uniforms are multiples of 1/GRID in [0, 1)
+
+
+def tv_figures(joint: dict, target: dict, horizon: int) -> dict:
+    """{"tv_horizon": TV of the joints over every sequence, "tv_per_position": TV of each position's
+    marginal}, both in [0, 1]."""
+    seqs = set(joint) | set(target)
+    tv = 0.5 * sum(abs(joint.get(s, 0.0) - target.get(s, 0.0)) for s in seqs)
+    per_position = []
+    for j in range(horizon):
+        marginal: dict[int, float] = defaultdict(float)
+        for s in seqs:
+            marginal[s[j]] += joint.get(s, 0.0) - target.get(s, 0.0)
+        per_position.append(0.5 * sum(abs(x) for x in marginal.values()))
+    return {"tv_horizon": tv, "tv_per_position": per_position}
+
+
+def _call(p_rows, q_rows, path, accept_u, terminal_u) -> Call:
+    return Call(p_rows, q_rows, path, tuple(accept_u), terminal_u, 1.0, 0, None, [])
+
+
+class _Batches:
+    """call_batch, remembering a sampler that refuses a batch (then called row by row at once)."""
+
+    def __init__(self, sampler):
+        self.sampler, self.refused = sampler, False
+
+    def __call__(self, calls: list[Call]):
+        if self.refused:
+            return [r for c in calls for r in call_batch(self.sampler, [c])[0]]
+        results, self.refused = call_batch(self.sampler, calls)
+        return results
+
+
+def _bisect(items: list, passes, lows: list[int] | None = None) -> list[int]:
+    """Per item, the smallest grid index m in [its low, GRID] where ``passes(items, ms)`` (batched, each
+    item at its m) is False, given it is True from its low up to it and False from it on (GRID: never)."""
+    bounds = [[lo, GRID] for lo in (lows or [0] * len(items))]
+    while any(a < b for a, b in bounds):
+        live = [i for i, (a, b) in enumerate(bounds) if a < b]
+        mids = [(bounds[i][0] + bounds[i][1]) // 2 for i in live]
+        for i, mid, ok in zip(live, mids, passes([items[i] for i in live], mids)):
+            bounds[i] = [mid + 1, bounds[i][1]] if ok else [bounds[i][0], mid]
+    return [a for a, _ in bounds]
+
+
+def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
+    """The exact joint of a chain sampler over one round with K = k on the rig's tables (its own
+    cells, module docstring), priced: tv_figures, expected accepted length, whether every cell
+    held one outcome (``threshold_shaped``)."""
+    ref, prompt = Reference(rig), rig.prompt
+    batch = _Batches(sampler)
+    paths = [((), 1.0)]
+    for _ in range(k):
+        paths = [(pa + (x,), m * qx) for pa, m in paths for x, qx in enumerate(ref.q(prompt + pa)) if qx > 0]
+    rows = {
+        pa: ([ref.p(prompt + pa[:i]) for i in range(k + 1)], [ref.q(prompt + pa[:i]) for i in range(k)])
+        for pa, _ in paths
+    }
+
+    def accepted(points: list[tuple[tuple, tuple]]) -> list[int]:
+        calls = [_call(*rows[pa], pa, us, 0.5) for pa, us in points]
+        return [int(r.accepted[0]) for r in batch(calls)] if calls else []
+
+    def passes_test(i: int):  # the i-th test passes at U_i = m / GRID, every earlier uniform at 0 (in its pass cell)
+        def passes(items, ms):
+            points = [(pa, (0.0,) * i + (m / GRID,) + (0.5,) * (k - i - 1)) for pa, m in zip(items, ms)]
+            return [a > i for a in accepted(points)]
+
+        return passes
+
+    thresholds: dict[tuple, list[int]] = {pa: [] for pa, _ in paths}
+    for i in range(k):
+        live = [pa for pa, _ in paths if all(t > 0 for t in thresholds[pa])]
+        for pa, t in zip(live, _bisect(live, passes_test(i))):
+            thresholds[pa].append(t)
+    cells = []  # (path, A, the cell's mass, a point inside, its lowest and highest grid points)
+    for pa, mass in paths:
+        ts = thresholds[pa]
+        for a in range(len(ts) + 1):
+            if a < len(ts) and ts[a] >= GRID:
+                continue  # the test always passes: no refusal there
+            width = mass
+            for t in ts[:a]:
+                width *= t / GRID
+            width *= 1 - ts[a] / GRID if a < len(ts) else 1.0
+            if width <= 0:
+                continue
+            inner = [(0, t - 1) for t in ts[:a]] + ([(ts[a], GRID - 1)] if a < len(ts) else [])
+            pad = (0.5,) * (k - len(inner))
+            corner = lambda pick, inner=inner, pad=pad: tuple(pick(lo, hi) / GRID for lo, hi in inner) + pad  # noqa: E731
+            cells.append((pa, a, width, corner(lambda lo, hi: (lo + hi) // 2), corner(min), corner(max)))
+    shaped = accepted([(c[0], c[4]) for c in cells] + [(c[0], c[5]) for c in cells]) == [c[1] for c in cells] * 2
+    laws = _terminal_laws(batch, rows, cells, tokens)
+    joint: dict[tuple, float] = defaultdict(float)
+    expected_accepted = 0.0
+    for (pa, a, width, *_), law in zip(cells, laws):
+        expected_accepted += width * a
+        for x, px in law.items():
+            head = pa[:a] + (x,)
+            for tail, m in chain_joint(ref.p, prompt + head, k - a).items():
+                joint[head + tail] += width * px * m
+    target = chain_joint(ref.p, prompt, k + 1)
+    return {**tv_figures(joint, target, k + 1), "expected_accepted": expected_accepted, "threshold_shaped": shaped}
+
+
+def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
+    """Each cell's terminal law: as returned, or (a sampler that draws tokens) each token's interval
+    of terminal_u, found by bisection."""
+    if not tokens:
+        results = batch([_call(*rows[c[0]], c[0], c[3], 0.5) for c in cells])
+        return [{x: px for x, px in enumerate(r.terminal_rows[0].tolist()) if px > 0} for r in results]
+
+    def token_at(items, ms):
+        calls = [_call(*rows[cells[c][0]], cells[c][0], cells[c][3], m / GRID) for c, m in zip(items, ms)]
+        return [int(r.terminal[0]) for r in batch(calls)]
+
+    laws: list[dict[int, float]] = [{} for _ in cells]
+    start = {c: 0 for c in range(len(cells))}  # where each cell's next token interval begins
+    while start:
+        live = sorted(start)
+        here = dict(zip(live, token_at(live, [start[c] for c in live])))
+        ends = _bisect(
+            live,
+            lambda items, ms, here=here: [t == here[c] for c, t in zip(items, token_at(items, ms))],
+            [start[c] + 1 for c in live],
+        )
+        for c, end in zip(live, ends):
+            laws[c][here[c]] = laws[c].get(here[c], 0.0) + (end - start[c]) / GRID
+            if end < GRID:
+                start[c] = end
+            else:
+                del start[c]
+    return laws
+
+
+def priced(sampler, rig, k: int, tokens: bool) -> dict:
+    """``chain_price`` of a chain sampler that failed its exact check, with specd's exact rule's expected
+    accepted length on the same tables beside it (or why it could not be priced)."""
+    try:
+        price = chain_price(sampler, rig, k, tokens)
+    except SamplerFailed as err:
+        return {"not_priced": str(err)}
+    exact = chain_price(SamplerUnderTest("specd", rule_sampler(), ""), rig, k, True)
+    return {**price, "exact_rule_expected_accepted": exact["expected_accepted"]}

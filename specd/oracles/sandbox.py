@@ -1,0 +1,312 @@
+"""The sampler under test in a child process of its own (``verify-oracle --sampler``,
+``specd.check_sampler``): whatever it does there, this process's report and exit code stay its own.
+
+A call that ends the child (``os._exit``, a crash), forks it, or does not return within the
+time limit (``--sampler-timeout``) is ``SamplerAborted``: the check it was in fails naming what
+it did (``exited``, ``crashed``, ``forked``, ``timed_out``), and nothing more is asked of it.
+The child's standard output is its standard error, so the report is all standard output holds.
+
+The child is forked: it inherits the sampler (nothing of it is pickled), loads it there (the
+import of ``module:attr``, or building a class, runs the user's code there too), and answers
+each call's tensors, pickled to it, with plain data as JSON (this process never unpickles what
+the sampler's process writes). It runs in a process group of its own, killed whole at the end
+(any process the sampler left behind with it), and dies with this process (specd.oracles.lifeline).
+A copy of it the sampler forks never answers: it ends as soon as the sampler returns in it.
+
+Where a fork is not safe or not available (not Linux; a process that initialized CUDA, which
+does not survive a fork) the sampler runs in this process, isolated as far as Python allows
+(``SamplerUnderTest``: what it raises, ``sys.exit`` included, is a failed check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+
+import torch
+
+from specd.errors import SamplerAborted, SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError
+from specd.oracles.lifeline import die_with_parent
+from specd.oracles.samplers import SamplerResult, SamplerUnderTest, as_sampler, described, load_sampler
+from specd.oracles.tree_sampler_checks import round_law
+from specd.oracles.tree_samplers import as_tree_sampler, load_tree_sampler
+
+DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take before it is a finding
+LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
+REFUSALS = {e.__name__: e for e in (UsageError, SamplerUnavailable, SamplerUnloadable)}  # raised again here
+
+
+def can_fork() -> bool:
+    return sys.platform.startswith("linux") and not torch.cuda.is_initialized()
+
+
+def load(spec, input_rounding: float = 0.0, tree: bool = False):
+    """A shipped adapter's name or ``module:attr`` (imported), or a callable (a class is built); with
+    ``tree``, under the tree-sampler protocol (specd.oracles.tree_samplers)."""
+    if tree:
+        return load_tree_sampler(spec) if isinstance(spec, str) else as_tree_sampler(spec)
+    return load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
+
+
+@contextmanager
+def sampler_session(
+    spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: bool = False
+) -> Iterator:
+    """The sampler ``spec`` loaded and ready to call: in a child process where one can be forked
+    (its calls limited to ``timeout`` seconds each), else here. ``tree``: a tree sampler, whose unit
+    of work in the child is one round's law (``round_law``: the uniform stream it reads calls back into
+    the oracle on every comparison, so it lives beside the sampler)."""
+    if not can_fork():
+        yield load(spec, input_rounding, tree)
+        return
+    child = SamplerProcess(spec, input_rounding, timeout, tree)
+    try:
+        yield child.start()
+    finally:
+        child.close()
+
+
+class ChildSampler(SamplerUnderTest):
+    """The sampler as the checks see it, each call answered by its process."""
+
+    def __init__(self, process: SamplerProcess, name: str, description: str, input_rounding: float):
+        super().__init__(name, process.call, description, input_rounding)
+
+    def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u) -> SamplerResult:
+        return self.fn((p, q, drafts, k_lens, accept_u, terminal_u))
+
+
+class ChildTreeSampler:
+    """A tree sampler as the tree checks see it: each round's law computed by its process."""
+
+    def __init__(self, process: SamplerProcess, name: str, description: str):
+        self.process, self.name, self.description = process, name, description
+
+    def round_law(self, rnd) -> tuple[dict, float, float, int]:
+        """specd.oracles.tree_sampler_checks.round_law, run in the sampler's process."""
+        return self.process.round_law(rnd)
+
+
+class SamplerProcess:
+    """This side of the child: it starts it, sends it calls, and reads what became of it."""
+
+    def __init__(self, spec, input_rounding: float, timeout: float, tree: bool = False):
+        self.spec, self.rounding, self.timeout, self.tree = spec, input_rounding, timeout, tree
+        self.name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
+        self.pid: int | None = None
+        self.conn: Connection | None = None
+        self.aborted: SamplerAborted | None = None
+
+    def start(self):
+        """Fork the child and wait for it to load the sampler: -> the sampler, or the loading's own
+        error (SamplerUnloadable, exit 2) whatever became of it."""
+        ours, theirs = Pipe()
+        parent = os.getpid()
+        for stream in (sys.stdout, sys.stderr):  # what is buffered here is not the child's to write
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: it never returns into this process's code
+            try:
+                ours.close()
+                serve(theirs, parent, self.spec, self.rounding, self.tree)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.pid, self.conn = pid, ours
+        try:
+            os.setpgid(pid, pid)  # here too, so the group exists whoever runs first
+        except OSError:
+            pass
+        try:
+            reply = self.answer("while it was loaded")
+        except SamplerAborted as err:
+            raise SamplerUnloadable(f"cannot load the sampler: {err}") from None
+        if reply[0] == "refused":
+            raise REFUSALS.get(reply[1], SamplerUnloadable)(reply[2])
+        if reply[0] == "aborted":  # it forked while it was loaded
+            self.abort(reply[1], reply[2])
+            raise SamplerUnloadable(f"cannot load the sampler: {reply[1]}")
+        if reply[0] != "ready":
+            raise self.abort(f"sampler {self.name}'s process answered out of turn", "broke_the_channel")
+        self.name = reply[1]
+        if self.tree:
+            return ChildTreeSampler(self, reply[1], reply[2])
+        return ChildSampler(self, reply[1], reply[2], reply[3])
+
+    def round_law(self, rnd) -> tuple[dict, float, float, int]:
+        """One tree round to the child -> its law (as ``call``: SamplerFailed, SamplerAborted)."""
+        reply = self.ask(rnd)
+        try:
+            if reply[0] == "law":
+                law = {tuple(int(t) for t in tokens): float(mass) for tokens, mass in reply[1]}
+                return law, float(reply[2]), float(reply[3]), int(reply[4])
+            if reply[0] == "failed":
+                raise SamplerFailed(str(reply[1]), str(reply[2]))
+            if reply[0] == "aborted":
+                raise self.abort(str(reply[1]), str(reply[2]))
+        except (TypeError, ValueError, IndexError):
+            pass
+        raise self.abort(f"sampler {self.name}'s process answered what is not specd's reply", "broke_the_channel")
+
+    def ask(self, request) -> list:
+        """Send one request to the child -> its reply (or SamplerAborted: this call and every later one)."""
+        if self.aborted is not None:
+            raise self.aborted
+        try:
+            self.conn.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:  # gone: answer() says how
+            pass
+        return self.answer("instead of returning")
+
+    def call(self, tensors: tuple) -> SamplerResult:
+        """One call's tensors to the child -> its result, SamplerFailed (it raised, or returned what
+        the protocol does not allow), or SamplerAborted (this call and every later one)."""
+        reply = self.ask(tensors)
+        try:
+            if reply[0] == "ok":
+                rows = None if reply[3] is None else torch.tensor(reply[3], dtype=torch.float64)
+                tokens = None if reply[2] is None else [int(t) for t in reply[2]]
+                return SamplerResult([int(a) for a in reply[1]], tokens, rows)
+            if reply[0] == "failed":
+                raise SamplerFailed(str(reply[1]), str(reply[2]))
+            if reply[0] == "aborted":
+                raise self.abort(str(reply[1]), str(reply[2]))
+        except (TypeError, ValueError, IndexError):
+            pass
+        raise self.abort(f"sampler {self.name}'s process answered what is not specd's reply", "broke_the_channel")
+
+    def answer(self, doing: str) -> list:
+        """The child's next reply, or SamplerAborted: it ended (``doing``: instead of returning, ...),
+        or gave no answer within the time limit."""
+        deadline = time.monotonic() + self.timeout
+        while not self.conn.poll(max(0.0, min(LOOK, deadline - time.monotonic()))):
+            if (ended := self.ended()) is not None:
+                raise self.abort(*ended(doing))
+            if time.monotonic() >= deadline:
+                raise self.abort(
+                    f"sampler {self.name} did not return within {self.timeout:g} s, its time limit per call",
+                    "timed_out",
+                )
+        try:
+            reply = json.loads(self.conn.recv_bytes())
+        except (EOFError, OSError):  # it closed its end: it is ending, or broke the channel
+            time.sleep(LOOK)
+            ended = self.ended()
+            if ended is None:
+                raise self.abort(f"sampler {self.name} closed specd's channel {doing}", "broke_the_channel") from None
+            raise self.abort(*ended(doing)) from None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, list) or not reply:
+            raise self.abort(f"sampler {self.name}'s process answered what is not specd's reply", "broke_the_channel")
+        return reply
+
+    def ended(self) -> Callable[[str], tuple[str, str]] | None:
+        """How the child ended (a message maker and its finding), or None while it runs. The child is
+        not reaped here (``close`` does): its pid, its group's id, stays its own until then."""
+        state = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if state is None or state.si_pid == 0:
+            return None
+        name = self.name
+        if state.si_code == os.CLD_EXITED:
+            status = state.si_status
+            return lambda doing: (
+                f"sampler {name} ended its process (exit status {status}) {doing}",
+                "exited",
+            )
+        try:
+            signame = signal.Signals(state.si_status).name
+        except ValueError:
+            signame = f"signal {state.si_status}"
+        return lambda doing: (f"sampler {name} crashed its process ({signame}) {doing}", "crashed")
+
+    def abort(self, message: str, finding: str) -> SamplerAborted:
+        """The child's end: its group killed, and every later call refused with the same finding."""
+        self.kill()
+        self.aborted = SamplerAborted(message, finding)
+        return self.aborted
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)  # the child and anything it left running
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """End the child and whatever it left running; reap it."""
+        if self.conn is not None:
+            self.conn.close()
+        if self.pid is not None:
+            self.kill()
+            os.waitpid(self.pid, 0)
+            self.pid = None
+
+
+# -- the child's side --------------------------------------------------------------------------
+def serve(conn: Connection, parent: int, spec, input_rounding: float, tree: bool = False) -> None:
+    """Load the sampler, then answer calls until this side closes: each reply is JSON, a list whose
+    first item says what it is ("ready", "refused", "ok", "law" (a tree round's), "failed", "aborted")."""
+    die_with_parent(parent)
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    os.dup2(2, 1)  # what the sampler prints goes to standard error: standard output is the report's
+    sys.stdout = sys.stderr
+    torch.set_num_threads(1)
+    me = os.getpid()
+    name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
+    try:
+        sampler = load(spec, input_rounding, tree)
+    except UsageError as err:  # SamplerUnloadable, SamplerUnavailable, a bad module:attr
+        reply(conn, me, name, ["refused", type(err).__name__, str(err)])
+        return
+    except BaseException as err:  # noqa: BLE001 - loading ran the user's code
+        reply(conn, me, name, ["refused", "SamplerUnloadable", f"cannot load the sampler: {described(err)}"])
+        return
+    rounding = getattr(sampler, "input_rounding", 0.0)
+    reply(conn, me, sampler.name, ["ready", sampler.name, sampler.description, rounding])
+    while True:
+        try:
+            tensors = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            if tree:
+                law, accepted, reads, runs = round_law(sampler, tensors)
+                answer = ["law", [[list(k), v] for k, v in law.items()], accepted, reads, runs]
+            else:
+                result = sampler(*tensors)
+                rows = None if result.terminal_rows is None else result.terminal_rows.tolist()
+                answer = ["ok", result.accepted, result.terminal, rows]
+        except SamplerFailed as err:
+            answer = ["failed", str(err), err.finding]
+        except BaseException as err:  # noqa: BLE001 - e.g. a KeyboardInterrupt the sampler raised itself
+            answer = ["failed", f"sampler {sampler.name} raised {described(err)}", "raised"]
+        reply(conn, me, sampler.name, answer)
+
+
+def reply(conn: Connection, me: int, name: str, answer: list) -> None:
+    """Send ``answer``, from the child itself only: a copy the sampler forked ends here, unheard,
+    and a child that has a child of its own (running, or ended and not waited for) forked."""
+    if os.getpid() != me:
+        os._exit(0)
+    try:
+        os.waitpid(-1, os.WNOHANG)
+        forked = True
+    except ChildProcessError:
+        forked = False
+    if forked:
+        answer = ["aborted", f"sampler {name} forked a process (specd cannot vouch for what it does)", "forked"]
+    conn.send_bytes(json.dumps(answer).encode())

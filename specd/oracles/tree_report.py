@@ -1,0 +1,96 @@
+"""``verify-oracle --sampler ... --tree SPEC``: a tree sampler's checks in one JSON-able report (the
+sampler report's schema, with the tree, and the price of each construction it is not exact under)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from specd.core.tree_shape import parse_tree
+from specd.errors import SamplerAborted, UsageError
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.record import Check
+from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
+from specd.oracles.tree_rounds import DRAWINGS, count_rounds, shape_nodes
+from specd.oracles.tree_sampler_checks import SEARCH, check_drawing, check_no_nodes, tree_counterexample
+
+PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
+
+
+def tree_drawings(shape) -> tuple[str, ...]:
+    """The constructions a shape asks for: its prefix's (rank: with and without the draft's rows), or all."""
+    if shape.drawn is None:
+        return DRAWINGS
+    return ("rank", "lookup") if shape.drawn == "rank" else (shape.drawn,)
+
+
+def run_tree_sampler_oracle(
+    cfg: OracleConfig, spec, tree: str, rule: str = "maximal", timeout: float = DEFAULT_TIMEOUT
+) -> dict:
+    """Every tree-sampler check of the sampler ``spec`` (a shipped rule's name, module:attr, or the
+    callable) on the tree ``tree`` over the fixture of ``cfg`` (its K is the tree's depth), the sampler in
+    a process of its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds one round
+    may take). Bad input is refused before the sampler's module is imported (importing runs its code)."""
+    if rule != "maximal":
+        raise UsageError(f"--tree with --sampler checks the token-wise rule over trees; --rule {rule} has no tree form")
+    shape = parse_tree(tree)
+    shape_nodes(shape)  # a static shape
+    cfg = replace(cfg, k=shape.depth, horizon=None)
+    drawings = tree_drawings(shape)
+    for drawing in drawings:
+        count_rounds(shape, cfg.vocab, drawing)
+    t_start = time.perf_counter()
+    with sampler_session(spec, 0.0, timeout, tree=True) as sampler:
+        checks, found = _tree_checks(sampler, cfg, shape, drawings)
+    failed = [d for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
+    smallest = min(found.values(), key=lambda cx: (SEARCH.index((cx["vocab"], cx["tree"])), cx["seed"]), default=None)
+    price = {
+        d: {key: c.figures[key] for key in PRICE_KEYS if key in c.figures}
+        for d, c in zip(drawings, checks)
+        if d in failed
+    }
+    return {
+        "schema": "specd.verify-oracle/v1",
+        "mode": "sampler",
+        "passed": all(c.passed is not False for c in checks),
+        "sampler": {
+            "spec": sampler.name,
+            "name": sampler.name,
+            "description": sampler.description,
+            "returns": "tree",
+            "process": "its own" if isinstance(sampler, ChildTreeSampler) else "specd's",
+        },
+        "config": {"vocab": cfg.vocab, "k": shape.depth, "seed": cfg.seed, "rule": rule},
+        "tree": {"spec": tree, "nodes": len(shape.choices or ()), "depth": shape.depth, "drawings": list(drawings)},
+        "checks": [c.as_dict(with_findings=True) for c in checks],
+        "findings": sorted({f for c in checks for f in c.findings}),
+        "counterexample": smallest,
+        "counterexamples": found,
+        "price": price,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+
+
+def _tree_checks(sampler, cfg: OracleConfig, shape, drawings) -> tuple[list[Check], dict]:
+    """-> (the checks, each failed construction's smallest counterexample). A sampler whose process
+    ends, forks or hangs (SamplerAborted) fails the check it was in, and nothing more is asked of it."""
+    rig = build_rig(cfg)
+    checks: list[Check] = []
+    step = drawings[0]
+    try:
+        for drawing in drawings:
+            step = f"exact_joint_{drawing}"
+            checks.append(check_drawing(sampler, rig, shape, drawing, refusable=len(drawings) > 1)[0])
+        if all(c.passed is None for c in checks):
+            detail = "the sampler refused every construction asked"
+            checks.append(Check("ordinary_round", False, {}, detail, ["refused_every_tree"]))
+        step = "no_nodes"
+        checks.append(check_no_nodes(sampler))
+        failed = [d for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
+        build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
+        step = "minimal_counterexample"
+        found = {d: tree_counterexample(sampler, [d], build) for d in failed}
+    except SamplerAborted as err:
+        checks.append(Check(step, False, {}, f"{err}; nothing more was asked of it", [err.finding]))
+        return checks, {}
+    return checks, {d: cx for d, cx in found.items() if cx is not None}

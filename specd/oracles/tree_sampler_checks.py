@@ -1,0 +1,219 @@
+"""The checks a tree sampler is put through (``verify-oracle --sampler ... --tree SPEC``).
+
+- ``exact_joint_<drawing>``, one per construction asked (sampled, iid, rank, lookup;
+  ``specd.oracles.tree_rounds``): every draft tree of one round over the fixture's tables, each
+  with its probability, and for each every outcome of the sampler over its uniforms with its exact
+  probability (``specd.oracles.tree_uniforms.explore``); the emitted tokens (the accepted path's,
+  then the terminal), completed by the target chain to the tree's depth + 1, must have the
+  target's joint (float64, 1e-12). A sampler that raises on a construction refuses it (n/a, the
+  reason shown) where several were asked; where only one was, or all are refused, it fails. A
+  sampler that is not exact is priced beside the failure (``specd.oracles.price``): the exact total
+  variation between its joint and the target's over the horizon and per position, its expected
+  accepted length, and specd's exact rule's on the same trees.
+- ``no_nodes``: a round without drafts: no path, and the terminal drawn from the root's row.
+
+A failing check comes with the smallest counterexample (``tree_counterexample``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import torch
+
+from specd.core.tree import DraftTree
+from specd.core.tree_shape import parse_tree
+from specd.errors import SamplerFailed
+from specd.oracles.exact import Reference, chain_joint
+from specd.oracles.price import tv_figures
+from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.tree_rounds import TreeRound, draft_trees
+from specd.oracles.tree_samplers import TreeSamplerUnderTest, specd_tree_sampler
+from specd.oracles.tree_uniforms import explore
+
+
+def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, float, float, int]:
+    """The sampler's law of what one round emits -> ({emitted tokens: probability}, expected accepted
+    nodes, expected uniforms read, runs of the sampler); a sampler in a process of its own
+    (specd.oracles.sandbox) computes it there."""
+    if hasattr(sampler, "round_law"):
+        return sampler.round_law(rnd)
+    law: dict[tuple[int, ...], float] = defaultdict(float)
+    accepted = reads = 0.0
+    outcomes = explore(lambda u: sampler(rnd, u))
+    for outcome, chance, stream in outcomes:
+        m = float(chance)
+        head = tuple(rnd.tree.tokens[n] for n in outcome.path)
+        if outcome.terminal is not None:
+            law[head + (outcome.terminal,)] += m
+        else:
+            assert outcome.law is not None
+            for x, px in enumerate(outcome.law):
+                if px > 0:
+                    law[head + (x,)] += m * px
+        accepted += m * len(outcome.path)
+        reads += m * len(stream.reads)
+    return dict(law), accepted, reads, len(outcomes)
+
+
+class TreeJoint:
+    """A sampler's joint over the horizon for every draft tree of one construction, and its figures."""
+
+    def __init__(self, sampler, rounds: list[TreeRound], p_of, prompt: tuple[int, ...], horizon: int):
+        self.joint: dict[tuple[int, ...], float] = defaultdict(float)
+        self.laws: list[dict] = []
+        self.accepted = self.reads = 0.0
+        self.runs = 0
+        memo: dict = {}
+        for rnd in rounds:
+            law, accepted, reads, runs = round_law(sampler, rnd)
+            self.laws.append(law)
+            self.accepted += rnd.mass * accepted
+            self.reads += rnd.mass * reads
+            self.runs += runs
+            for head, m in law.items():
+                rest = horizon - len(head)
+                if head not in memo:
+                    memo[head] = chain_joint(p_of, prompt + head, rest) if rest > 0 else {(): 1.0}
+                for tail, mt in memo[head].items():
+                    self.joint[head + tail] += rnd.mass * m * mt
+
+
+def check_drawing(sampler, rig, shape, drawing: str, refusable: bool) -> tuple[Check, TreeJoint | None]:
+    """``exact_joint_<drawing>`` on the rig's tables (module docstring)."""
+    ref = Reference(rig)
+    rounds = draft_trees(shape, drawing, ref.p, ref.q, rig.prompt)
+    horizon = shape.depth + 1
+    name = f"exact_joint_{drawing}"
+    base = {"vocab": rig.vocab, "tree": shape.spec, "nodes": len(shape.choices), "draft_trees": len(rounds)}
+    try:
+        tj = TreeJoint(sampler, rounds, ref.p, rig.prompt, horizon)
+    except SamplerFailed as err:
+        if err.finding == "raised" and refusable:
+            return Check(name, None, base, f"not applicable: the sampler refuses trees drawn {drawing} ({err})"), None
+        return Check(name, False, base, f"{err} (on a tree drawn {drawing})", [err.finding]), None
+    target = chain_joint(ref.p, rig.prompt, horizon)
+    diff, mass = max_abs_diff(target, tj.joint), sum(tj.joint.values())
+    passed = diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE
+    figures = {
+        **base,
+        "sampler_runs": tj.runs,
+        "max_abs_diff": diff,
+        "tolerance": EXACT_TOLERANCE,
+        "total_mass": mass,
+        "expected_accepted": tj.accepted,
+        "uniforms_read": tj.reads,
+    }
+    if not passed:
+        figures.update(tv_figures(tj.joint, target, horizon))
+        reference = TreeJoint(_specd(), rounds, ref.p, rig.prompt, horizon)
+        figures["exact_rule_expected_accepted"] = reference.accepted
+    detail = f"every {drawing} draft tree of one round, every outcome over the sampler's uniforms, exactly"
+    return Check(name, passed, figures, detail, [] if passed else [f"not_exact_{drawing}"]), tj
+
+
+def _specd() -> TreeSamplerUnderTest:
+    return TreeSamplerUnderTest("specd", specd_tree_sampler, "specd's tree rule")
+
+
+def check_no_nodes(sampler: TreeSamplerUnderTest) -> Check:
+    """A round without drafts: the terminal is the root's row, nothing accepted."""
+    p0 = [0.125, 0.625, 0.25]
+    rnd = TreeRound(
+        DraftTree((), ()),
+        torch.tensor([p0], dtype=torch.float64),
+        torch.tensor([p0], dtype=torch.float64),
+        1.0,
+        "sampled",
+    )
+    try:
+        law, accepted, _, _ = round_law(sampler, rnd)
+    except SamplerFailed as err:
+        return Check("no_nodes", False, {}, f"a round without drafts: {err}", [err.finding])
+    got = [law.get((x,), 0.0) for x in range(3)]
+    wrong = accepted != 0 or sum(law.values()) < 1 - EXACT_TOLERANCE or max(abs(a - b) for a, b in zip(got, p0)) > 1e-12
+    return Check(
+        "no_nodes",
+        not wrong,
+        {"terminal_law": got, "expected_accepted": accepted},
+        "N = 0: nothing to test, the terminal drawn from the root's row",
+        ["no_nodes_wrong"] if wrong else [],
+    )
+
+
+# -- the smallest counterexample -------------------------------------------------------------------
+SEARCH = [
+    (2, "1"),
+    (2, "2"),
+    (2, "1,1"),
+    (3, "2"),
+    (2, "2,1"),
+    (2, "1,2"),
+    (3, "3"),
+    (3, "2,1"),
+    (2, "2,2"),
+    (3, "2,2"),
+]
+
+
+def tree_counterexample(sampler, drawings, build_rig, seeds=range(3)) -> dict | None:
+    """The smallest (V, tree) and seed, over ``drawings``, where the sampler's joint is not the
+    target's: the sequence whose mass moved most and by how much, and the draft tree (with its rows)
+    that moved it most against specd's exact rule on the same tree."""
+    for (vocab, spec), seed, drawing in itertools.product(SEARCH, seeds, drawings):
+        shape = parse_tree(spec)
+        if drawing != "iid" and len(shape.choices) and max(c[-1] for c in shape.choices) >= vocab:
+            continue
+        rig = build_rig(vocab, shape.depth, seed)
+        ref = Reference(rig)
+        rounds = draft_trees(shape, drawing, ref.p, ref.q, rig.prompt)
+        try:
+            tj = TreeJoint(sampler, rounds, ref.p, rig.prompt, shape.depth + 1)
+        except SamplerFailed:
+            continue
+        target = chain_joint(ref.p, rig.prompt, shape.depth + 1)
+        if max_abs_diff(target, tj.joint) <= EXACT_TOLERANCE:
+            continue
+        worst = max(set(target) | set(tj.joint), key=lambda s: abs(target.get(s, 0.0) - tj.joint.get(s, 0.0)))
+        exact, got = target.get(worst, 0.0), tj.joint.get(worst, 0.0)
+        return {
+            "vocab": vocab,
+            "tree": spec,
+            "drawing": drawing,
+            "seed": seed,
+            "sequence": list(worst),
+            "exact_mass": exact,
+            "sampler_mass": got,
+            "moved": got - exact,
+            "round": _worst_round(rounds, tj, worst, ref, rig.prompt),
+        }
+    return None
+
+
+def _worst_round(rounds, tj: TreeJoint, worst: tuple[int, ...], ref, prompt) -> dict:
+    """The draft tree whose contribution to ``worst`` differs most from specd's exact rule's."""
+    reference = TreeJoint(_specd(), rounds, ref.p, prompt, len(worst))
+
+    def chance(law: dict) -> float:  # P(the round's emission starts ``worst``, completed by the target)
+        total = 0.0
+        for head, m in law.items():
+            if worst[: len(head)] == head:
+                tail = chain_joint(ref.p, prompt + head, len(worst) - len(head)) if len(worst) > len(head) else {(): 1}
+                total += m * tail.get(worst[len(head) :], 0.0)
+        return total
+
+    gaps = [r.mass * (chance(a) - chance(b)) for r, a, b in zip(rounds, tj.laws, reference.laws)]
+    i = max(range(len(rounds)), key=lambda j: abs(gaps[j]))
+    rnd = rounds[i]
+    rows = lambda t: [[round(x, 6) for x in row] for row in t.tolist()]  # noqa: E731
+    return {
+        "tokens": list(rnd.tree.tokens),
+        "parents": list(rnd.tree.parents),
+        "draft_tree_mass": rnd.mass,
+        "p_rows": rows(rnd.p),
+        "q_rows": None if rnd.q is None else rows(rnd.q),
+        "sampler_emits": {" ".join(map(str, k)): round(v, 6) for k, v in sorted(tj.laws[i].items())},
+        "exact_rule_emits": {" ".join(map(str, k)): round(v, 6) for k, v in sorted(reference.laws[i].items())},
+        "mass_moved_here": gaps[i],
+    }

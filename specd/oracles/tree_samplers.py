@@ -1,0 +1,284 @@
+"""Tree samplers under test: the protocol any tree verifier is checked through
+(``verify-oracle --sampler ... --tree SPEC``), and specd's own tree rule under it.
+
+The protocol. A tree sampler is a callable (a function, or a class built with no arguments whose
+instances are callable) deciding one round over a token tree of N nodes and V tokens:
+
+    sampler(tokens, parents, depths, p, q, drawn, u)
+
+    tokens   int64[N]            node n's draft token; nodes in topological order (a parent before
+                                 its children), siblings tried in node order
+    parents  int64[N]            node n's parent (-1: the root, the committed frontier)
+    depths   int64[N]            1 for the root's children, the parent's + 1 otherwise
+    p        float64[N + 1, V]   the target's processed rows: row 0 the root's (it scores the root's
+                                 children), row n + 1 node n's (it scores node n's children, or
+                                 gives the bonus after a node without children)
+    q        float64[N + 1, V]   the draft's rows, indexed as p: the row a node's children were
+                                 drawn or ranked from; None: they were chosen without one (a lookup)
+    drawn    str                 how siblings were drawn: "sampled" (child r from its parent's q
+                                 with its r earlier siblings removed, renormalized), "iid" (each
+                                 from its parent's q; siblings may repeat), "rank" (the parent's
+                                 q's top tokens in rank order, or a lookup's: chosen, not drawn)
+    u        Uniforms            the round's uniforms (specd.oracles.tree_uniforms): u.node(n),
+                                 u.terminal(), u.uniform(key), u.draw(row)
+
+It returns ``(path, terminal)``: the accepted nodes from a child of the root down (a sequence or
+int64[A] of node indices, each the child of the one before; empty when none is kept), and the
+token emitted after them, drawn with the terminal uniform (an int), or the distribution it is
+drawn from (float[V], any positive scale). A mapping with keys ``path`` and ``terminal`` works
+too. Raising is how a sampler refuses an input (a construction it cannot verify). p and q are
+the sampler's own copies: writing into them changes nothing outside the call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+import torch
+
+from specd.core.rows import Rows
+from specd.core.sampler import RejectionSampler, Tested
+from specd.core.tree import ROOT, DraftTree, TreeBatch
+from specd.errors import SamplerFailed, UsageError
+from specd.oracles import tree_published as pub
+from specd.oracles.samplers import isolated, load_sampler, loading
+from specd.oracles.tree_rounds import TreeRound
+from specd.oracles.tree_uniforms import Uniforms
+
+
+@dataclass(frozen=True)
+class TreeOutcome:
+    """What a tree sampler decided in one run: the accepted nodes, and the terminal token (when
+    it drew one) or its normalized law."""
+
+    path: tuple[int, ...]
+    terminal: int | None
+    law: tuple[float, ...] | None
+
+
+class TreeSamplerUnderTest:
+    def __init__(self, name: str, fn: Callable, description: str):
+        self.name, self.fn, self.description = name, fn, description
+
+    def __call__(self, rnd: TreeRound, u: Uniforms) -> TreeOutcome:
+        """Run the sampler on one round with the stream ``u``: the one place the oracle calls a tree
+        sampler's code. Whatever it raises comes back as SamplerFailed; a uniform used as a number is
+        named as such. A runner that isolates the sampler in a child process (a time limit per call)
+        runs ``tree_sampler_checks.round_law(sampler, rnd)`` there, a round in and a dict of floats
+        out: the stream calls back into the oracle on every comparison, so it must live beside the
+        sampler."""
+        tree = rnd.tree
+        args = (
+            torch.tensor(tree.tokens, dtype=torch.int64),
+            torch.tensor(tree.parents, dtype=torch.int64),
+            torch.tensor(tree.depths, dtype=torch.int64),
+            rnd.p.clone(),
+            None if rnd.q is None else rnd.q.clone(),
+            tree.drawn,
+            u,
+        )
+        with isolated(f"sampler {self.name}"):  # the stream's SamplerFailed (own_randomness, ...) passes as it is
+            out = self.fn(*args)
+        return normalize_tree_result(self.name, out, tree, rnd.p.shape[-1])
+
+
+def _fail(name: str, what: str, finding: str):
+    raise SamplerFailed(f"tree sampler {name} returned {what}", finding)
+
+
+def normalize_tree_result(name: str, out, tree: DraftTree, vocab: int) -> TreeOutcome:
+    """Whatever form of the protocol the sampler returned -> TreeOutcome, or SamplerFailed naming
+    what is wrong: a missing part, a path that is not a path down the tree, a token outside the
+    vocabulary, a law that is not finite, non-negative and of positive mass."""
+    if isinstance(out, Mapping):
+        if "path" not in out or "terminal" not in out:
+            _fail(name, "a mapping without 'path' and 'terminal'", "missing_parts")
+        path, terminal = out["path"], out["terminal"]
+    elif isinstance(out, (tuple, list)) and len(out) == 2:
+        path, terminal = out
+    else:
+        _fail(name, f"{type(out).__name__}; expected (path, terminal)", "returned_wrong_type")
+    nodes_list = _node_list(name, path)
+    at = ROOT
+    for n in nodes_list:
+        if not 0 <= n < len(tree) or tree.parents[n] != at:
+            _fail(
+                name,
+                f"path {list(nodes_list)}, not a path down the tree (parents {list(tree.parents)})",
+                "path_not_in_tree",
+            )
+        at = n
+    if isinstance(terminal, torch.Tensor) and not terminal.is_floating_point() and terminal.numel() == 1:
+        terminal = int(terminal.reshape(-1)[0])
+    if isinstance(terminal, int) and not isinstance(terminal, bool):
+        if not 0 <= terminal < vocab:
+            _fail(name, f"terminal token {terminal} outside 0..{vocab - 1}", "token_out_of_range")
+        return TreeOutcome(nodes_list, terminal, None)
+    try:
+        law = [float(x) for x in (terminal.reshape(-1).tolist() if isinstance(terminal, torch.Tensor) else terminal)]
+    except (TypeError, ValueError, RuntimeError):
+        _fail(
+            name,
+            f"a terminal of type {type(terminal).__name__}; expected a token or a law over V",
+            "terminal_shape_wrong",
+        )
+    if len(law) != vocab:
+        _fail(
+            name,
+            f"a terminal of {len(law)} values; expected a token or a law over {vocab} tokens",
+            "terminal_shape_wrong",
+        )
+    total = sum(law)
+    if not all(math.isfinite(x) and x >= 0 for x in law) or not total > 0:
+        _fail(name, "a terminal law that is not finite, non-negative and of positive mass", "returned_non_finite_rows")
+    return TreeOutcome(nodes_list, None, tuple(x / total for x in law))
+
+
+def _node_list(name: str, path) -> tuple[int, ...]:
+    """A returned path as node indices: a sequence of ints, or an integer tensor."""
+    try:
+        if isinstance(path, torch.Tensor):
+            if path.is_floating_point():
+                raise TypeError
+            return tuple(path.reshape(-1).tolist())
+        return tuple(operator.index(n) for n in path)
+    except (TypeError, ValueError, RuntimeError):
+        _fail(name, f"a path that is not a sequence of node indices: {path!r:.80}", "path_not_in_tree")
+    raise AssertionError  # _fail raised
+
+
+# -- specd's own tree rule -----------------------------------------------------------------------
+class _StreamTests(RejectionSampler):
+    """RejectionSampler whose acceptance tests read the stream: down the walk only (a node the walk
+    never reaches reads no uniform), each node tested U_n < p'(d) / q(d) in exact arithmetic, p' and q
+    as ``decide`` computed them (the tested row, the node's law). ``tested``: the round's tested rows,
+    computed once for all the runs the oracle makes on one round (they read no uniform)."""
+
+    def __init__(self, tree: DraftTree, u: Uniforms, tested: Tested):
+        self.tree, self.u, self.tested = tree, u, tested
+
+    def tested_rows(self, rows: Rows) -> Tested:
+        return self.tested
+
+    def acceptance_tests(self, p_draft, q_draft, accept_u, valid):
+        passed = torch.zeros_like(valid)
+        at = ROOT
+        while True:
+            for child in self.tree.children.get(at, ()):
+                ratio = Fraction(float(p_draft[0, child])) / Fraction(float(q_draft[0, child]))
+                if self.u.node(child) < ratio:
+                    passed[0, child] = True
+                    at = child
+                    break
+            else:
+                return passed
+
+
+def node_rows(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None) -> Rows:
+    """One request's Rows for a tree: p as given, each node's q row its law under ``tree.drawn``
+    (sampled: the parent's q without the earlier siblings, renormalized; iid: the parent's q; rank:
+    the point mass on the node's token)."""
+    n, vocab = len(tree), p.shape[-1]
+    q_index = torch.full((1, n), -1, dtype=torch.int64)
+    laws = []
+    if tree.drawn != "rank":
+        if q is None:
+            raise UsageError(f"children drawn {tree.drawn} need the draft's rows")
+        for node in range(n):
+            row = q[tree.parents[node] + 1].clone()
+            if tree.drawn == "sampled":
+                siblings = tree.children[tree.parents[node]]
+                row[[tree.tokens[s] for s in siblings[: tree.ranks[node]]]] = 0.0
+                row = row / row.sum()
+            q_index[0, node] = len(laws)
+            laws.append(row)
+    q_rows = torch.stack(laws) if laws else torch.zeros(0, vocab, dtype=torch.float64)
+    draft = torch.tensor([tree.tokens], dtype=torch.int64).reshape(1, n)
+    structure = TreeBatch.of([tree], n, "cpu")
+    return Rows(
+        p, torch.zeros(1, dtype=torch.int64), q_rows, q_index, draft, torch.tensor([n]), vocab, None, (n,), structure
+    )
+
+
+_ROUNDS: dict = {}  # a round's tree, Rows and tested rows, by its inputs (the oracle runs one round several times)
+
+
+def specd_tree_sampler(tokens, parents, depths, p, q, drawn, u):
+    """specd's tree rule (RejectionSampler.decide over the tree, as production runs it: tested rows,
+    walk, terminal law), each node's acceptance uniform read from the stream."""
+    key = (
+        tuple(tokens.tolist()),
+        tuple(parents.tolist()),
+        drawn,
+        p.numpy().tobytes(),
+        None if q is None else q.numpy().tobytes(),
+    )
+    if key not in _ROUNDS:
+        if len(_ROUNDS) > 64:
+            _ROUNDS.clear()
+        tree = DraftTree(key[0], key[1], drawn)
+        rows = node_rows(tree, p, q)
+        _ROUNDS[key] = (tree, rows, RejectionSampler().tested_rows(rows))
+    tree, rows, tested = _ROUNDS[key]
+    decision = _StreamTests(tree, u, tested).decide(rows, torch.zeros(1, len(tree), dtype=torch.float64))
+    assert decision.leaf is not None
+    return tree.path(int(decision.leaf[0])), decision.terminal_rows[0]
+
+
+# -- loading --------------------------------------------------------------------------------------
+def tree_shipped() -> dict[str, tuple[Callable[..., Callable], str, tuple[float, ...]]]:
+    """name -> (its builder from parameters, what it is, its default parameters)."""
+    return {
+        "specd": (lambda: specd_tree_sampler, "specd's tree rule (RejectionSampler.decide over the tree)", ()),
+        "specinfer": (lambda: pub.specinfer, "SpecInfer's multi-step speculative sampling (Miao et al. 2023)", ()),
+        "rrs": (lambda: pub.recursive_rejection, "recursive rejection sampling (Jeon et al. 2024)", ()),
+        "sglang": (pub.sglang_target_only, "SGLang tree_speculative_sampling_target_only", (1.0, 1.0)),
+        "eagle": (lambda: pub.eagle_posterior, "EAGLE's evaluate_posterior (sampling)", ()),
+        "trtllm": (lambda: pub.trtllm_dynamic_tree, "TensorRT-LLM's dynamic-tree rejection (PR #15098)", ()),
+        "llamacpp": (lambda: pub.llamacpp_branches, "llama.cpp speculative.cpp's multi-branch verification", ()),
+        "medusa-typical": (pub.medusa_typical, "Medusa's typical acceptance", (0.09, 0.3)),
+    }
+
+
+def load_tree_sampler(spec: str) -> TreeSamplerUnderTest:
+    """A shipped tree rule by name (``NAME`` or ``NAME@a,b`` for its parameters: sglang@0.5,1 is
+    threshold_single 0.5, threshold_acc 1), or ``module:attr`` imported (its code runs)."""
+    name, at, args = spec.partition("@")
+    shipped = tree_shipped()
+    if name in shipped:
+        build, description, defaults = shipped[name]
+        values = _parameters(spec, args, len(defaults)) if at else defaults
+        if values:
+            description += " at (" + ", ".join(f"{v:g}" for v in values) + ")"
+        return TreeSamplerUnderTest(spec, build(*values), description)
+    if at or ":" not in spec:
+        raise UsageError(f"--sampler with --tree takes module:attr or one of {', '.join(shipped)}; got {spec!r}")
+    chain = load_sampler(spec)  # imports module:attr the one way (its checks, its errors)
+    return TreeSamplerUnderTest(chain.name, chain.fn, chain.description)
+
+
+def _parameters(spec: str, args: str, count: int) -> tuple[float, ...]:
+    try:
+        values = tuple(float(a) for a in args.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != count or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise UsageError(f"--sampler {spec!r}: takes {count} non-negative number(s) after @, e.g. sglang@0.5,1")
+    return values
+
+
+def as_tree_sampler(obj, name: str | None = None) -> TreeSamplerUnderTest:
+    """A function, or a class built here with no arguments, under the tree protocol."""
+    name = name or getattr(obj, "__qualname__", None) or type(obj).__name__
+    if inspect.isclass(obj):
+        with loading(f"building the sampler {name} with no arguments"):
+            obj = obj()
+    if not callable(obj):
+        raise UsageError(f"{name} is not callable; a tree sampler is a function or a class with __call__")
+    doc = (inspect.getdoc(obj) or "").strip().splitlines()
+    return TreeSamplerUnderTest(name, obj, doc[0] if doc else name)

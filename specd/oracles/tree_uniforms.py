@@ -1,0 +1,255 @@
+"""The uniforms a tree sampler reads (``verify-oracle --sampler --tree``): a stream the oracle controls.
+
+A round's uniforms are independent, each uniform on [0, 1), one per key: ``u.node(n)`` is node n's
+(n = -1: the root's, for a rule that draws one per expansion), ``u.terminal()`` the terminal
+token's, ``u.uniform(key)`` any other (a hashable key; the same key, the same uniform). A sampler
+sees a uniform only through comparisons with a number (``U < x``, ``U <= x``, ``U > x``, ``U >= x``,
+x a float, int, Fraction or one-element tensor; also after scaling and shifting it, ``a * U + b < x``)
+and through ``u.draw(row)``, the inverse-CDF draw of a token from a row of weights at the terminal
+uniform (or at ``key``).
+
+Why this makes the oracle's integration exact: the stream sees every comparison. Where a threshold
+falls inside the interval a uniform is so far known to lie in, the stream takes one side and the
+explorer (``explore``) runs the sampler again with the other side forced, until every side of every
+comparison it reached has been run. Each run ends in one outcome whose uniforms lie in a box of
+known intervals, and the box's volume is that outcome's exact probability, whatever thresholds the
+sampler computes and however often it compares one uniform (SGLang's coin against cumulative sums
+is one uniform, several thresholds). A boundary has probability 0, so ``<`` and ``<=`` integrate
+alike; ``float(U)`` is refused (a uniform used as a number could be used in any way).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from fractions import Fraction
+
+import torch
+
+from specd.errors import SamplerFailed, SamplerNondeterministic, UniformAsNumber
+
+MAX_OUTCOMES = 20_000  # runs of the sampler on one round: past this it compares without end
+
+
+def _exact(x, what: str = "a uniform is compared with") -> Fraction | float:
+    """A comparison's other side as a Fraction, or one of the floats inf, -inf, nan."""
+    if isinstance(x, torch.Tensor):
+        if x.numel() != 1:
+            raise TypeError(f"{what} one number, not a tensor of shape {tuple(x.shape)}")
+        x = x.item()
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, (bool, int, float)):
+        return Fraction(x) if math.isfinite(x) else float(x)
+    raise TypeError(f"{what} a number, not {type(x).__name__}")
+
+
+class Uniform:
+    """One uniform of a round, scaled and shifted (``scale * U + shift``), seen only through
+    comparisons (module docstring)."""
+
+    __slots__ = ("_stream", "_key", "_scale", "_shift")
+
+    def __init__(self, stream: Uniforms, key: Hashable, scale: Fraction = Fraction(1), shift: Fraction = Fraction(0)):
+        self._stream, self._key, self._scale, self._shift = stream, key, scale, shift
+
+    def _less(self, x) -> bool:
+        """scale * U + shift < x (or <=: the boundary has probability 0)."""
+        t = _exact(x)
+        if isinstance(t, float):  # nan: every comparison false, as in IEEE arithmetic
+            return t == math.inf
+        cut = t if self._scale == 1 and self._shift == 0 else (t - self._shift) / self._scale
+        below = self._stream.below(self._key, cut)
+        return below if self._scale > 0 else not below
+
+    def _greater(self, x) -> bool:
+        t = _exact(x)
+        if isinstance(t, float):
+            return t == -math.inf
+        return not self._less(t)
+
+    __lt__ = __le__ = _less
+    __gt__ = __ge__ = _greater
+
+    def _affine(self, scale, shift) -> Uniform | Fraction:
+        return Uniform(self._stream, self._key, scale, shift) if scale != 0 else shift
+
+    def _factor(self, c) -> Fraction:
+        f = _exact(c, "a uniform is scaled by")
+        if isinstance(f, float):
+            raise TypeError("a uniform is scaled by a finite number")
+        return f
+
+    def __mul__(self, c):
+        f = self._factor(c)
+        return self._affine(self._scale * f, self._shift * f)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c):
+        f = self._factor(c)
+        if f == 0:
+            raise ZeroDivisionError("a uniform divided by 0")
+        return self._affine(self._scale / f, self._shift / f)
+
+    def __add__(self, c):
+        return self._affine(self._scale, self._shift + self._factor(c))
+
+    __radd__ = __add__
+
+    def __sub__(self, c):
+        return self._affine(self._scale, self._shift - self._factor(c))
+
+    def __rsub__(self, c):
+        return self._affine(-self._scale, self._factor(c) - self._shift)
+
+    def __neg__(self):
+        return self._affine(-self._scale, -self._shift)
+
+    def _as_number(self, *_):
+        raise UniformAsNumber(
+            f"uniform {self._key!r} used as a number: compare it (U < x) or draw with it (u.draw(row)); the oracle "
+            "integrates over where it falls"
+        )
+
+    __float__ = __int__ = __index__ = __bool__ = __array__ = item = tolist = _as_number
+
+    def __repr__(self) -> str:
+        return f"Uniform({self._key!r})"
+
+
+class Uniforms:
+    """A round's uniforms for one run of the sampler: each read uniform's interval so far, and the
+    undecided points it reached (``points``: (what was asked, how many sides, the side taken)).
+    ``forced``: the sides to take at the first points, and ``asked`` what was asked there before
+    (a run that asks something else there is nondeterministic)."""
+
+    def __init__(self, forced: Sequence[int] = (), asked: Sequence[tuple] = ()):
+        self._forced, self._asked = forced, asked
+        self._cells: dict[Hashable, tuple[Fraction, Fraction]] = {}
+        self.points: list[tuple[tuple, int, int]] = []
+        self.reads: list[Hashable] = []
+
+    def uniform(self, key: Hashable) -> Uniform:
+        hash(key)  # a key must be hashable (TypeError otherwise)
+        if key not in self._cells:
+            self._cells[key] = (Fraction(0), Fraction(1))
+            self.reads.append(key)
+        return Uniform(self, key)
+
+    def node(self, n) -> Uniform:
+        """Node n's uniform (-1: the root's)."""
+        return self.uniform(("node", int(n)))
+
+    def terminal(self) -> Uniform:
+        return self.uniform("terminal")
+
+    def below(self, key: Hashable, cut: Fraction) -> bool:
+        """U_key < cut."""
+        lo, hi = self._cells[key]
+        if cut <= lo:
+            return False
+        if cut >= hi:
+            return True
+        side = self._choose(("below", key, cut), 2)
+        self._cells[key] = (lo, cut) if side == 0 else (cut, hi)
+        return side == 0
+
+    def draw(self, row, key: Hashable = "terminal") -> int:
+        """The token whose interval of the inverse CDF of ``row`` (weights, any scale; a sequence or a
+        1-D tensor) holds U_key: the first token whose cumulative weight exceeds U_key * total."""
+        weights = [_exact(w, "a draw's row holds") for w in (row.tolist() if isinstance(row, torch.Tensor) else row)]
+        if any(isinstance(w, float) or w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError("u.draw takes a row of finite, non-negative weights with a positive sum")
+        self.uniform(key)
+        lo, hi = self._cells[key]
+        total, below, hits = sum(weights), Fraction(0), []
+        for token, w in enumerate(weights):
+            a, b = below / total, (below + w) / total
+            below += w
+            if w > 0 and a < hi and b > lo:
+                hits.append((token, max(a, lo), min(b, hi)))
+        side = self._choose(("draw", key, tuple(weights)), len(hits)) if len(hits) > 1 else 0
+        token, a, b = hits[side]
+        self._cells[key] = (a, b)
+        return token
+
+    def _choose(self, asked: tuple, sides: int) -> int:
+        i = len(self.points)
+        if i < len(self._forced):
+            if self._asked[i] != asked:
+                raise SamplerNondeterministic(
+                    f"the sampler is not a function of its uniforms: run again on the same uniforms it asked "
+                    f"{asked[:2]} where it had asked {self._asked[i][:2]}"
+                )
+            side = self._forced[i]
+        else:
+            side = 0
+        self.points.append((asked, sides, side))
+        return side
+
+    def mass(self) -> Fraction:
+        """The probability of the box of uniforms this run's outcome holds on."""
+        out = Fraction(1)
+        for lo, hi in self._cells.values():
+            out *= hi - lo
+        return out
+
+
+def explore(run: Callable[[Uniforms], object], limit: int = MAX_OUTCOMES) -> list[tuple[object, Fraction, Uniforms]]:
+    """Every outcome of ``run`` (one call of the sampler on one round, given its stream) over the
+    round's uniforms -> [(what it returned, its exact probability, the run's stream)], the
+    probabilities summing to 1. Raises SamplerFailed when the sampler does not retrace its own
+    decisions (randomness of its own) or reaches more than ``limit`` outcomes."""
+    pending: list[tuple[tuple[int, ...], tuple[tuple, ...]]] = [((), ())]
+    out = []
+    while pending:
+        forced, asked = pending.pop()
+        stream = Uniforms(forced, asked)
+        result = run(stream)
+        if len(stream.points) < len(forced):
+            raise SamplerNondeterministic(
+                "the sampler is not a function of its uniforms: run again on the same uniforms it stopped before a "
+                "comparison it had made"
+            )
+        points = stream.points
+        for i in range(len(forced), len(points)):
+            taken = tuple(side for _, _, side in points[:i])
+            seen = tuple(a for a, _, _ in points[: i + 1])
+            pending.extend((taken + (alt,), seen) for alt in range(1, points[i][1]))
+        out.append((result, stream.mass(), stream))
+        if len(out) > limit:
+            raise SamplerFailed(
+                f"the sampler reached more than {limit} outcomes on one round (it compares its uniforms without end)",
+                "too_many_outcomes",
+            )
+    return out
+
+
+class ConcreteUniforms:
+    """The same stream with real uniforms (seeded Monte Carlo): each key's uniform drawn once from
+    ``rng`` (a random.Random) on first read; comparisons and draws are ordinary."""
+
+    def __init__(self, rng):
+        self._rng = rng
+        self._values: dict[Hashable, float] = {}
+
+    def uniform(self, key: Hashable) -> float:
+        if key not in self._values:
+            self._values[key] = self._rng.random()
+        return self._values[key]
+
+    def node(self, n) -> float:
+        return self.uniform(("node", int(n)))
+
+    def terminal(self) -> float:
+        return self.uniform("terminal")
+
+    def draw(self, row, key: Hashable = "terminal") -> int:
+        weights = row.tolist() if isinstance(row, torch.Tensor) else list(row)
+        target, below = self.uniform(key) * sum(weights), 0.0
+        for token, w in enumerate(weights):
+            below += w
+            if w > 0 and below > target:
+                return token
+        return max(t for t, w in enumerate(weights) if w > 0)

@@ -1,0 +1,255 @@
+"""A sampler run cannot pass by dying (issue 50): the sampler under test runs in a process of its own
+(specd.oracles.sandbox), so one that exits the process, crashes, forks, never returns, prints, or
+returns what cannot be read is a failed check naming what it did, exit 1, and exactly one report on
+standard output; never an internal error, never exit 0 with an empty report."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import specd
+from specd.errors import SamplerUnloadable
+from specd.oracles.sandbox import can_fork
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="the sampler's own process is forked on Linux")
+
+HOSTILE = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+    import time
+
+    import torch
+
+    from specd.oracles.samplers import rule_sampler
+
+    correct = rule_sampler()
+
+
+    def exits(*args):
+        os._exit(0)
+
+
+    def crashes(*args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+    def forks(*args):
+        if os.fork() == 0:  # the copy returns too, and would print a second report
+            time.sleep(0.2)
+        return correct(*args)
+
+
+    def hangs(*args):
+        while True:
+            time.sleep(1)
+
+
+    def hangs_without_drafts(p, q, drafts, k_lens, accept_u, terminal_u):
+        while drafts.shape[1] == 0:
+            time.sleep(1)
+        return correct(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+    def complex_counts(*args):
+        accepted, terminal = correct(*args)
+        return torch.as_tensor(accepted).to(torch.complex64), terminal
+
+
+    def complex_rows(p, q, drafts, k_lens, accept_u, terminal_u):
+        accepted, _ = correct(p, q, drafts, k_lens, accept_u, terminal_u)
+        return accepted, p[:, 0].to(torch.complex128)
+
+
+    def meta(*args):
+        accepted, terminal = correct(*args)
+        return torch.as_tensor(accepted).to("meta"), terminal
+
+
+    class Hostile:
+        def __getattr__(self, name):
+            raise RuntimeError(f"no {name} for you")
+
+        def __len__(self):
+            raise RuntimeError("no length either")
+
+
+    def raising_attributes(*args):
+        return Hostile()
+
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("not even its message")
+
+
+    def raises_unprintable(*args):
+        raise Unprintable()
+
+
+    def prints_and_forks(*args):
+        print("a line of the sampler's own")
+        sys.stdout.flush()
+        return forks(*args)
+    """
+)
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch):
+    (tmp_path / "hostile_samplers.py").write_text(HOSTILE)
+    (tmp_path / "exits_on_import.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    yield "hostile_samplers"
+    for name in ("hostile_samplers", "exits_on_import"):
+        sys.modules.pop(name, None)
+
+
+CASES = [
+    # (sampler, extra flags, the failed check, its finding, words of its detail)
+    ("exits", [], "ordinary_round", "exited", "ended its process (exit status 0) instead of returning"),
+    ("crashes", [], "ordinary_round", "crashed", "crashed its process (SIGKILL) instead of returning"),
+    ("forks", [], "ordinary_round", "forked", "forked a process"),
+    ("hangs", ["--sampler-timeout", "1"], "ordinary_round", "timed_out", "did not return within 1 s"),
+    ("hangs_without_drafts", ["--sampler-timeout", "1"], "k_zero_row", "timed_out", "did not return within 1 s"),
+    ("complex_counts", [], "ordinary_round", "returned_complex", "accepted counts of dtype torch.complex64"),
+    ("complex_rows", [], "ordinary_round", "returned_complex", "a terminal of dtype torch.complex128"),
+    ("meta", [], "ordinary_round", "returned_meta_tensor", "accepted counts on the meta device"),
+    ("raising_attributes", [], "ordinary_round", "returned_unreadable", "RuntimeError: no accepted for you"),
+    ("raises_unprintable", [], "ordinary_round", "raised", "Unprintable: (its message cannot be read)"),
+]
+
+
+@pytest.mark.parametrize("name,flags,check,finding,words", CASES, ids=[c[0] for c in CASES])
+def test_a_sampler_that_dies_hangs_or_returns_nonsense_is_a_failed_check(
+    hostile, capsys, name, flags, check, finding, words
+):
+    code, out, err = run_cli(["verify-oracle", "--sampler", f"{hostile}:{name}", "--json", *flags], capsys)
+    assert code == 1 and "internal error" not in err, err
+    doc = json.loads(out)  # one report, and nothing else, on standard output
+    assert not doc["passed"] and finding in doc["findings"] and doc["sampler"]["process"] == "its own"
+    failed = [c for c in doc["checks"] if c["passed"] is False]
+    assert [c["name"] for c in failed] == [check] and words in failed[0]["detail"], failed
+    assert all(c["passed"] is not False for c in doc["checks"][:-1])  # the checks before it stand
+
+
+def test_the_tables_say_the_same_and_the_run_takes_its_time_limit(hostile, capsys):
+    t0 = time.perf_counter()
+    code, out, err = run_cli(["verify-oracle", "--sampler", f"{hostile}:hangs", "--sampler-timeout", "0.5"], capsys)
+    assert code == 1 and "FAILED; found: timed_out" in out and "Traceback" not in out + err
+    assert time.perf_counter() - t0 < 30
+
+
+def test_a_sampler_that_ends_the_process_on_import_is_one_line_exit_2(hostile, capsys):
+    code, out, err = run_cli(["verify-oracle", "--sampler", "exits_on_import:sample"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "cannot load the sampler: sampler exits_on_import:sample ended its process (exit status 3) while" in err
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--sampler", "specd", "--sampler-timeout", "0"], "--sampler-timeout must be a number of seconds > 0"),
+        (["--sampler", "specd", "--sampler-timeout", "nan"], "--sampler-timeout must be a number of seconds > 0"),
+        (["--sampler-timeout", "5"], "--sampler-timeout limits the calls of a --sampler; there is none"),
+    ],
+)
+def test_a_bad_time_limit_is_one_line_exit_2(capsys, flags, message):
+    code, out, err = run_cli(["verify-oracle", *flags], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+
+
+def test_one_report_on_standard_output_whatever_the_sampler_prints_or_forks(hostile):
+    """The real file descriptors: what the sampler prints goes to standard error, its fork's copy never
+    writes a report, and the exit code is the report's."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.getcwd()])}
+    run = subprocess.run(
+        [sys.executable, "-m", "specd.cli", "verify-oracle", "--sampler", f"{hostile}:prints_and_forks", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stderr
+    assert json.loads(run.stdout)["findings"] == ["forked"]  # exactly one JSON document
+    assert run.stdout.count('"schema"') == 1 and "a line" not in run.stdout
+    assert "a line of the sampler's own" in run.stderr
+
+
+def test_from_python_a_sampler_that_ends_its_process_is_a_report_and_this_process_goes_on():
+    report = specd.check_sampler(lambda *args: os._exit(7), vocab=2, k=1)
+    assert not report.passed and report.findings == ("exited",)
+    assert "exit status 7" in report.failed[0].detail
+    from specd.testing import assert_sampler_exact
+
+    with pytest.raises(AssertionError, match="found: timed_out"):
+        assert_sampler_exact(lambda *args: time.sleep(60), vocab=2, k=1, timeout=0.5)
+
+
+def test_a_class_that_ends_the_process_when_built_cannot_be_loaded():
+    class Exits:
+        def __init__(self):
+            os._exit(0)
+
+    with pytest.raises(SamplerUnloadable, match="ended its process .exit status 0. while it was loaded"):
+        specd.check_sampler(Exits)
+
+
+TREE_HOSTILE = textwrap.dedent(
+    """
+    import os
+    import time
+
+    from specd.oracles.tree_samplers import tree_shipped
+
+    correct = tree_shipped()["specd"][0]()
+
+
+    def exits(*args):
+        os._exit(0)
+
+
+    def hangs_on_branches(tokens, parents, depths, p, q, drawn, u):
+        while len(tokens) > 1:
+            time.sleep(1)
+        return correct(tokens, parents, depths, p, q, drawn, u)
+
+
+    def forks(*args):
+        if os.fork() == 0:
+            time.sleep(0.2)
+        return correct(*args)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "name, flags, finding, words",
+    [
+        ("exits", [], "exited", "ended its process (exit status 0) instead of returning"),
+        ("hangs_on_branches", ["--sampler-timeout", "1"], "timed_out", "did not return within 1 s"),
+        ("forks", [], "forked", "forked a process"),
+    ],
+)
+def test_a_tree_sampler_that_dies_or_hangs_is_a_failed_check_and_one_report(
+    tmp_path, monkeypatch, capsys, name, flags, finding, words
+):
+    (tmp_path / "hostile_trees.py").write_text(TREE_HOSTILE)
+    monkeypatch.chdir(tmp_path)
+    try:
+        args = ["verify-oracle", "--sampler", f"hostile_trees:{name}", "--tree", "2", "--vocab", "2", "--json", *flags]
+        code, out, err = run_cli(args, capsys)
+    finally:
+        sys.modules.pop("hostile_trees", None)
+    assert code == 1 and "internal error" not in err, err
+    doc = json.loads(out)
+    assert not doc["passed"] and finding in doc["findings"] and doc["sampler"]["process"] == "its own"
+    assert words in [c for c in doc["checks"] if c["passed"] is False][-1]["detail"]
