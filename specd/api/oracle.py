@@ -5,7 +5,7 @@ functions and a renderer; its ``--json`` document is the report's ``document``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specd.api import arguments as args
@@ -81,6 +81,7 @@ def prove(
     layout: str = "replay_frontier",
     backend: str = "max_shift",
     jobs: int | None = None,
+    tree: str | Sequence[str] | None = None,
     **controls: float | int | None,
 ) -> OracleReport:
     """Prove specd's round exact on random tables over a vocabulary of ``vocab`` tokens with K = ``k``
@@ -89,7 +90,8 @@ def prove(
     ``rule``: maximal, invariant, block, both (the first two) or all. ``controls``: the target's
     further processors (min_p, presence_penalty, frequency_penalty, no_repeat_ngram_size). ``jobs``:
     processes the independent checks run on (default: the usable cores, at most 4, on Linux; 1 runs
-    them all in this process; the report is the same)."""
+    them all in this process; the report is the same). ``tree``: the token trees the tree checks
+    enumerate (a ``--tree`` spec or several; None: small defaults; "none": no tree checks)."""
     arguments = dict(locals())
     jobs = args.whole(arguments.pop("jobs"), "jobs", optional=True)  # run_oracle checks >= 1
     return OracleReport._of(run_oracle(_config(arguments), jobs))
@@ -153,6 +155,17 @@ TEXTS = ("rule", "layout", "backend")
 CONTROLS = ("min_p", "presence_penalty", "frequency_penalty", "no_repeat_ngram_size")  # **controls' names
 
 
+def _trees(value) -> tuple[str, ...]:
+    """``prove``'s ``tree``: one spec (a string), several (a list or tuple of strings), or None."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise UsageError(f"tree must be a tree spec or a list of them, got {shown(value)}")
+    return tuple(args.text(spec, "tree") for spec in value)
+
+
 def _config(arguments: dict) -> OracleConfig:
     """The oracle's fixture from a call's arguments (its extra keywords: the target's controls),
     each argument's type checked by name (the fixture checks the ranges)."""
@@ -174,4 +187,6 @@ def _config(arguments: dict) -> OracleConfig:
         if name not in CONTROLS:
             raise UsageError(f"unknown option {shown(name)}; the target's controls are {', '.join(CONTROLS)}")
         args.number(value, name, optional=True, finite=False)
+    if "tree" in arguments:  # prove's: one spec, several, or None (the defaults)
+        arguments["tree"] = _trees(arguments["tree"])
     return OracleConfig(**arguments, controls={n: v for n, v in controls.items() if v is not None})

@@ -78,12 +78,16 @@ SamplerTimeout = Annotated[
     ),
 ]
 Tree = Annotated[
-    str | None,
+    list[str] | None,
     typer.Option(
         "--tree",
-        help="With --sampler: check a tree sampler over every draft tree of this shape (2,2; iid:2,2; "
-        "sampled:, rank:; an EAGLE choices file); K is the tree's depth. Shipped: specd, specinfer, rrs, sglang, "
-        "sglang@S,A, eagle, trtllm, llamacpp, medusa-typical[@T,A].",
+        metavar="SPEC",
+        help="A token tree: branching per depth like 2,2,1 or an EAGLE choices file, optionally prefixed "
+        "sampled:, rank: or iid:. The engine's tree checks enumerate every --tree given (repeatable: each starts a "
+        "request, so one round holds several; without a prefix each construction is checked; default: small trees "
+        "for --vocab and --k; none: no tree checks). With --sampler, one --tree: check a tree sampler over every "
+        "draft tree of that shape, K its depth. Shipped: specd, specinfer, rrs, sglang, sglang@S,A, eagle, trtllm, "
+        "llamacpp, medusa-typical[@T,A].",
     ),
 ]
 Jobs = Annotated[
@@ -140,22 +144,26 @@ def verify_oracle(
     )
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
-    if tree is not None and sampler is None:
-        raise UsageError("--tree here checks a tree sampler: give it with --sampler NAME or module:attr")
     if sampler is not None:
-        limit = DEFAULT_TIMEOUT if sampler_timeout is None else sampler_timeout
-        if not math.isfinite(limit) or limit <= 0:
-            raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
-        report = check_sampler(sampler, rule=rule, tree=tree, timeout=limit, **fixture)
+        report = _check_sampler(sampler, rule, tree, sampler_timeout, fixture)
     else:
-        report = prove(
-            horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, rule=rule, jobs=jobs, **fixture
-        )
+        engine = dict(horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, jobs=jobs)
+        report = prove(rule=rule, tree=tree, **engine, **fixture)
     if as_json:
         print_json(report.document)
     else:
         (render_sampler if sampler is not None else render)(report.document)
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _check_sampler(sampler: str, rule: str, tree: list[str] | None, timeout: float | None, fixture: dict):
+    """``--sampler``'s report: a chain sampler, or with one --tree a tree sampler over that shape."""
+    limit = DEFAULT_TIMEOUT if timeout is None else timeout
+    if not math.isfinite(limit) or limit <= 0:
+        raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
+    if tree is not None and len(tree) > 1:
+        raise UsageError("--sampler checks a tree sampler over one tree shape: give --tree once")
+    return check_sampler(sampler, rule=rule, tree=tree[0] if tree else None, timeout=limit, **fixture)
 
 
 def _fmt(value) -> str:
@@ -199,9 +207,8 @@ def render(report: dict) -> None:
         for col in ("variant", "caught", "by", "evidence"):
             lab.add_column(col)
         for v in report["failure_lab"]:
-            lab.add_row(
-                v["variant"], "[green]yes[/]" if v["caught"] else "[red]NO[/]", v["caught_by"] or "-", v["detail"]
-            )
+            caught = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]n/a[/]"}[v["caught"]]
+            lab.add_row(v["variant"], caught, v["caught_by"] or "-", v["detail"])
         stdout.print(lab)
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     stdout.print(f"{verdict} in {report['elapsed_s']:.2f} s of oracle work")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import accumulate
 
 import torch
 
@@ -256,7 +257,7 @@ class RejectionSampler:
             return Tested(p_draft)
         p, _ = rows.target()
         b_all, k_max = rows.draft.shape
-        starts = [sum(k + 1 for k in rows.ks()[:b]) for b in range(b_all)]  # each request's first row of p
+        starts = list(accumulate((k + 1 for k in rows.ks()), initial=0))  # each request's first row of p
         index = torch.full((b_all, k_max), -1, dtype=torch.int64)  # each later sibling's row of ``residual``
         residual: list[torch.Tensor] = []
         for rank in range(1, max(max(t.ranks, default=0) for t in tree.trees) + 1):

@@ -14,6 +14,7 @@ from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy
 from specd.core.rules import RULES
 from specd.core.table_model import TableModel
+from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError
 from specd.oracles.rig import Rig
 
@@ -48,6 +49,8 @@ class OracleConfig:
     rule: str = "both"  # which rules' checks run: maximal, invariant, block, both (the first two) or all
     # The target's further controls (specd.core.processors), each stateful along the drafted branch:
     controls: dict = field(default_factory=dict)  # SamplingPolicy.build keywords: min_p, presence_penalty, ...
+    # --tree: the tree shapes the tree checks run (specd.core.tree_shape), () the small defaults, ("none",) none
+    tree: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Every value checked once, here: sizes, policies, and that the case can be enumerated."""
@@ -68,6 +71,13 @@ class OracleConfig:
         check_bias(self.target_bias, "--target-bias", self.vocab)
         check_bias(self.draft_bias, "--draft-bias", self.vocab)
         make_layout(self.layout)
+        if self.tree != ("none",):
+            for spec in self.tree:  # each shape's own check, naming --tree
+                if parse_tree(spec).dynamic:
+                    raise UsageError(
+                        f"--tree {spec}: the oracle enumerates static trees (branching like 3,2,1 or a choices file); "
+                        "a dynamic tree's nodes are chosen by the draft's probabilities"
+                    )
         check_backend(self.backend)
         # Compare logarithms: vocab ** k itself would take minutes to compute for k = 10**9.
         log_v = math.log(self.vocab)

@@ -19,6 +19,7 @@ from specd.core.sampler import RejectionSampler
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.table_model import TableModel
 from specd.core.transaction import RoundTransaction
+from specd.core.tree_shape import TreeShape
 from specd.policy.kpolicy import KPolicy
 
 
@@ -42,6 +43,7 @@ class Rig:
     k_policy_factory: Callable[[Rig], KPolicy] | None = None  # default: the fixed K above
     draft_stop: float = 0.0  # the model proposer's --draft-stop
     rule: str = "maximal"  # or "invariant" (specd.core.gumbel)
+    tree: TreeShape | None = None  # the tree a round drafts (specd.core.tree_shape; None: a chain of k)
 
     @property
     def vocab(self) -> int:
@@ -59,6 +61,7 @@ class Rig:
             eos_ids=self.eos_ids,
             record_log=record_log,
             rule=self.rule,
+            tree=self.tree,
         )
         return SpeculativeEngine(
             self.target,

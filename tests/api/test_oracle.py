@@ -61,6 +61,8 @@ def test_a_wrong_sampler_fails_with_its_counterexample():
     [
         (lambda: specd.prove(vocab=1), "--vocab must be >= 2"),
         (lambda: specd.prove(rule="tree"), "--rule"),
+        (lambda: specd.prove(tree="nodes=3"), "static trees"),
+        (lambda: specd.prove(vocab=4, tree=["2,2", "3,3,3,3"]), "cells in a round"),
         (lambda: specd.check_sampler(rule_sampler(), rule="invariant"), "no sampler protocol"),
         (lambda: specd.check_sampler(42), "not callable"),
         (lambda: specd.check_sampler("nope"), "module:attr"),

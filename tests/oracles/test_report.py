@@ -38,7 +38,12 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "invariant_pointwise",
         "invariant_shared_noise",
         "invariant_law",
+        "tree_exact_joint",
+        "tree_exact_greedy",
+        "tree_exact_rational",
+        "tree_invariant",
     }
+    assert report["config"]["tree"]["shapes"]  # the trees checked, on by default
 
 
 @pytest.mark.parametrize(

@@ -270,7 +270,8 @@ def test_a_tree_sampler_from_a_module(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     "args",
     [
-        ["--tree", "2,2"],  # no --sampler
+        ["--tree", "nodes=4"],  # no --sampler: the engine's tree checks, which enumerate static trees only
+        ["--sampler", "specd", "--tree", "2", "--tree", "3"],  # a tree sampler is checked over one shape
         ["--sampler", "specd", "--tree", "nodes=4"],
         ["--sampler", "specd", "--tree", "3", "--vocab", "2"],  # 3 distinct siblings need 3 tokens
         ["--sampler", "specd", "--tree", "iid:3,3,3,3", "--vocab", "4"],  # too many trees to enumerate
