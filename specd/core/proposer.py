@@ -114,10 +114,17 @@ class Proposer:
         return 0
 
     def propose(
-        self, states: Sequence[RequestState], ks: Sequence[int], cache: KVCache | None, ctx: DraftContext, shapes=None
+        self,
+        states: Sequence[RequestState],
+        ks: Sequence[int],
+        cache: KVCache | None,
+        ctx: DraftContext,
+        shapes=None,
+        exclude=None,
     ) -> Proposal:
         """Up to ks[b] drafts for each of ``states``, with the q rows they were drawn from: a chain, or
-        with ``shapes`` (specd.core.tree_shape.TreeShape or None, per row) a tree of that shape."""
+        with ``shapes`` (specd.core.tree_shape.TreeShape or None, per row) a tree of that shape whose root's
+        children are none of the tokens exclude[b] names (another source's, drafted before)."""
         raise NotImplementedError
 
     def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
@@ -156,7 +163,7 @@ class NullProposer(Proposer):
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def propose(self, states, ks, cache, ctx):
+    def propose(self, states, ks, cache, ctx, shapes=None, exclude=None):
         return point_masses(tuple(() for _ in states), self.vocab_size, ctx.dtype)
 
 
@@ -353,12 +360,10 @@ class NgramProposer(Proposer):
                 found.append(follow)
         return found
 
-    def propose(self, states, ks, cache, ctx, shapes=None):
+    def propose(self, states, ks, cache, ctx, shapes=None, exclude=None):
         if shapes is not None:  # a tree of the tail's continuations (specd.core.tree.trie)
-            found = [
-                self.continuations(s.output, k, branches(sh)) if k > 0 else [] for s, k, sh in zip(states, ks, shapes)
-            ]
-            return lookup_trees(found, shapes, self.vocab_size, ctx.dtype)
+            found = [self.continuations(s.output, k, 1 << 30) if k > 0 else [] for s, k in zip(states, ks)]
+            return lookup_trees(found, shapes, self.vocab_size, ctx.dtype, exclude)
         drafts = tuple(self.lookup(s.output, k) if k > 0 else () for s, k in zip(states, ks))
         return point_masses(drafts, self.vocab_size, ctx.dtype)
 

@@ -59,8 +59,8 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
         with clock.timed("draft"):
             proposal = eng.proposer.propose(active, plans, session.draft_cache, ctx, session.cache)
 
-        # 2. verify: one target call scores every row's drafts and the bonus position (its K/V rows
-        #    stay temporary in the target cache; rows a shared-body draft staged are not fed again).
+        # 2. verify: one target call scores every row's tree (a chain: its drafts) and the bonus position (its K/V
+        #    rows stay temporary in the target cache; rows a shared-body draft staged are not fed again).
         trees = [proposal.tree(b) for b in range(len(active))]
         with clock.timed("verify"):
             verified = verify(session, active, trees, proposal.staged)
@@ -78,7 +78,6 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
                 break
         for txn, (accepted, terminal, is_bonus, leaf) in zip(txns, decided):
             txn.decided(accepted, terminal, bool(is_bonus), leaf)
-
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
         #    the caches keep exactly the rows of what was published.
         for txn in txns:

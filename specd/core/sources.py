@@ -98,6 +98,11 @@ class SourceCaches:
             c.tidy()
 
 
+def remaining_shape(plan: Plan, taken: int) -> TreeShape | None:
+    """What of a plan's static tree is left after ``taken`` children of the root (None: nothing)."""
+    return plan.shape.ranks_from(taken) if plan.shape is not None else None
+
+
 class Drafting:
     """A round's drafts as the sources return them, per row: its nodes, each node's q row, the
     proposal uniforms read, the source, what a shared-body draft staged, the tree, the timings."""
@@ -114,9 +119,10 @@ class Drafting:
         self.timings: list[SourceTiming] = []
 
     def tree(self, b: int) -> DraftTree:
-        if self.parents[b] is None:
+        parents = self.parents[b]
+        if parents is None:
             return DraftTree.chain(self.drafts[b])
-        return DraftTree(self.drafts[b], self.parents[b], self.drawn[b])
+        return DraftTree(self.drafts[b], parents, self.drawn[b])
 
     def roots(self, b: int) -> int:
         return len(self.root_tokens(b))
@@ -257,12 +263,12 @@ class SourceSet:
         for turn in range(max((len(plan.also) for plan in plans), default=0)):
             for index, source in enumerate(self.sources):
                 rows = [b for b, plan in enumerate(plans) if len(plan.also) > turn and plan.also[turn] == index]
-                rest = {b: plans[b].shape.ranks_from(acc.roots(b)) for b in rows}
+                rest = {b: remaining_shape(plans[b], acc.roots(b)) for b in rows}
                 rows = [b for b in rows if rest[b] is not None]
                 if rows:
-                    kw = {"shapes": [rest[b] for b in rows], "exclude": [acc.root_tokens(b) for b in rows]}
+                    more = {"shapes": [rest[b] for b in rows], "exclude": [acc.root_tokens(b) for b in rows]}
                     shifted = acc.after_draws(ctx, states, rows)
-                    acc.take(source, rows, states, plans, caches.caches[index], shifted, kw, merge=True)
+                    acc.take(source, rows, states, plans, caches.caches[index], shifted, more, merge=True)
         return acc.proposal(self.vocab_size, ctx.dtype)
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:

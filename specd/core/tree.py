@@ -130,7 +130,8 @@ def walked(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: b
     """The nodes a walk tested, in the order it tested them: along the first ``accepted`` nodes of
     ``path`` each parent's children up to the one it accepted, and with ``refused_all`` every child of
     the node it stopped at (a chain's: d_1..d_A, and d_{A+1} when it was refused)."""
-    out, at = [], ROOT
+    out: list[int] = []
+    at = ROOT
     for node in path[:accepted]:
         kids = tree.children[at]
         out.extend(kids[: kids.index(node) + 1])

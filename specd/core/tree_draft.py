@@ -337,9 +337,9 @@ def _feed(proposer, cache, states, shapes, ks, grown, born, staged) -> list[Expa
         slot, g = states[b].slot, grown[b]
         base = len(cache.temporary(slot))
         parents = tuple(g.temp[g.parents[e.node]] for e in group)
-        chain = len(group) == 1 and parents[0] == base - 1
-        start = cache.length(slot) if chain else None
-        positions = tuple(start if chain else len(cache.committed(slot)) + _temp_depth(cache, slot, p) for p in parents)
+        chain = len(group) == 1 and parents[0] == base - 1  # the next draft of a chain: it continues the slot
+        held = len(cache.committed(slot))
+        positions = (cache.length(slot),) if chain else tuple(held + _temp_depth(cache, slot, p) for p in parents)
         for i, e in enumerate(group):
             g.temp[e.node] = base + i
         tokens = tuple(g.tokens[e.node] for e in group)

@@ -107,14 +107,9 @@ class ReplayIntoRetainedCache(RetainedFrontier):
         positions = (start, *(start + d for d in tree.depths))
         return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents)
 
-    def extract(self, logits, kv, state, k):
-        return ReplayFrontier.extract(self, logits, kv, state, k)
-
-    def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
-        return ReplayFrontier.rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows)
-
-    def commit_order(self, tree, path):
-        return ReplayFrontier.commit_order(self, tree, path)
+    extract = ReplayFrontier.extract  # what it reads back and commits is the replay layout's (F's row first)
+    rows_to_commit = ReplayFrontier.rows_to_commit
+    commit_order = ReplayFrontier.commit_order
 
 
 # -- broken proposer and transaction ------------------------------------------------------

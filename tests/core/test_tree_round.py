@@ -230,3 +230,20 @@ def test_several_sources_fill_one_trees_root_in_turn():
         assert len(roots) == len(set(roots)) and len(roots) <= 3
         merged += r.source == "ngram:1" and len(roots) > 1
     assert merged  # some rounds took the lookup's branch and the model's beside it
+
+
+def test_a_lookup_after_a_model_fills_the_rest_of_the_root():
+    """--draft <model>,ngram:1 --tree 3,1: the model's children first, then the lookup's continuations that
+    start with another token."""
+    target, draft = TableModel(V, seed=5, name="t"), TableModel(V, seed=6, name="d")
+    prompt = (1, 2, 0, 1, 2, 1, 1, 2)
+    requests = [Request(f"r{i}", prompt[: 5 + i % 4], 8, seed=i) for i in range(8)]
+    greedy = SamplingPolicy.build(temperature=0.0)
+    sources = [ModelProposer(draft, SamplingPolicy.build(temperature=0.0)), NgramProposer(1, V)]
+    engine = SpeculativeEngine(target, sources, greedy, EngineConfig(k=2, tree=parse_tree("2,1")))
+    result = engine.run(requests, batch_size=3)
+    assert result.new_tokens() == SpeculativeEngine.baseline(target, greedy, EngineConfig()).run(requests).new_tokens()
+    for r in result.rounds:
+        if r.draft_parents is not None:
+            roots = [t for t, p in zip(r.draft_token_ids, r.draft_parents) if p == -1]
+            assert len(roots) == len(set(roots)) <= 2
