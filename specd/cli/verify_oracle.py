@@ -83,7 +83,7 @@ Tree = Annotated[
         "--tree",
         help="With --sampler: check a tree sampler over every draft tree of this shape (2,2; iid:2,2; "
         "sampled:, rank:; an EAGLE choices file); K is the tree's depth. Shipped: specd, specinfer, rrs, sglang, "
-        "sglang@S,A, eagle, trtllm, llamacpp, medusa-typical[@T,A].",
+        "sglang@S,A, eagle, trtllm, trtllm-12588, llamacpp, medusa-typical[@T,A].",
     ),
 ]
 Jobs = Annotated[

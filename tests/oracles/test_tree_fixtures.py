@@ -3,9 +3,9 @@
 Each fixture's rows are point masses (greedy, or a temperature of 0.01), so every rule decides it without
 a uniform mattering: the oracle's stream integrates each case and must find one outcome of mass 1. The
 cases run through the shipped adapters under the protocol (specd's rule, SGLang's at the fixture's
-thresholds, EAGLE's, TensorRT-LLM's) and through production's RejectionSampler (decide on the
-point-mass rows, match_targets on the argmax) directly, as one batch where the fixture batches
-requests. Each port names the file, repository and commit it was read from;
+thresholds, EAGLE's, TensorRT-LLM's as of #15098 and of #12588) and through production's
+RejectionSampler (decide on the point-mass rows, match_targets on the argmax) directly, as one batch
+where the fixture batches requests. Each port names the file, repository and commit it was read from;
 its trees, tokens, target rows and expected outputs are the file's, converted as its comment says.
 """
 
@@ -20,7 +20,7 @@ from specd.oracles.tree_rounds import TreeRound, shape_nodes
 from specd.oracles.tree_samplers import load_tree_sampler
 from specd.oracles.tree_uniforms import explore
 
-GREEDY_RULES = ("specd", "sglang", "eagle", "trtllm")
+GREEDY_RULES = ("specd", "sglang", "eagle", "trtllm", "trtllm-12588")
 
 
 def decide_once(name: str, tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None = None):
