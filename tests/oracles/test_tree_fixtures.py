@@ -155,8 +155,8 @@ def test_sglang_two_request_six_node_tree(thresholds):
 
 
 # -- vLLM: tests/v1/sample/test_tree_rejection_sampler.py ------------------------------------------------
-# Ported from vllm-project/vllm tests/v1/sample/test_tree_rejection_sampler.py at 41d9d55b (the tree
-# sampler of vLLM PR #22752, vllm.v1.tree_spec_decode; greedy throughout): every case of the file, with
+# Ported from vllm-project/vllm tests/v1/sample/test_tree_rejection_sampler.py at 41d9d55b (it tests the
+# TreeRejectionSampler of vLLM PR #22752, which was closed unmerged; greedy throughout): every case, with
 # its spec token trees, drafted nodes, target sample maps and expected accepted and bonus nodes, and its
 # conventions. A node's token is its index in [()] + tree + the bonus level (each leaf of the last level
 # with (0,) appended); a node the case does not draft holds a token from [len(that list), 100), drawn at
