@@ -127,8 +127,9 @@ def check_sampler(
     ``tree``: a tree shape, as ``--tree`` takes it ("2,2", "iid:2,2", a choices file): ``sampler`` is
     then a tree sampler, ``sampler(tokens, parents, depths, p, q, drawn, u) -> (path, terminal)``
     (specd.oracles.tree_samplers states it; shipped: "specd", "specinfer", "rrs", "sglang",
-    "sglang@0.5,1", "eagle", "trtllm", "llamacpp", "medusa-typical"), checked over every draft tree
-    of the constructions the shape names (all four without a prefix); K is the tree's depth.
+    "sglang@0.5,1", "eagle", "trtllm", "trtllm-12588", "llamacpp", "medusa-typical"), checked over
+    every draft tree of the constructions the shape names (all four without a prefix); K is the
+    tree's depth.
 
     The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
     a call that ends that process (``os._exit``, a crash), forks it, or does not return within

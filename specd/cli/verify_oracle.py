@@ -87,7 +87,7 @@ Tree = Annotated[
         "request, so one round holds several; without a prefix each construction is checked; default: small trees "
         "for --vocab and --k; none: no tree checks). With --sampler, one --tree: check a tree sampler over every "
         "draft tree of that shape, K its depth. Shipped: specd, specinfer, rrs, sglang, sglang@S,A, eagle, trtllm, "
-        "llamacpp, medusa-typical[@T,A].",
+        "trtllm-12588, llamacpp, medusa-typical[@T,A].",
     ),
 ]
 Jobs = Annotated[

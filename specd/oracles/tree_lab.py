@@ -17,7 +17,7 @@ from specd.oracles.tree_published import (
     llamacpp_branches,
     sglang_target_only,
     specinfer,
-    trtllm_dynamic_tree,
+    trtllm_12588,
 )
 from specd.oracles.tree_rounds import children_of, path_to
 from specd.oracles.tree_sampler_checks import tree_counterexample
@@ -70,9 +70,9 @@ TREE_LAB = {
         "#221)",
     ),
     "fresh_uniform_per_child": (
-        trtllm_dynamic_tree,
+        trtllm_12588,
         "iid",
-        "a fresh uniform per child against the parent's unchanged target row (TensorRT-LLM #12588 / #15098)",
+        "a fresh uniform per child against the parent's unchanged target row (TensorRT-LLM #12588, replaced in #15098)",
     ),
     "target_sample_per_path": (
         target_sample_per_path,

@@ -1,23 +1,26 @@
-"""Other engines' tree-verification fixtures as tests of the tree protocol and of specd's own tree rules.
+"""Other engines' tree-verification fixtures, ported, as tests of the tree protocol and of specd's own tree rules.
 
 Each fixture's rows are point masses (greedy, or a temperature of 0.01), so every rule decides it without
 a uniform mattering: the oracle's stream integrates each case and must find one outcome of mass 1. The
 cases run through the shipped adapters under the protocol (specd's rule, SGLang's at the fixture's
-thresholds, EAGLE's, TensorRT-LLM's) and through production's RejectionSampler (decide on the point-mass
-rows, match_targets on the argmax) directly. What is ported and what is rebuilt is said per fixture.
+thresholds, EAGLE's, TensorRT-LLM's as of #15098 and of #12588) and through production's
+RejectionSampler (decide on the point-mass rows, match_targets on the argmax) directly, as one batch
+where the fixture batches requests. Each port names the file, repository and commit it was read from;
+its trees, tokens, target rows and expected outputs are the file's, converted as its comment says.
 """
 
 import pytest
 import torch
 
+from specd.core.rows import Rows, row_starts
 from specd.core.sampler import RejectionSampler
-from specd.core.tree import DraftTree
+from specd.core.tree import DraftTree, TreeBatch
 from specd.core.tree_shape import TreeShape
 from specd.oracles.tree_rounds import TreeRound, shape_nodes
-from specd.oracles.tree_samplers import load_tree_sampler, node_rows
+from specd.oracles.tree_samplers import load_tree_sampler
 from specd.oracles.tree_uniforms import explore
 
-GREEDY_RULES = ("specd", "sglang", "eagle", "trtllm")
+GREEDY_RULES = ("specd", "sglang", "eagle", "trtllm", "trtllm-12588")
 
 
 def decide_once(name: str, tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None = None):
@@ -35,27 +38,63 @@ def decide_once(name: str, tree: DraftTree, p: torch.Tensor, q: torch.Tensor | N
     return path, terminal
 
 
-def production(tree: DraftTree, p: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Production's RejectionSampler on the tree: (decide's path, match_targets' path) on p's rows."""
-    rows = node_rows(tree, p.to(torch.float64), None)
+def every_rule(tree: DraftTree, p: torch.Tensor) -> tuple[tuple[int, ...], int]:
+    """The outcome every greedy-exact rule under the protocol gives (they must agree), q zeros."""
+    got = {decide_once(rule, tree, p, torch.zeros_like(p)) for rule in GREEDY_RULES}
+    assert len(got) == 1, got
+    return got.pop()
+
+
+def production(trees: list[DraftTree], ps: list[torch.Tensor]) -> list[tuple]:
+    """Production's RejectionSampler on a batch of point-mass trees (p: each request's rows, its root's
+    first): per request, decide's (path, terminal) and match_targets' (path, terminal)."""
+    ks, vocab = [len(t) for t in trees], ps[0].shape[-1]
+    k, b = max(ks), len(trees)
+    targets = torch.zeros(b, k + 1, dtype=torch.int64)
+    for i, p in enumerate(ps):
+        targets[i, : len(p)] = p.argmax(-1)
+    rows = Rows(
+        torch.cat(ps).to(torch.float64),
+        row_starts(torch.tensor(ks)),
+        torch.zeros(0, vocab, dtype=torch.float64),
+        torch.full((b, k), -1, dtype=torch.int64),  # every q a point mass: the children were chosen
+        torch.tensor([list(t.tokens) + [-1] * (k - len(t)) for t in trees], dtype=torch.int64),
+        torch.tensor(ks),
+        vocab,
+        None,
+        tuple(ks),
+        TreeBatch.of(trees, k, "cpu"),
+    )
     rule = RejectionSampler()
-    zeros = torch.zeros(1, len(tree), dtype=torch.float64)  # point masses: every test is sure either way
-    decided = rule.decide(rows, zeros)
-    greedy = rule.match_targets(p.argmax(-1).unsqueeze(0), rows)
-    return tree.path(int(decided.leaf[0])), tree.path(int(greedy.leaf[0]))
+    decided = rule.decide(rows, torch.zeros(b, k, dtype=torch.float64))  # every test is sure either way
+    greedy = rule.match_targets(targets, rows)
+    return [
+        (
+            (t.path(int(decided.leaf[i])), int(decided.terminal_rows[i].argmax())),
+            (t.path(int(greedy.leaf[i])), int(greedy.terminal[i])),
+        )
+        for i, t in enumerate(trees)
+    ]
 
 
 def one_hot_rows(targets: list[int], vocab: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.tensor(targets), vocab).to(torch.float64)
 
 
+def choices_tree(choices, tokens) -> DraftTree:
+    """A tree given as rank paths (EAGLE choices, vLLM's spec token tree): each node's parent is the
+    node of its path less its last step."""
+    parents, _ = shape_nodes(TreeShape(tuple(tuple(c) for c in choices)))
+    return DraftTree(tuple(tokens), parents, "rank")
+
+
 # -- SGLang: sgl-kernel/tests/speculative/test_speculative_sampling.py ----------------------------------
-# Ported from memory of test_tree_speculative_sampling_target_only: two requests, six positions each (the
-# root and five draft tokens), the tree as retrive_next_token / retrive_next_sibling, target logits 1
-# everywhere but 10 at five (request, position, token) cells and at token 18 of every other position,
-# temperature 0.01, draft_probs zeros, and the expected predicts, accept_index and accept_token_num at
-# thresholds (1, 1) and (0, 0). Confident of the structure and of every figure below: they were checked
-# against the kernel's rule (each expected value follows from it), not against a run of the kernel.
+# Ported from sgl-project/sglang sgl-kernel/tests/speculative/test_speculative_sampling.py at 120affb9
+# (checked against that file: its inputs and expected figures are these), test_tree_speculative_sampling_
+# target_only: two requests, six positions each (the root and five draft tokens), the tree as
+# retrive_next_token / retrive_next_sibling, target logits 1 everywhere but 10 at five (request,
+# position, token) cells and at token 18 of every other position, temperature 0.01, draft_probs zeros,
+# and the expected predicts, accept_index and accept_token_num at thresholds (1, 1) and (0, 0).
 SGLANG_CANDIDATES = [[0, 1, 2, 3, 4, 5], [7, 8, 9, 10, 11, 12]]
 SGLANG_RETRIVE_INDEX = [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
 SGLANG_NEXT_TOKEN = [[1, 2, -1, 4, 5, -1], [4, 2, 3, -1, 5, -1]]
@@ -97,6 +136,7 @@ def sglang_tree(b: int) -> tuple[DraftTree, list[int]]:
 def test_sglang_two_request_six_node_tree(thresholds):
     probs = sglang_target_probs()
     predicts, accept_index, accept_num = [-1] * 12, [], []
+    trees, rows, outcomes = [], [], []
     for b in range(2):
         tree, order = sglang_tree(b)
         p = probs[b, [0, *order]]
@@ -107,75 +147,145 @@ def test_sglang_two_request_six_node_tree(thresholds):
             predicts[at] = token
         accept_index.append(chain + [-1] * (4 - len(chain)))
         accept_num.append(len(path))
-        if thresholds == (1, 1):  # target sampling: every exact rule, and production, decide the same
-            assert {decide_once(rule, tree, p, torch.zeros_like(p)) for rule in GREEDY_RULES} == {(path, terminal)}
-            assert production(tree, p) == (path, path)
+        trees, rows, outcomes = trees + [tree], rows + [p], outcomes + [(path, terminal)]
     assert (predicts, accept_index, accept_num) == SGLANG_CASES[thresholds]
+    if thresholds == (1, 1):  # target sampling: every exact rule, and production on the batch, decide the same
+        assert [every_rule(t, p) for t, p in zip(trees, rows)] == outcomes
+        assert production(trees, rows) == [(o, o) for o in outcomes]
 
 
-# -- vLLM: tests/v1/sample/test_tree_rejection_sampler.py (greedy) ---------------------------------------
-# Rebuilt, not ported: the file's exact trees and token values are not recalled. These are the cases its
-# description names, built here with the same shapes and the property each checks: a chain all accepted
-# (bonus), a chain rejected at its first and at its second draft, a two-branch tree whose second branch
-# matches, and the depth-3 binary tree (14 nodes) with the target's path through both kinds of child.
-VOCAB = 10
-
-
-def tree_of(widths: list[int], tokens: list[int]) -> DraftTree:
-    parents, _ = shape_nodes(TreeShape.branching(widths))
-    return DraftTree(tuple(tokens), parents, "rank")
-
-
+# -- vLLM: tests/v1/sample/test_tree_rejection_sampler.py ------------------------------------------------
+# Ported from vllm-project/vllm tests/v1/sample/test_tree_rejection_sampler.py at 41d9d55b (it tests the
+# TreeRejectionSampler of vLLM PR #22752, which was closed unmerged; greedy throughout): every case, with
+# its spec token trees, drafted nodes, target sample maps and expected accepted and bonus nodes, and its
+# conventions. A node's token is its index in [()] + tree + the bonus level (each leaf of the last level
+# with (0,) appended); a node the case does not draft holds a token from [len(that list), 100), drawn at
+# random by the file and here from a seeded permutation (distinct, so siblings stay distinct; no target
+# picks one); the target's logits are 100 at its sampled node's token and -100 elsewhere, a row the sample
+# map leaves out all -100 (argmax 0, the root's token, never a draft), and greedy takes the argmax; the
+# expected output is the file's: each accepted node's token at its draft index, the bonus last,
+# PLACEHOLDER_TOKEN_ID (-1) elsewhere.
+VLLM_VOCAB = 100
+BINARY_2 = [(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
+BINARY_3 = BINARY_2 + [(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)]
+CHAIN_3 = [(0,), (0, 0), (0, 0, 0)]
 VLLM_CASES = {
-    # name: (branching, node tokens, the target's argmax at the root and at each node, path, terminal)
-    "chain_all_accepted": ([1, 1, 1], [4, 5, 6], [4, 5, 6, 7], (0, 1, 2), 7),
-    "chain_first_rejected": ([1, 1, 1], [4, 5, 6], [3, 5, 6, 7], (), 3),
-    "chain_early_rejection": ([1, 1, 1], [4, 5, 6], [4, 9, 6, 7], (0,), 9),
-    "second_branch_matches": ([2, 1], [1, 2, 3, 4], [2, 0, 4, 0, 8], (1, 3), 8),
-    "no_branch_matches": ([2, 1], [1, 2, 3, 4], [5, 0, 0, 0, 0], (), 5),
-    # depth 3, binary: nodes 0-1 (depth 1), 2-5 (depth 2: 2,3 under 0; 4,5 under 1), 6-13 (depth 3)
-    "binary_depth_3": (
-        [2, 2, 2],
-        [1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6, 7, 8],
-        # root -> 2 (node 1, a second child), node 1 -> 5 (node 4, a first), node 4 -> 6 (node 11, a second), bonus 9
-        [2, 0, 5, 0, 0, 6, 0, 0, 0, 0, 0, 0, 9, 0, 0],
-        (1, 4, 11),
-        9,
+    # name: (tree, per request: (drafted nodes, target sample map, expected accepted nodes, expected bonus))
+    "single_node": ([(0,)], [([(0,)], {(): (0,), (0,): (0, 0)}, [(0,)], (0, 0))]),
+    "chain_full_acceptance": (
+        CHAIN_3,
+        [(CHAIN_3, {(): (0,), (0,): (0, 0), (0, 0): (0, 0, 0), (0, 0, 0): (0, 0, 0, 0)}, CHAIN_3, (0, 0, 0, 0))],
+    ),
+    "chain_partial_acceptance": (
+        CHAIN_3,
+        [([(0,), (0, 0), (0, 0)], {(): (0,), (0,): (0, 0), (0, 0): (0, 0, 0)}, [(0,), (0, 0)], (0, 0, 0))],
+    ),
+    "tree_full_acceptance": (
+        BINARY_2,
+        [([(1,), (1, 1)], {(): (1,), (1,): (1, 1), (1, 1): (1, 1, 0)}, [(1,), (1, 1)], (1, 1, 0))],
+    ),
+    "tree_partial_acceptance": (BINARY_2, [([(0,), (0, 0)], {(): (0,), (0,): (0, 1)}, [(0,)], (0, 1))]),
+    "tree_early_rejection": (
+        BINARY_2,
+        [([(1,), (0, 1)], {(): (0,), (0,): (0, 0), (0, 0): (0, 0, 0)}, [], (0,))],
+    ),
+    "tree_full_acceptance_multiple_sequences": (
+        BINARY_2,
+        [
+            ([(0,), (0, 1)], {(): (0,), (0,): (0, 1), (0, 1): (0, 1, 0)}, [(0,), (0, 1)], (0, 1, 0)),
+            ([(1,), (1, 0)], {(): (1,), (1,): (1, 0), (1, 0): (1, 0, 0)}, [(1,), (1, 0)], (1, 0, 0)),
+        ],
+    ),
+    "tree_partial_acceptance_multiple_sequences": (
+        BINARY_2,
+        [
+            ([(0,), (0, 0)], {(): (0,), (0,): (0, 1)}, [(0,)], (0, 1)),
+            ([(0,), (0, 1)], {(): (1,), (1,): (1, 0)}, [], (1,)),
+        ],
+    ),
+    "deep_tree_full_acceptance": (
+        BINARY_3,
+        [
+            (
+                [(1,), (1, 1), (1, 1, 0)],
+                {(): (1,), (0,): (0, 1), (1,): (1, 1), (0, 0): (0, 0, 0), (1, 1): (1, 1, 0), (1, 1, 0): (1, 1, 0, 0)},
+                [(1,), (1, 1), (1, 1, 0)],
+                (1, 1, 0, 0),
+            )
+        ],
     ),
 }
 
 
+def vllm_request(draft_tree, drafted, sample_map, seed: int):
+    """One request of a case as (DraftTree, target rows float64[N + 1, 100]), as the file builds its input."""
+    leaves = [n + (0,) for n in draft_tree if len(n) == len(draft_tree[-1])]
+    tree = [(), *draft_tree, *leaves]
+    order = torch.randperm(VLLM_VOCAB - len(tree), generator=torch.Generator().manual_seed(seed))
+    filler = (len(tree) + order).tolist()
+    tokens = [tree.index(n) if n in drafted else filler[i] for i, n in enumerate(draft_tree)]
+    logits = torch.full((len(draft_tree) + 1, VLLM_VOCAB), -100.0)
+    for i, node in enumerate(tree[: len(draft_tree) + 1]):
+        if node in sample_map:
+            logits[i, tree.index(sample_map[node])] = 100.0
+    greedy = torch.nn.functional.one_hot(logits.argmax(-1), VLLM_VOCAB).to(torch.float64)
+    return choices_tree(draft_tree, tokens), greedy, tree
+
+
+def vllm_output(tree_nodes, num_drafts: int, accepted: list, bonus) -> list[int]:
+    """The file's expected output row: accepted tokens at their draft index, the bonus last, -1 elsewhere."""
+    out = [-1] * (num_drafts + 1)
+    for node in accepted:
+        out[tree_nodes.index(node) - 1] = tree_nodes.index(node)
+    out[-1] = tree_nodes.index(bonus)
+    return out
+
+
+def as_output(tree: DraftTree, path, terminal: int) -> list[int]:
+    out = [-1] * (len(tree) + 1)
+    for n in path:
+        out[n] = tree.tokens[n]
+    out[-1] = terminal
+    return out
+
+
 @pytest.mark.parametrize("case", list(VLLM_CASES))
-def test_vllm_greedy_tree_cases(case):
-    widths, tokens, targets, path, terminal = VLLM_CASES[case]
-    tree = tree_of(widths, tokens)
-    p = one_hot_rows(targets, VOCAB)
-    for rule in GREEDY_RULES:
-        assert decide_once(rule, tree, p, torch.zeros_like(p)) == (path, terminal), rule
-    assert production(tree, p) == (path, path)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vllm_greedy_tree_cases(case, seed):
+    draft_tree, requests = VLLM_CASES[case]
+    trees, rows, expected = [], [], []
+    for drafted, sample_map, accepted, bonus in requests:
+        tree, p, nodes = vllm_request(draft_tree, drafted, sample_map, seed)
+        trees, rows = trees + [tree], rows + [p]
+        expected.append(vllm_output(nodes, len(draft_tree), accepted, bonus))
+    assert [as_output(t, *every_rule(t, p)) for t, p in zip(trees, rows)] == expected
+    for t, want, (decided, greedy) in zip(trees, expected, production(trees, rows)):
+        assert as_output(t, *decided) == want and as_output(t, *greedy) == want
 
 
 # -- TensorRT-LLM: tests/unittest/_torch/speculative/hw_agnostic/test_draft_token_tree_verification.py --
-# Rebuilt, not ported: the 12-node tree and three cases are not recalled number for number. This is a
-# 12-node EAGLE choices tree (3 + 4 + 5 nodes over three levels) with three cases of the kinds its test
-# checks: nothing accepted, a full-depth path through a later root child, and a path that stops at depth 2.
-TRT_CHOICES = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (2, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0), (2, 0, 0))
-TRT_TOKENS = (11, 12, 13, 21, 22, 23, 24, 31, 32, 33, 34, 35)
+# Ported from NVIDIA/TensorRT-LLM tests/unittest/_torch/speculative/hw_agnostic/
+# test_draft_token_tree_verification.py at e2ef8874, test_static_tree_verification_for_target_model: the
+# 12-node eagle_choices tree (max_draft_len 3; [0, 1, 1] without a [0, 1, 0]: a second child alone),
+# draft tokens 11..22 in choices order, and its three cases' new tokens (the target's greedy token at the
+# root, then at each node) with the expected accepted count and the tokens after the prompt
+# (ref_mtokens less the ten prompt tokens 0..9).
+TRT_CHOICES = [[0], [1], [2], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [0, 0, 0], [0, 1, 1], [1, 0, 0]]
+TRT_DRAFTS = list(range(11, 23))
 TRT_CASES = {
-    # the target's argmax at the root and at each node (13 rows) -> (path, terminal)
-    "none_accepted": ([40] + [0] * 12, (), 40),
-    "later_root_child_to_full_depth": ([12, 0, 23, 0, 0, 0, 34, 0, 0, 0, 0, 45, 0], (1, 5, 10), 45),
-    "stops_at_depth_2": ([11, 22, 0, 0, 0, 39, 0, 0, 0, 0, 0, 0, 0], (0, 4), 39),
+    # case: (input_new_tokens, ref_num_accepted_draft_tokens, ref_mtokens after the prompt)
+    "no_draft_token_accepted": ([31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 0], 0, [31]),
+    "one_path_not_the_longest": ([11, 15, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112], 2, [11, 15, 105]),
+    "one_path_the_longest": ([11, 14, 102, 103, 20, 105, 106, 107, 108, 109, 110, 111, 112], 3, [11, 14, 20, 110]),
 }
 
 
 @pytest.mark.parametrize("case", list(TRT_CASES))
 def test_tensorrt_llm_twelve_node_tree(case):
-    shape = TreeShape(TRT_CHOICES)
-    parents, _ = shape_nodes(shape)
-    tree = DraftTree(TRT_TOKENS, parents, "rank")
-    targets, path, terminal = TRT_CASES[case]
-    p = one_hot_rows(targets, 50)
-    for rule in GREEDY_RULES:
-        assert decide_once(rule, tree, p, torch.zeros_like(p)) == (path, terminal), rule
-    assert production(tree, p) == (path, path)
+    new_tokens, accepted, emitted = TRT_CASES[case]
+    tree = choices_tree(TRT_CHOICES, TRT_DRAFTS)
+    p = one_hot_rows(new_tokens, 128)
+    path, terminal = every_rule(tree, p)
+    assert (len(path), [tree.tokens[n] for n in path] + [terminal]) == (accepted, emitted)
+    [(decided, greedy)] = production([tree], [p])
+    assert decided == greedy == (path, terminal)
