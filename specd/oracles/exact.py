@@ -304,18 +304,19 @@ class Enumerator:
         return lookup, full_paths
 
     def _paths(self, state: RequestState, lookup: bool, full_paths: list, drafted: list) -> dict:
-        """What production drafted on each full path -> the round's nodes and maximal paths."""
+        """What production drafted on each full path -> the round's nodes and maximal paths, each once
+        per full path through it (weighed by the full path's width): the drafts after a rejection
+        are integrated too, whose values the rule never reads but a wrong engine may."""
         nodes: dict[tuple, tuple] = {}
         maximal: dict[tuple, tuple] = {}
         for (tokens, intervals, cell_mass), drafts in zip(full_paths, drafted):
             if lookup:  # the lookup drafts what it drafts, q a point mass; each proposal cell weighs its width
-                path, key, mass = drafts, intervals, cell_mass
+                path, mass = drafts, cell_mass
             else:  # a sampling source should draft a prefix of the path its uniforms point at
-                path, key, mass = tokens[: len(drafts)], (), None
+                path, mass = tokens[: len(drafts)], self._q_mass(state, tokens)
             for j in range(1, len(path) + 1):
-                node = path[:j]
-                nodes.setdefault((node, key), (node, intervals, mass if lookup else self._q_mass(state, node)))
-            maximal.setdefault((path, key), (path, intervals, mass if lookup else self._q_mass(state, path)))
+                nodes.setdefault((path[:j], intervals), (path[:j], intervals, mass))
+            maximal.setdefault((path, intervals), (path, intervals, mass))
         return {"nodes": list(nodes.values()), "maximal": list(maximal.values()), "lookup": lookup}
 
     def _q_mass(self, state: RequestState, path: tuple[int, ...]) -> float:
