@@ -7,6 +7,7 @@ draft sources, or the transaction's processor staging. Production code carries n
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 
 import torch
 
@@ -133,15 +134,17 @@ class ArgmaxDraftsSoftQ(ModelProposer):
 
 class KFromBatchConfidence(ModelProposer):
     """Keeps one draft for the rows less confident in their first draft (max q_1) than the batch's
-    mean: each row's K, and so its draws and tokens, then depend on its batch-mates."""
+    mean: each row's K, and so its draws and tokens, then depend on its batch-mates. The mean is
+    exact, so a batch of rows alike (a request alone) is never cut: a float mean of equal values
+    can round above them and cut a request alone, which is not the bug this variant stands for."""
 
     def propose(self, states, ks, cache, ctx):
         proposal = super().propose(states, ks, cache, ctx)
         live = [b for b, d in enumerate(proposal.drafts) if d]
         if not live or max(len(d) for d in proposal.drafts) < 2:
             return proposal
-        confidence = {b: proposal.q_row(b, 0).amax() for b in live}
-        mean = torch.stack(list(confidence.values())).mean()
+        confidence = {b: Fraction(proposal.q_row(b, 0).amax().item()) for b in live}
+        mean = sum(confidence.values()) / len(confidence)
         keep = [1 if b in live and confidence[b] < mean else len(d) for b, d in enumerate(proposal.drafts)]
         return _truncated(proposal, keep)
 

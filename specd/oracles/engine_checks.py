@@ -266,12 +266,15 @@ def check_layout_parity(fx: Fixture) -> Check:
 
 
 def check_batch_invariance(fx: Fixture) -> Check:
-    differs = batch_difference(fx.rig, fx.horizon, fx.cfg.seed)
+    differs, cells = cell_batch_difference(fx.rig, fx.horizon)
+    differs = differs or seeded_batch_difference(fx.rig, fx.horizon, fx.cfg.seed)
     return Check(
         "batch_invariance",
         differs is None,
-        {"requests": BATCH_ROWS},
-        differs or "every request's tokens are the same alone and in a batch with different prompts",
+        {"requests": BATCH_ROWS, "cells_compared": cells, "prompts": len(batch_prompts(fx.rig))},
+        differs
+        or "every cell of a round drafts and emits the same alone and among other prompts' cells; every request's "
+        "tokens are the same alone and in a batch with different prompts",
     )
 
 
@@ -334,8 +337,42 @@ BATCH_ROWS = 12
 
 
 def batch_difference(rig: Rig, horizon: int, seed: int) -> str | None:
-    """Run requests with different prompts in one batch and each alone: a request's tokens must not
-    depend on its batch-mates (its random streams are its own). -> what differs, or None."""
+    """What differs between requests alone and in a batch (the exact cells, then seeded requests), or None."""
+    return cell_batch_difference(rig, horizon)[0] or seeded_batch_difference(rig, horizon, seed)
+
+
+def batch_prompts(rig: Rig) -> list[tuple[int, ...]]:
+    """The exact batch check's prompts: the rig's, and it followed by token 0 (rows of their own: a
+    K, or anything else, read off the batch differs between them)."""
+    return [rig.prompt, rig.prompt + (0,)]
+
+
+def cell_batch_difference(rig: Rig, horizon: int) -> tuple[str | None, int]:
+    """Every cell of a round's uniforms (the exact enumeration's, at its centre) from each of
+    ``batch_prompts``, run with every prompt's cells in one batch and with each prompt's alone: what
+    a request drafts and emits must not depend on its batch-mates, for any uniforms. -> (the first
+    difference or None, cells compared). Deterministic: no seed decides whether a difference shows."""
+    enums = [Enumerator(rig.but(prompt=p), horizon) for p in batch_prompts(rig)]
+    roots = [e.root() for e in enums]
+    points = [e.round_points(root, probes=("centre",)) for e, root in zip(enums, roots)]
+    alone = [e.run_cells([(root, pts)])[0] for e, root, pts in zip(enums, roots, points)]
+    together = enums[0].run_cells(list(zip(roots, points)))
+    cells = sum(len(pts) for pts in points)
+    for prompt, solo, mixed in zip(batch_prompts(rig), alone, together):
+        for j, ((a, _), (b, _)) in enumerate(zip(solo, mixed)):
+            if (a.draft_token_ids, a.emitted) != (b.draft_token_ids, b.emitted):
+                return (
+                    f"prompt {list(prompt)}, cell {j}: alone it drafts {list(a.draft_token_ids)} and emits "
+                    f"{list(a.emitted)}, among {cells} cells of {len(roots)} prompts it drafts "
+                    f"{list(b.draft_token_ids)} and emits {list(b.emitted)}"
+                ), cells
+    return None, cells
+
+
+def seeded_batch_difference(rig: Rig, horizon: int, seed: int) -> str | None:
+    """Run requests with different prompts in one batch and each alone, over several rounds: a
+    request's tokens must not depend on its batch-mates (its random streams are its own). -> what
+    differs, or None."""
     v = rig.vocab
     requests = [
         Request(f"b{i}", rig.prompt + tuple((i * (j + 1)) % v for j in range(i % 3)), horizon, seed=seed)

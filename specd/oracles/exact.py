@@ -256,8 +256,8 @@ class Enumerator:
             for pts, outs in zip(points, outcomes)
         ]
 
-    def _points(self, state: RequestState, paths: dict) -> list[tuple[float, dict[str, tuple[float, ...]]]]:
-        """Every cell of the round from ``state`` at each probe -> [(its mass, its uniforms)]."""
+    def _points(self, state: RequestState, paths: dict, probes=PROBES) -> list[tuple[float, dict[str, tuple]]]:
+        """Every cell of the round from ``state`` at each of ``probes`` -> [(its mass, its uniforms)]."""
         cells = []
         if self.rig.rule == "block":  # every A of every full path: all k tests decide it
             for path, full, mass in paths["maximal"]:
@@ -267,7 +267,7 @@ class Enumerator:
                 cells += self._cells(state, path, full, mass, True, paths["lookup"])
             for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
                 cells += self._cells(state, path, full, mass, False, paths["lookup"])
-        return [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
+        return [(cell.mass / len(probes), cell.at(where)) for cell in cells for where in probes]
 
     def _discover_paths(self, states: list[RequestState]) -> list[dict]:
         """Pass 1: every draft path of the declared draft policy, run through production to learn
@@ -364,10 +364,18 @@ class Enumerator:
             ]
         return cells
 
+    def round_points(self, state: RequestState, probes=PROBES) -> list[dict[str, tuple[float, ...]]]:
+        """The uniforms of every cell of one round from ``state``, at each of ``probes``: the requests
+        ``round_outcomes`` runs (the batch check runs them alone and among other states' cells)."""
+        return [u for _, u in self._points(state, self._discover_paths([state])[0], probes)]
+
     # -- joints ----------------------------------------------------------------------------
+    def root(self) -> RequestState:
+        """The rig's prompt admitted, the horizon its budget: where the enumeration starts."""
+        return self.engine.start([Request("enum", self.rig.prompt, self.horizon)]).states()[0]
+
     def joint(self) -> Joint:
-        session = self.engine.start([Request("enum", self.rig.prompt, self.horizon)])
-        return self._joints([(session.states()[0], self.horizon)], first=True)[0]
+        return self._joints([(self.root(), self.horizon)], first=True)[0]
 
     def _joints(self, asked: list[tuple[RequestState, int]], first: bool = False) -> list[Joint]:
         """The joint over the next h tokens from each (state, h) of ``asked``, level by level: every
