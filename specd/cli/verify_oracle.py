@@ -130,6 +130,9 @@ def verify_oracle(
     raise typer.Exit(0 if report.passed else 1)
 
 
+VERDICT = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}  # None: not applicable at this size
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
@@ -164,7 +167,7 @@ def render(report: dict) -> None:
     checks.add_column("figures")
     for ch in report["checks"]:
         figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items() if k != "matrix")
-        checks.add_row(ch["name"], "[green]PASS[/]" if ch["passed"] else "[red]FAIL[/]", figures)
+        checks.add_row(ch["name"], VERDICT[ch["passed"]], figures if ch["passed"] is not None else ch["detail"])
     stdout.print(checks)
     if report["failure_lab"]:
         lab = Table(title="Failure lab (each variant must be caught)", title_justify="left")
@@ -189,7 +192,7 @@ def render_sampler(report: dict) -> None:
     for col in ("check", "result", "found", "figures"):
         checks.add_column(col)
     for ch in report["checks"]:
-        result = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}[ch["passed"]]
+        result = VERDICT[ch["passed"]]
         figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items()) or printable(ch["detail"])
         checks.add_row(ch["name"], result, ", ".join(ch["findings"]) or "-", printable(figures))
     stdout.print(checks)

@@ -34,7 +34,7 @@ from specd.core.state import Request
 from specd.errors import SpecdError
 from specd.oracles.exact import Reference, target_joint
 from specd.oracles.montecarlo import bernstein_bound
-from specd.oracles.record import Check
+from specd.oracles.record import NOT_APPLICABLE, Check
 from specd.oracles.rig import Rig
 from specd.policy.kpolicy import FixedK, KPolicy
 
@@ -146,14 +146,22 @@ def pointwise(rig: Rig, horizon: int, seeds: int, baseline, first_failure: bool 
 
 
 def shared_noise(rig: Rig, horizon: int, seeds: int) -> Check:
+    """The target as its own draft has every draft accepted; some must be drafted (at horizon 1 none
+    can be: a round's draft budget is horizon - 1, so the check is not applicable there)."""
     _, stats = texts(self_draft(rig), seeds, horizon, stats=True)
     drafted, accepted = stats.proposed, stats.accepted
+    detail = (
+        f"a draft identical to the target (same rows, same noise) must have every draft accepted: {accepted} "
+        f"of {drafted}"
+    )
+    if horizon < 2 and drafted == 0:
+        reason = "horizon 1: a round's draft budget is horizon - 1 = 0, so nothing is drafted"
+        return Check("invariant_shared_noise", None, {"drafted": 0, "accepted": 0}, f"{NOT_APPLICABLE}{reason}")
     return Check(
         "invariant_shared_noise",
         drafted > 0 and accepted == drafted,
         {"drafted": drafted, "accepted": accepted},
-        f"a draft identical to the target (same rows, same noise) must have every draft accepted: {accepted} "
-        f"of {drafted}",
+        detail,
     )
 
 
