@@ -131,6 +131,7 @@ def verify_oracle(
 
 
 VERDICT = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}  # None: not applicable at this size
+CAUGHT = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]n/a[/]"}
 
 
 def _fmt(value) -> str:
@@ -170,14 +171,19 @@ def render(report: dict) -> None:
         checks.add_row(ch["name"], VERDICT[ch["passed"]], figures if ch["passed"] is not None else ch["detail"])
     stdout.print(checks)
     if report["failure_lab"]:
-        lab = Table(title="Failure lab (each variant must be caught)", title_justify="left")
+        lab = Table(
+            title="Failure lab (each variant that can be seen at this size must be caught)", title_justify="left"
+        )
         for col in ("variant", "caught", "by", "evidence"):
             lab.add_column(col)
         for v in report["failure_lab"]:
-            lab.add_row(
-                v["variant"], "[green]yes[/]" if v["caught"] else "[red]NO[/]", v["caught_by"] or "-", v["detail"]
-            )
+            lab.add_row(v["variant"], CAUGHT[v["caught"]], v["caught_by"] or "-", v["detail"])
         stdout.print(lab)
+        figures = next(c["figures"] for c in report["checks"] if c["name"] == "failure_lab")
+        stdout.print(
+            f"Failure lab: {figures['caught']} of {figures['applicable']} applicable variants caught, "
+            f"{figures['not_applicable']} not applicable at this size"
+        )
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     stdout.print(f"{verdict} in {report['elapsed_s']:.2f} s of oracle work")
 

@@ -222,16 +222,17 @@ class AdvanceOverRejected(RoundTransaction):
 
 
 class SourceAfterTargetP(SourceSet):
-    """Drafts from every source, then keeps, per row, the source whose first draft the round's target
-    row likes better (reading p, and the model's sampled draft, before the rule decides)."""
+    """Drafts from every source (each row its own plan's K), then keeps, per row, the source whose
+    first draft the round's target row likes better (reading p, and the model's sampled draft,
+    before the rule decides). Each row's choice reads its own rows only: the bug is the choice."""
 
     def __init__(self, rig: Rig, sources):
         super().__init__(sources)
         self.reference = Reference(rig)
 
     def propose(self, states, plans, caches, ctx, target_cache=None):
-        k = max((p.k for p in plans), default=0)
-        runs = [src.propose(states, [k] * len(states), c, ctx) for src, c in zip(self.sources, caches.caches)]
+        ks = [p.k for p in plans]
+        runs = [src.propose(states, ks, c, ctx) for src, c in zip(self.sources, caches.caches)]
         drafts, used, names, rows = [], [], [], []
         for b, state in enumerate(states):
             liked = [self.reference.p(state.output)[r.drafts[b][0]] if r.drafts[b] else -1.0 for r in runs]
