@@ -29,11 +29,13 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class OracleReport:
-    """What the oracle found. ``passed``: every check passed (and, for the engine, every known-wrong
-    variant of the failure lab was caught); ``findings``: the named defects (a sampler's) or the
-    names of the checks that failed (the engine's); ``counterexample``: the smallest case that
-    shows the first failure, where the oracle looked for one; ``document``: the whole report, as
-    ``specd verify-oracle --json`` prints it."""
+    """What the oracle found. ``passed``: no check failed (each passed, or was not applicable at this
+    size: ``passed`` None, with the reason) and, for the engine, every known-wrong variant of the
+    failure lab that can be seen at this size was caught (a row of ``failure_lab`` that cannot:
+    ``caught`` None, ``applicable`` False, the reason in ``detail``); ``findings``: the named
+    defects (a sampler's) or the names of the checks that failed (the engine's);
+    ``counterexample``: the smallest case that shows the first failure, where the oracle looked
+    for one; ``document``: the whole report, as ``specd verify-oracle --json`` prints it."""
 
     passed: bool
     checks: tuple[CheckResult, ...]

@@ -166,6 +166,10 @@ def _check_sampler(sampler: str, rule: str, tree: list[str] | None, timeout: flo
     return check_sampler(sampler, rule=rule, tree=tree[0] if tree else None, timeout=limit, **fixture)
 
 
+VERDICT = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}  # None: not applicable at this size
+CAUGHT = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]n/a[/]"}
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
@@ -200,16 +204,22 @@ def render(report: dict) -> None:
     checks.add_column("figures")
     for ch in report["checks"]:
         figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items() if k != "matrix")
-        checks.add_row(ch["name"], "[green]PASS[/]" if ch["passed"] else "[red]FAIL[/]", figures)
+        checks.add_row(ch["name"], VERDICT[ch["passed"]], figures if ch["passed"] is not None else ch["detail"])
     stdout.print(checks)
     if report["failure_lab"]:
-        lab = Table(title="Failure lab (each variant must be caught)", title_justify="left")
+        lab = Table(
+            title="Failure lab (each variant that can be seen at this size must be caught)", title_justify="left"
+        )
         for col in ("variant", "caught", "by", "evidence"):
             lab.add_column(col)
         for v in report["failure_lab"]:
-            caught = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]n/a[/]"}[v["caught"]]
-            lab.add_row(v["variant"], caught, v["caught_by"] or "-", v["detail"])
+            lab.add_row(v["variant"], CAUGHT[v["caught"]], v["caught_by"] or "-", v["detail"])
         stdout.print(lab)
+        figures = next(c["figures"] for c in report["checks"] if c["name"] == "failure_lab")
+        stdout.print(
+            f"Failure lab: {figures['caught']} of {figures['applicable']} applicable variants caught, "
+            f"{figures['not_applicable']} not applicable at this size"
+        )
     verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
     stdout.print(f"{verdict} in {report['elapsed_s']:.2f} s of oracle work")
 
@@ -229,7 +239,7 @@ def render_sampler(report: dict) -> None:
     for col in ("check", "result", "found", "figures"):
         checks.add_column(col)
     for ch in report["checks"]:
-        result = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}[ch["passed"]]
+        result = VERDICT[ch["passed"]]
         figures = "; ".join(f"{k}={_fmt(v)}" for k, v in ch["figures"].items()) or printable(ch["detail"])
         checks.add_row(ch["name"], result, ", ".join(ch["findings"]) or "-", printable(figures))
     stdout.print(checks)

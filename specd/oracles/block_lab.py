@@ -10,9 +10,11 @@ import torch
 
 from specd.core import block
 from specd.core.sampler import RejectionSampler
+from specd.oracles.exact import block_branch, block_thresholds
 from specd.oracles.fixture import LAB_MAX_K, LAB_MAX_VOCAB, OracleConfig, build_rig
-from specd.oracles.lab import Variant, lab_family
+from specd.oracles.lab import lab_family
 from specd.oracles.rig import ngram_rig
+from specd.oracles.variant import LabCase, Variant, all_of, drafts, min_vocab, rejection
 
 
 class BlockStopsAtFirstFailure(RejectionSampler):
@@ -52,26 +54,57 @@ class ResidualMassWithoutPrefixRatio(RejectionSampler):
         return block.thresholds(rho, z, rows.k_lens)
 
 
+def residual_scale_shows(case: LabCase) -> str | None:
+    """block_acceptance_token_residual's need: a correction after A >= 1 drafts with rho_A < 1 (a
+    branch with mass) where the target exceeds the draft on two tokens or more. normalize([rho_A p -
+    q]_+) and normalize([p - q]_+) are then different laws; on one token they are the same point
+    mass, and at rho_A = 1 the same row. Looked for at every round start within the horizon, along
+    every path the draft can take."""
+    ref, first = case.ref, len(case.rig.prompt)
+    for start in case.outputs(case.horizon - 2):
+        n = min(case.k, case.horizon - 1 - (len(start) - first))
+        for path in case.model_paths(start, n):
+            p_rows = [ref.p(start + path[:i]) for i in range(n + 1)]
+            q_rows = [ref.q(start + path[:i]) for i in range(n)]
+            rhos, _ = block_thresholds(p_rows, q_rows, path)
+            for a in range(1, n):
+                over = sum(px > qx for px, qx in zip(p_rows[a], q_rows[a]))
+                if rhos[a] < 1 and over >= 2 and block_branch(p_rows, q_rows, path, a) is not None:
+                    return None
+    return (
+        "no correction after a rejected block (rho_A < 1) falls where the target exceeds the draft on two tokens: "
+        "both residuals are the same law there"
+    )
+
+
 BLOCK_VARIANTS: tuple[Variant, ...] = (
     Variant(
         "block_stops_at_first_failure",
         "block verification's A taken as the leading run of passed thresholds, not the longest (vllm-ascend #11985)",
         lambda r: r.but(sampler_cls=BlockStopsAtFirstFailure),
+        all_of(drafts(2), rejection),  # the longest passed prefix and the leading run differ after a failed test
     ),
     Variant(
         "block_acceptance_token_residual",
         "block thresholds with the token-wise residual [p - q]_+ (vllm-ascend #7807)",
         lambda r: r.but(sampler_cls=BlockAcceptanceTokenResidual),
+        all_of(
+            min_vocab(3, "a residual has at most one token of mass, the same whatever its scale rho_A"),
+            drafts(2),  # a correction after A >= 1 drafts (at A = 0, rho_0 = 1: the residuals agree)
+            residual_scale_shows,
+        ),
     ),
     Variant(
         "token_acceptance_block_residual",
         "the token-wise acceptance test with block verification's residual [rho_A p - q]_+",
         lambda r: r.but(sampler_cls=TokenAcceptanceBlockResidual),
+        all_of(drafts(2), rejection),  # at K = 1 block verification is the token-wise rule, and rho_0 = 1
     ),
     Variant(
         "residual_mass_without_prefix_ratio",
         "the thresholds' residual masses Z_i = sum [p - q]_+, without the running prefix ratio",
         lambda r: r.but(sampler_cls=ResidualMassWithoutPrefixRatio),
+        all_of(drafts(2), rejection),  # Z_i enters the thresholds h_i of i < k only, and rho_i < 1 needs a failed test
     ),
 )
 

@@ -16,6 +16,7 @@ import torch
 
 from specd.core.layouts import LAYOUTS
 from specd.core.probability import softmax
+from specd.core.proposer import ModelProposer
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.errors import UsageError
@@ -25,8 +26,8 @@ from specd.oracles.exact import Enumerator, Reference, speculative_joint, target
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
 from specd.oracles.rational import rational_difference
-from specd.oracles.record import EXACT_TOLERANCE, Check, exact_check, max_abs_diff
-from specd.oracles.rig import Rig, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
+from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, exact_check, max_abs_diff
+from specd.oracles.rig import Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
 from specd.policy.autok import AutoK
 from specd.policy.costs import FixedCosts
@@ -77,8 +78,10 @@ def check_rounds(fx: Fixture) -> Check:
 
 def check_auto_k(fx: Fixture) -> Check:
     """-k auto's rule (K from the request's own past acceptances, fixed costs) with --draft-stop
-    (the draft cut where its own q is flat), over several rounds, in both layouts."""
-    stop = _median_confidence(fx.rig, fx.horizon)
+    (the draft cut where its own q is flat), over several rounds, in both layouts. K must be seen to
+    vary, else nothing data-dependent was checked: a failure, unless the rows prove that K cannot
+    depend on the data here (``fixed_k_reason``), then not applicable (a joint that differs fails)."""
+    stop = draft_stop_for(fx.rig, fx.horizon)
     figures, ok = {"tolerance": EXACT_TOLERANCE, "draft_stop": stop}, True
     k_seen: set[int] = set()
     for layout in LAYOUTS:
@@ -94,14 +97,58 @@ def check_auto_k(fx: Fixture) -> Check:
         ok &= check.passed
         k_seen |= enumerator.k_seen
     figures["k_values_seen"] = sorted(k_seen)
-    varied = len(k_seen) >= 2  # a policy that never changed K would prove nothing about data-dependent K
-    return Check(
-        "exact_joint_auto_k",
-        ok and varied,
-        figures,
+    detail = (
         "K per round from the request's acceptance history (the ledger with fixed costs) and drafts stopped by "
         "the draft's own confidence, speculative rounds to the horizon"
-        + ("" if varied else f"; K never varied (saw {sorted(k_seen)}): nothing data-dependent was checked"),
+    )
+    if len(k_seen) >= 2 or not ok:
+        return Check("exact_joint_auto_k", ok, figures, detail)
+    reason = fixed_k_reason(fx.rig, fx.horizon, stop)
+    if reason is not None:
+        return Check(
+            "exact_joint_auto_k", None, figures, f"{NOT_APPLICABLE}{reason} (saw K = {sorted(k_seen)}); {detail}"
+        )
+    # a policy that never changed K would prove nothing about data-dependent K
+    detail += f"; K never varied (saw {sorted(k_seen)}): nothing data-dependent was checked"
+    return Check("exact_joint_auto_k", False, figures, detail)
+
+
+def draft_stop_for(rig: Rig, horizon: int) -> float:
+    """exact_joint_auto_k's --draft-stop: the median draft confidence over every output within the
+    horizon (it cuts about half the drafts), but never above the confidence at the prompt. Above it,
+    the first round would draft nothing, and at horizon 2 (K = 1), where no later round has a draft
+    budget, no round would: K = 0 throughout, for a reason of the check's own making."""
+    values = sorted(draft_confidence(rig, o) for o in outputs_within(rig, horizon - 1))
+    return min(values[len(values) // 2], draft_confidence(rig, rig.prompt), 0.999)  # --draft-stop is < 1
+
+
+def draft_confidence(rig: Rig, output: tuple[int, ...]) -> float:
+    """The draft's confidence after ``output``, as --draft-stop reads it (ModelProposer.confidence:
+    max q, or a greedy draft's largest probability before its argmax is taken)."""
+    policy = rig.draft_policy
+    state = fold(policy.initial_state(rig.prompt), output[len(rig.prompt) :])
+    raw = rig.draft.raw_logits(output).unsqueeze(0)
+    q = policy.probabilities(raw, [state], rig.backend, torch.float64)
+    return float(ModelProposer(rig.draft, policy).confidence(raw, q, [state])[0])
+
+
+def fixed_k_reason(rig: Rig, horizon: int, stop: float) -> str | None:
+    """Why, from the rows alone, K cannot depend on the data in exact_joint_auto_k's set-up, or None.
+    A round's K reads its draft budget, the request's acceptance history and the draft's confidence.
+    At horizon 1 every budget is 0. Where no draft can be rejected (q <= p, so q = p, wherever a draft
+    is made) and no confidence within the horizon is below the stop, every path has the same budgets
+    and history and no draft is cut: every path has one K schedule, so K depends on nothing."""
+    if horizon < 2:
+        return "horizon 1: every round's draft budget is horizon - 1 = 0, so every round drafts nothing"
+    ref = Reference(rig)
+    starts = outputs_within(rig, horizon - 2)
+    rejectable = any(qx > px for o in starts for px, qx in zip(ref.p(o), ref.q(o)))
+    cut = any(draft_confidence(rig, o) < stop for o in outputs_within(rig, horizon - 1))
+    if rejectable or cut:
+        return None
+    return (
+        "no draft can be rejected (q = p wherever a draft is made) and the draft-stop cuts none: every path has the "
+        "same budgets and acceptance history, so one K schedule"
     )
 
 
@@ -170,14 +217,6 @@ def check_shared_body(fx: Fixture) -> Check:
         + ("" if refused else "; the retained layout was not refused")
         + ("" if reaches else "; no token outside the draft vocabulary has mass: nothing was checked there"),
     )
-
-
-def _median_confidence(rig: Rig, horizon: int) -> float:
-    """A --draft-stop that cuts about half the drafts: the median of the draft's largest probability
-    over every output within the horizon."""
-    ref = Reference(rig)
-    values = sorted(max(ref.q(o)) for o in outputs_within(rig, horizon - 1))
-    return min(values[len(values) // 2], 0.999)
 
 
 def outputs_within(rig: Rig, tokens: int) -> list[tuple[int, ...]]:
@@ -266,12 +305,15 @@ def check_layout_parity(fx: Fixture) -> Check:
 
 
 def check_batch_invariance(fx: Fixture) -> Check:
-    differs = batch_difference(fx.rig, fx.horizon, fx.cfg.seed)
+    differs, cells = cell_batch_difference(fx.rig, fx.horizon)
+    differs = differs or seeded_batch_difference(fx.rig, fx.horizon, fx.cfg.seed)
     return Check(
         "batch_invariance",
         differs is None,
-        {"requests": BATCH_ROWS},
-        differs or "every request's tokens are the same alone and in a batch with different prompts",
+        {"requests": BATCH_ROWS, "cells_compared": cells, "prompts": len(batch_prompts(fx.rig))},
+        differs
+        or "every cell of a round drafts and emits the same alone and among other prompts' cells; every request's "
+        "tokens are the same alone and in a batch with different prompts",
     )
 
 
@@ -334,8 +376,42 @@ BATCH_ROWS = 12
 
 
 def batch_difference(rig: Rig, horizon: int, seed: int) -> str | None:
-    """Run requests with different prompts in one batch and each alone: a request's tokens must not
-    depend on its batch-mates (its random streams are its own). -> what differs, or None."""
+    """What differs between requests alone and in a batch (the exact cells, then seeded requests), or None."""
+    return cell_batch_difference(rig, horizon)[0] or seeded_batch_difference(rig, horizon, seed)
+
+
+def batch_prompts(rig: Rig) -> list[tuple[int, ...]]:
+    """The exact batch check's prompts: the rig's, and it followed by token 0 (rows of their own: a
+    K, or anything else, read off the batch differs between them)."""
+    return [rig.prompt, rig.prompt + (0,)]
+
+
+def cell_batch_difference(rig: Rig, horizon: int) -> tuple[str | None, int]:
+    """Every cell of a round's uniforms (the exact enumeration's, at its centre) from each of
+    ``batch_prompts``, run with every prompt's cells in one batch and with each prompt's alone: what
+    a request drafts and emits must not depend on its batch-mates, for any uniforms. -> (the first
+    difference or None, cells compared). Deterministic: no seed decides whether a difference shows."""
+    enums = [Enumerator(rig.but(prompt=p), horizon) for p in batch_prompts(rig)]
+    roots = [e.root() for e in enums]
+    points = [e.round_points(root, probes=("centre",)) for e, root in zip(enums, roots)]
+    alone = [e.run_cells([(root, pts)])[0] for e, root, pts in zip(enums, roots, points)]
+    together = enums[0].run_cells(list(zip(roots, points)))
+    cells = sum(len(pts) for pts in points)
+    for prompt, solo, mixed in zip(batch_prompts(rig), alone, together):
+        for j, ((a, _), (b, _)) in enumerate(zip(solo, mixed)):
+            if (a.draft_token_ids, a.emitted) != (b.draft_token_ids, b.emitted):
+                return (
+                    f"prompt {list(prompt)}, cell {j}: alone it drafts {list(a.draft_token_ids)} and emits "
+                    f"{list(a.emitted)}, among {cells} cells of {len(roots)} prompts it drafts "
+                    f"{list(b.draft_token_ids)} and emits {list(b.emitted)}"
+                ), cells
+    return None, cells
+
+
+def seeded_batch_difference(rig: Rig, horizon: int, seed: int) -> str | None:
+    """Run requests with different prompts in one batch and each alone, over several rounds: a
+    request's tokens must not depend on its batch-mates (its random streams are its own). -> what
+    differs, or None."""
     v = rig.vocab
     requests = [
         Request(f"b{i}", rig.prompt + tuple((i * (j + 1)) % v for j in range(i % 3)), horizon, seed=seed)

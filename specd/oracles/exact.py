@@ -256,8 +256,8 @@ class Enumerator:
             for pts, outs in zip(points, outcomes)
         ]
 
-    def _points(self, state: RequestState, paths: dict) -> list[tuple[float, dict[str, tuple[float, ...]]]]:
-        """Every cell of the round from ``state`` at each probe -> [(its mass, its uniforms)]."""
+    def _points(self, state: RequestState, paths: dict, probes=PROBES) -> list[tuple[float, dict[str, tuple]]]:
+        """Every cell of the round from ``state`` at each of ``probes`` -> [(its mass, its uniforms)]."""
         cells = []
         if self.rig.rule == "block":  # every A of every full path: all k tests decide it
             for path, full, mass in paths["maximal"]:
@@ -267,7 +267,7 @@ class Enumerator:
                 cells += self._cells(state, path, full, mass, True, paths["lookup"])
             for path, full, mass in paths["maximal"]:  # every draft accepted: a bonus
                 cells += self._cells(state, path, full, mass, False, paths["lookup"])
-        return [(cell.mass / len(PROBES), cell.at(where)) for cell in cells for where in PROBES]
+        return [(cell.mass / len(probes), cell.at(where)) for cell in cells for where in probes]
 
     def _discover_paths(self, states: list[RequestState]) -> list[dict]:
         """Pass 1: every draft path of the declared draft policy, run through production to learn
@@ -304,18 +304,19 @@ class Enumerator:
         return lookup, full_paths
 
     def _paths(self, state: RequestState, lookup: bool, full_paths: list, drafted: list) -> dict:
-        """What production drafted on each full path -> the round's nodes and maximal paths."""
+        """What production drafted on each full path -> the round's nodes and maximal paths, each once
+        per full path through it (weighed by the full path's width): the drafts after a rejection
+        are integrated too, whose values the rule never reads but a wrong engine may."""
         nodes: dict[tuple, tuple] = {}
         maximal: dict[tuple, tuple] = {}
         for (tokens, intervals, cell_mass), drafts in zip(full_paths, drafted):
             if lookup:  # the lookup drafts what it drafts, q a point mass; each proposal cell weighs its width
-                path, key, mass = drafts, intervals, cell_mass
+                path, mass = drafts, cell_mass
             else:  # a sampling source should draft a prefix of the path its uniforms point at
-                path, key, mass = tokens[: len(drafts)], (), None
+                path, mass = tokens[: len(drafts)], self._q_mass(state, tokens)
             for j in range(1, len(path) + 1):
-                node = path[:j]
-                nodes.setdefault((node, key), (node, intervals, mass if lookup else self._q_mass(state, node)))
-            maximal.setdefault((path, key), (path, intervals, mass if lookup else self._q_mass(state, path)))
+                nodes.setdefault((path[:j], intervals), (path[:j], intervals, mass))
+            maximal.setdefault((path, intervals), (path, intervals, mass))
         return {"nodes": list(nodes.values()), "maximal": list(maximal.values()), "lookup": lookup}
 
     def _q_mass(self, state: RequestState, path: tuple[int, ...]) -> float:
@@ -363,10 +364,18 @@ class Enumerator:
             ]
         return cells
 
+    def round_points(self, state: RequestState, probes=PROBES) -> list[dict[str, tuple[float, ...]]]:
+        """The uniforms of every cell of one round from ``state``, at each of ``probes``: the requests
+        ``round_outcomes`` runs (the batch check runs them alone and among other states' cells)."""
+        return [u for _, u in self._points(state, self._discover_paths([state])[0], probes)]
+
     # -- joints ----------------------------------------------------------------------------
+    def root(self) -> RequestState:
+        """The rig's prompt admitted, the horizon its budget: where the enumeration starts."""
+        return self.engine.start([Request("enum", self.rig.prompt, self.horizon)]).states()[0]
+
     def joint(self) -> Joint:
-        session = self.engine.start([Request("enum", self.rig.prompt, self.horizon)])
-        return self._joints([(session.states()[0], self.horizon)], first=True)[0]
+        return self._joints([(self.root(), self.horizon)], first=True)[0]
 
     def _joints(self, asked: list[tuple[RequestState, int]], first: bool = False) -> list[Joint]:
         """The joint over the next h tokens from each (state, h) of ``asked``, level by level: every

@@ -34,8 +34,18 @@ from specd.core.state import Request
 from specd.errors import SpecdError
 from specd.oracles.exact import Reference, target_joint
 from specd.oracles.montecarlo import bernstein_bound
-from specd.oracles.record import Check
+from specd.oracles.record import NOT_APPLICABLE, Check
 from specd.oracles.rig import Rig
+from specd.oracles.variant import (
+    LabCase,
+    Variant,
+    all_of,
+    drafts,
+    min_horizon,
+    put_to_checks,
+    rejection,
+    soft_target,
+)
 from specd.policy.kpolicy import FixedK, KPolicy
 
 INVARIANT_SEEDS = 128  # noise draws (one request each) of every check
@@ -146,14 +156,22 @@ def pointwise(rig: Rig, horizon: int, seeds: int, baseline, first_failure: bool 
 
 
 def shared_noise(rig: Rig, horizon: int, seeds: int) -> Check:
+    """The target as its own draft has every draft accepted; some must be drafted (at horizon 1 none
+    can be: a round's draft budget is horizon - 1, so the check is not applicable there)."""
     _, stats = texts(self_draft(rig), seeds, horizon, stats=True)
     drafted, accepted = stats.proposed, stats.accepted
+    detail = (
+        f"a draft identical to the target (same rows, same noise) must have every draft accepted: {accepted} "
+        f"of {drafted}"
+    )
+    if horizon < 2 and drafted == 0:
+        reason = "horizon 1: a round's draft budget is horizon - 1 = 0, so nothing is drafted"
+        return Check("invariant_shared_noise", None, {"drafted": 0, "accepted": 0}, f"{NOT_APPLICABLE}{reason}")
     return Check(
         "invariant_shared_noise",
         drafted > 0 and accepted == drafted,
         {"drafted": drafted, "accepted": accepted},
-        f"a draft identical to the target (same rows, same noise) must have every draft accepted: {accepted} "
-        f"of {drafted}",
+        detail,
     )
 
 
@@ -214,42 +232,54 @@ class RatioWithSharedNoise(RejectionSampler):
         return self.match_targets(targets, rows)
 
 
-INVARIANT_VARIANTS = (
-    ("noise_keyed_by_round", "Gumbel noise keyed by the round instead of the output position", NoiseByRound),
-    (
+INVARIANT_VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        "noise_keyed_by_round",
+        "Gumbel noise keyed by the round instead of the output position",
+        lambda r: r.but(sampler_cls=NoiseByRound),
+        # target-only decoding keys its first token's noise as the chain does (round 0, offset 0): the
+        # keys differ from the second position on
+        all_of(min_horizon(2, "only the first position is drawn, and round 0's key is the chain's"), soft_target),
+    ),
+    Variant(
         "draft_with_independent_noise",
         "the draft proposes with independent noise (exact in law, not invariant coupling)",
-        IndependentDraftNoise,
+        lambda r: r.but(sampler_cls=IndependentDraftNoise),
+        all_of(drafts(1), soft_target),  # the target as its own draft: a draft that loses a race is rejected
     ),
-    (
+    Variant(
         "ratio_test_with_shared_noise",
         "accept-on-ratio (U < p/q) mixed with the shared noise's terminal token",
-        RatioWithSharedNoise,
+        lambda r: r.but(sampler_cls=RatioWithSharedNoise),
+        # where q(x) > p(x) for some x, the noise where the draft's race picks the x of least p/q < 1, the
+        # target's race another token, and that x's uniform is below p/q has positive probability: it is
+        # accepted, and the text differs; where q <= p everywhere, q = p and both races pick one token
+        all_of(drafts(1), rejection),
     ),
 )
-LAB_SEEDS = 32
+LAB_SEEDS = 32  # noise draws each variant is first put to; INVARIANT_SEEDS (the checks' own) if not caught
 
 
-def invariant_lab(rig: Rig, horizon: int) -> list[dict]:
-    out = []
-    reference = reference_texts(rig, LAB_SEEDS, horizon)  # the variants share the rig's rows
-    for name, description, sampler_cls in INVARIANT_VARIANTS:
-        variant = rig.but(sampler_cls=sampler_cls)
-        caught, by, detail = False, None, "not caught"
-        try:
-            for check in each_invariant_check(variant, horizon, LAB_SEEDS, reference, first_failure=True):
-                if check.passed is False:
-                    caught, by, detail = True, check.name, check.detail
-                    break
-        except SpecdError as err:
-            caught, by, detail = True, err.code, str(err)
-        out.append(
-            {
-                "variant": "invariant/" + name,
-                "description": description,
-                "caught": caught,
-                "caught_by": by,
-                "detail": detail,
-            }
-        )
-    return out
+def invariant_lab(rig: Rig, seed: int = 0) -> list[dict]:
+    """The invariant rule's variants on the lab's ``rig``, to its horizon (K + 1): each put to the
+    checks with LAB_SEEDS noise draws, then, if not caught, with INVARIANT_SEEDS (the draws the checks
+    run on the engine; the first LAB_SEEDS are theirs, so this is the checks' own verdict, sooner)."""
+    horizon = rig.k + 1
+    ref = Reference(rig)
+    lookup = NgramProposer(2, rig.vocab)  # the pointwise check also drafts with a lookup and the target
+    case = LabCase(rig, horizon, seed, ref, sources=(rig.proposer(), lookup))
+    references = {}
+
+    def catch(variant: Rig) -> tuple[bool, str | None, str]:
+        for seeds in (LAB_SEEDS, INVARIANT_SEEDS):
+            if seeds not in references:  # the variants share the rig's rows
+                references[seeds] = reference_texts(rig, seeds, horizon)
+            try:
+                for check in each_invariant_check(variant, horizon, seeds, references[seeds], first_failure=True):
+                    if check.passed is False:
+                        return True, check.name, check.detail
+            except SpecdError as err:
+                return True, err.code, str(err)
+        return False, None, "not caught"
+
+    return [put_to_checks(v, case, "invariant/" + v.name, catch) for v in INVARIANT_VARIANTS]

@@ -12,7 +12,7 @@ import torch
 from specd.core.processors import Temperature
 from specd.core.proposer import ModelProposer
 from specd.core.sampler import RejectionSampler, Rows
-from specd.oracles.lab import Variant
+from specd.oracles.variant import Variant, all_of, drafts, rejection, soft_draft, soft_target
 
 
 class DraftReadsAcceptanceUniforms(ModelProposer):
@@ -71,31 +71,42 @@ def _temperature(rig) -> float:
     return found[0] if found else 1.0
 
 
+def temperature_not_one(case) -> str | None:
+    """temperature_hard_coded_to_one's need: a target temperature other than 1 (at 1 the rows it
+    reads are the run's own)."""
+    return None if _temperature(case.rig) != 1.0 else "the target's temperature is 1: the rows read at 1 are the run's"
+
+
 SHIPPED_VARIANTS: tuple[Variant, ...] = (
     Variant(
         "draft_reads_acceptance_uniforms",
         "the draft sampled with the acceptance tests' uniforms (vllm#47386: draft noise keyed like the acceptance "
         "uniform)",
         lambda r: r.but(proposer_factory=lambda rig: DraftReadsAcceptanceUniforms(rig.draft, rig.draft_policy)),
+        drafts(1),
     ),
     Variant(
         "model_draft_as_point_mass",
         "a sampled model draft's q dropped and read as one-hot (vllm#40149: draft_probs=None)",
         lambda r: r.but(proposer_factory=lambda rig: ModelDraftAsPointMass(rig.draft, rig.draft_policy)),
+        all_of(drafts(1), soft_draft),  # a draft drawn from a point mass has that point mass as its q
     ),
     Variant(
         "sampling_returns_argmax",
         "the correction or bonus taken as the argmax of its law (mistral.rs#2424)",
         lambda r: r.but(sampler_cls=SamplingReturnsArgmax),
+        soft_target,  # the argmax of a point mass (or of its residual) is its draw
     ),
     Variant(
         "first_draft_without_test",
         "the first draft committed without its acceptance test (lattice#243)",
         lambda r: r.but(sampler_cls=FirstDraftWithoutTest),
+        rejection,  # where no test can fail, skipping one changes nothing
     ),
     Variant(
         "temperature_hard_coded_to_one",
         "the rule reads the target's rows at temperature 1 whatever the run's (lattice#388)",
         lambda r: r.but(sampler_cls=temperature_ignored(_temperature(r))),
+        all_of(temperature_not_one, soft_target),  # p ** T renormalized is p at T = 1
     ),
 )

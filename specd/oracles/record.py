@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 
 EXACT_TOLERANCE = 1e-12  # float64 enumeration: the joints must agree to this, and each must sum to 1
 
+# A check (passed None) or a failure-lab variant (caught None) that nothing at this size can exercise
+# begins its detail with this, then says why.
+NOT_APPLICABLE = "not applicable at this size: "
+
 
 @dataclass
 class Check:

@@ -2,6 +2,8 @@ import pytest
 
 from specd.core.table_model import TableModel
 from specd.oracles.exact import Enumerator, speculative_joint, target_joint
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.lab import VARIANTS
 from specd.oracles.record import max_abs_diff
 from tests.helpers import rig
 
@@ -37,3 +39,14 @@ def test_enumeration_is_not_vacuous_a_wrong_target_is_detected():
     r = rig(2, 3)
     other = r.but(target=TableModel(2, seed=99))
     assert max_abs_diff(target_joint(other, 4), speculative_joint(r, 4)) > 1e-3
+
+
+def test_the_drafts_after_a_rejection_are_integrated_too():
+    """The rule never reads the drafts after a first rejection, but a wrong engine may: the lab's
+    processor_advanced_over_rejected advances the target's repetition state over them. At V = 3, K
+    = 2, seed 21 it moves the state only where the draft after a rejected 0 is 2 (q = 0.0007 there,
+    and the first full path through the rejection drafts 0): each full path is its own cell."""
+    base = build_rig(OracleConfig(vocab=3, k=2, seed=21), lab=True)
+    variant = next(v for v in VARIANTS if v.name == "processor_advanced_over_rejected").build(base)
+    assert max_abs_diff(target_joint(base, 3), speculative_joint(variant, 3, "rounds")) > 1e-6
+    assert max_abs_diff(target_joint(base, 3), speculative_joint(base, 3, "rounds")) <= 1e-12

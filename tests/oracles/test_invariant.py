@@ -26,7 +26,7 @@ def test_the_invariant_rule_passes_every_check(cfg):
 
 def test_every_invariant_variant_is_caught_by_name():
     cfg = OracleConfig(vocab=3, k=2)
-    found = {v["variant"]: v for v in invariant_lab(build_rig(cfg, lab=True), cfg.effective_horizon)}
+    found = {v["variant"]: v for v in invariant_lab(build_rig(cfg, lab=True), cfg.seed)}
     expected = {
         "invariant/noise_keyed_by_round": "invariant_reference",
         "invariant/draft_with_independent_noise": "invariant_shared_noise",
@@ -65,3 +65,17 @@ def test_every_sampling_control_is_exact_under_both_rules(controls):
     assert report["passed"], failed
     names = {c["name"] for c in report["checks"]}
     assert {"exact_joint", "exact_joint_rounds", "invariant_pointwise", "invariant_reference"} <= names
+
+
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("seed", [68, 98])
+def test_the_lab_runs_at_its_largest_k_where_the_variants_show(seed, k):
+    """On these V = 2 tables ratio_test_with_shared_noise's text differs from target-only decoding's
+    on fewer than 1 in 128 noise draws at K = 2: the invariant lab runs at K = 3 whatever the K."""
+    report = run_oracle(OracleConfig(vocab=2, k=k, seed=seed, rule="invariant"))
+    assert report["passed"] and [v["caught_by"] for v in report["failure_lab"]] == [
+        "invariant_reference",
+        "invariant_shared_noise",
+        "invariant_pointwise",
+        "tree_invariant",
+    ]

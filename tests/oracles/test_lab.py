@@ -1,5 +1,6 @@
 import pytest
 
+from specd.oracles.engine_checks import cell_batch_difference
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, SHARED_BODY_VARIANTS, VARIANTS, run_lab
 from specd.oracles.rig import ngram_rig
@@ -64,3 +65,14 @@ def test_this_years_shipped_sampler_bugs_are_caught_by_name(vocab, k):
         broken = variant.build(base)
         changed = [n for n in ("sampler_cls", "proposer_factory") if getattr(broken, n) is not getattr(base, n)]
         assert len(changed) == 1, variant.name
+
+
+@pytest.mark.parametrize("vocab,k,seed", [(2, 2, 1), (2, 2, 2), (3, 2, 3), (3, 3, 0)])
+def test_a_k_read_off_the_batch_is_caught_at_every_seed(vocab, k, seed):
+    """k_from_batch_mean_confidence on the exact cells of two prompts, together and apart: whatever
+    the seed (the first three were missed by the seeded batch check and the enumeration)."""
+    base = build_rig(OracleConfig(vocab=vocab, k=k, seed=seed), lab=True)
+    variant = next(v for v in VARIANTS if v.name == "k_from_batch_mean_confidence").build(base)
+    differs, cells = cell_batch_difference(variant, base.k + 1)
+    assert differs and "alone it drafts" in differs
+    assert cell_batch_difference(base, base.k + 1) == (None, cells)

@@ -2,7 +2,7 @@ import pytest
 
 from specd.errors import UsageError
 from specd.oracles.fixture import OracleConfig
-from specd.oracles.report import SCHEMA, run_oracle
+from specd.oracles.report import SCHEMA, lab_verdict, run_oracle
 
 
 @pytest.mark.parametrize(
@@ -65,3 +65,26 @@ def test_oracle_passes_on_the_production_engine(cfg):
 def test_bad_configurations_are_refused_when_built(kwargs, message):
     with pytest.raises(UsageError, match=message):
         OracleConfig(**kwargs)
+
+
+CAUGHT = {"caught": True, "applicable": True}
+MISSED = {"caught": False, "applicable": True}
+UNSEEN = {"caught": None, "applicable": False}  # not applicable at this size
+
+
+@pytest.mark.parametrize(
+    "rows,passed,counts",
+    [
+        ([CAUGHT, CAUGHT], True, (2, 2, 2, 0)),
+        ([CAUGHT, MISSED], False, (2, 1, 2, 0)),
+        ([CAUGHT, UNSEEN], True, (2, 1, 1, 1)),
+        ([MISSED, UNSEEN], False, (2, 0, 1, 1)),
+        ([UNSEEN, UNSEEN], None, (2, 0, 0, 2)),  # a lab that can see nothing proves nothing: never passed
+    ],
+)
+def test_the_failure_lab_verdict_counts_what_it_caught_and_what_it_could_not_see(rows, passed, counts):
+    check = lab_verdict(rows)
+    assert check.name == "failure_lab" and check.passed is passed
+    figures = check.figures
+    assert (figures["variants"], figures["caught"], figures["applicable"], figures["not_applicable"]) == counts
+    assert check.detail.endswith("(each with its reason)") == bool(counts[3])
