@@ -82,8 +82,8 @@ class KVCache:
     def length(self, slot: int) -> int:
         return len(self._committed[slot]) + len(self._temporary[slot])
 
-    def stage(self, rows: KVRows) -> None:
-        """Record rows a step produced; positions must continue the slot's rows."""
+    def expect(self, rows: KVRows) -> None:
+        """Refuse rows whose positions do not continue the slot's rows (CacheIdentityError)."""
         start = self.length(rows.slot)
         expected = tuple(range(start, start + len(rows)))
         if rows.positions != expected:
@@ -91,6 +91,10 @@ class KVCache:
                 f"slot {rows.slot}: rows at positions {list(rows.positions)} but the cache holds "
                 f"{start} rows (expected positions {list(expected)}): duplicate or shifted position"
             )
+
+    def stage(self, rows: KVRows) -> None:
+        """Record rows a step produced; positions must continue the slot's rows."""
+        self.expect(rows)
         self._temporary[rows.slot].extend(rows.tokens)
         self.counts.staged += len(rows)
 
