@@ -61,11 +61,12 @@ def tokenizer_fields(tok) -> dict:
 
 
 def plain_tokens(vocab: int) -> dict:
-    """Fields of a vocabulary of ``vocab`` one-letter tokens and no merges (the oracle's tiny tables)."""
-    letters = [chr(ord("a") + i) for i in range(vocab)]
+    """Fields of a vocabulary of ``vocab`` tokens (the oracle's tiny tables): letters, the last one the
+    merge of the first two (llama.cpp's BPE reader wants a merge)."""
+    letters = [chr(ord("a") + i) for i in range(vocab - 1)] + ["ab"]
     return {
         "tokens": letters,
-        "merges": [],
+        "merges": ["a b"],
         "types": [1] * vocab,
         "bos": 0,
         "eos": 0,
