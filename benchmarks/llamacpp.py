@@ -48,7 +48,7 @@ from arguments import positive  # noqa: E402
 from heldout import GROUNDED, OPEN, TARGETS, batches, check, load_half  # noqa: E402
 
 from specd.models.divergence import Divergence, last_row  # noqa: E402
-from specd.models.llamacpp_lib import binding, default_threads  # noqa: E402
+from specd.models.llamacpp_lib import binding  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem  # noqa: E402
@@ -290,7 +290,7 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     items = load_half("test", args.per_kind, args.kinds)
-    threads, report = default_threads(), {}
+    threads, report = torch.get_num_threads(), {}  # specd's llama.cpp threads: torch's setting
     for model in args.models.split(","):
         if model not in TARGETS:
             raise SystemExit(f"unknown model {model!r}: choose from {', '.join(TARGETS)}")

@@ -1,6 +1,7 @@
 """llama.cpp's CPU batch invariance: is a position's logit row the same whatever call it is scored in?
 
-    python benchmarks/llamacpp_invariance.py [--models smollm,gemma] [--threads 2] [--json FILE]
+    python benchmarks/llamacpp_invariance.py [--models smollm,gemma] [--configs all|NAME;...] [--threads 2]
+                                             [--json FILE]
 
 Bit-identity, not timing: it may run on a busy machine. Per model file (the embedded SmolLM2 Q4_1
 and Gemma 3 270M Q4_K_M GGUFs) and per context configuration (CONFIGS: llama.cpp's defaults with
@@ -42,10 +43,10 @@ FILES = {"smollm": "smollm2-135m", "gemma": "gemma-3-270m"}
 # name -> Context keywords: llama.cpp's defaults (flash attention on, off), a shared pool with q8_0
 # keys, and specd's configuration (a stream per sequence, q8_0 keys)
 CONFIGS = {
-    "pool, f16 K, FA on": {"unified": True, "k_type": "f16", "flash_attn": True},
-    "pool, f16 K, FA off": {"unified": True, "k_type": "f16", "flash_attn": False},
-    "pool, q8_0 K, FA on": {"unified": True, "k_type": "q8_0", "flash_attn": True},
-    "streams, q8_0 K, FA on (specd)": {"unified": False, "k_type": "q8_0", "flash_attn": True},
+    "pool / f16 keys / FA on": {"unified": True, "k_type": "f16", "flash_attn": True},
+    "pool / f16 keys / FA off": {"unified": True, "k_type": "f16", "flash_attn": False},
+    "pool / q8_0 keys / FA on": {"unified": True, "k_type": "q8_0", "flash_attn": True},
+    "streams / q8_0 keys / FA on (specd)": {"unified": False, "k_type": "q8_0", "flash_attn": True},
 }
 TEXT = (
     "The Hollin family has grown apples on the same hillside since 1911. Their orchard covers 14 hectares "
@@ -122,13 +123,14 @@ def with_rejections(ctx: Context, text: list[int], others: list[list[int]], own:
     return rows
 
 
-def measure(name: str, threads: int) -> list[dict]:
+def measure(name: str, threads: int, configs) -> list[dict]:
     model = GGUFModel(EMBEDDED[FILES[name]].gguf())
     text = tokens_of(model, TEXT, LONG)
     short = text[:SHORT]
     others = [tokens_of(model, TEXT[k * 37 :] + TEXT, SHORT) for k in (1, 2, 3)]
     out = []
-    for config, keywords in CONFIGS.items():
+    for config in configs:
+        keywords = CONFIGS[config]
         ctx = Context(model, cells=1024, streams=4, threads=threads, **keywords)
         reference = score(ctx, chunked(short, 1))
         modes = {f"calls of {c}": chunked(short, c) for c in [*range(2, 34), 64, SHORT]}
@@ -148,14 +150,15 @@ def measure(name: str, threads: int) -> list[dict]:
         rows.append({"mode": "long: 1 vs 2 rows", **compare(long_rows[1], long_rows[2])})
         ctx.close()
         out += [{**row, "model": name, "config": config} for row in rows]
-        print(f"{name}, {config}: done", file=sys.stderr, flush=True)
+        summary([r for r in out if r["config"] == config], header=not out[: -len(rows)])
     return out
 
 
-def summary(rows: list[dict]) -> None:
-    """One line per model, configuration and mode (calls of 2..33 rows together)."""
-    print("| model | configuration | mode | identical positions | max abs diff | argmax moved |")
-    print("|---|---|---|---|---|---|")
+def summary(rows: list[dict], header: bool = True) -> None:
+    """One line per model, configuration and mode (calls of 2..33 rows together), as each is measured."""
+    if header:
+        print("| model | configuration | mode | identical positions | max abs diff | argmax moved |")
+        print("|---|---|---|---|---|---|")
     for name in dict.fromkeys(r["model"] for r in rows):
         for config in CONFIGS:
             mine = [r for r in rows if r["model"] == name and r["config"] == config]
@@ -164,23 +167,27 @@ def summary(rows: list[dict]) -> None:
             for mode, group in groups:
                 n, same = sum(r["positions"] for r in group), sum(r["identical"] for r in group)
                 diff, moved = max(r["max_abs_diff"] for r in group), sum(r["argmax_moved"] for r in group)
-                print(f"| {name} | {config} | {mode} | {same}/{n} | {diff:.3g} | {moved} |")
+                print(f"| {name} | {config} | {mode} | {same}/{n} | {diff:.3g} | {moved} |", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm,gemma")
     ap.add_argument("--threads", type=positive, default=2)
+    ap.add_argument("--configs", default="all", help=f"all, or some of: {'; '.join(CONFIGS)} (separated by ;)")
     ap.add_argument("--json", default=None, help="also write every mode's figures to this file")
     args = ap.parse_args()
+    configs = list(CONFIGS) if args.configs == "all" else [c.strip() for c in args.configs.split(";")]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configuration {unknown[0]!r}: choose from {'; '.join(CONFIGS)}")
     rows = []
     for name in args.models.split(","):
         if name not in FILES:
             raise SystemExit(f"unknown model {name!r}: choose from {', '.join(FILES)}")
-        rows += measure(name, args.threads)
-    summary(rows)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        rows += measure(name, args.threads, configs)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -60,9 +60,14 @@ def check(opts) -> None:
         raise UsageError(f"--backend llama.cpp: {why}; use --backend hf")
 
 
-def choose(opts, device: torch.device) -> str:
+def choose(opts, device: torch.device, given_target: bool = False) -> str:
     """The backend of a run: ``--backend`` if given; an embedded target on a CPU: EMBEDDED_DEFAULT
-    when llama-cpp-python is installed and the run asks for nothing only hf runs; else hf."""
+    when llama-cpp-python is installed and the run asks for nothing only hf runs; else hf.
+    ``given_target``: the target is a Hugging Face model object the caller holds (hf)."""
+    if given_target:
+        if opts.backend == LLAMA_CPP:
+            raise UsageError("backend='llama.cpp' runs GGUF files; a target given as a model object runs on hf")
+        return HF
     if opts.backend is not None:
         return opts.backend
     if opts.embedded and device.type == "cpu" and EMBEDDED_DEFAULT == LLAMA_CPP and hf_only(opts) is None:

@@ -1,24 +1,28 @@
 """A GGUF model on llama.cpp behind the core's CausalLM protocol.
 
 With this backend the target *is* llama.cpp's computation on the file: its quantized weights as
-stored, its 8-bit quantization of activations inside the products, its float16 K/V cells and its
+stored, its 8-bit quantization of activations inside the products, its K/V cells and its
 flash-attention kernel. specd's rule is exact with respect to whatever rows that computation
 returns, and greedy decoding is llama.cpp's own as long as a position's row does not depend on the
-call it is scored in (measured per file: docs/llamacpp.md, benchmarks/llamacpp_invariance.py).
+call it is scored in: the context is configured so that it does not (``llamacpp_lib.Context``:
+q8_0 keys, a K/V stream per request; measured in docs/llamacpp.md).
 
-Physical layout: one llama.cpp context per cache, its K/V cells unified over the batch; each open
-slot (request) is one llama.cpp sequence. A step scores every row of every request in one
+Physical layout: one llama.cpp context per cache; each open slot (request) is one llama.cpp
+sequence with a stream of cells of its own. A step scores every row of every request in one
 ``llama_decode`` with logits for the rows asked. The ledger (specd.core.kv) and llama.cpp hold the
 same rows at every moment: a commit removes the dropped temporary rows from the sequence
-(``llama_memory_seq_rm``), a reset or a close removes all of them, and committed rows stay. When
-the cells run out the context is rebuilt twice as large and every open slot's rows are scored
-again into it (the same rows, bit for bit, by the invariance above).
+(``llama_memory_seq_rm``), a reset or a close removes all of them, and committed rows stay. When a
+sequence outgrows its cells or more slots are open than the context has streams, the context is
+rebuilt twice as large and every open slot's rows are scored again into it (the same rows, bit for
+bit, by the invariance above).
 
-Token trees (not built): a llama.cpp row may belong to several sequences, so a tree's shared
-prefix can be one row in every branch's sequence; ``Context.decode`` already takes a sequence set
-per row. The shared-body draft (``self:vocab=N``) is refused here: llama.cpp gives the final hidden
-state at every row of a call (its embeddings output), but its head runs only inside its own graph,
-so a head applied apart from it would be another function than the target's logits.
+Token trees (not built): a llama.cpp row may belong to several sequences (``Context.decode`` takes a
+sequence set per row), so a tree's shared prefix can be one row in every branch's sequence; llama.cpp
+shares a row between sequences only in one pool of cells (``kv_unified``), whose order a tree
+version would then have to keep itself (a context per request would). The shared-body draft
+(``self:vocab=N``) is refused on this backend: llama.cpp gives the final hidden state at every row
+of a call (its embeddings output), but runs its head only inside its own graph, so a head applied
+apart from it would be another function than the target's logits.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import torch
 from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
 from specd.errors import CellsExhausted, UsageError
-from specd.models.llamacpp_lib import Context, GGUFModel, default_threads
+from specd.models.llamacpp_lib import Context, GGUFModel
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: the sequences (streams) of one context
 FIRST_CELLS = 512  # a new context's rows per sequence; it doubles when a sequence needs more
@@ -128,7 +132,7 @@ class LlamaCppLM:
         self.device = torch.device("cpu")
         self.dtype = torch.float32  # its logit rows' (its weights keep the file's quantization)
         self.window = file.facts.window
-        self.threads = threads or default_threads()
+        self.threads = threads or torch.get_num_threads()  # specd's CPU threads, one setting for both libraries
         # q8_0 keys send every call through one attention kernel (docs/llamacpp.md); llama.cpp stores
         # them in blocks of 32, so a head whose width is not a multiple of 32 keeps float16 keys.
         self.k_type = "q8_0" if file.facts.head_dim % 32 == 0 else "f16"

@@ -1,10 +1,10 @@
 """llama.cpp through llama-cpp-python's low-level API: the binding, a GGUF file loaded once, and a
 context whose one verb (``Context.decode``) scores packed rows of several sequences in one call.
 
-Terms: a *context* is one llama.cpp context (its K/V cells, unified over its sequences); a
-*sequence* is a llama.cpp sequence id, one per request; a *row* is one input token at its
-position in one or more sequences (``seqs``: a token may belong to several sequences, as a tree's
-shared prefix would). Only this module touches ctypes; everything above it sees numpy and torch.
+Terms: a *context* is one llama.cpp context (its K/V cells); a *sequence* is a llama.cpp sequence
+id, one per request, with a stream of cells of its own; a *row* is one input token at its position
+in one or more sequences (``seqs``: a token may belong to several sequences, as a tree's shared
+prefix would). Only this module touches ctypes; everything above it sees numpy and torch.
 
 The binding's logits buffer is rewritten by the next call, so ``decode`` returns the rows asked in
 one float32 copy of that buffer (one copy per call, never one per row); callers take views of it.
@@ -13,7 +13,6 @@ one float32 copy of that buffer (one copy per call, never one per row); callers 
 from __future__ import annotations
 
 import ctypes
-import os
 import weakref
 from collections import deque
 from dataclasses import dataclass
@@ -77,14 +76,6 @@ def last_log() -> str:
     text = errors[0] if errors else (_LOG[-1][1] if _LOG else "")
     text = text.split(": ", 1)[1] if text.startswith("llama_") and ": " in text else text  # its function's name
     return one_line(text.removeprefix("error loading model: "), 200)
-
-
-def default_threads() -> int:
-    """The cores this process may run on (llama.cpp's own default counts every core of the machine)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)

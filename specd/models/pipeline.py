@@ -83,7 +83,7 @@ class Pipeline:
         and/or "draft" already in memory (``loading.in_memory``), used instead of loading them."""
         given = given or {}
         device = resolve_device(opts.device)
-        backend = backends.choose(opts, device) if not given else backends.HF
+        backend = backends.choose(opts, device, given_target="target" in given)
         if backend == LLAMA_CPP:
             device = resolve_device("cpu")  # llama.cpp runs on the CPU here, and so does a Hugging Face draft beside it
         dtype = resolve_dtype(opts.dtype, device)

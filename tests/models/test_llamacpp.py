@@ -82,6 +82,17 @@ def test_a_position_scores_the_same_alone_and_in_any_call(pair):
     assert all(torch.equal(beside[(0, p)], alone[(0, p)]) for p in range(len(tokens)))
 
 
+def test_rows_do_not_depend_on_the_thread_count(pair):
+    """A product's output element and an attention row are each one thread's: 1 thread or 2, the same
+    rows (so specd's threads setting never changes a text)."""
+    tokens = text(40)
+    rows = []
+    for threads in (1, 2):
+        ctx = Context(pair[0].file, cells=256, streams=1, threads=threads)
+        rows.append(rows_of(ctx, [[(0, t, p + j) for j, t in enumerate(tokens[p : p + 7])] for p in range(0, 40, 7)]))
+    assert all(torch.equal(rows[0][key], rows[1][key]) for key in rows[0])
+
+
 class Audited:
     """Checks after every cache operation and step that each open slot's ledger length is llama.cpp's
     own count of its sequence's rows (``llama_memory_seq_pos_max`` + 1)."""
