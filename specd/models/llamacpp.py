@@ -72,26 +72,32 @@ class LlamaCppCache(KVCache):
         if seq != last:
             moved = next(s for s, q in self.seq.items() if q == last)
             self.seq[moved] = seq
-            if self.ctx is not None:
+            if self.holds(last):
                 self.ctx.copy(last, seq)  # its rows, cells and order as they were
-        if self.ctx is not None:
+        if self.holds(last):
             self.ctx.remove(last, -1)
+        elif self.holds(seq):
+            self.ctx.remove(seq, -1)  # the sequence that took its place has no rows yet
 
     def commit(self, slot: int, keep: int) -> None:
         start = len(self._committed[slot]) + keep  # the first dropped row's position
         dropped = len(self._temporary[slot]) - keep
         super().commit(slot, keep)
-        if dropped > 0 and self.ctx is not None:
+        if dropped > 0 and self.holds(self.seq[slot]):
             self.ctx.remove(self.seq[slot], start)
 
     def reset(self, slot: int) -> None:
         super().reset(slot)
-        if self.ctx is not None:
+        if self.holds(self.seq[slot]):
             self.ctx.remove(self.seq[slot], -1)
+
+    def holds(self, seq: int) -> bool:
+        """Whether llama.cpp has a stream for ``seq`` (one opened since the last step has none, and no rows)."""
+        return self.ctx is not None and seq < self.ctx.streams
 
     def sequence_lengths(self) -> dict[int, int]:
         """slot -> the rows llama.cpp holds in its sequence (its own count: what the ledger must match)."""
-        return {slot: (self.ctx.length(seq) if self.ctx is not None else 0) for slot, seq in self.seq.items()}
+        return {slot: (self.ctx.length(seq) if self.holds(seq) else 0) for slot, seq in self.seq.items()}
 
     def ensure(self, rows: Sequence[RowInput]) -> None:
         """Room for ``rows``: a stream for every open slot and, in each, room for its rows; else a

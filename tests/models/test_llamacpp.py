@@ -179,6 +179,23 @@ def test_the_cache_refuses_rows_that_do_not_continue_and_frees_closed_sequences(
     assert cache.seq[8] == 0 and cache.sequence_lengths() == {8: 0}  # the sequence id is reused, empty
 
 
+def test_slots_that_open_and_close_between_steps_keep_their_sequences(pair):
+    """A slot opened after a step has no stream yet; when an older slot closes first, the new one
+    takes its sequence (the last is moved down) and the next step rebuilds nothing it should not."""
+    target = pair[0]
+    cache = target.new_cache()
+    for slot in (0, 1):
+        cache.open(slot)
+    target.step(cache, [RowInput(0, (5, 6, 7), (0, 1, 2)), RowInput(1, (8, 9), (0, 1))])
+    cache.commit(0, 3)
+    cache.commit(1, 2)
+    cache.open(2)  # sequence 2: beyond the context's streams until the next step
+    cache.close(0)  # sequence 0 is taken over by the last one (slot 2, no rows)
+    assert cache.seq == {1: 1, 2: 0} and cache.sequence_lengths() == {1: 2, 2: 0}
+    target.step(cache, [RowInput(1, (4,), (2,)), RowInput(2, (3, 4), (0, 1))])
+    assert cache.sequence_lengths() == {1: 3, 2: 2} == {s: cache.length(s) for s in (1, 2)}
+
+
 def test_logits_come_back_as_views_of_one_float32_tensor(pair):
     target = pair[0]
     cache = target.new_cache()
