@@ -3,9 +3,11 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: install test lint oracle bench
 
-# llama-cpp-python builds llama.cpp from source: without its multimodal library (LLAVA_BUILD), one
-# compile job per core (each needs about a GiB); its tests, tools and examples are off already.
-LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# llama-cpp-python builds llama.cpp from source: without its multimodal library (LLAVA_BUILD) and
+# without llama.cpp's common library, which the binding forces on but never loads (a project include
+# turns it off: cmake/llamacpp-no-common.cmake); its tests, tools, examples and server are off
+# already. One compile job per core (each needs about a GiB).
+LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/cmake/llamacpp-no-common.cmake
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 install:
