@@ -147,13 +147,14 @@ class Systems:
 
 
 def kernel_at(prompt: int, position: int) -> str:
-    """Which of llama.cpp's flash-attention kernels its plain decoding ran where it parted from specd."""
-    parts = []
+    """What differs between llama.cpp's plain decoding (float16 keys) and specd's (q8_0 keys) where they
+    parted: the keys' rounding everywhere, and the flash-attention path llama.cpp's own call took."""
+    parts = ["float16 keys (specd: q8_0)"]
     if prompt >= TILED_ROWS:
         parts.append(f"the prompt's {prompt} rows in one call: the tiled kernel (calls of >= {TILED_ROWS} rows)")
     if position + 1 > SPLIT_KV_CELLS // 2:
         parts.append("a one-row call over >= 512 cells in view: the split-KV kernel (the cells summed per thread)")
-    return "; ".join(parts) or "the one-pass kernel specd runs (no kernel of its own there)"
+    return "; ".join(parts)
 
 
 def explain(systems: Systems, item: PromptItem, ids: list[int], ours: list[int], theirs: list[int]) -> dict:

@@ -9,13 +9,14 @@ flash attention on and off, one pool of K/V cells for every sequence, float16 ke
 a K/V stream per sequence, q8_0 keys), the same tokens are scored in several ways and every
 position's row is compared with the row it gets when each token is fed alone (one row per call):
 
-    calls of c rows     one sequence, c = 2..33, 64 and the whole text (100 tokens) per call
-    4 sequences         the text in sequence 0 and three others, 5 rows of each per call, the others'
-                        last rows removed after each call and fed again (rejections: holes in a
-                        shared pool, which later rows of sequence 0 may fill out of position order)
+    calls of c rows     one sequence, c = 2..33 over its first 40 tokens, and one call of 64 rows
+    4 sequences         the text in sequence 0 and three others, 5 rows of each per call (sequence 0's
+                        last), the others' last rows removed after each call and fed again
+                        (rejections: holes in a shared pool, which later rows of sequence 0 fill out
+                        of position order)
     own rollback        one sequence, 5 rows a call, its last rows removed and fed again each time
     long: 1 vs 2 rows   the last 64 positions of a 600-token text (past 512 cells in view), one row
-                        per call against two rows per call, after the same prefix
+                        per call against two rows per call, after the same prefix (copied)
 
 Printed per mode: positions compared, how many are bit-identical, the largest logit difference
 and how many positions' argmax moved. Not a test: it measures (tests/models/test_llamacpp.py
@@ -55,7 +56,7 @@ TEXT = (
     "310 tonnes. Fruit that is too small or marked goes to the press, and the farm's cider is sold in its "
     "own shop and in six local pubs. "
 )
-SHORT, LONG, TAIL = 100, 600, 64
+SHORT, TILE, LONG, TAIL = 40, 64, 600, 64
 
 
 def tokens_of(model: GGUFModel, text: str, n: int) -> list[int]:
@@ -101,21 +102,26 @@ def compare(reference: dict[int, torch.Tensor], rows: dict[int, torch.Tensor]) -
 
 
 def with_rejections(ctx: Context, text: list[int], others: list[list[int]], own: bool) -> dict[int, torch.Tensor]:
-    """Sequence 0 holds ``text``; each call feeds 5 rows of each sequence; after the call the last rows
-    of the other sequences (``own``: of sequence 0 itself) are removed and fed again in the next call."""
+    """Sequence 0 holds ``text`` and takes 5 rows a call, last in the call. ``own``: it alone, its last
+    rows removed after each call and fed again. Else beside three others, which take 5 rows and keep
+    1 on even calls, 1 row on odd ones: the holes they leave lie before sequence 0's last rows, and
+    its next rows fill them (out of position order, in a shared pool)."""
     seqs = [text] if own else [text, *others]
     done = [0] * len(seqs)  # rows committed per sequence
     rows: dict[int, torch.Tensor] = {}
     step = 0
     while done[0] < len(text):
+        width = [5] + [5 if step % 2 == 0 else 1] * (len(seqs) - 1)
         call = []
-        for s, toks in enumerate(seqs):
-            call += [(s, toks[p], p) for p in range(done[s], min(done[s] + 5, len(toks)))]
+        for s in [*range(1, len(seqs)), 0]:
+            call += [(s, seqs[s][p], p) for p in range(done[s], min(done[s] + width[s], len(seqs[s])))]
         rows.update(score(ctx, [call]))
         for s, toks in enumerate(seqs):
-            fed = min(done[s] + 5, len(toks))
-            reject = (1 + (step + s) % 3) if (own or s > 0) else 0
-            keep = max(done[s] + 1, fed - reject) if fed > done[s] else fed
+            fed = min(done[s] + width[s], len(toks))
+            if own:
+                keep = max(done[s] + 1, fed - 1 - step % 3)
+            else:
+                keep = fed if s == 0 or width[s] == 1 else min(fed, done[s] + 1)
             if keep < fed:
                 ctx.remove(s, keep, -1)
             done[s] = keep
@@ -132,8 +138,10 @@ def measure(name: str, threads: int, configs) -> list[dict]:
     for config in configs:
         keywords = CONFIGS[config]
         ctx = Context(model, cells=1024, streams=4, threads=threads, **keywords)
-        reference = score(ctx, chunked(short, 1))
-        modes = {f"calls of {c}": chunked(short, c) for c in [*range(2, 34), 64, SHORT]}
+        reference = score(ctx, chunked(text[:TILE], 1))
+        modes = {f"calls of {c}": chunked(short, c) for c in range(2, 34)} | {
+            f"calls of {TILE}": chunked(text[:TILE], TILE)
+        }
         rows = []
         for mode, calls in modes.items():
             ctx.clear()
@@ -142,12 +150,12 @@ def measure(name: str, threads: int, configs) -> list[dict]:
         rows.append({"mode": "4 sequences", **compare(reference, with_rejections(ctx, short, others, False))})
         ctx.clear()
         rows.append({"mode": "own rollback", **compare(reference, with_rejections(ctx, short, others, True))})
-        long_rows = {}
-        for per_call in (1, 2):
-            ctx.clear()
-            score(ctx, chunked(text[: LONG - TAIL], 32))
-            long_rows[per_call] = score(ctx, chunked(text[LONG - TAIL :], per_call, start=LONG - TAIL))
-        rows.append({"mode": "long: 1 vs 2 rows", **compare(long_rows[1], long_rows[2])})
+        ctx.clear()
+        score(ctx, chunked(text[: LONG - TAIL], 32))
+        ctx.copy(0, 1)
+        one = score(ctx, chunked(text[LONG - TAIL :], 1, start=LONG - TAIL))
+        two = score(ctx, chunked(text[LONG - TAIL :], 2, seq=1, start=LONG - TAIL), keep_seq=1)
+        rows.append({"mode": "long: 1 vs 2 rows", **compare(one, two)})
         ctx.close()
         out += [{**row, "model": name, "config": config} for row in rows]
         summary([r for r in out if r["config"] == config], header=not out[: -len(rows)])
@@ -162,6 +170,8 @@ def summary(rows: list[dict], header: bool = True) -> None:
     for name in dict.fromkeys(r["model"] for r in rows):
         for config in CONFIGS:
             mine = [r for r in rows if r["model"] == name and r["config"] == config]
+            if not mine:
+                continue
             small = [r for r in mine if r["mode"].startswith("calls of ") and int(r["mode"].split()[-1]) <= 33]
             groups = [("calls of 2..33", small)] + [(r["mode"], [r]) for r in mine if r not in small]
             for mode, group in groups:
