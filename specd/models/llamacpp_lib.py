@@ -86,6 +86,7 @@ class FileFacts:
     n_ctx_train: int
     window: int | None  # sliding-window attention width, None without one
     layers: int
+    kv_heads: int
     head_dim: int  # width of one attention head's keys
     parameters: int
     description: str  # llama.cpp's own, e.g. "llama 256M Q4_1"
@@ -121,6 +122,7 @@ class GGUFModel:
             n_ctx_train=int(lib.llama_model_n_ctx_train(handle)),
             window=swa if swa > 0 else None,
             layers=int(lib.llama_model_n_layer(handle)),
+            kv_heads=int(lib.llama_model_n_head_kv(handle)),
             head_dim=int(key_length) if key_length.isdigit() else int(lib.llama_model_n_embd(handle)) // heads,
             parameters=int(lib.llama_model_n_params(handle)),
             description=text.value.decode("utf-8", "replace"),

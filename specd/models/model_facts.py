@@ -3,6 +3,8 @@ of its K/V rows, and its end-of-sequence ids."""
 
 from __future__ import annotations
 
+import torch
+
 from specd.errors import UnsupportedCache
 from specd.policy.kpolicy import MAX_K
 
@@ -59,3 +61,13 @@ def kv_layout(model) -> tuple[int, int, int]:
     heads = getattr(cfg, "num_attention_heads", 1)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     return cfg.num_hidden_layers, getattr(cfg, "num_key_value_heads", None) or heads, head_dim
+
+
+def cache_shape(lm) -> tuple[int, int, int, int]:
+    """(layers, K/V heads, head dim, bytes per value) of a causal LM's cache: a Hugging Face model's
+    from its config and dtype; a llama.cpp model's from its file, at 2 bytes (float16 values; its
+    q8_0 keys take about 1.1)."""
+    file = getattr(lm, "file", None)
+    if file is not None:
+        return file.facts.layers, file.facts.kv_heads, file.facts.head_dim, 2
+    return (*kv_layout(lm.model), torch.finfo(lm.dtype).bits // 8)
