@@ -32,7 +32,7 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pair(files):
-    return LlamaCppLM(GGUFModel(files[0]), "target", threads=2), LlamaCppLM(GGUFModel(files[1]), "draft", threads=2)
+    return LlamaCppLM(GGUFModel(files[0]), "target"), LlamaCppLM(GGUFModel(files[1]), "draft")  # torch's threads
 
 
 def text(n: int, seed: int = 0) -> list[int]:
@@ -58,7 +58,7 @@ def test_a_position_scores_the_same_alone_and_in_any_call(pair):
     rows, 64 and all, and beside three other sequences whose rejected rows leave holes (the
     property greedy identity rests on; measured on the real files by benchmarks/llamacpp_invariance.py)."""
     model = pair[0].file
-    ctx = Context(model, cells=256, streams=4, threads=2)
+    ctx = Context(model, cells=256, streams=4, threads=pair[0].threads)
     tokens = text(80)
     alone = rows_of(ctx, [[(0, t, p)] for p, t in enumerate(tokens)])
     for size in (2, 3, 5, 8, 17, 33, 64, 80):
@@ -119,7 +119,7 @@ class Audited:
 
 
 def requests(n: int = 5) -> list[Request]:
-    return [Request(f"r{i}", tuple(text(3 + 4 * i, seed=10 + i)), 10 + 3 * i, seed=i) for i in range(n)]
+    return [Request(f"r{i}", tuple(text(3 + 4 * i, seed=10 + i)), 8 + 2 * i, seed=i) for i in range(n)]
 
 
 def test_the_ledger_is_llamas_sequences_through_a_sampled_batched_run(pair, monkeypatch):
@@ -150,7 +150,7 @@ def test_greedy_speculation_is_llamas_plain_greedy_decoding(pair):
     batch = requests(3)
     got = SpeculativeEngine(target, ModelProposer(draft, GREEDY), GREEDY, EngineConfig(k=3)).run(batch).new_tokens()
     for r, tokens in zip(batch, got):
-        ctx = Context(target.file, cells=256, streams=1, threads=2)
+        ctx = Context(target.file, cells=256, streams=1, threads=target.threads)
         out = ctx.decode(
             np.array(r.prompt),
             np.arange(len(r.prompt)),

@@ -50,7 +50,7 @@ def fixture(tmp_path_factory):
     files = [
         write_tiny_gguf(folder / f"{n}.gguf", plain_tokens(3), seed=s, sharpen=12) for n, s in (("t", 0), ("d", 5))
     ]
-    target, draft = (LlamaTable(GGUFModel(f), name, threads=2) for f, name in zip(files, ("target", "draft")))
+    target, draft = (LlamaTable(GGUFModel(f), name) for f, name in zip(files, ("target", "draft")))
     cfg = OracleConfig(vocab=3, k=2, samples=300, lab=False)
     rig = build_rig(cfg).but(target=target, draft=draft, rule="maximal")
     horizon = cfg.effective_horizon
