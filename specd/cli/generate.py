@@ -18,6 +18,7 @@ from specd.core.records import RunResult
 from specd.core.stats import RunStats
 from specd.errors import printable
 from specd.files import is_stdout
+from specd.models.backends import describe
 from specd.models.distributed import connect, run_on_ray
 from specd.models.divergence import divergences, refuse_bugs
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, identical, speedup
@@ -108,6 +109,7 @@ def _render(pipe: Pipeline, runs: dict, main_run: GenerationRun, run: RunArgs, f
             stdout.print(f"[dim]({r.finish_reason})[/]")
     console.print(policy_table(pipe.sampling_doc(baseline=run.baseline)))
     console.print(stats_table({name: r.stats for name, r in runs.items()}))
+    console.print(f"[dim]backend: {escape(describe(pipe.target))}[/]")
     if run.compare:
         same = identical(runs[TARGET_ONLY], runs[SPECULATIVE])
         ratio = speedup(runs[TARGET_ONLY], runs[SPECULATIVE])

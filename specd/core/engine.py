@@ -49,8 +49,8 @@ from specd.errors import UsageError
 
 def refuse_tree(config: EngineConfig, sources: SourceSet, target) -> None:
     """A token tree needs a rule with a tree form (not ``block``), sources that draft trees (not the
-    shared-body draft, which drafts into the target's own cache a chain at a time), and a target whose
-    attention takes a tree's mask: each refused in one line."""
+    shared-body draft, which drafts into the target's own cache a chain at a time), and a target and
+    model drafts whose attention takes a tree's mask: each refused in one line."""
     if config.rule == "block":
         raise UsageError(
             "--tree: block verification judges a chain as a block and has no tree form here; use --rule maximal "
@@ -59,9 +59,10 @@ def refuse_tree(config: EngineConfig, sources: SourceSet, target) -> None:
     shared = [s.identity for s in sources.sources if s.shares_target_cache]
     if shared:
         raise UsageError(f"--tree: {shared[0].split('(')[0]} drafts chains only (it drafts into the target's cache)")
-    why = getattr(target, "tree_refusal", None)
-    if why:
-        raise UsageError(f"--tree: {why}")
+    for model in (target, *sources.models):
+        why = getattr(model, "tree_refusal", None)
+        if why:
+            raise UsageError(f"--tree: {why}")
 
 
 @dataclass(frozen=True)

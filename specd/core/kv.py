@@ -119,9 +119,10 @@ class KVCache:
     def length(self, slot: int) -> int:
         return len(self._committed[slot]) + len(self._temporary[slot])
 
-    def stage(self, rows: KVRows) -> None:
-        """Record rows a step produced; each row's position must follow its parent's (a chain's:
-        continue the slot's rows)."""
+    def expect(self, rows: KVRows) -> tuple[tuple[int, ...], list[int]]:
+        """Refuse rows whose positions do not follow their parents' (a chain's: continue the slot's
+        rows) with CacheIdentityError, before a backend sees them -> (their parents, the slot's
+        temporary positions with theirs appended)."""
         slot, base = rows.slot, len(self._temporary[rows.slot])
         parents = rows.parents if rows.parents is not None else tuple(range(base - 1, base + len(rows) - 1))
         expected = list(self._positions[slot])  # every temporary row's position, these rows' appended
@@ -134,6 +135,12 @@ class KVCache:
                 f"slot {slot}: rows at positions {list(rows.positions)} but the cache holds "
                 f"{self.length(slot)} rows (expected positions {expected[base:]}): duplicate or shifted position"
             )
+        return parents, expected
+
+    def stage(self, rows: KVRows) -> None:
+        """Record rows a step produced (``expect``'s check first)."""
+        parents, expected = self.expect(rows)
+        slot = rows.slot
         self._temporary[slot].extend(rows.tokens)
         self._parents[slot].extend(parents)
         self._positions[slot] = expected

@@ -5,7 +5,9 @@ A verify call over K + 1 rows and a one-row call run different kernels, so in ha
 near-tie between the two best tokens can round either way (vLLM #41758, llama.cpp #25618): both
 texts are greedy decodings of the target, up to that rounding. A difference where the two tokens
 are not the two best, or their margin is beyond the dtype's rounding, is a bug. The margin is the
-target's processed logits at that position, from one forward over the common prefix.
+target's processed logits at that position, from one forward over the common prefix. On the
+llama.cpp backend every call runs the same kernels (docs/llamacpp.md): its two runs' rows are
+bit-identical, so there a difference beyond its float32 logits' rounding is a bug too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specd.core.model import RowInput
 from specd.errors import OutputsDiffer
 
 ROUNDING_STEPS = 8  # a near-tie: the two best within this many of the dtype's steps at their size
@@ -82,8 +85,7 @@ def _at(pipe, item, request_id: str, j: int, pair, common) -> Divergence:
     if None in pair:
         return Divergence(request_id, j, pair, None, None, None, dtype)
     prefix = pipe.encode(item) + tuple(common)
-    with torch.no_grad():
-        raw = lm.model(input_ids=torch.tensor([prefix], device=lm.device)).logits[0, -1:]
+    raw = last_row(lm, prefix)
     policy = pipe.target_policy
     state = policy.initial_state(prefix[: len(prefix) - len(common)])
     for token in common:
@@ -93,6 +95,17 @@ def _at(pipe, item, request_id: str, j: int, pair, common) -> Divergence:
     margin = float(values[0] - values[1])
     step = torch.finfo(lm.dtype).eps * max(abs(float(values[0])), 1.0)
     return Divergence(request_id, j, pair, (int(indices[0]), int(indices[1])), margin, ROUNDING_STEPS * step, dtype)
+
+
+def last_row(lm, prefix: tuple[int, ...]) -> torch.Tensor:
+    """The target's raw logit row after ``prefix``, float[1, V]: a Hugging Face model's plain forward,
+    any other causal LM's own step on a fresh cache."""
+    if hasattr(lm, "model"):
+        with torch.no_grad():
+            return lm.model(input_ids=torch.tensor([prefix], device=lm.device)).logits[0, -1:]
+    cache = lm.new_cache()
+    cache.open(0)
+    return lm.step(cache, [RowInput(0, prefix, tuple(range(len(prefix))))], logits_for=1).logits[0]
 
 
 def refuse_bugs(found: list[Divergence]) -> None:

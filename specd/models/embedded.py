@@ -56,6 +56,7 @@ class EmbeddedModel:
     gguf: Callable[[], Path]
     vocab_table: str | None = None  # its shipped self:vocab=N table, in specd/models/data
     gguf_cache: str | None = None  # the folder of specd's cache its GGUF is assembled in, if any
+    llama_draft: str = "suffix"  # the draft sources on llama.cpp (its self: drafts are Hugging Face models)
 
     def cache_folders(self) -> list[Path]:
         """The folders of specd's cache this model is read from (its converted copies, its GGUF)."""

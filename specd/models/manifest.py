@@ -12,6 +12,7 @@ import torch
 
 from specd.core.proposer import ModelProposer
 from specd.models.hf import HFCausalLM
+from specd.models.llamacpp import LlamaCppLM, file_digest
 from specd.models.loading import weights_digest
 
 if TYPE_CHECKING:
@@ -26,6 +27,13 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
     def model_entry(lm) -> dict | None:
         if lm is None:
             return None
+        if isinstance(lm, LlamaCppLM):  # the file's bytes are its weights
+            return {
+                "name": lm.name,
+                "identity": lm.identity,
+                "weights_sha256": file_digest(lm.file),
+                "parameters": lm.file.facts.parameters,
+            }
         if not isinstance(lm, HFCausalLM):
             return {"name": lm.identity, "identity": lm.identity, "weights_sha256": None, "parameters": 0}
         if lm.name not in pipe.digests:
@@ -63,7 +71,8 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "draft_policy": None if baseline else pipe.draft_policy.describe(),
         "sampling": pipe.sampling_doc(baseline),
         "layout": o.layout,
-        "backend": o.backend,
+        "backend": pipe.backend,
+        "softmax": o.softmax,
         "k": 0 if baseline else (o.k if k is None else k),
         "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
         "draft_stop": None if baseline else o.draft_stop,

@@ -31,6 +31,8 @@ from specd.core.rules import RULES
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, shown
 from specd.files import check_path_name
+from specd.models.backends import BACKENDS as MODEL_BACKENDS
+from specd.models.backends import check as check_backend_options
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
@@ -117,10 +119,17 @@ class GenerateOptions:
         "the embedded model's shipped table, else one built from your target on first use and cached.",
     )
     target_gguf: str | None = option(
-        None, "--target-gguf", kind="str?", help="Target from a GGUF file (dequantized).", check=path_value
+        None, "--target-gguf", kind="str?", help="Target from a GGUF file.", check=path_value
     )
-    draft_gguf: str | None = option(
-        None, "--draft-gguf", kind="str?", help="Draft from a GGUF file (dequantized).", check=path_value
+    draft_gguf: str | None = option(None, "--draft-gguf", kind="str?", help="Draft from a GGUF file.", check=path_value)
+    backend: str | None = option(
+        None,
+        "--backend",
+        kind="str?",
+        help="What runs the GGUF models (--target-gguf, --draft-gguf, embedded:NAME): llama.cpp (the file as it "
+        "is, on the CPU) or hf (dequantized to float32, transformers; folders and hub ids always run on it). "
+        "Default: llama.cpp for an embedded model on a CPU when llama-cpp-python is installed, else hf.",
+        check=lambda value, where: value is None or one_of("backend", MODEL_BACKENDS)(value, where),
     )
     trust_remote_code: bool = option(
         False,
@@ -285,12 +294,12 @@ class GenerateOptions:
         help="replay_frontier or retained_frontier.",
         check=one_of("layout", tuple(LAYOUTS)),
     )
-    backend: str = option(
+    softmax: str = option(
         "max_shift",
-        "--backend",
+        "--softmax",
         kind="str",
-        help="Softmax backend: max_shift or online.",
-        check=one_of("backend", BACKENDS),
+        help="How p and q are computed from logits: max_shift or online (the same distribution).",
+        check=one_of("softmax", BACKENDS),
     )
     device: str = option("auto", "--device", kind="str", help="auto (cuda when present), cpu, cuda, cuda:N.")
     device_map: str | None = option(
@@ -333,6 +342,7 @@ class GenerateOptions:
             if spec.check is not None:
                 spec.check(value, self.where(name))
         embedded_name(self.target, self.target_gguf)  # an unknown embedded:NAME: refused before anything loads
+        check_backend_options(self)  # what --backend llama.cpp cannot run: refused before anything loads
         for model, gguf in (("target", "target_gguf"), ("draft", "draft_gguf")):
             if getattr(self, model) and getattr(self, gguf):
                 raise UsageError(f"give {self.flag(model)} or {self.flag(gguf)}, not both")

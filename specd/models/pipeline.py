@@ -27,17 +27,20 @@ from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, shown
-from specd.models.admission import EventSpace, admit
+from specd.models import backends
+from specd.models.admission import EventSpace
+from specd.models.backends import LLAMA_CPP
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
 from specd.models.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.exclusive import exclusive
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
-from specd.models.hf import HFCausalLM, logit_width
-from specd.models.loading import Loaded, load, resolve_device, resolve_dtype
+from specd.models.hf import HFCausalLM
+from specd.models.llamacpp import LlamaCppLM
+from specd.models.loading import Loaded, resolve_device, resolve_dtype
 from specd.models.manifest import run_manifest
-from specd.models.model_facts import context_length, eos_ids, kv_layout
+from specd.models.model_facts import context_length, eos_ids, kv_layout, within_window
 from specd.models.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
 from specd.models.policies import controls, policies
 from specd.models.prompts import PromptItem
@@ -55,7 +58,7 @@ DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the look
 @dataclass(frozen=True)
 class Pipeline:
     options: GenerateOptions
-    target: HFCausalLM
+    target: HFCausalLM | LlamaCppLM
     proposer: SourceSet | None  # the draft sources, in the user's order
     tokenizer: object
     space: EventSpace
@@ -71,6 +74,7 @@ class Pipeline:
     # This machine's measured costs (target call, draft step), shared by every -k auto run of these models.
     costs: OnlineCosts = field(default_factory=OnlineCosts, compare=False, repr=False)
     digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name (manifest)
+    backend: str = backends.HF  # what ran the GGUF models (specd.models.backends)
 
     @classmethod
     def build(
@@ -84,12 +88,15 @@ class Pipeline:
         and/or "draft" already in memory (``loading.in_memory``), used instead of loading them."""
         given = given or {}
         device = resolve_device(opts.device)
+        backend = backends.choose(opts, device, given_target="target" in given)
+        if backend == LLAMA_CPP:
+            device = resolve_device("cpu")  # llama.cpp runs on the CPU here, and so does a Hugging Face draft beside it
         dtype = resolve_dtype(opts.dtype, device)
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
         defaulted = with_draft and not (opts.draft or opts.draft_gguf)
-        opts, specs = draft_specs(opts, embedded, with_draft, report)
+        opts, specs = draft_specs(opts, embedded, with_draft, report, backend)
         # A local folder's generation_config.json is read (and refused if broken) before anything loads.
         generation = read_folder(opts.generation_config, opts.target) if opts.target else None
         shared = [spec for spec in specs if spec.kind == "self-vocab"]
@@ -99,14 +106,23 @@ class Pipeline:
         checked, tokenizer = None, None  # N against the vocabulary, the table against the tokenizer: before the weights
         if shared:
             checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
-        target, loaded_draft = load_models(opts, specs, dtype, device, given, tokenizer)
-        if defaulted:  # never a copy of the target in its own dtype (self:bf16 on a bfloat16 target)
+        placement = dict(
+            trust_remote_code=opts.trust_remote_code,
+            device_map=opts.device_map,
+            max_memory=parse_max_memory(opts.max_memory) if opts.max_memory else None,
+            read_generation_config=opts.generation_config == "auto",
+        )
+        key = embedded.cache_key if embedded is not None else None
+        target, loaded_draft = backends.load_models(
+            opts, specs, dtype, device, given, tokenizer, backend, key, placement
+        )
+        if defaulted and backend != LLAMA_CPP:  # never a copy of the target in its own dtype (self:bf16 on bf16)
             opts, specs = default_fitted(opts, specs, target.model, report)
         if generation is None:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
             target.name = embedded.label
-        target_lm, draft_lm, space = adapters(target, loaded_draft)
+        target_lm, draft_lm, space = backends.adapters(target, loaded_draft)
         tok = target.tokenizer
         eos = eos_ids(target.model, tok)
         target_policy, draft_policy, sampling = policies(opts, space, generation, controls(opts, tok, eos))
@@ -114,7 +130,7 @@ class Pipeline:
         if with_draft:
             table = checked or (draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None)
             proposer = SourceSet([build_source(spec, opts, target_lm, draft_lm, draft_policy, table) for spec in specs])
-        contexts = (context_length(lm.model, lm.window) for lm in (target_lm, draft_lm) if lm is not None)
+        contexts = (positions(lm) for lm in (target_lm, draft_lm) if lm is not None)
         return cls(
             opts,
             target_lm,
@@ -130,6 +146,7 @@ class Pipeline:
             generation,
             sampling if with_draft else {"target": sampling["target"]},
             schedules,
+            backend=backend,
         )
 
     def with_options(self, opts: GenerateOptions) -> Pipeline:
@@ -206,7 +223,7 @@ class Pipeline:
         config = EngineConfig(
             k=0 if k == "auto" else k,
             layout=o.layout,
-            backend=o.backend,
+            backend=o.softmax,
             eos_ids=self.eos_ids,
             record_log=record_log,
             rule=o.rule,
@@ -395,14 +412,21 @@ class Deltas:
         return TextDelta(request_id, text[len(sent) :])
 
 
-def draft_specs(opts: GenerateOptions, embedded, with_draft: bool, report) -> tuple[GenerateOptions, tuple]:
-    """The options with an embedded target's folder (converted on first use) and its default draft
-    filled in, and the draft sources they name (none without ``with_draft``)."""
+def draft_specs(
+    opts: GenerateOptions, embedded, with_draft: bool, report, backend: str
+) -> tuple[GenerateOptions, tuple]:
+    """The options with an embedded target's file filled in (for hf its folder, converted on first
+    use) and its default draft on that backend, and the draft sources they name (none without
+    ``with_draft``)."""
     if embedded is not None:
-        folder = ensure_embedded(embedded.name, report)
-        opts = dataclasses.replace(opts, target=str(folder), chat=embedded.chat if opts.chat is None else opts.chat)
+        chat = embedded.chat if opts.chat is None else opts.chat
+        if backend == LLAMA_CPP:
+            opts = dataclasses.replace(opts, target=None, target_gguf=str(embedded.gguf()), chat=chat)
+        else:
+            opts = dataclasses.replace(opts, target=str(ensure_embedded(embedded.name, report)), chat=chat)
     if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
-        opts = dataclasses.replace(opts, draft=embedded.draft if embedded else DEFAULT_OWN_TARGET_DRAFT)
+        default = (embedded.llama_draft if backend == LLAMA_CPP else embedded.draft) if embedded else None
+        opts = dataclasses.replace(opts, draft=default or DEFAULT_OWN_TARGET_DRAFT)
     specs = parse_drafts(opts.draft) if with_draft else ()
     if with_draft and opts.draft_gguf:
         specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
@@ -417,31 +441,11 @@ def default_fitted(opts: GenerateOptions, specs: tuple, model, report) -> tuple[
     return dataclasses.replace(opts, draft=draft), specs
 
 
-def load_models(opts: GenerateOptions, specs, dtype, device, given: Mapping[str, Loaded], tokenizer) -> tuple:
-    """(target, draft model or None): loaded as the options place them, or taken from ``given``."""
-    placement = dict(
-        trust_remote_code=opts.trust_remote_code,
-        device_map=opts.device_map,
-        max_memory=parse_max_memory(opts.max_memory) if opts.max_memory else None,
-        read_generation_config=opts.generation_config == "auto",
-    )
-    target = given.get("target") or load(opts.target, opts.target_gguf, dtype, device, tokenizer=tokenizer, **placement)
-    model_spec = next((spec for spec in specs if spec.needs_model), None)
-    if model_spec is None:
-        return target, None
-    return target, given.get("draft") or load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
-
-
-def adapters(target, draft) -> tuple[HFCausalLM, HFCausalLM | None, EventSpace]:
-    """The loaded target (and draft model) as specd's causal LMs over one admitted event space."""
-    tok = target.tokenizer
-    t_width = logit_width(target.model)
-    d_width = logit_width(draft.model) if draft else t_width
-    space = admit(tok, draft.tokenizer if draft else None, t_width, d_width)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    target_lm = HFCausalLM(target.model, target.name, width=space.width, pad_id=pad)
-    draft_lm = HFCausalLM(draft.model, draft.name, width=space.width, pad_id=pad) if draft else None
-    return target_lm, draft_lm, space
+def positions(lm) -> int | None:
+    """Positions a causal LM can read (its attention window's limit included)."""
+    if isinstance(lm, LlamaCppLM):
+        return within_window(lm.window, lm.file.facts.n_ctx_train)
+    return context_length(lm.model, lm.window)
 
 
 def build_source(spec: DraftSpec, opts: GenerateOptions, target_lm, draft_lm, draft_policy, table):

@@ -55,6 +55,7 @@ OUTPUT_FIELDS = (
     "target_policy",
     "draft_policy",
     "backend",
+    "softmax",
     "k",
     "k_max",
     "draft_stop",
@@ -96,9 +97,18 @@ def _source_kind(identity: str) -> str:
     return ":".join(["hf", kind, *tail])
 
 
+def upgraded(manifest: dict) -> dict:
+    """A manifest written before runs chose their model backend, in today's fields: its "backend" was
+    the softmax's (now "softmax"), and every model ran on Hugging Face."""
+    if "softmax" in manifest or manifest.get("backend") not in ("max_shift", "online"):
+        return manifest
+    return {**manifest, "softmax": manifest["backend"], "backend": "hf"}
+
+
 def manifest_difference(recorded: dict, current: dict, ignore: Sequence[str] = ()) -> tuple[str, object, object] | None:
     """The first output-determining field (but those in ``ignore``) where two manifests differ:
     (field, recorded, current)."""
+    recorded = upgraded(recorded)
     for name in (n for n in OUTPUT_FIELDS if n not in ignore):
         a, b = recorded.get(name), current.get(name)
         if json.dumps(_comparable(name, a), sort_keys=True, default=str) != json.dumps(

