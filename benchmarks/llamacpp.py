@@ -85,7 +85,10 @@ def llama(path: str, threads: int, k_type: str = "f16", lookup: bool = False):
     try:
         return Llama(
             path,
-            n_ctx=4096,
+            n_ctx=2048,
+            # its scores buffer has n_batch rows, which its prompt-lookup path indexes by position: a
+            # context past 512 tokens (the default batch) overflowed it (ValueError: could not broadcast)
+            n_batch=2048,
             n_threads=threads,
             n_threads_batch=threads,
             flash_attn=True,

@@ -75,7 +75,7 @@ def sweep(
     args.whole(repeats, "repeats")
     with pair._pipe.exclusive():  # it times the models' calls: another thread's would be in its figures
         result = measure(pair._pipe, ks, batches, texts, max_new_tokens=max_new_tokens, repeats=repeats)
-    return _frame(ledger_records(result.rows, "measured", result.measured))
+    return _frame(ledger_records(result.rows, "measured", result.measured, result.progress))
 
 
 def read_log(path: str) -> pd.DataFrame:

@@ -181,7 +181,7 @@ def run_outputs(run: RunArgs) -> dict[str, str | None]:
 
 def _check_k_flags(options: GenerateOptions, given: set[str], baseline: bool) -> None:
     """The K flags that make no sense together, named (``given``: typed, or in the config)."""
-    k_flags = [n for n in ("k", "k_max", "draft_stop", "k_schedule") if n in given]
+    k_flags = [n for n in ("k", "k_max", "draft_stop", "k_schedule", "tree_budget") if n in given]
     if baseline and k_flags:
         raise UsageError(f"{options.where(k_flags[0])} needs a draft: target-only decoding (--baseline) drafts nothing")
     if options.k_schedule is not None and "k" in given:

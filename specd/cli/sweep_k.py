@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import typer
 from rich.table import Table
@@ -27,12 +27,16 @@ from specd.sweeps.analytic import (
     analytic,
     choose_profile,
     cost_model,
+    curve_costs,
     kv_shape,
+    numbers,
     parse_ints,
+    tree_shapes,
 )
-from specd.sweeps.ledger import optimum
+from specd.sweeps.ledger import Trees, optimum
 from specd.sweeps.measure import MAX_MEASURED_BATCH, MeasureInterrupted, check_repeats, measure
 from specd.sweeps.output import cell_key, ledger_records, plot, write_csv
+from specd.sweeps.profile import tree_profile, tree_profile_from_trace
 
 SCHEMA = "specd.sweep-k/v1"
 ANALYTIC_ONLY = (
@@ -40,6 +44,9 @@ ANALYTIC_ONLY = (
     "alphas",
     "rates",
     "trace_log",
+    "sibling_alphas",
+    "row_costs",
+    "tree_budget",
     *COST_FIELDS,
     "context",
     "stop_probability",
@@ -66,8 +73,9 @@ class SweepResult:
     rows: list
     profile: object
     cost_doc: dict
-    measured: dict  # (k, batch) -> measured speedup
+    measured: dict  # (k, batch) -> measured speedup ((tree, batch) for a tree, ("auto", batch) for -k auto)
     seconds_per_target_step: float | None
+    progress: dict = field(default_factory=dict)  # the same keys -> measured tokens per round
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,35 @@ class SweepArgs:
         "(--ray alone: a local Ray; HOST:PORT: a running cluster). Needs specd[ray].",
     )
     repeats: int = option(5, "--repeats", kind="int", help="Measured mode: timing repeats after 2 warm-ups (1..100).")
+    tree: tuple[str, ...] = option(
+        (),
+        "--tree",
+        kind="strs",
+        metavar="SPEC",
+        help="Also price this static tree (repeatable): branching per depth (3,2,1) or EAGLE choices "
+        "([[0],[1],[0,0]], or a file of them). Its K is its depth.",
+    )
+    tree_budget: int | None = option(
+        None,
+        "--tree-budget",
+        kind="int?",
+        help="The -k auto row may choose a tree of up to N nodes (2..256), as --tree auto does.",
+    )
+    sibling_alphas: str | None = option(
+        None,
+        "--sibling-alphas",
+        kind="str?",
+        help="beta_1,beta_2,...: a node's r-th child kept given its earlier children refused, at every depth (rank "
+        "0 is alpha_j). Default: from the trace log, else -k auto's prior.",
+    )
+    row_costs: str | None = option(
+        None,
+        "--row-costs",
+        kind="str?",
+        metavar="FILE",
+        help="A machine's call costs by rows (specd.row-costs/v1, e.g. a GPU's) instead of --row-cost, "
+        "--draft-row-cost and --context-cost; --draft-cost scales the target's curve for a draft without one.",
+    )
 
 
 MODEL_OPTIONS = frozenset(MEASURED_ONLY) - {"repeats", "ray"}  # generate's declarations, shared
@@ -144,7 +181,7 @@ def _sweep_k(ctx: typer.Context) -> None:
     _refuse_other_mode_flags(ctx, measure_mode)
     folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if measure_mode else {}
     check_paths(
-        {"--trace-log": p["trace_log"], "--config": p["config"], **model_files(folders)},
+        {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"], **model_files(folders)},
         {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None},
         folders,
     )
@@ -156,8 +193,12 @@ def _sweep_k(ctx: typer.Context) -> None:
     batch_limit = MAX_MEASURED_BATCH if measure_mode else MAX_SWEEP_BATCH
     ks = parse_ints(p["k"], "--k", MAX_K if measure_mode else MAX_SWEEP_K)
     batches = parse_ints(p["batch"], "--batch", batch_limit)
-    result = _measured(p, ks, batches) if measure_mode else _analytic(p, ks, batches, k_given="k" in _typed(ctx))
-    records = ledger_records(result.rows, result.mode, result.measured)
+    shapes = tree_shapes(p["tree"], p["tree_budget"], p["sibling_alphas"])
+    if measure_mode:
+        result = _measured(p, ks, batches, shapes)
+    else:
+        result = _analytic(p, ks, batches, shapes, given=_typed(ctx))
+    records = ledger_records(result.rows, result.mode, result.measured, result.progress)
     if out is not None:
         write_csv(out, records)
     if plot_path is not None:
@@ -168,9 +209,11 @@ def _sweep_k(ctx: typer.Context) -> None:
         auto = next((r for r in result.rows if r.batch == b and r.policy == "auto"), None)
         optima[str(b)] = {
             "k": best.k,
+            "shape": best.shape,
             "speedup": best.speedup,
             "interior": interior,
             "auto_k": auto.k if auto else None,
+            "auto_shape": auto.shape if auto else None,
         }
     gap = _gap(result.rows, result.measured) if result.measured else None
     if as_json:
@@ -222,9 +265,10 @@ def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
         raise UsageError(f"{flags}: only used with --measure")
 
 
-def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> SweepResult:
-    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model;
-    the config file's keys fill what the flags leave at their defaults."""
+def _analytic(p: dict, ks: list[int], batches: list[int], shapes, given: set[str]) -> SweepResult:
+    """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model
+    (its fields, or a --row-costs curve); the config file's keys fill what the flags leave at their
+    defaults."""
     cost_fields = {name: p[name] for name in COST_FIELDS}
     context, stop = p["context"], p["stop_probability"]
     profile_spec, cfg = None, {}
@@ -241,14 +285,29 @@ def _analytic(p: dict, ks: list[int], batches: list[int], k_given: bool) -> Swee
         batches = parse_ints(cfg["batch"], f"{p['config']}: batch", MAX_SWEEP_BATCH) if "batch" in cfg else batches
         context = cfg.get("context", context)
         stop = cfg.get("stop_probability", stop)
+        given = given | {f"config: {name}" for name in cost_cfg}
     profile = choose_profile(p["alpha"], p["alphas"], p["rates"], p["trace_log"], profile_spec, p["config"])
     cost = cost_model(cost_fields)
-    k_given = k_given or bool(p["config"] and "k" in cfg)
-    rows = analytic(profile, cost, ks, batches, context, stop, kv_shape(p["kv_shape"]), k_given)
+    if p["row_costs"]:
+        cost = curve_costs(p["row_costs"], cost, given)
+    k_given = "k" in given or bool(p["config"] and "k" in cfg)
+    trees = None
+    if shapes or p["tree_budget"]:
+        if stop:
+            raise UsageError("--stop-probability prices chains only; a tree's rows have no stop model here")
+        depth = max([*ks, *(s.depth for s in shapes)])
+        ranks = max([p["tree_budget"] or 0, *(s.size for s in shapes)])
+        if p["trace_log"] and p["sibling_alphas"] is None:
+            tree_prof = tree_profile_from_trace(p["trace_log"], depth, ranks)
+        else:
+            siblings = None if p["sibling_alphas"] is None else numbers(p["sibling_alphas"], "--sibling-alphas")
+            tree_prof = tree_profile(profile, siblings, depth, ranks)
+        trees = Trees(tree_prof, shapes, p["tree_budget"] or 0)
+    rows = analytic(profile, cost, ks, batches, context, stop, kv_shape(p["kv_shape"]), k_given, trees)
     return SweepResult("analytic", rows, profile, cost.describe(), {}, None)
 
 
-def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
+def _measured(p: dict, ks: list[int], batches: list[int], trees) -> SweepResult:
     """Time the real models, measure the profile, and generate at every (K, B)."""
     check_repeats(p["repeats"])  # before any model loads
     if not p["draft"] and p["dtype"] == "bfloat16":
@@ -279,10 +338,11 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
             repeats=p["repeats"],
             progress=lambda m: stderr.print(f"[dim]{m}[/]"),
             ray_address=p["ray"],
+            trees=trees,
         )
     except MeasureInterrupted as stop:  # keep the cells measured so far, then stop as asked
         if stop.partial is not None and p["out"] is not None:
-            records = ledger_records(stop.partial.rows, "measured", stop.partial.measured)
+            records = ledger_records(stop.partial.rows, "measured", stop.partial.measured, stop.partial.progress)
             write_csv(p["out"], records)
             stderr.print(f"[dim]interrupted: the {len(stop.partial.measured)} cells measured are in {p['out']}[/]")
         raise KeyboardInterrupt from None
@@ -293,6 +353,7 @@ def _measured(p: dict, ks: list[int], batches: list[int]) -> SweepResult:
         result.costs.describe(),
         result.measured,
         result.seconds_per_target_step,
+        result.progress,
     )
 
 
@@ -302,7 +363,7 @@ def _gap(rows, measured) -> dict:
     return {
         "mean_predicted_minus_measured": sum(d for d, _ in diffs) / len(diffs),
         "max_abs_gap": abs(worst[0]),
-        "at": {"k": worst[1].k if worst[1].policy == "fixed" else "auto", "batch": worst[1].batch},
+        "at": {"k": worst[1].shape or worst[1].k if worst[1].policy == "fixed" else "auto", "batch": worst[1].batch},
     }
 
 
@@ -311,15 +372,17 @@ def _render(result: SweepResult, optima: dict, gap: dict | None) -> None:
     alphas = ", ".join(f"{a:.3f}" for a in profile.alphas[:8]) + (" ..." if len(profile.alphas) > 8 else "")
     stdout.print(f"[bold]specd sweep-k[/] ({result.mode})  profile: {profile.source} alpha = [{alphas}]")
     table = Table(title_justify="left")
-    for col in ("K", "B", "E[A]", "E[G]", "T_D", "T_V", "T_round", "time/token", "speedup"):
+    trees = any(r.shape for r in result.rows)
+    for col in ("K", *(("tree", "nodes") if trees else ()), "B", "E[A]", "E[G]", "T_D", "T_V", "T_round"):
         table.add_column(col, justify="right")
-    if measured:
-        table.add_column("measured", justify="right")
-    table.add_column("K - E[A]", justify="right")
+    extra = ("measured", "measured E[G]") if measured else ()
+    for col in ("time/token", "speedup", *extra, "nodes - E[A]" if trees else "K - E[A]"):
+        table.add_column(col, justify="right")
     table.add_column("")
     for r in result.rows:
         cells = [
             str(r.k) if r.policy == "fixed" else f"auto ({r.k})",
+            *((r.shape or "chain", str(r.nodes)) if trees else ()),
             str(r.batch),
             f"{r.expected_accepted:.2f}",
             f"{r.expected_progress:.2f}",
@@ -330,16 +393,19 @@ def _render(result: SweepResult, optima: dict, gap: dict | None) -> None:
             f"{r.speedup:.3f}",
         ]
         if measured:
-            m = measured.get(cell_key(r))
-            cells.append("-" if m is None else f"{m:.3f}")
+            m, g = measured.get(cell_key(r)), result.progress.get(cell_key(r))
+            cells += ["-" if m is None else f"{m:.3f}", "-" if g is None else f"{g:.2f}"]
         cells += [f"{r.discarded_kv_rows:.2f}", "[bold green]best[/]" if r.optimal else ""]
         table.add_row(*cells)
     stdout.print(table)
     for b, o in optima.items():
-        where = "interior optimum" if o["interior"] else "at the edge of the K range swept"
-        stdout.print(
-            f"B = {b}: best K = {o['k']} (speedup {o['speedup']:.3f}, {where}); -k auto settles on K = {o['auto_k']}"
-        )
+        if o["shape"]:
+            best = f"the tree {o['shape']} (K = {o['k']}, speedup {o['speedup']:.3f})"
+        else:
+            where = "interior optimum" if o["interior"] else "at the edge of the K range swept"
+            best = f"K = {o['k']} (speedup {o['speedup']:.3f}, {where})"
+        auto = f"the tree {o['auto_shape']}" if o["auto_shape"] else f"K = {o['auto_k']}"
+        stdout.print(f"B = {b}: best {best}; -k auto settles on {auto}")
     if gap:
         stdout.print(
             f"[bold]predicted - measured speedup:[/] mean {gap['mean_predicted_minus_measured']:+.3f}, "

@@ -116,6 +116,8 @@ class SpeculativeEngine:
             )
         if config.tree is not None and not (config.tree.is_chain and config.tree.drawn is None):
             refuse_tree(config, self.proposer, target)
+        if getattr(k_policy, "tree_budget", 0):  # -k auto may choose trees (--tree auto)
+            refuse_tree(config, self.proposer, target)
         self.transaction_cls = transaction_cls
         self.observers = tuple(observers)
 

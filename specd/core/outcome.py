@@ -22,6 +22,33 @@ from dataclasses import dataclass
 from typing import Literal
 
 
+def chain_walk(k: int, accepted: int) -> tuple[tuple[int, bool], ...]:
+    """``RoundOutcome.walk`` of a chain of ``k`` drafts that accepted ``accepted``: one child tested per
+    level, passed for the accepted drafts, refused at the draft after them (if there is one)."""
+    return ((1, True),) * accepted + (((1, False),) if accepted < k else ())
+
+
+def walk_of(k: int, accepted: int, parents, path) -> tuple[tuple[int, bool], ...]:
+    """``RoundOutcome.walk`` of a round of ``k`` drafts that accepted ``accepted`` along ``path`` (the
+    accepted nodes), a tree's node ``parents`` (None: a chain; an acceptance log's round row keeps both)."""
+    if parents is None:
+        return chain_walk(k, accepted)
+    kids: dict[int, list[int]] = {}
+    for n, p in enumerate(parents):
+        kids.setdefault(p, []).append(n)
+    at, out = -1, []
+    for level in range(accepted + 1):
+        children = kids.get(at)
+        if not children:
+            break
+        if level < accepted:
+            at = path[level]
+            out.append((children.index(at) + 1, True))
+        else:
+            out.append((len(children), False))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class RoundOutcome:
     request_id: str
@@ -63,6 +90,14 @@ class RoundOutcome:
             return min(self.accepted + 1, self.k)
         leaf = self.accepted_path[-1] if self.accepted_path else -1
         return self.accepted + (1 if leaf in self.draft_parents else 0)
+
+    @property
+    def walk(self) -> tuple[tuple[int, bool], ...]:
+        """What the rule's tests found, level by level down the walk: per depth 1, 2, .., how many of
+        the node's children it tested (ranks 0..n-1, in order) and whether the last of them passed
+        (the walk descended into it) or every one was refused (the walk ended there). A chain's:
+        (1, True) for each accepted draft, then (1, False) where a draft after them was refused."""
+        return walk_of(self.k, self.accepted, self.draft_parents, self.accepted_path)
 
     def round_row(self) -> dict:
         """The acceptance log's row for this round (schema specd.trace/v1, "type": "round")."""

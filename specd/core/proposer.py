@@ -57,6 +57,7 @@ class SourceTiming:
     max_k: int  # its longest draft this round
     first_tokens: int  # the most tokens its first call fed a row (> 2: catching up)
     first_seconds: float
+    fed_rows: int = 0  # rows its calls after the first fed, together (wider than ``rows`` a call: a tree's levels)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Proposal:
     timings: tuple[SourceTiming, ...] = ()
     # Per row, its drafts' tree (specd.core.tree) when they are not a chain (None, or no entry: a chain).
     trees: tuple[DraftTree | None, ...] = ()
+    # One source's: the rows its calls after the first fed, all rows together (a chain's: one a call per row).
+    fed_rows: int = 0
 
     def tree(self, b: int) -> DraftTree:
         """Row b's proposal as a tree (a chain: the tree with one branch)."""
@@ -251,7 +254,14 @@ class ModelProposer(Proposer):
         the tokens exclude[b] names."""
         d = draft_trees(self, states, ks, shapes, cache, ctx, exclude)
         return Proposal(
-            d.drafts, d.q, d.q_index, d.draws, self.staged_rows(states, d.staged), *d.first_call, trees=d.trees
+            d.drafts,
+            d.q,
+            d.q_index,
+            d.draws,
+            self.staged_rows(states, d.staged),
+            *d.first_call,
+            trees=d.trees,
+            fed_rows=d.fed_rows,
         )
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:

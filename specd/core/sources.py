@@ -58,14 +58,28 @@ class Plan:
     also: tuple[int, ...] = ()  # further sources whose children join a static tree's root, in turn
 
 
-def plan_from(offer: Offer, k: int) -> Plan:
-    """K drafts from ``offer``'s source."""
-    return Plan(offer.index, k, offer.match)
+def plan_from(offer: Offer, k: int, shape: TreeShape | None = None) -> Plan:
+    """K drafts from ``offer``'s source (``shape``: as that tree, of depth K)."""
+    return Plan(offer.index, k, offer.match, shape)
 
 
 def first_available(offers: Sequence[Offer], k: int) -> Plan:
     """K drafts from the first source on offer (none on offer, or K = 0: a plain target step)."""
     return plan_from(offers[0], k) if offers and k > 0 else Plan(None, 0)
+
+
+def turn(identity: str, seconds: float, calls: int, proposal: Proposal, rows: int) -> SourceTiming:
+    """A source's turn in a round: its ``proposal`` for ``rows`` rows, drafted in ``calls`` calls."""
+    return SourceTiming(
+        identity,
+        seconds,
+        calls,
+        sum(1 for j in range(rows) if proposal.drafts[j]),
+        max((len(proposal.drafts[j]) for j in range(rows)), default=0),
+        proposal.first_call_tokens,
+        proposal.first_call_seconds,
+        proposal.fed_rows,
+    )
 
 
 class SourceCaches:
@@ -166,19 +180,7 @@ class Drafting:
                 if proposal.staged is not None:
                     self.staged[b] = proposal.staged[j]
         self.parts.append(proposal.q)
-        longest = max((len(proposal.drafts[j]) for j in range(len(rows))), default=0)
-        drafted = sum(1 for j in range(len(rows)) if proposal.drafts[j])
-        self.timings.append(
-            SourceTiming(
-                source.identity,
-                seconds,
-                source.forward_calls - calls,
-                drafted,
-                longest,
-                proposal.first_call_tokens,
-                proposal.first_call_seconds,
-            )
-        )
+        self.timings.append(turn(source.identity, seconds, source.forward_calls - calls, proposal, len(rows)))
 
     def proposal(self, vocab: int | None, dtype: torch.dtype) -> Proposal:
         device = next((part.device for part in self.parts if len(part)), "cpu")  # a model's rows stay there

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specd.core.outcome import RoundOutcome
+from specd.core.outcome import RoundOutcome, chain_walk
 from specd.core.processors import PolicyState
 from specd.core.rng import RngState
 
@@ -44,6 +44,21 @@ def match_tier(match: int) -> int:
     return min(max(match, 1).bit_length() - 1, MATCH_TIERS - 1)
 
 
+def tested_ranks(ranks: tuple, walk) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """``History.ranks`` once a round's ``walk`` (per level: children tested, whether the last passed)
+    is counted in."""
+    if not walk:
+        return ranks
+    out = list(ranks) + [()] * (len(walk) - len(ranks))
+    for j, (tested, passed) in enumerate(walk):
+        row = list(out[j]) + [(0, 0)] * (tested - len(out[j]))
+        for r in range(tested):
+            n, a = row[r]
+            row[r] = (n + 1, a + (1 if passed and r == tested - 1 else 0))
+        out[j] = tuple(row)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class History:
     """What one request's published rounds did (its own acceptance, nobody else's).
@@ -56,6 +71,11 @@ class History:
     the rounds of one source (its own acceptance, for choosing between sources).
     ``at_match`` pools a lookup's rounds by the tier of their match length (``match_tier``):
     ((source, tier), drafts reached, drafts accepted), the evidence ``matched`` reads.
+    ``ranks[j-1][r]`` is (tested, passed) for the children of rank r at depth j: a child is tested
+    only when the walk stood at its parent and refused its earlier siblings, so passed / tested is
+    the chance the r-th child is accepted given the earlier ones refused (rank 0 at depth j: a
+    chain's draft j, reach-conditioned like ``reached``/``accepted_at``, which a tree round fills
+    with the chain its walk tested: acceptance by depth, whichever rank passed).
     """
 
     draft_tokens: int = 0
@@ -67,16 +87,19 @@ class History:
     solo: str | None = None  # the one source every drafting round so far used (then of(solo) is self)
     by_source: tuple[tuple[str, History], ...] = ()  # once a second source drafted: each source's own
     at_match: tuple[tuple[tuple[str, int], int, int], ...] = ()
+    ranks: tuple[tuple[tuple[int, int], ...], ...] = ()
 
     def add(self, outcome: RoundOutcome) -> History:
         """The history once ``outcome``'s round is published (a tree's round counts as the chain its
-        walk tested: acceptance by depth)."""
-        k = outcome.k if outcome.draft_parents is None else outcome.levels
-        return self.after(k, outcome.accepted, outcome.source, outcome.match)
+        walk tested: acceptance by depth; and by rank in ``ranks``)."""
+        if outcome.draft_parents is None:
+            return self.after(outcome.k, outcome.accepted, outcome.source, outcome.match)
+        return self.after(outcome.levels, outcome.accepted, outcome.source, outcome.match, outcome.walk)
 
-    def after(self, k: int, accepted: int, source: str | None = None, match: int | None = None) -> History:
+    def after(self, k: int, accepted: int, source: str | None = None, match: int | None = None, walk=None) -> History:
         """The history once a round with ``k`` drafts from ``source`` (a lookup: at match length
-        ``match``) accepted ``accepted`` of them."""
+        ``match``) accepted ``accepted`` of them; ``walk``: a tree round's tests by level
+        (``RoundOutcome.walk``; None: a chain's)."""
         width = max(len(self.reached), k)
         reached = list(self.reached) + [0] * (width - len(self.reached))
         accepted_at = list(self.accepted_at) + [0] * (width - len(self.accepted_at))
@@ -91,7 +114,7 @@ class History:
             elif source != solo or by_source:
                 if solo is not None:  # a second source: from now on every source keeps its own
                     by_source, solo = ((solo, self),), None
-                mine = self.of(source).after(k, accepted)
+                mine = self.of(source).after(k, accepted, walk=walk)
                 by_source = tuple((name, h) for name, h in by_source if name != source) + ((source, mine),)
         at_match = self.at_match
         if source and k and match:
@@ -99,6 +122,8 @@ class History:
             reached_n, accepted_n = self.matched(*key)
             entry = (key, reached_n + positions_reached(k, accepted), accepted_n + accepted)
             at_match = tuple(e for e in at_match if e[0] != key) + (entry,)
+        if walk is None:  # a chain: its draft j is rank 0 at depth j
+            walk = chain_walk(k, accepted)
         return History(
             self.draft_tokens + k,
             self.accepted_tokens + accepted,
@@ -109,6 +134,15 @@ class History:
             solo,
             by_source,
             at_match,
+            tested_ranks(self.ranks, walk),
+        )
+
+    def first_children(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(tested, passed) per depth for the children of rank 0: a chain's draft j, counted in a tree
+        round's walk too (``reached``/``accepted_at`` count a tree round's depth, whichever rank
+        passed). For a request that drafted only chains, ``(reached, accepted_at)``."""
+        return tuple(row[0][0] if row else 0 for row in self.ranks), tuple(
+            row[0][1] if row else 0 for row in self.ranks
         )
 
     def matched(self, source: str, tier: int) -> tuple[int, int]:

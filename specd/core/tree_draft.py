@@ -93,6 +93,7 @@ class Drafted:
     staged: dict
     first_call: tuple[int, float] = (0, 0.0)
     trees: tuple[DraftTree | None, ...] = ()
+    fed_rows: int = 0  # rows the calls after the first fed, together (a tree's levels: several a call)
 
 
 def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Drafted:
@@ -127,12 +128,14 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
         for b, raw in zip(live, raws)
     ]
     dynamic = any(s is not None and s.dynamic for s in shapes)
+    fed = 0
     while level:
         level = [e for e in level if _plan_children(e, shapes[e.b], ks[e.b])]
         if not level:
             break
         born = _children(proposer, level, ways, states, uniforms, grown, noise, ctx, dynamic)
         level = _feed(proposer, cache, states, shapes, ks, grown, born, staged)
+        fed += len(level)
     trees = [_finish(g, shapes[b], ways[b]) for b, g in enumerate(grown)]
     kept_rows = [[r for r in rows_of if r is not None] for _, rows_of in trees]
     q, q_index = packed(kept_rows, proposer.vocab_size, ctx.dtype, device)
@@ -146,6 +149,7 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
         staged,
         first_call,
         tree_of if any(t is not None for t in tree_of) else (),
+        fed,
     )
 
 
@@ -337,9 +341,9 @@ def _feed(proposer, cache, states, shapes, ks, grown, born, staged) -> list[Expa
         slot, g = states[b].slot, grown[b]
         base = len(cache.temporary(slot))
         parents = tuple(g.temp[g.parents[e.node]] for e in group)
-        chain = len(group) == 1 and parents[0] == base - 1  # the next draft of a chain: it continues the slot
-        held = len(cache.committed(slot))
-        positions = (cache.length(slot),) if chain else tuple(held + _temp_depth(cache, slot, p) for p in parents)
+        positions = tuple(len(cache.committed(slot)) + _temp_depth(cache, slot, p) for p in parents)
+        # one row continuing every temporary row (none of them off its branch): a chain's step
+        chain = len(group) == 1 and parents[0] == base - 1 and positions[0] == cache.length(slot)
         for i, e in enumerate(group):
             g.temp[e.node] = base + i
         tokens = tuple(g.tokens[e.node] for e in group)

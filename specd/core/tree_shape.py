@@ -4,9 +4,9 @@ Three kinds of shape (the tree's terms are ``specd.core.tree``'s):
 
 - static, by branching per depth: ``3,2,1,1`` gives the root 3 children, each of them 2, then 1
   and 1 (3 + 6 + 6 + 6 = 21 nodes, depth 4); ``1,1,1,1`` is the chain of 4;
-- static, by EAGLE's "choices": a JSON file holding a list of rank paths, each a node (``[0]`` the
-  root's first child, ``[0, 1]`` that node's second child, ...); every path's prefixes and its
-  lower ranks must be in the list;
+- static, by EAGLE's "choices": a list of rank paths in JSON, each a node (``[0]`` the root's first
+  child, ``[0, 1]`` that node's second child, ...), given inline (``[[0],[1],[0,0]]``) or as a file
+  holding it; every path's prefixes and its lower ranks must be in the list;
 - dynamic, at most N nodes: ``nodes=N`` (optionally ``nodes=N,depth=D,width=W``), EAGLE-2's rule:
   level by level the W nodes of highest path probability under the draft (the product of q along
   the path) are expanded with their W most likely children, and the N nodes of highest path
@@ -146,13 +146,14 @@ def _dynamic(text: str, where: str, spec: str) -> TreeShape:
 
 
 def _choices_file(text: str, where: str) -> tuple[tuple[int, ...], ...]:
-    """An EAGLE choices list from a JSON file: rank paths, each one's prefixes and lower ranks present."""
+    """An EAGLE choices list, inline JSON or a JSON file: rank paths, each one's prefixes and lower
+    ranks present."""
     path = Path(text).expanduser()
-    if not path.is_file():
-        raise UsageError(f"{where} {text!r}: not branching counts like 3,2,1, nodes=N, or a choices file")
+    if not text.startswith("[") and not path.is_file():
+        raise UsageError(f"{where} {text!r}: not branching counts like 3,2,1, nodes=N, or a choices list or file")
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raw = json.loads(text if text.startswith("[") else path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UsageError(f"{where} {text!r}: cannot read a JSON choices list ({type(e).__name__})") from None
     ok = isinstance(raw, list) and all(
         isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in c)

@@ -3,10 +3,11 @@
 Two backends. ``hf``: transformers; a GGUF file is dequantized to float32 and run as a Hugging Face
 model (model folders and hub ids always run here). ``llama.cpp``: the GGUF file as it is, on the
 CPU (specd.models.llamacpp); the target is then llama.cpp's computation on the file. ``--backend``
-names the backend of a run's GGUF models (``--target-gguf``, ``--draft-gguf``, ``embedded:NAME``);
-without it, an embedded model runs on ``EMBEDDED_DEFAULT`` on a CPU where llama-cpp-python is
-installed and the run asks for nothing only Hugging Face runs (a ``self:`` draft, a dtype, a
-device map, a token tree), and everything else on hf.
+names the backend of a run's GGUF models (``--target-gguf``, ``--draft-gguf``, ``embedded:NAME``).
+Without it, an embedded model runs on its ``cpu_backend`` (specd.models.embedded: llama.cpp where
+it was measured exact and faster) on a CPU where llama-cpp-python is installed and the run asks for
+nothing only Hugging Face runs (a ``self:`` draft, a dtype, a device map, a token tree); everything
+else runs on hf.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from specd.errors import ModelLoadError, UsageError, one_line
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import parse_drafts
-from specd.models.embedded import cache_root, exclusive, make_folder
+from specd.models.embedded import EMBEDDED, cache_root, exclusive, make_folder
 from specd.models.hf import HFCausalLM, logit_width
 from specd.models.llamacpp import LLAMA_CPP_CHAINS, LlamaCppLM
 from specd.models.llamacpp_lib import GGUFModel, available
@@ -26,9 +27,6 @@ from specd.models.loading import Loaded, load, one_gguf_parse
 
 HF, LLAMA_CPP = "hf", "llama.cpp"
 BACKENDS = (HF, LLAMA_CPP)
-# The embedded models' backend on a CPU: llama.cpp, measured exact (its rows do not depend on the
-# call, and greedy text equals llama.cpp's own decoding) and faster (docs/llamacpp.md).
-EMBEDDED_DEFAULT = LLAMA_CPP
 
 
 def hf_only(opts) -> str | None:
@@ -63,7 +61,7 @@ def check(opts) -> None:
 
 
 def choose(opts, device: torch.device, given_target: bool = False) -> str:
-    """The backend of a run: ``--backend`` if given; an embedded target on a CPU: EMBEDDED_DEFAULT
+    """The backend of a run: ``--backend`` if given; an embedded target on a CPU: its ``cpu_backend``
     when llama-cpp-python is installed and the run asks for nothing only hf runs; else hf.
     ``given_target``: the target is a Hugging Face model object the caller holds (hf)."""
     if given_target:
@@ -72,7 +70,8 @@ def choose(opts, device: torch.device, given_target: bool = False) -> str:
         return HF
     if opts.backend is not None:
         return opts.backend
-    if opts.embedded and device.type == "cpu" and EMBEDDED_DEFAULT == LLAMA_CPP and hf_only(opts) is None:
+    embedded = EMBEDDED.get(opts.embedded) if opts.embedded else None
+    if embedded and device.type == "cpu" and embedded.cpu_backend == LLAMA_CPP and hf_only(opts) is None:
         return LLAMA_CPP if available() else HF
     return HF
 

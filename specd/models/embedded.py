@@ -57,6 +57,9 @@ class EmbeddedModel:
     vocab_table: str | None = None  # its shipped self:vocab=N table, in specd/models/data
     gguf_cache: str | None = None  # the folder of specd's cache its GGUF is assembled in, if any
     llama_draft: str = "suffix"  # the draft sources on llama.cpp (its self: drafts are Hugging Face models)
+    # Its backend on a CPU without --backend (specd.models.backends.choose): llama.cpp only where specd's
+    # greedy text there was measured to be llama.cpp's own decoding of the file (docs/llamacpp.md).
+    cpu_backend: str = "llama.cpp"
 
     def cache_folders(self) -> list[Path]:
         """The folders of specd's cache this model is read from (its converted copies, its GGUF)."""
@@ -152,6 +155,9 @@ EMBEDDED = {
         gemma_gguf,
         "gemma-3-270m.vocab.json",
         GEMMA_CACHE,
+        # on llama.cpp 26 of its 30 greedy outputs were llama.cpp's own with q8_0 keys, not all
+        # (docs/llamacpp.md): it stays on hf until that is explained
+        cpu_backend="hf",
     ),
 }
 DEFAULT_EMBEDDED = "smollm2-135m"

@@ -153,6 +153,12 @@ class LlamaCppLM:
     def new_cache(self) -> LlamaCppCache:
         return LlamaCppCache(self)
 
+    # -k auto's prior for a call's cost past the row counts it has timed: R rows cost about
+    # (1.4 + R) / 2.4 one-row calls (llama.cpp's quantized products cost nearly in proportion to the
+    # rows; measured on SmolLM2 Q4_1, 2 threads: 2 rows 1.32, 9 rows 4.44, 33 rows 14.4 one-row calls),
+    # where a float32 model's are nearly free on this CPU (FIXED_ROWS_PRIOR, 16 rows)
+    fixed_rows_prior = 1.4
+
     # A tree's node would have to sit in the llama.cpp sequence of every path through it (the
     # attention mask is by sequence); a stream per request holds one path, so this backend scores chains.
     tree_refusal = f"{LLAMA_CPP_CHAINS}; --backend hf verifies trees"

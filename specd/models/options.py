@@ -37,7 +37,7 @@ from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
 from specd.models.option_spec import Check, at_least_one, one_of, option, specs, typed
-from specd.policy.kpolicy import DEFAULT_K_MAX, MAX_K, check_k, check_k_max
+from specd.policy.kpolicy import DEFAULT_K_MAX, DEFAULT_TREE_BUDGET, MAX_K, check_k, check_k_max, check_tree_budget
 
 BATCH_SIZE_CPU = 64  # requests decoding together on a CPU when the user does not say
 BATCH_SIZE_CUDA_MAX = 256  # on CUDA: as many as half the free memory holds (batch_for_memory), at most this
@@ -45,6 +45,7 @@ MAX_BATCH_SIZE = 4096
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 DEFAULT_RULE = "invariant"
+AUTO_TREE = "auto"  # --tree auto: -k auto chooses each round's shape, a chain or a tree within --tree-budget
 
 
 # -- range checks of this command's own options ---------------------------------------------
@@ -82,7 +83,7 @@ def draft_value(value, where):
 
 
 def tree_value(value, where):
-    if value is not None:
+    if value is not None and value != AUTO_TREE:
         parse_tree(value, where)
 
 
@@ -153,10 +154,18 @@ class GenerateOptions:
         "--tree",
         kind="str?",
         metavar="SPEC",
-        help="Draft a token tree each round and verify it in one target call: branching per depth (3,2,1,1), "
-        "a JSON file of EAGLE choices, or nodes=N (at most N nodes, the draft's likeliest paths first); a prefix "
-        "sampled:, rank: or iid: says how siblings are drawn. Its depth is the round's K.",
+        help="Draft a token tree each round, verified in one target call: branching per depth (3,2,1,1), EAGLE "
+        "choices (JSON like [[0],[1],[0,0]], or a file of it) or nodes=N (the draft's N likeliest paths); a prefix "
+        "sampled:, rank: or iid: says how siblings are drawn; its depth is the round's K. auto: -k auto chooses the "
+        "shape per request and round, a chain or a tree of at most --tree-budget nodes, whichever pays here.",
         check=tree_value,
+    )
+    tree_budget: int | None = option(
+        None,
+        "--tree-budget",
+        kind="int?",
+        help=f"With --tree auto: the most nodes a tree may have, 2..256 (default {DEFAULT_TREE_BUDGET}).",
+        check=lambda value, where: value is None or check_tree_budget(value, where),
     )
     k_max: int = option(
         DEFAULT_K_MAX,
@@ -371,6 +380,8 @@ class GenerateOptions:
             )
         if self.tree is not None:
             self._check_tree(shared)
+        if self.tree_budget is not None and self.tree != AUTO_TREE:
+            raise UsageError(f"{self.where('tree_budget')} bounds the trees of --tree auto; give --tree auto with it")
         if self.draft_vocab is not None and not shared and self.draft is not None:
             raise UsageError(
                 f"{self.where('draft_vocab')} is the table of a self:vocab=N draft; --draft {self.draft} has none"
@@ -378,9 +389,13 @@ class GenerateOptions:
 
     def _check_tree(self, shared) -> None:
         """--tree with what cannot serve a tree, refused by name (the engine refuses the same)."""
+        auto = self.tree == AUTO_TREE
         if self.k != "auto":
-            raise UsageError(f"{self.where('tree')} sets each round's depth (its K); {self.where('k')} does not apply")
-        if self.rule == "block" and not parse_tree(self.tree).is_chain:
+            what = "lets -k auto choose each round's shape" if auto else "sets each round's depth (its K)"
+            raise UsageError(f"{self.where('tree')} {what}; {self.where('k')} {self.k} does not apply")
+        if auto and self.k_schedule is not None:
+            raise UsageError(f"{self.where('tree')} auto chooses shapes; a --k-schedule replays K, not shapes")
+        if self.rule == "block" and (auto or not parse_tree(self.tree).is_chain):
             raise UsageError(
                 f"{self.where('tree')}: block verification judges a chain as a block and has no tree form here; "
                 "use --rule maximal or invariant with a tree"
@@ -407,6 +422,10 @@ class GenerateOptions:
     @property
     def auto_k(self) -> bool:
         return self.k == "auto"
+
+    @property
+    def auto_tree_budget(self) -> int:  # the node budget of -k auto's trees (0: no --tree auto, chains only)
+        return (self.tree_budget or DEFAULT_TREE_BUDGET) if self.tree == AUTO_TREE else 0
 
     @property
     def embedded(self) -> str | None:

@@ -218,7 +218,7 @@ class Pipeline:
         """``k``: a fixed K or "auto"; ``batch``: the requests the run decodes together (auto reads
         its costs at that batch size)."""
         o = self.options
-        tree = parse_tree(o.tree) if o.tree is not None and not baseline else None
+        tree = parse_tree(o.tree) if o.tree is not None and not o.auto_tree_budget and not baseline else None
         k = tree.depth if tree is not None else k  # a tree's depth is each drafting round's K
         config = EngineConfig(
             k=0 if k == "auto" else k,
@@ -237,7 +237,15 @@ class Pipeline:
         if self.k_schedules is not None:
             policy: KPolicy = ScheduleK(self.k_schedules)
         elif k == "auto":
-            policy = auto_k_over(self.proposer.sources, o.k_max, batch, self.costs, self.target_policy.greedy)
+            policy = auto_k_over(
+                self.proposer.sources,
+                o.k_max,
+                batch,
+                self.costs,
+                self.target_policy.greedy,
+                o.auto_tree_budget,
+                self.target,
+            )
         else:
             policy = FixedK(k)
         return SpeculativeEngine(

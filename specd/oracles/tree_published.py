@@ -19,6 +19,7 @@ from the target), so the price measured there is a lower bound.
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -268,7 +269,9 @@ def llamacpp_branches(tokens, parents, depths, p, q, drawn, u):
     token is drawn from the distribution as left; every sequence ended: the bonus from the kept
     node's row."""
     q = _needs_q(q, "llama.cpp's multi-branch rule")
-    kids, p_rows, q_rows = children_of(parents), p.tolist(), q.tolist()  # lists: this rule runs many times a round
+    # lists: this rule runs many times a round
+    tokens, parents, p_rows, q_rows = tokens.tolist(), parents.tolist(), p.tolist(), q.tolist()
+    kids = children_of(parents)
     sequences = [path_to(parents, leaf) for leaf in range(len(tokens)) if leaf not in kids]
     active, path, tests = list(range(len(sequences))), [], 0
     for depth in range(max(map(len, sequences), default=0) + 1):
@@ -292,7 +295,7 @@ def llamacpp_branches(tokens, parents, depths, p, q, drawn, u):
         if [int(tokens[n]) for n in path_to(parents, int(parents[kept]))] != [int(tokens[n]) for n in path]:
             return path, int(tokens[kept])
         path = path_to(parents, kept)
-    return path, p[(path[-1] if path else ROOT) + 1]
+    return path, p_rows[(path[-1] if path else ROOT) + 1]
 
 
 def _ratio(p_tgt: float, p_dft: float) -> float:
@@ -303,7 +306,13 @@ def _ratio(p_tgt: float, p_dft: float) -> float:
 def _pick(u, key, n: int) -> int:
     """An index uniform on 0..n-1 (``std::uniform_int_distribution``): the first k with U < (k + 1) / n."""
     unit = u.uniform(key)
-    return next((k for k in range(n - 1) if unit < Fraction(k + 1, n)), n - 1)
+    return next((k for k, cut in enumerate(_cuts(n)) if unit < cut), n - 1)
+
+
+@functools.cache
+def _cuts(n: int) -> tuple[Fraction, ...]:
+    """1/n, 2/n, ..., (n - 1)/n."""
+    return tuple(Fraction(k, n) for k in range(1, n))
 
 
 def medusa_typical(posterior_threshold: float = 0.09, posterior_alpha: float = 0.3):

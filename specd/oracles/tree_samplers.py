@@ -73,10 +73,11 @@ class TreeSamplerUnderTest:
         out: the stream calls back into the oracle on every comparison, so it must live beside the
         sampler."""
         tree = rnd.tree
+        index = torch.tensor((tree.tokens, tree.parents, tree.depths), dtype=torch.int64).reshape(3, -1)  # one call
         args = (
-            torch.tensor(tree.tokens, dtype=torch.int64),
-            torch.tensor(tree.parents, dtype=torch.int64),
-            torch.tensor(tree.depths, dtype=torch.int64),
+            index[0],
+            index[1],
+            index[2],
             rnd.p.clone(),
             None if rnd.q is None else rnd.q.clone(),
             tree.drawn,

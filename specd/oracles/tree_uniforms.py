@@ -29,6 +29,7 @@ import torch
 from specd.errors import SamplerFailed, SamplerNondeterministic, UniformAsNumber
 
 MAX_OUTCOMES = 20_000  # runs of the sampler on one round: past this it compares without end
+_UNIT = (Fraction(0), Fraction(1))
 
 
 def _exact(x, what: str = "a uniform is compared with") -> Fraction | float:
@@ -55,6 +56,8 @@ class Uniform:
 
     def _less(self, x) -> bool:
         """scale * U + shift < x (or <=: the boundary has probability 0)."""
+        if type(x) is float and self._scale == 1 and self._shift == 0 and math.isfinite(x):
+            return self._stream.below_float(self._key, x)  # the common case, without building a Fraction
         t = _exact(x)
         if isinstance(t, float):  # nan: every comparison false, as in IEEE arithmetic
             return t == math.inf
@@ -127,13 +130,14 @@ class Uniforms:
     def __init__(self, forced: Sequence[int] = (), asked: Sequence[tuple] = ()):
         self._forced, self._asked = forced, asked
         self._cells: dict[Hashable, tuple[Fraction, Fraction]] = {}
+        self._floats: dict[Hashable, tuple[float, float]] = {}  # each cell's ends rounded to floats
         self.points: list[tuple[tuple, int, int]] = []
         self.reads: list[Hashable] = []
 
     def uniform(self, key: Hashable) -> Uniform:
         hash(key)  # a key must be hashable (TypeError otherwise)
         if key not in self._cells:
-            self._cells[key] = (Fraction(0), Fraction(1))
+            self._cells[key], self._floats[key] = _UNIT, (0.0, 1.0)
             self.reads.append(key)
         return Uniform(self, key)
 
@@ -146,14 +150,44 @@ class Uniforms:
 
     def below(self, key: Hashable, cut: Fraction) -> bool:
         """U_key < cut."""
+        if cut.denominator < 1 << 53 and abs(cut.numerator) < 1 << 53:  # a float's rounding is cheap: try it
+            return self.below_float(key, cut.numerator / cut.denominator, cut)
+        return self._below(key, cut)
+
+    def _below(self, key: Hashable, cut: Fraction) -> bool:
         lo, hi = self._cells[key]
         if cut <= lo:
             return False
         if cut >= hi:
             return True
+        return self._split(key, lo, cut, hi)
+
+    def below_float(self, key: Hashable, cut: float, exact: Fraction | None = None) -> bool:
+        """U_key < ``exact`` (default: the finite float ``cut``; else ``cut`` is ``exact`` rounded),
+        decided on floats where that is exact: rounding is monotone, so cut < float(lo) means
+        exact < lo, cut > float(hi) means exact > hi, and strictly between them means strictly
+        inside; at a tie, the Fractions decide."""
+        flo, fhi = self._floats[key]
+        if cut < flo:
+            return False
+        if cut > fhi:
+            return True
+        exact = Fraction(cut) if exact is None else exact
+        if flo < cut < fhi:
+            lo, hi = self._cells[key]
+            below = self._choose(("below", key, cut), 2) == 0  # asked: the float, cheaper to compare on replays
+            self._cells[key], self._floats[key] = ((lo, exact), (flo, cut)) if below else ((exact, hi), (cut, fhi))
+            return below
+        return self._below(key, exact)
+
+    def _split(self, key: Hashable, lo: Fraction, cut: Fraction, hi: Fraction) -> bool:
+        """lo < cut < hi: a point with two sides, U_key below cut or not."""
         side = self._choose(("below", key, cut), 2)
-        self._cells[key] = (lo, cut) if side == 0 else (cut, hi)
+        self._set(key, (lo, cut) if side == 0 else (cut, hi))
         return side == 0
+
+    def _set(self, key: Hashable, cell: tuple[Fraction, Fraction]) -> None:
+        self._cells[key], self._floats[key] = cell, (float(cell[0]), float(cell[1]))
 
     def draw(self, row, key: Hashable = "terminal") -> int:
         """The token whose interval of the inverse CDF of ``row`` (weights, any scale; a sequence or a
@@ -171,7 +205,7 @@ class Uniforms:
                 hits.append((token, max(a, lo), min(b, hi)))
         side = self._choose(("draw", key, tuple(weights)), len(hits)) if len(hits) > 1 else 0
         token, a, b = hits[side]
-        self._cells[key] = (a, b)
+        self._set(key, (a, b))
         return token
 
     def _choose(self, asked: tuple, sides: int) -> int:

@@ -61,11 +61,13 @@ from dataclasses import dataclass
 
 from specd.core.sources import Offer, Plan, plan_from
 from specd.core.state import History, RequestState, match_tier
+from specd.core.tree_shape import TreeShape
 from specd.errors import UsageError
 from specd.policy.costs import CatchingUp, OnlineCosts
-from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max
+from specd.policy.kpolicy import DEFAULT_K_MAX, KPolicy, check_k_max, check_tree_budget
 from specd.policy.ledger import best_of, progress_rates, round_times
 from specd.policy.profile import AcceptanceProfile
+from specd.policy.trees import TreeProfile, best_tree
 
 TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-timing a slow draft)
 PROBE_AFTER = 4  # K = 0 rounds before a probe; doubles after each probe that did not pay
@@ -81,19 +83,66 @@ MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS = 1.45, 2.6
 # pseudo-drafts of a copy's acceptance before its own accepted drafts raise it: fit by maximum likelihood
 # to the drafts at positions 2..K of the same fit-half rounds (benchmarks/fit_match_prior.py)
 COPY_MEMORY = 1.75
+# A tree's later siblings before the request's own tree rounds (request_tree_profile): the r-th child
+# (r >= 1), tested where the earlier ones were refused, is kept SIBLING_FIRST r^-SIBLING_POWER times as
+# often as a chain's draft, a rank law fit by maximum likelihood to the later siblings' tests on the
+# fit half of the held-out corpus (benchmarks/tree_rounds.py --half fit --fit: three drafts, greedy
+# and temperature 0.7); RANK_STRENGTH: the prior's weight, in tests.
+SIBLING_FIRST, SIBLING_POWER, RANK_STRENGTH = 0.35, 0.95, 2.0
+TREE_DEPTH_STRENGTH = 2.0
+# A request drafts chains until its own first drafts were tested this many times: before that its rates
+# are the Beta(1, 1) prior's 0.5, a draft neither good nor bad, at which a tree's extra siblings look
+# cheap where the draft is in fact good (SmolLM2: trees chosen on cold priors lost 16% of tokens per
+# round). Chosen on the fit half (benchmarks/tree_rounds.py replay; worst -k auto / chain over the
+# three drafts: 0 tests 0.84, 1: 0.97, 4: 0.996, 8: 0.993, 16: 0.988).
+TREE_EVIDENCE = 4
 
 
 def request_profile(history: History, k_max: int) -> AcceptanceProfile:
     """alpha_1..alpha_kmax for one request: (accepted at j + s * pooled) / (reached j + s),
-    pooled = (accepted + a) / (reached + a + b) over all its positions."""
-    reached, accepted = sum(history.reached), sum(history.accepted_at)
-    pooled = (accepted + PRIOR[0]) / (reached + PRIOR[0] + PRIOR[1])
-    alphas = []
-    for j in range(max(k_max, 1)):
-        n = history.reached[j] if j < len(history.reached) else 0
-        a = history.accepted_at[j] if j < len(history.accepted_at) else 0
-        alphas.append((a + POSITION_STRENGTH * pooled) / (n + POSITION_STRENGTH))
-    return AcceptanceProfile(tuple(alphas), False, "request history")
+    pooled = (accepted + a) / (reached + a + b) over all its positions. The evidence is a chain's
+    draft j: the first child at depth j (``History.first_children``; a tree round's other ranks
+    are a tree's evidence, ``request_tree_profile``)."""
+    tested, passed = history.first_children()
+    return AcceptanceProfile(_shrunk(tested, passed, _pooled(tested, passed, PRIOR), k_max), False, "request history")
+
+
+def _pooled(tested, passed, prior: tuple[float, float]) -> float:
+    """(passed + a) / (tested + a + b) over every depth: the rate a position's is shrunk toward."""
+    return (sum(passed) + prior[0]) / (sum(tested) + prior[0] + prior[1])
+
+
+def _shrunk(tested, passed, pooled: float, depth: int, strength: float = POSITION_STRENGTH) -> tuple[float, ...]:
+    """Per depth 1..depth: (passed + s * pooled) / (tested + s), s = ``strength`` pseudo-tests."""
+    return tuple(
+        ((passed[j] if j < len(passed) else 0) + strength * pooled) / ((tested[j] if j < len(tested) else 0) + strength)
+        for j in range(max(depth, 1))
+    )
+
+
+def request_tree_profile(history: History, depth: int, ranks: int) -> TreeProfile:
+    """beta[j-1][r] for one request (specd.policy.trees), depths 1..depth, ranks 0..ranks - 1. Rank 0
+    is ``request_profile``'s alpha_j. Rank r >= 1 is its tests at depth j shrunk toward its pooled
+    rate over every depth, and that, with the weight of RANK_STRENGTH tests, toward the rate of rank
+    r - 1 scaled by the rank law: SIBLING_FIRST for rank 1, ((r - 1) / r)^SIBLING_POWER past it. So
+    before its first tree round a request's r-th child is priced at SIBLING_FIRST r^-SIBLING_POWER
+    times its chain's pooled rate (``sibling_prior``), and its own tree rounds move it from there."""
+    tested, passed = history.first_children()
+    pooled = _pooled(tested, passed, PRIOR)
+    columns = [_shrunk(tested, passed, pooled, depth, TREE_DEPTH_STRENGTH)]
+    for r in range(1, ranks):
+        at = [row[r] if r < len(row) else (0, 0) for row in history.ranks]
+        tests, kept = [n for n, _ in at], [a for _, a in at]
+        prior = pooled * sibling_prior(r) / sibling_prior(r - 1)
+        pooled = (sum(kept) + RANK_STRENGTH * prior) / (sum(tests) + RANK_STRENGTH)
+        columns.append(_shrunk(tests, kept, pooled, depth, TREE_DEPTH_STRENGTH))
+    return TreeProfile(tuple(zip(*columns)), "request history")
+
+
+def sibling_prior(rank: int) -> float:
+    """How much less often than a chain's draft a node's child of ``rank`` is kept where its earlier
+    siblings were refused, before any evidence: 1 for rank 0, SIBLING_FIRST rank^-SIBLING_POWER past it."""
+    return 1.0 if rank == 0 else SIBLING_FIRST * rank**-SIBLING_POWER
 
 
 def match_prior(match: int) -> float:
@@ -143,6 +192,7 @@ class Option:
     untried: bool  # the request never drafted from this source
     costs: object  # the source's ledger costs, without the catch-up
     extra: float  # the catch-up, in target steps, a K >= 1 round from it would pay
+    shape: TreeShape | None = None  # a tree that beats every chain (depth k), or None: the chain of k
 
 
 def trailing_zeros(schedule: tuple[int, ...]) -> int:
@@ -183,6 +233,7 @@ class AutoK(KPolicy):
         time_draft_step=None,
         greedy: bool = False,
         lookup_first: bool = False,
+        tree_budget: int = 0,
     ):
         """``time_draft_step(source index, rows) -> seconds``: times one step of a draft source when the
         costs have none yet (Proposer.step_seconds), so the first decision need not draft to learn
@@ -190,8 +241,11 @@ class AutoK(KPolicy):
         cannot beat K = 0 this round: timing a model costs its steps, and a lookup that drafts far
         may never need the model at all. ``lookup_first``: the run also drafts from a lookup, so a
         model is timed only once the request has gone PROBE_AFTER rounds in a row at K = 0 (when it
-        would probe): a request that copies keeps its lookup busy and never pays for the timing."""
+        would probe): a request that copies keeps its lookup busy and never pays for the timing.
+        ``tree_budget``: a model source may draft a tree of up to that many nodes where one beats every
+        chain (``tree_option``); 0: chains only."""
         check_k_max(k_max)
+        check_tree_budget(tree_budget, allow_zero=True)
         if batch < 1:
             raise UsageError(f"batch must be >= 1, got {batch}")
         self.k_max = k_max
@@ -200,6 +254,7 @@ class AutoK(KPolicy):
         self.time_draft_step = time_draft_step
         self.greedy = greedy  # the target decodes greedily: a lookup's copy rises along the draft (match_profile)
         self.lookup_first = lookup_first
+        self.tree_budget = tree_budget
         self._costs_read: dict = {}
 
     def plan(self, state: RequestState, sources) -> Plan:
@@ -223,7 +278,7 @@ class AutoK(KPolicy):
                 started = time.perf_counter()
                 seconds = self.time_draft_step(offer.index, self.batch)
                 self.costs.record_draft_step(offer.identity, self.batch, seconds, time.perf_counter() - started)
-            plain = self.costs.ledger_costs(self.batch, self.k_max, offer.identity)
+            plain = self.costs.ledger_costs(self.batch, max(self.k_max, self.tree_budget), offer.identity)
             if not self.could_pay(plain, cap):  # no profile can beat K = 0 (the perfect one does not)
                 hopeless = offer if hopeless is None else hopeless
                 continue
@@ -234,14 +289,14 @@ class AutoK(KPolicy):
         if options:
             best = max(options, key=lambda o: (o.rate, -o.offer.index))
             if best.rate > off:
-                return plan_from(best.offer, best.k)
+                return plan_from(best.offer, best.k, best.shape)
             triable = [o for o in options if not o.untried or self.worth_trying(state, o.costs, o.extra, cap)]
             fresh = [o for o in triable if o.untried]  # never tried: its prior is no evidence against it
             if fresh:
-                return plan_from(fresh[0].offer, fresh[0].k)
+                return plan_from(fresh[0].offer, fresh[0].k, fresh[0].shape)
             if triable and probe_due(schedule):
                 best = max(triable, key=lambda o: (o.rate, -o.offer.index))
-                return plan_from(best.offer, best.k)
+                return plan_from(best.offer, best.k, best.shape)
         if hopeless is not None and trailing_zeros(schedule) >= PROBE_AFTER_MAX:  # the machine's load may have changed
             return plan_from(hopeless, min(TIMING_K, cap))  # re-time that source, not another
         return Plan(None, 0)  # nothing beats K = 0, or a model not yet due to be timed
@@ -258,7 +313,25 @@ class AutoK(KPolicy):
         rates = progress_rates(profile, costs, range(cap + 1), self.batch, companions=self.batch - 1, times=times)
         k = best_of(rates, range(1, cap + 1))
         untried = not any(state.history.of(name).k_schedule)
+        tree = self.tree_option(state.history.of(name), costs, cap, rates[k]) if offer.match is None else None
+        if tree is not None and tree[1] > rates[k]:  # only a tree that beats every chain, strictly
+            return Option(offer, tree[0].depth, tree[1], rates[0], untried, plain, extra, tree[0])
         return Option(offer, k, rates[k], rates[0], untried, plain, extra)
+
+    def tree_option(self, history: History, costs, cap: int, beat: float = 0.0) -> tuple[TreeShape, float] | None:
+        """The fastest tree (not a chain) of at most ``tree_budget`` nodes and depth ``cap`` for a request
+        with ``history`` at ``costs`` and its progress rate (specd.policy.trees.best_tree: per node count
+        and depth the tree of the largest E[A] under the request's profile by depth and rank, each priced
+        with its own draft levels and verification rows); None without a budget, where every best tree
+        is a chain, where no tree could reach the rate ``beat``, or before the request's first drafts
+        were tested TREE_EVIDENCE times (its own rates, not the prior's, decide whether a tree pays)."""
+        if self.tree_budget < 2 or cap < 1:
+            return None
+        if sum(history.first_children()[0]) < TREE_EVIDENCE:
+            return None
+        depth = min(cap, self.tree_budget)
+        profile = request_tree_profile(history, depth, self.tree_budget)
+        return best_tree(profile, costs, self.tree_budget, depth, self.batch, beat)
 
     def _kept(self, key, costs, compute):
         """``compute()``, kept while ``costs`` is the same record (every request of a round reads the
@@ -298,10 +371,15 @@ class AutoK(KPolicy):
         return rate > off
 
 
-def auto_k_over(sources, k_max: int, batch: int, costs, greedy: bool) -> AutoK:
+def auto_k_over(sources, k_max: int, batch: int, costs, greedy: bool, tree_budget: int = 0, target=None) -> AutoK:
     """-k auto over a run's draft sources (their order is the run's): each source's draft step timed
     by the source itself, a lookup tried first where there is one, and a shared-body source's calls
-    priced as the target's (``costs``: the OnlineCosts the engine's observer feeds)."""
+    priced as the target's (``costs``: the OnlineCosts the engine's observer feeds); ``tree_budget``:
+    a model source may draft trees of up to that many nodes (0: chains). ``target``: the target model,
+    whose ``fixed_rows_prior`` (where it has one) prices its calls past the row counts timed."""
+    fixed = getattr(target, "fixed_rows_prior", None)
+    if fixed is not None and hasattr(costs, "fixed_rows"):
+        costs.fixed_rows = fixed
     for source in sources:
         if source.shares_target_cache:
             costs.share_body(source.identity)
@@ -312,4 +390,5 @@ def auto_k_over(sources, k_max: int, batch: int, costs, greedy: bool) -> AutoK:
         lambda index, rows: sources[index].step_seconds(rows),
         greedy=greedy,
         lookup_first=any(source.deterministic for source in sources),
+        tree_budget=tree_budget,
     )

@@ -32,6 +32,9 @@ class CatchingUp:
     def draft_time(self, k: int, batch: int) -> float:
         return self.costs.draft_time(k, batch) + (self.extra if k > 0 else 0.0)
 
+    def draft_calls(self, levels, batch: int) -> float:
+        return self.costs.draft_calls(levels, batch) + (self.extra if levels else 0.0)
+
     def verify_time(self, k: int, batch: int, context: int) -> float:
         return self.costs.verify_time(k, batch, context)
 
@@ -47,10 +50,11 @@ class CatchingUp:
         return self.costs.queue_cost
 
 
-def _curve(samples):
+def row_curve(samples, fixed_rows: float = FIXED_ROWS_PRIOR):
     """Seconds against row count, through the median at each row count seen: piecewise linear
     between them; past the largest (or below the smallest) row count seen, a call whose fixed part
-    is FIXED_ROWS_PRIOR rows, anchored there. A call's cost is not a line in its rows on a CPU: a
+    is ``fixed_rows`` rows (the model's ``fixed_rows_prior``, else FIXED_ROWS_PRIOR), anchored
+    there. A call's cost is not a line in its rows on a CPU: a
     line through rows 1 and 2 prices 9 rows at several times what they cost, so a free draft would
     never be allowed the K that pays. -> rows -> seconds, or None."""
     by_rows: dict[int, list[float]] = {}
@@ -62,7 +66,7 @@ def _curve(samples):
 
     def anchored(point, rows: int) -> float:
         r0, t0 = point
-        return t0 * (FIXED_ROWS_PRIOR + rows) / (FIXED_ROWS_PRIOR + r0)
+        return t0 * (fixed_rows + rows) / (fixed_rows + r0)
 
     def at(rows: int) -> float:
         if rows <= points[0][0]:
@@ -81,8 +85,9 @@ class OnlineCosts:
     count, of one draft step of each source (a lookup: its time per proposed token), and of the rest
     of a round, from the last WINDOW rounds (and any calls timed outside them)."""
 
-    def __init__(self, window: int = WINDOW):
+    def __init__(self, window: int = WINDOW, fixed_rows: float = FIXED_ROWS_PRIOR):
         self.window = window
+        self.fixed_rows = fixed_rows  # the target call's fixed part, in rows, past the row counts timed
         self.target: deque[tuple[int, float]] = deque(maxlen=window)
         self.draft: dict[str, deque[tuple[int, float]]] = {}
         # A shared-body source's verification (a body step and the full head over the staged rows) by
@@ -127,24 +132,28 @@ class OnlineCosts:
         for source in t.sources:
             step = self._draft_step(source)
             if step is not None:
-                self._steps(source.source).append((max(source.rows, 1), step))
+                self._steps(source.source).append(step)
         self.other.append(max(t.other_seconds - self.aside, 0.0))
         self.aside = 0.0
         self.version += 1
 
     @staticmethod
-    def _draft_step(t) -> float | None:
-        """Seconds of one ordinary draft step of a source in a round (a SourceTiming), or None. A
-        first call that caught the draft up on many tokens (its prompt, or output decoded at K = 0)
-        is a one-off, not a step."""
+    def _draft_step(t) -> tuple[int, float] | None:
+        """(rows, seconds) of one ordinary draft step of a source in a round (a SourceTiming), or None.
+        A first call that caught the draft up on many tokens (its prompt, or output decoded at K = 0)
+        is a one-off, not a step. A tree's later calls feed several rows a request (its levels): they
+        are steps of that many rows on average, its first call apart."""
+        rows = max(t.rows, 1)
         if t.max_k == 0 or t.seconds <= 0:
             return None
         if t.steps == 0:  # no model (a lookup): its time per proposed token
-            return t.seconds / t.max_k
+            return rows, t.seconds / t.max_k
+        if t.steps >= 2 and t.fed_rows > rows * (t.steps - 1):  # a tree's levels
+            return round(t.fed_rows / (t.steps - 1)), max(t.seconds - t.first_seconds, 0.0) / (t.steps - 1)
         if t.first_tokens <= 2:
-            return t.seconds / t.steps
+            return rows, t.seconds / t.steps
         if t.steps >= 2:
-            return max(t.seconds - t.first_seconds, 0.0) / (t.steps - 1)
+            return rows, max(t.seconds - t.first_seconds, 0.0) / (t.steps - 1)
         return None
 
     def catch_up(self, source: str, tokens: int) -> float:
@@ -165,7 +174,7 @@ class OnlineCosts:
         per version of the costs (every request's plan of a round reads the same)."""
         key = (self.version, "curves", source)
         if key not in self._read:
-            self._remember(key, (_curve(self.target), _curve(self.draft.get(source, ()))))
+            self._remember(key, (row_curve(self.target, self.fixed_rows), row_curve(self.draft.get(source, ()))))
         return self._read[key]
 
     def _remember(self, key, value) -> None:
@@ -183,7 +192,7 @@ class OnlineCosts:
         costs = None
         if target is not None and draft is not None:
             unit = target(1)
-            head = _curve(self.shared.get(source, ()))
+            head = row_curve(self.shared.get(source, ()), self.fixed_rows)
             shared = source in self.shared
 
             def verify(k: int) -> float:
@@ -197,6 +206,8 @@ class OnlineCosts:
                 baseline={batch: target(batch) / unit},
                 state_cost=statistics.median(self.other) / unit if self.other else 0.0,
                 source="online",
+                draft_curve=lambda rows: draft(rows) / unit,  # a tree's levels: a draft call over that many rows
+                target_curve=None if shared else (lambda rows: target(rows) / unit),
             )
         self._remember(key, costs)
         return costs

@@ -24,12 +24,16 @@ from collections.abc import Mapping
 
 from specd.core.sources import Plan, first_available, plan_from
 from specd.core.state import RequestState
+from specd.core.tree_shape import MAX_TREE_NODES
 from specd.errors import KScheduleMismatch, UsageError, shown
 
 MAX_K = 64  # drafts per round, fixed or auto; past this a draft is never the bottleneck worth widening
 # -k auto's largest K unless --k-max says: a lookup copying a passage still gains from 16 to 32
 # drafts on a CPU (33 verified rows cost 1.1-1.3 times 17 there), and the ledger picks below it.
 DEFAULT_K_MAX = 32
+# --tree auto's node budget unless --tree-budget says: a verification call of 17 rows per request, where a
+# GPU's call costs about one of 1 and the best trees of a useful draft stop gaining (docs/choosing-k.md)
+DEFAULT_TREE_BUDGET = 16
 
 
 def check_k(value: int | str, where: str = "-k") -> None:
@@ -42,6 +46,16 @@ def check_k_max(value: int, where: str = "--k-max") -> None:
     """The largest K -k auto may choose: 1..MAX_K."""
     if not 1 <= value <= MAX_K:
         raise UsageError(f"{where} must be in 1..{MAX_K}, got {value}")
+
+
+def check_tree_budget(value: int, where: str = "--tree-budget", allow_zero: bool = False) -> None:
+    """The most nodes a tree -k auto chooses may have: 2..MAX_TREE_NODES (0, where allowed: chains only)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (2 <= value <= MAX_TREE_NODES or (allow_zero and value == 0))
+    ):
+        raise UsageError(f"{where} must be in 2..{MAX_TREE_NODES} (nodes of a tree), got {value!r}")
 
 
 class KPolicy:

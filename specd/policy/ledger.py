@@ -23,7 +23,8 @@ this is Leviathan et al.'s (1 - alpha^{K+1}) / ((1 - alpha)(1 + K c)).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 from specd.errors import InvalidCost
 from specd.policy.profile import AcceptanceProfile
@@ -51,6 +52,10 @@ class CostModel:
     def draft_time(self, k: int, batch: int) -> float:
         return k * self.draft_cost * (1.0 + self.draft_row_cost * (batch - 1))
 
+    def draft_calls(self, levels, batch: int) -> float:
+        """Draft calls of ``levels[i]`` rows per request each (a tree's levels; a chain of k: k ones)."""
+        return sum(self.draft_cost * (1.0 + self.draft_row_cost * (rows * batch - 1)) for rows in levels)
+
     def verify_time(self, k: int, batch: int, context: int) -> float:
         return self.target_call(batch * (k + 1), context)
 
@@ -71,11 +76,31 @@ class MeasuredCosts:
     state_cost: float = 0.0
     queue_cost: float = 0.0
     source: str = "measured"
+    # Where a tree needs row counts the dicts lack: total rows of a call -> its cost (same unit).
+    draft_curve: Callable[[int], float] | None = field(default=None, compare=False, repr=False)
+    target_curve: Callable[[int], float] | None = field(default=None, compare=False, repr=False)
 
     def draft_time(self, k: int, batch: int) -> float:
         return k * self.draft_step[batch]
 
+    def draft_calls(self, levels, batch: int) -> float:
+        """Draft calls of ``levels[i]`` rows per request each: a one-row level is a draft step; a wider
+        one is read off ``draft_curve`` (without one, refused by name)."""
+        total = 0.0
+        for rows in levels:
+            if rows == 1:
+                total += self.draft_step[batch]
+            elif self.draft_curve is not None:
+                total += self.draft_curve(rows * batch)
+            else:
+                raise InvalidCost(
+                    f"no draft call of {rows * batch} rows was timed: a tree's levels need the draft's row costs"
+                )
+        return total
+
     def verify_time(self, k: int, batch: int, context: int) -> float:
+        if (k, batch) not in self.verify and self.target_curve is not None:
+            return self.target_curve(batch * (k + 1))
         return self.verify[(k, batch)]
 
     def baseline_time(self, batch: int, context: int) -> float:

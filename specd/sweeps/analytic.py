@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import EmptyRange, InvalidCost, UsageError, shown
+from specd.policy.kpolicy import check_tree_budget
 from specd.policy.ledger import CostModel
 from specd.policy.profile import AcceptanceProfile, constant_profile, per_position_profile
-from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
+from specd.policy.row_costs import read_row_costs
+from specd.sweeps.ledger import LedgerRow, ModelShape, Trees, sweep
 from specd.sweeps.profile import profile_from_mapping, profile_from_trace
 
 DEFAULT_ALPHA = 0.8
@@ -103,9 +106,10 @@ def analytic(
     stop_probability: object = 0.0,
     shape: ModelShape | None = None,
     k_given: bool = True,
+    trees: Trees | None = None,
 ) -> list[LedgerRow]:
-    """The ledger's rows over the profile and the cost model, with the -k auto row per batch size.
-    Without ``k_given``, a per-position profile sets how far K goes."""
+    """The ledger's rows over the profile and the cost model (and ``trees``' shapes), with the -k auto
+    row per batch size. Without ``k_given``, a per-position profile sets how far K goes."""
     if not isinstance(context, int) or isinstance(context, bool) or context < 0:
         raise UsageError(f"--context must be an integer >= 0, got {shown(context)}")
     if not isinstance(stop_probability, (int, float)) or isinstance(stop_probability, bool):
@@ -114,10 +118,48 @@ def analytic(
         raise UsageError(f"--stop-probability must be in [0, 1), got {shown(stop_probability)}")
     if not (k_given or profile.constant):
         ks = [k for k in ks if k <= len(profile.alphas)]
-    return sweep(profile, cost, ks, batches, context, float(stop_probability), shape, auto=True)
+    return sweep(profile, cost, ks, batches, context, float(stop_probability), shape, auto=True, trees=trees)
 
 
 def _number(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidCost(f"cost {name} = {shown(value)} is not a number")
     return float(value)
+
+
+def tree_shapes(specs, budget, siblings) -> tuple[TreeShape, ...]:
+    """--tree's static shapes (a dynamic tree's nodes depend on the draft's rows: refused), checked with
+    --tree-budget and --sibling-alphas before any work."""
+    shapes = tuple(parse_tree(spec, "--tree") for spec in specs)
+    for shape in shapes:
+        if shape.dynamic:
+            raise UsageError(
+                f"--tree {shape.spec!r}: sweep-k prices static shapes (a dynamic tree's nodes follow the draft's rows)"
+            )
+    if budget is not None:
+        check_tree_budget(budget)
+    if siblings is not None and not (shapes or budget):
+        raise UsageError("--sibling-alphas prices trees: give --tree SPEC or --tree-budget N with it")
+    return shapes
+
+
+def curve_costs(path: str, cost: CostModel, given: set[str]):
+    """The ledger's costs on a --row-costs curve, with the cost model's draft, state and queue costs; a
+    cost the curve replaces, given too, is refused rather than ignored."""
+    replaced = [
+        name for name in ("row_cost", "draft_row_cost", "context_cost") if name in given or f"config: {name}" in given
+    ]
+    if replaced:
+        raise UsageError(
+            f"--{replaced[0].replace('_', '-')}: --row-costs gives the calls' cost by rows; give one of them"
+        )
+    if "context" in given:
+        raise UsageError("--context: a --row-costs curve does not price the context (its calls were timed at theirs)")
+    return read_row_costs(path).costs(cost.draft_cost, cost.state_cost, cost.queue_cost)
+
+
+def numbers(text: str, flag: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{flag} takes numbers like 0.3,0.1; got {text!r}") from None

@@ -1,15 +1,26 @@
-"""The ledger's table: one row per (K, batch) with every term of the formula, and the best K
-per batch. The formula itself (E[G], E[T_round], the progress rate, the best K) has one home,
-``specd.policy.ledger``; this module lays it out for ``sweep-k``.
+"""The ledger's table: one row per (K, batch) with every term of the formula, one per (tree shape,
+batch) where trees are swept, and the best shape per batch. The formula itself (E[G], E[T_round],
+the progress rate, the best K) has one home, ``specd.policy.ledger``, and a tree's
+(``specd.policy.trees``); this module lays them out for ``sweep-k``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from specd.core.tree_shape import TreeShape
 from specd.errors import EmptyRange
-from specd.policy.ledger import CostModel, accepted_distribution, best_k, expected_progress, round_time, survival
+from specd.policy.ledger import (
+    CostModel,
+    accepted_distribution,
+    best_k,
+    expected_progress,
+    progress_rate,
+    round_time,
+    survival,
+)
 from specd.policy.profile import AcceptanceProfile
+from specd.policy.trees import TreeProfile, best_tree, depth_reach, tree_round_time
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class LedgerRow:
     temporary_kv_bytes_per_token: float | None
     optimal: bool = False
     policy: str = "fixed"  # "auto": the row -k auto converges to (the best K in 0..K max, chosen)
+    shape: str = ""  # a tree's shape as --tree writes it ("": a chain of K)
+    nodes: int = 0  # drafts verified per request: K for a chain, a tree's nodes (its depth is K)
 
 
 def ledger_row(
@@ -86,7 +99,57 @@ def ledger_row(
         speedup=baseline * e_g / t_round,
         discarded_kv_rows=k - e_a,
         temporary_kv_bytes_per_token=temp_bytes,
+        nodes=k,
     )
+
+
+def tree_row(
+    profile: TreeProfile,
+    cost,
+    tree: TreeShape,
+    batch: int = 1,
+    context: int = 0,
+    shape: ModelShape | None = None,
+) -> LedgerRow:
+    """A static tree's row: E[A] = sum_j Pr(A >= j) under the profile by depth and rank, one draft call
+    a level, one verification of nodes + 1 rows per request (specd.policy.trees). K is its depth."""
+    s = depth_reach(tree, profile)
+    e_a, e_g = sum(s), 1.0 + sum(s)
+    t_round = tree_round_time(cost, tree, batch, context)
+    t_v = cost.verify_time(tree.size, batch, context)
+    baseline = cost.baseline_time(batch, context)
+    padded = (1.0, *s, 0.0)
+    return LedgerRow(
+        k=tree.depth,
+        batch=batch,
+        context=context,
+        expected_accepted=e_a,
+        expected_progress=e_g,
+        survival=s,
+        pr_accepted=tuple(padded[a] - padded[a + 1] for a in range(tree.depth + 1)),
+        draft_time=t_round - t_v - cost.state_cost - cost.queue_cost,
+        verify_time=t_v,
+        state_time=cost.state_cost,
+        queue_time=cost.queue_cost,
+        round_time=t_round,
+        time_per_token=t_round / e_g,
+        baseline_time_per_token=baseline,
+        speedup=baseline * e_g / t_round,
+        discarded_kv_rows=tree.size - e_a,
+        temporary_kv_bytes_per_token=None if shape is None else (tree.size + 1) * shape.kv_bytes_per_row / e_g,
+        shape=tree.spec,
+        nodes=tree.size,
+    )
+
+
+@dataclass(frozen=True)
+class Trees:
+    """What a sweep prices beyond chains: static ``shapes``, under ``profile`` (acceptance by depth and
+    rank), and ``budget``: the -k auto row may choose a tree of up to that many nodes (0: chains)."""
+
+    profile: TreeProfile
+    shapes: tuple[TreeShape, ...] = ()
+    budget: int = 0
 
 
 def sweep(
@@ -98,10 +161,12 @@ def sweep(
     stop_probability: float = 0.0,
     shape: ModelShape | None = None,
     auto: bool = False,
+    trees: Trees | None = None,
 ) -> list[LedgerRow]:
-    """Every (K, B); the best K per batch size is marked ``optimal``. With ``auto``, after each
-    batch size's rows, the row -k auto (K max = the largest K swept) settles on once it knows
-    the profile: the K of 0 (target-only steps) and the swept ones with the highest speedup."""
+    """Every (K, B), then every (tree, B) of ``trees``; the best row per batch size (chain or tree) is
+    marked ``optimal``. With ``auto``, after each batch size's rows, the row -k auto (K max = the
+    largest K swept) settles on once it knows the profile: the K of 0 (target-only steps) and the
+    swept ones with the highest speedup, or with a tree budget the tree that beats them all."""
     ks, batches = list(ks), list(batches)
     if not ks or not batches:
         raise EmptyRange("the K range and the batch list must not be empty")
@@ -110,20 +175,32 @@ def sweep(
     out = []
     for b in batches:
         mine = [ledger_row(profile, cost, k, b, context, stop_probability, shape) for k in ks]
+        mine += [tree_row(trees.profile, cost, t, b, context, shape) for t in (trees.shapes if trees else ())]
         best = max(mine, key=lambda r: r.speedup)
         out.extend(r if r is not best else replace(r, optimal=True) for r in mine)
         if auto:
-            chosen = best_k(profile, cost, [0, *ks], b, context, stop_probability)
-            if chosen == 0:  # target-only steps: not a swept K, its own row
-                row = ledger_row(profile, cost, 0, b, context, stop_probability, shape)
-            else:
-                row = mine[ks.index(chosen)]
-            out.append(replace(row, policy="auto", optimal=False))
+            out.append(
+                replace(auto_row(profile, cost, ks, mine, b, context, stop_probability, shape, trees), policy="auto")
+            )
     return out
 
 
+def auto_row(profile, cost, ks, mine, b: int, context: int, stop: float, shape, trees: Trees | None) -> LedgerRow:
+    """The row -k auto settles on at batch ``b``: the best K of 0 and ``ks`` (``mine``: their rows), or
+    with a tree budget the fastest tree where it beats that K (``specd.policy.trees.best_tree``)."""
+    chosen = best_k(profile, cost, [0, *ks], b, context, stop)
+    row = ledger_row(profile, cost, 0, b, context, stop, shape) if chosen == 0 else mine[ks.index(chosen)]
+    if trees is not None and trees.budget:
+        rate = progress_rate(profile, cost, chosen, b, context, stop)
+        found = best_tree(trees.profile, cost, trees.budget, max(ks), b, rate)
+        if found is not None and found[1] > rate:
+            row = tree_row(trees.profile, cost, found[0], b, context, shape)
+    return replace(row, optimal=False)
+
+
 def optimum(rows: list[LedgerRow], batch: int) -> tuple[LedgerRow, bool]:
-    """(best row for ``batch``, whether it is interior to the K range swept)."""
+    """(best row for ``batch``, chain or tree; whether it is a chain interior to the K range swept)."""
     mine = sorted((r for r in rows if r.batch == batch and r.policy == "fixed"), key=lambda r: r.k)
     best = next(r for r in mine if r.optimal)
-    return best, mine[0].k < best.k < mine[-1].k
+    chains = [r for r in mine if not r.shape]
+    return best, not best.shape and chains[0].k < best.k < chains[-1].k

@@ -1,9 +1,13 @@
 """Measured mode: time T_D, T_V and the baseline step on the real device, measure
 the acceptance profile from real generation, then put the ledger's predicted
-speedup beside the speedup measured by actually generating at each (K, B)."""
+speedup beside the speedup measured by actually generating at each (K, B), and at
+each (tree, B): its verification over nodes + 1 rows and its draft calls over the
+rows of its levels timed, its acceptance by depth and rank measured from a run of the
+widest tree swept (with the chain run's rank 0)."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -12,14 +16,18 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput, device_sync
+from specd.core.state import History
+from specd.core.tree_shape import TreeShape
 from specd.errors import UsageError, shown
 from specd.models.distributed import actors, connect
 from specd.models.model_facts import cache_shape
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
+from specd.policy.autok import request_tree_profile
 from specd.policy.ledger import MeasuredCosts
 from specd.policy.profile import AcceptanceProfile, profile_from_rates
-from specd.sweeps.ledger import LedgerRow, ModelShape, sweep
+from specd.policy.trees import TreeProfile, level_rows
+from specd.sweeps.ledger import LedgerRow, ModelShape, Trees, sweep
 
 MAX_MEASURED_BATCH = 256  # a measured cell generates a real batch of this many prompts at every K
 MAX_REPEATS = 100
@@ -47,8 +55,9 @@ class MeasuredSweep:
     profile: AcceptanceProfile
     costs: MeasuredCosts
     rows: list[LedgerRow]
-    measured: dict  # (k, batch) -> measured speedup
+    measured: dict  # (k, batch) -> measured speedup ((tree spec, batch) for a tree)
     seconds_per_target_step: float  # T(1) in seconds: the unit of every cost
+    progress: dict = dataclasses.field(default_factory=dict)  # the same keys -> measured tokens per round
 
 
 def _timed(fn: Callable[[], None], device: torch.device, warmup: int, repeats: int) -> float:
@@ -146,7 +155,7 @@ def time_batch(pipe: Pipeline, b: int, context: int, texts, max_new_tokens: int,
 
 def time_cell(
     pipe: Pipeline,
-    k: int | str,
+    k: int | str | TreeShape,
     b: int,
     context: int,
     texts,
@@ -154,20 +163,38 @@ def time_cell(
     warmup: int,
     repeats: int,
     batch: BatchTimes | None = None,
-) -> tuple[BatchTimes, float, float]:
-    """One (K, B) cell: -> (the batch's timings, the verification call in units (None for K = auto),
-    the measured speedup). Without ``batch`` it is timed here too, so a cell run on its own worker is
-    normalized there."""
+) -> tuple:
+    """One (K, B) or (tree, B) cell: -> (the batch's timings, the verification call in units (None for
+    K = auto), the measured speedup, the measured tokens per round, a tree's draft calls in units by
+    their rows). Without ``batch`` it is timed here too, so a cell run on its own worker is normalized
+    there. A tree's verification is timed as a call of its nodes + 1 rows (the tree mask aside)."""
     batch = batch or time_batch(pipe, b, context, texts, max_new_tokens, warmup, repeats)
     shared = shared_source(pipe)
-    if k == "auto":
+    tree = k if isinstance(k, TreeShape) else None
+    rows = tree.size + 1 if tree is not None else None if k == "auto" else k + 1
+    drafts = {}
+    if rows is None:
         verify = None
     elif shared is not None:  # a body step of the last draft and the full head over the K + 1 staged rows
-        verify = time_shared(shared, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
+        verify = time_shared(shared, b, context, rows, pipe.device, warmup, repeats) / batch.unit
     else:
-        verify = time_call(pipe.target, b, context, k + 1, pipe.device, warmup, repeats) / batch.unit
-    spec = pipe.run(_batch_items(texts, b), k=k, max_new_tokens=max_new_tokens, record_log=False).stats
-    return batch, verify, batch.base_time_per_token / (spec.decode_time / spec.emitted)
+        verify = time_call(pipe.target, b, context, rows, pipe.device, warmup, repeats) / batch.unit
+    if tree is not None:
+        wide = {w for w in level_rows(tree) if w > 1}
+        drafts = {w * b: time_call(pipe.proposer.models[0], b, context, w, pipe.device, warmup, repeats) for w in wide}
+        drafts = {rows_: seconds / batch.unit for rows_, seconds in drafts.items()}
+        pipe = pipe.with_options(dataclasses.replace(pipe.options, tree=tree.spec))
+    run = pipe.run(
+        _batch_items(texts, b), k=k if tree is None else "auto", max_new_tokens=max_new_tokens, record_log=False
+    )
+    spec = run.stats
+    return (
+        batch,
+        verify,
+        batch.base_time_per_token / (spec.decode_time / spec.emitted),
+        spec.emitted / spec.rounds,
+        drafts,
+    )
 
 
 def _batch_items(texts, b: int) -> list[PromptItem]:
@@ -184,9 +211,11 @@ def measure(
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
     ray_address: str | None = None,
+    trees: tuple[TreeShape, ...] = (),
 ) -> MeasuredSweep:
-    """The acceptance profile from a run at the largest K, then every (K, B) cell timed and generated.
-    With ``ray_address``, each cell is one task on a Ray actor, timed and normalized on its own worker."""
+    """The acceptance profile from a run at the largest K (and with ``trees``, by depth and rank from a
+    run of the widest of them), then every (K, B) and (tree, B) cell timed and generated. With
+    ``ray_address``, each cell is one task on a Ray actor, timed and normalized on its own worker."""
     check_repeats(repeats)
     if pipe.context is not None and max_new_tokens >= pipe.context // 2:
         raise UsageError(
@@ -201,21 +230,47 @@ def measure(
     run = pipe.run(items, k=max(ks), max_new_tokens=max_new_tokens, record_log=False)
     profile = profile_from_rates(run.stats.figures()["acceptance_by_position"], max(ks), "measured")
     state_per_round = run.stats.state_time / max(run.stats.rounds, 1)
+    found = (
+        Trees(measured_tree_profile(pipe, items, run, trees, max(ks), max_new_tokens, say), trees) if trees else None
+    )
     args = (context, texts, max_new_tokens, warmup, repeats)
-    cells: dict[tuple[int, int], tuple[BatchTimes, float, float]] = {}
+    cells: dict[tuple, tuple] = {}
+    ledger = (pipe, profile, cells, ks, batches, context, state_per_round, found)
     try:
         if ray_address is not None:
-            cells = _cells_on_ray(pipe, ks, batches, args, ray_address, say)
+            cells.update(_cells_on_ray(pipe, [*ks, *trees], batches, args, ray_address, say))
         else:
             for b in batches:
                 say(f"timing target and draft calls at batch {b}")
                 batch = time_batch(pipe, b, *args)
-                for k in [*ks, "auto"]:
-                    say(f"generating at K = {k}, batch {b}")
-                    cells[(k, b)] = time_cell(pipe, k, b, *args, batch=batch)
+                for k in [*ks, "auto", *trees]:
+                    say(f"generating at {f'tree {k.spec}' if isinstance(k, TreeShape) else f'K = {k}'}, batch {b}")
+                    cells[(k.spec if isinstance(k, TreeShape) else k, b)] = time_cell(pipe, k, b, *args, batch=batch)
     except KeyboardInterrupt:
-        raise MeasureInterrupted(_ledger(pipe, profile, cells, ks, batches, context, state_per_round)) from None
-    return _ledger(pipe, profile, cells, ks, batches, context, state_per_round)
+        raise MeasureInterrupted(_ledger(*ledger)) from None
+    return _ledger(*ledger)
+
+
+def measured_tree_profile(pipe: Pipeline, items, chain_run, trees, k: int, max_new_tokens: int, say) -> TreeProfile:
+    """The acceptance by depth and rank of the chain run's rounds and a run of the widest tree swept, as
+    -k auto reads one request's (``request_tree_profile``; a cell neither tested takes its prior)."""
+    widest = max(trees, key=lambda t: t.size)
+    say(f"acceptance by depth and rank from {len(items)} prompts with the tree {widest.spec}")
+    tree_pipe = pipe.with_options(dataclasses.replace(pipe.options, tree=widest.spec))
+    tree_run = tree_pipe.run(items, k="auto", max_new_tokens=max_new_tokens, record_log=False)
+    counts: dict[tuple[int, int], tuple[int, int]] = {}
+    for result in (*chain_run.results, *tree_run.results):
+        for j, row in enumerate(result.history.ranks):
+            for r, (n, a) in enumerate(row):
+                was = counts.get((j, r), (0, 0))
+                counts[(j, r)] = (was[0] + n, was[1] + a)
+    table = tuple(
+        tuple(counts.get((j, r), (0, 0)) for r in range(1 + max((r for i, r in counts if i == j), default=-1)))
+        for j in range(1 + max((j for j, _ in counts), default=-1))
+    )
+    depth = max([k, *(t.depth for t in trees)])
+    ranks = max(t.size for t in trees)
+    return dataclasses.replace(request_tree_profile(History(ranks=table), depth, ranks), source="measured")
 
 
 class MeasureInterrupted(KeyboardInterrupt):
@@ -227,35 +282,48 @@ class MeasureInterrupted(KeyboardInterrupt):
         self.partial = partial
 
 
-def _ledger(pipe: Pipeline, profile, cells: dict, ks, batches, context: int, state_per_round: float):
+def _ledger(pipe: Pipeline, profile, cells: dict, ks, batches, context: int, state_per_round: float, trees=None):
     """The measured costs and the ledger's rows over the cells measured: every batch size with at
-    least one fixed-K cell, at the K measured there. None when no cell is."""
+    least one fixed-K cell, at the K (and trees) measured there. None when no cell is."""
     done = [b for b in batches if any((k, b) in cells for k in ks)]
     if not done:
         return None
     first = {b: next(cells[(k, b)][0] for k in ks if (k, b) in cells) for b in done}
     unit = first[done[0]].unit
-    verify = {kb: cell[1] for kb, cell in cells.items() if cell[1] is not None}
+    spec_nodes = {t.spec: t.size for t in (trees.shapes if trees else ())}
+    verify = {(spec_nodes.get(k, k), b): cell[1] for (k, b), cell in cells.items() if cell[1] is not None}
     verify.update({(0, b): first[b].baseline for b in done})  # K = 0 (auto's target-only step)
+    drafts = {rows: seconds for cell in cells.values() for rows, seconds in cell[4].items()}
     costs = MeasuredCosts(
         {b: first[b].draft_step for b in done},
         verify,
         {b: first[b].baseline for b in done},
         state_cost=state_per_round / unit,
+        draft_curve=drafts.__getitem__,  # a tree's draft calls, by their rows, as timed
     )
     shape = ModelShape(*cache_shape(pipe.target))
     rows = []
     for b in done:  # the best K is marked per batch size, so batch by batch is the same ledger
-        rows += sweep(profile, costs, [k for k in ks if (k, b) in cells], [b], context, shape=shape, auto=True)
-    return MeasuredSweep(profile, costs, rows, {kb: cell[2] for kb, cell in cells.items()}, unit)
+        mine = [k for k in ks if (k, b) in cells]
+        timed = trees and dataclasses.replace(trees, shapes=tuple(t for t in trees.shapes if (t.spec, b) in cells))
+        rows += sweep(profile, costs, mine, [b], context, shape=shape, auto=True, trees=timed or None)
+    return MeasuredSweep(
+        profile,
+        costs,
+        rows,
+        {kb: cell[2] for kb, cell in cells.items()},
+        unit,
+        {kb: cell[3] for kb, cell in cells.items()},
+    )
 
 
 def _cells_on_ray(pipe: Pipeline, ks, batches, args, address: str, say) -> dict:
-    """One task per (K, B) cell on the cluster's actors, each cell timed on the worker that runs it."""
+    """One task per (K, B) or (tree, B) cell on the cluster's actors, each timed on the worker that runs it."""
     ray = connect(address)
     _, pool = actors(ray, pipe.options, baseline=False)
     say(f"{len(ks) * len(batches)} cells on {len(pool)} Ray actors")
     refs = {}
     for i, (k, b) in enumerate((k, b) for b in batches for k in [*ks, "auto"]):
-        refs[(k, b)] = pool[i % len(pool)].call.remote(time_cell, k, b, *args)
+        key = (k.spec if isinstance(k, TreeShape) else k, b)
+        refs[key] = pool[i % len(pool)].call.remote(time_cell, k, b, *args)
     return dict(zip(refs, ray.get(list(refs.values()))))

@@ -10,9 +10,9 @@ from specd.errors import UsageError
 from specd.files import image_format, write_atomic, write_text_atomic
 from specd.sweeps.ledger import LedgerRow
 
-CSV_SCHEMA_VERSION = 2  # 2: the policy column and the -k auto rows
+CSV_SCHEMA_VERSION = 3  # 2: the policy column and the -k auto rows; 3: tree rows (shape, nodes)
 CSV_COLUMNS = (
-    "schema_version",  # 2
+    "schema_version",  # 3
     "mode",  # analytic | measured
     "k",  # for a policy=auto row: the K auto chooses (0: target-only steps)
     "batch",
@@ -30,14 +30,17 @@ CSV_COLUMNS = (
     "baseline_time_per_token",
     "predicted_speedup",
     "measured_speedup",  # empty unless --measure
+    "measured_progress",  # tokens per round measured (E[G]'s measured twin); empty unless --measure
     "discarded_kv_rows",  # K - E[A]
     "temporary_kv_bytes_per_token",  # empty unless model shapes are known
-    "optimal",  # 1 on the best fixed K of each batch size
+    "optimal",  # 1 on the best fixed row of each batch size (a chain's K or a tree)
     "policy",  # fixed | auto (one auto row per batch size)
+    "shape",  # a tree row's shape as --tree writes it; empty for a chain of k
+    "nodes",  # drafts verified per request: k for a chain, a tree's nodes (k is its depth)
 )
 
 
-def row_dict(row: LedgerRow, mode: str, measured: float | None = None) -> dict:
+def row_dict(row: LedgerRow, mode: str, measured: float | None = None, progress: float | None = None) -> dict:
     return {
         "schema_version": CSV_SCHEMA_VERSION,
         "mode": mode,
@@ -57,23 +60,26 @@ def row_dict(row: LedgerRow, mode: str, measured: float | None = None) -> dict:
         "baseline_time_per_token": row.baseline_time_per_token,
         "predicted_speedup": row.speedup,
         "measured_speedup": "" if measured is None else measured,
+        "measured_progress": "" if progress is None else progress,
         "discarded_kv_rows": row.discarded_kv_rows,
         "temporary_kv_bytes_per_token": ""
         if row.temporary_kv_bytes_per_token is None
         else row.temporary_kv_bytes_per_token,
         "optimal": int(row.optimal),
         "policy": row.policy,
+        "shape": row.shape,
+        "nodes": row.nodes,
     }
 
 
 def cell_key(row: LedgerRow) -> tuple:
-    """A row's key in the measured cells: (K, B), or ("auto", B) for the -k auto row."""
-    return (row.k if row.policy == "fixed" else "auto", row.batch)
+    """A row's key in the measured cells: (K, B), (its shape, B) for a tree, ("auto", B) for the -k auto row."""
+    return (row.shape or row.k if row.policy == "fixed" else "auto", row.batch)
 
 
-def ledger_records(rows: list[LedgerRow], mode: str, measured: dict) -> list[dict]:
-    """The ledger's rows as CSV records, each with its measured speedup where one was measured."""
-    return [row_dict(r, mode, measured.get(cell_key(r))) for r in rows]
+def ledger_records(rows: list[LedgerRow], mode: str, measured: dict, progress: dict | None = None) -> list[dict]:
+    """The ledger's rows as CSV records, each with its measured speedup and tokens per round where measured."""
+    return [row_dict(r, mode, measured.get(cell_key(r)), (progress or {}).get(cell_key(r))) for r in rows]
 
 
 def csv_text(records: list[dict]) -> str:
@@ -101,7 +107,10 @@ def plot(records: list[dict], path: str | Path) -> None:
         raise UsageError("--plot needs matplotlib: pip install 'specd[plot]' (make install includes it)") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for batch in sorted({r["batch"] for r in records}):
-        mine = sorted((r for r in records if r["batch"] == batch and r["policy"] == "fixed"), key=lambda r: r["k"])
+        mine = sorted(
+            (r for r in records if r["batch"] == batch and r["policy"] == "fixed" and not r["shape"]),
+            key=lambda r: r["k"],
+        )
         ks = [r["k"] for r in mine]
         line = ax.plot(ks, [r["predicted_speedup"] for r in mine], marker="o", ms=3, label=f"B={batch} predicted")[0]
         if any(r["measured_speedup"] != "" for r in mine):
@@ -113,8 +122,11 @@ def plot(records: list[dict], path: str | Path) -> None:
                 color=line.get_color(),
                 label=f"B={batch} measured",
             )
-        best = next(r for r in mine if r["optimal"])
-        ax.scatter([best["k"]], [best["predicted_speedup"]], s=90, facecolors="none", edgecolors=line.get_color())
+        for best in (r for r in mine if r["optimal"]):  # the best chain (unless a tree is best)
+            ax.scatter([best["k"]], [best["predicted_speedup"]], s=90, facecolors="none", edgecolors=line.get_color())
+        trees = [r for r in records if r["batch"] == batch and r["policy"] == "fixed" and r["shape"]]
+        for tree in trees:  # at its depth
+            ax.scatter([tree["k"]], [tree["predicted_speedup"]], marker="^", s=40, color=line.get_color())
         for auto in (r for r in records if r["batch"] == batch and r["policy"] == "auto"):
             ax.scatter([auto["k"]], [auto["predicted_speedup"]], marker="*", s=80, color=line.get_color())
             if auto["measured_speedup"] != "":
@@ -122,7 +134,7 @@ def plot(records: list[dict], path: str | Path) -> None:
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("K (drafts per round)")
     ax.set_ylabel("speedup over target-only")
-    ax.set_title("specd sweep-k (circles: best K per batch size; stars: -k auto)")
+    ax.set_title("specd sweep-k (circles: best K; triangles: trees, at their depth; stars: -k auto)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:

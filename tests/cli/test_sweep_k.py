@@ -63,3 +63,78 @@ def test_bad_fixtures_exit_2_with_one_line(args, message, capsys):
 def test_flags_of_the_other_mode_are_refused_not_ignored(args, message, capsys):
     code, _, err = run(["sweep-k", *args], capsys)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_tree_rows_read_back_as_the_trees_they_price(tmp_path, capsys):
+    """A tree's row: its shape and nodes as --tree reads them, its E[A] the profile's by depth and rank,
+    and the -k auto row choosing a tree where rows and drafts are cheap."""
+    from specd.core.tree_shape import parse_tree
+    from specd.policy.trees import TreeProfile, expected_accepted
+
+    out = tmp_path / "trees.csv"
+    choices = "[[0],[1],[0,0],[0,0,0]]"
+    args = ["--k", "1..3", "--batch", "1,4", "--alphas", "0.6,0.5,0.4", "--tree", "2,1", "--tree", choices]
+    args += ["--sibling-alphas", "0.3,0.1", "--tree-budget", "6", "--row-cost", "0", "--draft-cost", "0.01"]
+    code, _, err = run(["sweep-k", *args, "--out", str(out)], capsys)
+    assert code == 0, err
+    rows = list(csv.DictReader(out.open()))
+    profile = TreeProfile(((0.6, 0.3, 0.1), (0.5, 0.3, 0.1), (0.4, 0.3, 0.1)))
+    trees = [r for r in rows if r["shape"] and r["policy"] == "fixed"]
+    assert [r["shape"] for r in trees] == ["2,1", choices] * 2
+    for r in trees:
+        shape = parse_tree(r["shape"])
+        assert int(r["nodes"]) == shape.size and int(r["k"]) == shape.depth
+        assert float(r["expected_accepted"]) == pytest.approx(expected_accepted(shape, profile))
+        assert float(r["discarded_kv_rows"]) == pytest.approx(shape.size - float(r["expected_accepted"]))
+    auto = [r for r in rows if r["policy"] == "auto"]
+    assert all(r["shape"] and 2 < int(r["nodes"]) <= 6 for r in auto)  # a tree, read back as --tree reads one
+    for r in auto:
+        assert expected_accepted(parse_tree(r["shape"]), profile) == pytest.approx(float(r["expected_accepted"]))
+    code, text, _ = run(["sweep-k", *args, "--json"], capsys)
+    doc = json.loads(text)
+    assert doc["optima"]["1"]["auto_shape"] == auto[0]["shape"]
+
+
+def test_a_row_cost_curve_prices_the_calls(tmp_path, capsys):
+    """Extra rows free on the curve: the auto row takes a tree; this CPU's curve: a chain."""
+    free, cpu = tmp_path / "free.json", tmp_path / "cpu.json"
+    free.write_text(json.dumps({"schema": "specd.row-costs/v1", "target": {"1": 1.0, "64": 1.0}}))
+    points = {"1": 1.0, "2": 1.10, "3": 1.49, "5": 1.96, "9": 2.37, "17": 2.77, "33": 3.76}
+    cpu.write_text(json.dumps({"schema": "specd.row-costs/v1", "device": "2-core CPU", "target": points}))
+    shapes = {}
+    for name, path in (("free", free), ("cpu", cpu)):
+        args = ["--k", "1..8", "--batch", "1", "--alpha", "0.6", "--tree-budget", "8", "--draft-cost", "0.05"]
+        code, text, err = run(["sweep-k", *args, "--sibling-alphas", "0.3", "--row-costs", str(path), "--json"], capsys)
+        assert code == 0, err
+        doc = json.loads(text)
+        assert doc["cost"]["source"] == "row-costs"
+        shapes[name] = doc["optima"]["1"]["auto_shape"]
+    assert shapes["free"] and shapes["cpu"] == ""
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--tree", "nodes=6"], "prices static shapes"),
+        (["--tree", "0,1"], "at least one child"),
+        (["--tree-budget", "1"], "--tree-budget must be in 2..256"),
+        (["--sibling-alphas", "0.3"], "give --tree SPEC or --tree-budget N"),
+        (["--tree", "2", "--sibling-alphas", "0.3,x"], "numbers like"),
+        (["--tree", "2", "--sibling-alphas", "1.3"], "outside [0, 1]"),
+        (["--tree", "2", "--stop-probability", "0.1"], "prices chains only"),
+        (["--tree", "2,2,2", "--alphas", "0.5,0.5"], "positions 1..2"),
+        (["--measure", "--tree-budget", "4"], "--tree-budget: analytic-only"),
+        (["--row-costs", "ROW", "--row-cost", "0.1"], "--row-cost: --row-costs gives"),
+        (["--row-costs", "ROW", "--context", "100"], "does not price the context"),
+        (["--row-costs", "missing.json"], "not found"),
+        (["--row-costs", "BAD"], "schema must be"),
+        (["--measure", "--row-costs", "ROW"], "--row-costs: analytic-only"),
+    ],
+)
+def test_bad_trees_and_row_costs_exit_2_with_one_line(args, message, capsys, tmp_path):
+    row, bad = tmp_path / "row.json", tmp_path / "bad.json"
+    row.write_text(json.dumps({"schema": "specd.row-costs/v1", "target": {"1": 1.0}}))
+    bad.write_text(json.dumps({"schema": "specd.rowcosts", "target": {"1": 1.0}}))
+    args = [str(row) if a == "ROW" else str(bad) if a == "BAD" else a for a in args]
+    code, _, err = run(["sweep-k", *args], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1, err

@@ -126,7 +126,8 @@ def test_a_chain_walked_as_a_tree_decides_as_the_chain():
         assert torch.equal(forced.terminal_rows, plain.terminal_rows)
 
 
-SHAPES = ["2,2", "3,1,1", "rank:2,2,1", "nodes=5"]
+# [[0],[1],[0,0],[1,0],[1,0,0]]: a level whose one expanded node is not on the branch of every row before it
+SHAPES = ["2,2", "3,1,1", "rank:2,2,1", "nodes=5", "[[0],[1],[0,0],[1,0],[1,0,0]]"]
 
 
 @pytest.mark.parametrize("layout", ["replay_frontier", "retained_frontier"])

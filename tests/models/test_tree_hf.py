@@ -69,7 +69,7 @@ def test_attention_that_takes_no_tree_mask_is_refused():
     assert "takes no token tree's mask" in lm.tree_refusal
 
 
-@pytest.mark.parametrize("tree", ["2,2", "rank:3,1", "nodes=6"])
+@pytest.mark.parametrize("tree", ["2,2", "rank:3,1", "nodes=6", "[[0],[1],[0,0],[1,0],[1,0,0]]", "auto"])
 def test_generate_with_a_tree_is_target_only_greedy(tiny_models, capsys, tree):
     args = [
         "generate",
@@ -96,6 +96,17 @@ def test_generate_with_a_tree_is_target_only_greedy(tiny_models, capsys, tree):
         (["--tree", "2,2", "--rule", "block", "--temperature", "0.7"], "block verification"),
         (["--tree", "2,2", "-k", "3"], "sets each round's depth"),
         (["--tree", "2", "--draft", "self:vocab=64"], "drafts chains only"),
+        (["--tree", "auto", "-k", "3"], "lets -k auto choose each round's shape"),
+        (["--tree", "auto", "--rule", "block", "--temperature", "0.7"], "block verification"),
+        (["--tree", "auto", "--draft", "self:vocab=64"], "drafts chains only"),
+        (["--tree", "auto", "--k-schedule", "x.jsonl"], "replays K, not shapes"),
+        (["--tree-budget", "8"], "give --tree auto with it"),
+        (["--tree", "2,2", "--tree-budget", "8"], "give --tree auto with it"),
+        (["--tree", "auto", "--tree-budget", "1"], "--tree-budget must be in 2..256"),
+        (["--tree", "auto", "--tree-budget", "300"], "--tree-budget must be in 2..256"),
+        (["--tree", "[[0],[2]]"], "lacks its parent or an earlier sibling"),
+        (["--tree", "[[0],"], "cannot read a JSON choices list"),
+        (["--baseline", "--tree", "auto", "--tree-budget", "4"], "needs a draft"),
     ],
 )
 def test_a_tree_that_cannot_run_is_one_line(tiny_models, capsys, extra, message):

@@ -451,3 +451,20 @@ def test_beside_a_lookup_a_model_is_timed_only_when_the_request_would_probe():
     assert timed == [0]
     lone, timed = lookup_and_model(lookup_first=True)
     assert lone.plan(State(), [Offer(1, "d", None, 2)]).k == 0 and not timed  # no match this round, not due
+
+
+def test_a_target_whose_rows_are_dear_is_priced_by_its_own_fixed_part_past_the_rows_timed():
+    """A call's cost past the row counts timed is anchored with the target's ``fixed_rows_prior``
+    (llama.cpp's quantized products: about 1.4 rows), not the float32 prior of 16: with one and two
+    rows timed at 1.0 and 1.3, 33 rows are priced at 14.4 one-row calls, not at 2.8."""
+    from specd.models.llamacpp import LlamaCppLM
+    from specd.policy.costs import FIXED_ROWS_PRIOR, row_curve
+
+    samples = [(1, 1.0), (2, 1.3)]
+    assert row_curve(samples)(33) == pytest.approx(1.3 * (FIXED_ROWS_PRIOR + 33) / (FIXED_ROWS_PRIOR + 2))
+    dear = LlamaCppLM.fixed_rows_prior
+    assert row_curve(samples, dear)(33) == pytest.approx(1.3 * (dear + 33) / (dear + 2))
+    costs = OnlineCosts()
+    autok.auto_k_over([], 8, 1, costs, greedy=True, target=SimpleNamespace(fixed_rows_prior=dear))
+    assert costs.fixed_rows == dear
+    autok.auto_k_over([], 8, 1, OnlineCosts(), greedy=True, target=SimpleNamespace())  # a model without one

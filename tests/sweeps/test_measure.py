@@ -73,3 +73,17 @@ def test_an_interrupted_measured_sweep_keeps_the_cells_measured(tiny_models, tmp
     assert [(r["k"], r["policy"]) for r in rows][:2] == [("1", "fixed"), ("2", "fixed")]
     assert all(r["measured_speedup"] != "" for r in rows if r["policy"] == "fixed")
     assert "the 2 cells measured are in" in err
+
+
+def test_a_measured_sweep_times_and_generates_each_tree(tiny_models, capsys):
+    """A tree's cell: its verification and level calls timed, generated with the tree, its acceptance by
+    depth and rank measured (tokens per round measured beside E[G] predicted)."""
+    args = ["sweep-k", "--measure", "--target", tiny_models[0], "--draft", tiny_models[1], "--k", "1,2"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--batch", "1", "--tree", "2,1", "--max-new-tokens", "6", "--repeats", "1", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert exit_.value.code == 0
+    tree = [r for r in doc["rows"] if r["shape"]]
+    assert [(r["shape"], r["nodes"], r["k"]) for r in tree] == [("2,1", 4, 2)]
+    for row in doc["rows"]:
+        assert row["measured_speedup"] > 0 and 1 <= row["measured_progress"] <= 3 and row["predicted_speedup"] > 0
