@@ -15,6 +15,7 @@ position's row is compared with the row it gets when each token is fed alone (on
                         (rejections: holes in a shared pool, which later rows of sequence 0 fill out
                         of position order)
     own rollback        one sequence, 5 rows a call, its last rows removed and fed again each time
+    several rows: 3..33 vs 2   calls of 3..33 rows against calls of 2, not against one-row calls
     long: 1 vs 2 rows   the last 64 positions of a 600-token text (past 512 cells in view), one row
                         per call against two rows per call, after the same prefix (copied)
 
@@ -142,10 +143,21 @@ def measure(name: str, threads: int, configs) -> list[dict]:
         modes = {f"calls of {c}": chunked(short, c) for c in range(2, 34)} | {
             f"calls of {TILE}": chunked(text[:TILE], TILE)
         }
-        rows = []
+        rows, by_mode = [], {}
         for mode, calls in modes.items():
             ctx.clear()
-            rows.append({"mode": mode, **compare(reference, score(ctx, calls))})
+            by_mode[mode] = score(ctx, calls)
+            rows.append({"mode": mode, **compare(reference, by_mode[mode])})
+        # do calls of several rows agree among themselves? (a kernel taken only for one-row calls would
+        # part them all from the reference alike)
+        among = [compare(by_mode["calls of 2"], by_mode[f"calls of {c}"]) for c in range(3, 34)]
+        rows.append(
+            {
+                "mode": "several rows: 3..33 vs 2",
+                **{k: sum(r[k] for r in among) for k in ("positions", "identical", "argmax_moved")},
+                "max_abs_diff": max(r["max_abs_diff"] for r in among),
+            }
+        )
         ctx.clear()
         rows.append({"mode": "4 sequences", **compare(reference, with_rejections(ctx, short, others, False))})
         ctx.clear()

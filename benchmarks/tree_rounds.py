@@ -325,7 +325,7 @@ def cell(pipe, test: list[Text], fit: list[Text], n: int, greedy: bool, args, it
     """Every system's tokens per round at node budget ``n`` (module docstring)."""
     chain = TreeShape.chain(n)
     fit_tree = best_trees(pooled_profile(fit, n, n), n, n)[-1].shape
-    row = {"budget": n, "fit_tree": fit_tree.spec, "fit_tree_nodes": fit_tree.size}
+    row = {"budget": n, "fit_tree": describe(fit_tree), "fit_tree_nodes": fit_tree.size}
     plans = {"chain": fixed(chain), "fit tree": fixed(fit_tree), "auto": auto(n, FREE, greedy)}
     if args.row_costs:
         plans["auto@curve"] = auto(n, args.curve_costs[args.pair_index], greedy)
@@ -365,6 +365,19 @@ def cell(pipe, test: list[Text], fit: list[Text], n: int, greedy: bool, args, it
     return row
 
 
+def describe(shape: TreeShape) -> str:
+    """A static shape as --tree writes it: branching per depth where every node of a depth has as
+    many children ("3,1" is three root children, one child each), else its EAGLE choices (rank paths)."""
+    widths = []
+    for depth in range(1, shape.depth + 1):
+        parents = [c for c in shape.choices if len(c) == depth - 1] if depth > 1 else [()]
+        counts = {sum(1 for c in shape.choices if len(c) == depth and c[:-1] == parent) for parent in parents}
+        if len(counts) != 1:
+            return json.dumps([list(c) for c in shape.choices], separators=(",", ":"))
+        widths.append(counts.pop())
+    return ",".join(map(str, widths))
+
+
 def show(pair: str, temperature: float, row: dict) -> None:
     base = row["chain"]["tokens_per_round"]
     parts = []
@@ -380,8 +393,7 @@ def show(pair: str, temperature: float, row: dict) -> None:
             share = f", {r['tree_rounds'] / r['rounds']:.0%} trees" if name.startswith("auto") else ""
             parts.append(f"{name} {r['tokens_per_round']:.3f} = {r['tokens_per_round'] / base:.3f}x{share}{extra}")
     print(f"{pair:6} T={temperature:<3} N={row['budget']:<2} " + " | ".join(parts), flush=True)
-    shape = row["fit_tree"] or "the chain"  # a chain's spec is empty: the fit half chose no tree
-    print(f"{'':6} fit tree ({row['fit_tree_nodes']} nodes): {shape}", flush=True)
+    print(f"{'':6} fit tree ({row['fit_tree_nodes']} nodes): {row['fit_tree']}", flush=True)
 
 
 def main() -> None:

@@ -96,7 +96,14 @@ def test_the_readme_shows_commands_and_says_which_are_not_run():
     commands = readme_commands()
     assert sum(c.startswith("specd ") for c in commands) >= 15
     assert all(c.startswith(("specd ",) + NOT_RUN) for c in commands), commands
-    assert set(readme_files()) == {"prompts.jsonl", "run.yaml", "my_sampler.py", "my_tree_sampler.py"}
+    assert set(readme_files()) == {
+        "prompts.jsonl",
+        "run.yaml",
+        "my_sampler.py",
+        "my_tree_sampler.py",
+        "cpu-rows.json",
+        "free-rows.json",
+    }
 
 
 def test_the_groups_run_every_page_once():
