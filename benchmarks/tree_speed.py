@@ -51,7 +51,9 @@ def pipelines(pair: str, temperature: float, budget: int, max_new: int) -> dict[
     """-k auto over chains and with --tree auto, one loaded model shared (the options differ only in --tree)."""
     model, draft = PAIRS[pair]
     sampling = {"temperature": temperature} | ({"top_k": 50} if temperature else {})
-    chains = Pipeline.build(GenerateOptions(target=TARGETS[model], draft=draft, max_new_tokens=max_new, **sampling))
+    # hf: trees run there (llama.cpp, the embedded SmolLM2's CPU default, verifies chains only)
+    options = GenerateOptions(target=TARGETS[model], draft=draft, max_new_tokens=max_new, backend="hf", **sampling)
+    chains = Pipeline.build(options)
     trees = chains.with_options(dataclasses.replace(chains.options, tree="auto", tree_budget=budget))
     return {"chains": chains, "trees": trees}
 
