@@ -72,23 +72,29 @@ def ledger_row(
     shape: ModelShape | None = None,
 ) -> LedgerRow:
     s = survival(profile, k)
-    e_a = sum(s)
     e_g = expected_progress(profile, k, stop_probability)
     t_d = cost.draft_time(k, batch)
     t_v = cost.verify_time(k, batch, context)
     t_round = round_time(cost, k, batch, context)
-    baseline = cost.baseline_time(batch, context)
     temp_bytes = None
     if shape is not None:
         temp_bytes = (k + 1) * shape.kv_bytes_per_row / e_g  # replay layout: K + 1 temporary rows per round
+    return _row(
+        cost, k, batch, context, s, e_g, tuple(accepted_distribution(profile, k)), t_d, t_v, t_round, k, temp_bytes
+    )
+
+
+def _row(cost, k, batch, context, s, e_g, pr_accepted, t_d, t_v, t_round, nodes, temp_bytes, spec="") -> LedgerRow:
+    """A row from a shape's terms (a chain's or a tree's): every other column derives from them."""
+    baseline = cost.baseline_time(batch, context)
     return LedgerRow(
         k=k,
         batch=batch,
         context=context,
-        expected_accepted=e_a,
+        expected_accepted=sum(s),
         expected_progress=e_g,
         survival=tuple(s),
-        pr_accepted=tuple(accepted_distribution(profile, k)),
+        pr_accepted=pr_accepted,
         draft_time=t_d,
         verify_time=t_v,
         state_time=cost.state_cost,
@@ -97,9 +103,10 @@ def ledger_row(
         time_per_token=t_round / e_g,
         baseline_time_per_token=baseline,
         speedup=baseline * e_g / t_round,
-        discarded_kv_rows=k - e_a,
+        discarded_kv_rows=nodes - sum(s),
         temporary_kv_bytes_per_token=temp_bytes,
-        nodes=k,
+        shape=spec,
+        nodes=nodes,
     )
 
 
@@ -114,31 +121,24 @@ def tree_row(
     """A static tree's row: E[A] = sum_j Pr(A >= j) under the profile by depth and rank, one draft call
     a level, one verification of nodes + 1 rows per request (specd.policy.trees). K is its depth."""
     s = depth_reach(tree, profile)
-    e_a, e_g = sum(s), 1.0 + sum(s)
+    e_g = 1.0 + sum(s)
     t_round = tree_round_time(cost, tree, batch, context)
     t_v = cost.verify_time(tree.size, batch, context)
-    baseline = cost.baseline_time(batch, context)
     padded = (1.0, *s, 0.0)
-    return LedgerRow(
-        k=tree.depth,
-        batch=batch,
-        context=context,
-        expected_accepted=e_a,
-        expected_progress=e_g,
-        survival=s,
-        pr_accepted=tuple(padded[a] - padded[a + 1] for a in range(tree.depth + 1)),
-        draft_time=t_round - t_v - cost.state_cost - cost.queue_cost,
-        verify_time=t_v,
-        state_time=cost.state_cost,
-        queue_time=cost.queue_cost,
-        round_time=t_round,
-        time_per_token=t_round / e_g,
-        baseline_time_per_token=baseline,
-        speedup=baseline * e_g / t_round,
-        discarded_kv_rows=tree.size - e_a,
-        temporary_kv_bytes_per_token=None if shape is None else (tree.size + 1) * shape.kv_bytes_per_row / e_g,
-        shape=tree.spec,
-        nodes=tree.size,
+    return _row(
+        cost,
+        tree.depth,
+        batch,
+        context,
+        s,
+        e_g,
+        tuple(padded[a] - padded[a + 1] for a in range(tree.depth + 1)),
+        t_round - t_v - cost.state_cost - cost.queue_cost,
+        t_v,
+        t_round,
+        tree.size,
+        None if shape is None else (tree.size + 1) * shape.kv_bytes_per_row / e_g,
+        tree.spec,
     )
 
 
