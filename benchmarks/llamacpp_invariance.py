@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive  # noqa: E402
 
+from specd.files import check_output, write_text_atomic  # noqa: E402
 from specd.models.embedded import EMBEDDED  # noqa: E402
 from specd.models.llamacpp_lib import Context, GGUFModel, binding  # noqa: E402
 
@@ -203,13 +204,15 @@ def main() -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configuration {unknown[0]!r}: choose from {'; '.join(CONFIGS)}")
+    if args.json:
+        check_output(args.json, "JSON file")  # refused before minutes of measuring, never over an input
     rows = []
     for name in args.models.split(","):
         if name not in FILES:
             raise SystemExit(f"unknown model {name!r}: choose from {', '.join(FILES)}")
         rows += measure(name, args.threads, configs)
         if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=1))
+            write_text_atomic(args.json, json.dumps(rows, indent=1) + "\n", "JSON file")
     return 0
 
 
