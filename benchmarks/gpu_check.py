@@ -12,12 +12,14 @@ with its bf16 copy, and the copy moves half the bytes), and the SmolLM2-135M con
 as a bfloat16 target drafting by suffix lookup on copy prompts. The prompts are token ids (no
 tokenizer is needed): random ids, the copy prompts a passage said twice.
 
-Steps: the device; the invariant rule's noise and the sampler's decisions on CPU and CUDA; reads
-from the device per round; batch 1 on the 1B target (Hugging Face greedy, HF assisted generation
-with the same bf16 copy, specd target-only, specd self:bf16 at K = 4 and -k auto: tokens/s,
-outputs equal to HF greedy's, peak memory, reads per round); batch 8 and 32 (specd target-only
-against the default); the SmolLM2 config in bf16 (HF greedy, HF prompt lookup, specd suffix);
-then ``pytest -m gpu``. Speeds are ratios of runs side by side in one process.
+Steps, in this order: the device; the invariant rule's noise and the sampler's decisions on CPU
+and CUDA; ``pytest -m gpu``; ``specd generate --compare`` as a user runs it, on a tiny model folder
+(greedy and sampled, chain and tree: on CUDA, the same text as its target-only run); batch 1 on
+the 1B target (Hugging Face greedy, HF assisted generation with the same bf16 copy, specd
+target-only, specd self:bf16 at K = 4 and -k auto: tokens/s, outputs equal to HF greedy's, peak
+memory, reads from the device per round); batch 8 and 32 (specd target-only against the
+default); the SmolLM2 config in bf16 (HF greedy, HF prompt lookup, specd suffix). Speeds are
+ratios of runs side by side in one process.
 """
 
 from __future__ import annotations
@@ -275,6 +277,50 @@ def step_suffix(device: torch.device, size: str, new_tokens: int) -> dict:
     }
 
 
+def step_cli(dry_run: bool) -> dict:
+    """``specd generate`` as a user runs it, on a tiny model folder written here (the device picked by
+    ``--device auto``): greedy and sampled (invariant rule, one seed), chains and trees, each with
+    ``--compare``, whose target-only text must be the speculative run's."""
+    import tempfile
+
+    from tests.hf_helpers import save_tiny_pair
+
+    runs = {
+        "greedy_chain": ["--temperature", "0"],
+        "greedy_tree": ["--temperature", "0", "--tree", "2,2,1"],
+        "greedy_tree_auto": ["--temperature", "0", "--tree", "auto"],
+        "sampled_chain": ["--temperature", "0.8", "--seed", "3"],
+        "sampled_tree": ["--temperature", "0.8", "--seed", "3", "--tree", "nodes=8"],
+    }
+    if dry_run:  # each run is a fresh process (seconds of imports): the dry run checks two kinds
+        runs = {name: runs[name] for name in ("greedy_tree", "sampled_chain")}
+    out = {}
+    with tempfile.TemporaryDirectory() as folder:
+        target, draft = save_tiny_pair(Path(folder))
+        for name, extra in runs.items():
+            argv = [sys.executable, "-m", "specd.cli", "generate", "--target", str(target), "--draft", str(draft),
+                    "--prompt", "the quick brown", "--prompt", "hello world, write", "--max-new-tokens", "24",
+                    "--compare", "--json", *extra]  # fmt: skip
+            t0 = time.perf_counter()
+            run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90)
+            seconds = time.perf_counter() - t0
+            if run.returncode != 0:
+                out[name] = {
+                    "returncode": run.returncode,
+                    "seconds": seconds,
+                    "stderr": run.stderr.strip().splitlines()[-1:],
+                }
+                continue
+            doc = json.loads(run.stdout)
+            out[name] = {"seconds": seconds, "device": doc["manifest"]["device"], "dtype": doc["manifest"]["dtype"],
+                         "identical_outputs": doc["identical_outputs"]}  # fmt: skip
+    bad = [n for n, r in out.items() if r.get("identical_outputs") is not True
+           or (not dry_run and not str(r.get("device", "")).startswith("cuda"))]  # fmt: skip
+    if bad:
+        raise AssertionError(f"not identical or not on CUDA: {bad}: {out}")
+    return out
+
+
 def step_gpu_tests(timeout: float) -> dict:
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/models/test_cuda.py"],
                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)  # fmt: skip
@@ -286,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--budget-s", type=float, default=420.0, help="The whole run's time; later steps are skipped.")
     ap.add_argument("--dry-run", action="store_true", help="Tiny sizes on the CPU: checks the script runs.")
+    ap.add_argument("--only", help="Run only the steps named (comma-separated), as a rerun of a slot's failed steps.")
     args = ap.parse_args(argv)
     device = torch.device("cpu" if args.dry_run else "cuda")
     if not args.dry_run and not torch.cuda.is_available():
@@ -295,10 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     steps = [  # (name, limit in seconds, function): cheapest and most important first
         ("device", 30, lambda: step_device(device)),
         ("parity", 60, lambda: step_parity(device)),
+        ("pytest_gpu", 150, lambda: step_gpu_tests(140) if not args.dry_run else {"skipped": "dry run"}),
+        ("cli", 240, lambda: step_cli(args.dry_run)),
         ("llama_f32_self_bf16", 240, lambda: step_llama(device, big, tokens, (8,) if args.dry_run else (8, 32))),
         ("bf16_suffix_copy", 120, lambda: step_suffix(device, small, tokens)),
-        ("pytest_gpu", 150, lambda: step_gpu_tests(140) if not args.dry_run else {"skipped": "dry run"}),
     ]
+    if args.only:
+        wanted = set(args.only.split(","))
+        steps = [step for step in steps if step[0] in wanted]
     results, started = Results(Path(args.out_dir)), time.perf_counter()
     for name, limit, fn in steps:
         left = args.budget_s - (time.perf_counter() - started)

@@ -25,11 +25,13 @@ def test_the_dry_run_completes_every_step(gpu_check, tmp_path):
     assert [line["step"] for line in lines] == [
         "device",
         "parity",
+        "pytest_gpu",
+        "cli",
         "llama_f32_self_bf16",
         "bf16_suffix_copy",
-        "pytest_gpu",
     ]
-    parity, llama = lines[1], lines[2]
+    parity, cli, llama = lines[1], lines[3], lines[4]
+    assert {run["identical_outputs"] for run in cli.values() if isinstance(run, dict)} == {True}
     assert parity["uniform_bits_equal"] and parity["decisions_equal"] and parity["race_winners_equal"] == "512/512"
     assert all(llama["equal_to_hf_greedy"].values()) and llama["batch8"]["equal"]
     assert llama["reads_per_round"]["k4"] <= 16
