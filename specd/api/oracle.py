@@ -114,6 +114,7 @@ def check_sampler(
     repetition_penalty: float | None = None,
     input_rounding: float = 0.0,
     timeout: float = DEFAULT_TIMEOUT,
+    jobs: int | None = None,
     **controls: float | int | None,
 ) -> OracleReport:
     """Check a speculative sampler against the exact law (``specd verify-oracle --sampler``).
@@ -138,8 +139,10 @@ def check_sampler(
     ``timeout`` seconds fails the check it was in, naming it (``exited``, ``crashed``, ``forked``,
     ``timed_out``), and this process carries on to its report; what the sampler prints goes to
     standard error. Its process is a fork of this one: the sampler sees this process's state, and
-    what it changes there stays there."""
+    what it changes there stays there. ``jobs``: with ``tree``, how many such processes share the
+    rounds (default: the usable cores, at most 4; the report is the same)."""
     arguments = {**locals(), "lab": False}
+    jobs = args.whole(arguments.pop("jobs"), "jobs", optional=True)  # run_sampler_oracle checks >= 1
     rounding = args.number(arguments.pop("input_rounding"), "input_rounding")
     if not 0 <= rounding < 1:
         raise UsageError(f"input_rounding is a relative change in [0, 1), got {shown(rounding)}")
@@ -149,7 +152,7 @@ def check_sampler(
     tree = arguments.pop("tree")
     if tree is not None:
         arguments["k"] = 1  # the tree's depth takes its place
-    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree))
+    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree, jobs))
 
 
 WHOLE = ("vocab", "k", "seed", "samples")  # the fixture's integers; its optional ones: horizon, jobs

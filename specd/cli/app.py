@@ -8,17 +8,14 @@ Exit codes: 0 success; 1 a check failed or the run failed; 2 bad input;
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import sys
 
 import typer
 
 from specd import __version__
-from specd.cli.generate import generate
 from specd.cli.interrupt import exit_interrupted
-from specd.cli.sweep_k import sweep_k
-from specd.cli.trace import app as trace_app
-from specd.cli.verify_oracle import verify_oracle
 from specd.errors import SpecdError, one_line, shown
 from specd.files import write_failure
 
@@ -30,10 +27,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.command("generate")(generate)
-app.command("verify-oracle")(verify_oracle)
-app.command("sweep-k")(sweep_k)
-app.add_typer(trace_app, name="trace")
+# name -> (module, attribute): a command's module is imported only when it runs (or for the
+# help that lists them all), because each pulls in what it needs (transformers, pandas) and
+# those imports take seconds: `verify-oracle` need not pay for `generate`'s.
+COMMANDS = {
+    "generate": ("specd.cli.generate", "generate"),
+    "verify-oracle": ("specd.cli.verify_oracle", "verify_oracle"),
+    "sweep-k": ("specd.cli.sweep_k", "sweep_k"),
+    "trace": ("specd.cli.trace", "app"),
+}
+
+
+def add_commands(argv: list[str]) -> None:
+    """Register the command that ``argv`` names, or every command when it names none (``--help``,
+    a misspelt name: the message lists them all)."""
+    named = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name in [named] if named in COMMANDS else list(COMMANDS):
+        if any(info.name == name for info in app.registered_commands + app.registered_groups):
+            continue
+        module, attribute = COMMANDS[name]
+        command = getattr(importlib.import_module(module), attribute)
+        if isinstance(command, typer.Typer):
+            app.add_typer(command, name=name)
+        else:
+            app.command(name)(command)
 
 
 def version_callback(value: bool) -> None:
@@ -84,6 +101,7 @@ def optional_values(argv: list[str]) -> list[str]:
 def run(argv: list[str] | None = None) -> None:
     argv = optional_values(sys.argv[1:] if argv is None else list(argv))
     try:
+        add_commands(argv)
         # Outside standalone mode click returns the code of typer.Exit instead of raising;
         # typer turns Ctrl-C inside a command into the code 130.
         result = app(args=argv, standalone_mode=False)

@@ -94,8 +94,8 @@ Jobs = Annotated[
     int | None,
     typer.Option(
         "--jobs",
-        help="Processes the engine oracle's independent checks run on (default: the usable cores, at most 4, "
-        "on Linux; 1: one process). The report is the same.",
+        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on (default: the "
+        "usable cores, at most 4, on Linux; 1: one process). The report is the same.",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
@@ -145,7 +145,7 @@ def verify_oracle(
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
     if sampler is not None:
-        report = _check_sampler(sampler, rule, tree, sampler_timeout, fixture)
+        report = _check_sampler(sampler, rule, tree, sampler_timeout, jobs, fixture)
     else:
         engine = dict(horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, jobs=jobs)
         report = prove(rule=rule, tree=tree, **engine, **fixture)
@@ -156,14 +156,17 @@ def verify_oracle(
     raise typer.Exit(0 if report.passed else 1)
 
 
-def _check_sampler(sampler: str, rule: str, tree: list[str] | None, timeout: float | None, fixture: dict):
-    """``--sampler``'s report: a chain sampler, or with one --tree a tree sampler over that shape."""
+def _check_sampler(
+    sampler: str, rule: str, tree: list[str] | None, timeout: float | None, jobs: int | None, fixture: dict
+):
+    """``--sampler``'s report: a chain sampler, or with one --tree a tree sampler over that shape (its
+    rounds shared by ``jobs`` processes)."""
     limit = DEFAULT_TIMEOUT if timeout is None else timeout
     if not math.isfinite(limit) or limit <= 0:
         raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
     if tree is not None and len(tree) > 1:
         raise UsageError("--sampler checks a tree sampler over one tree shape: give --tree once")
-    return check_sampler(sampler, rule=rule, tree=tree[0] if tree else None, timeout=limit, **fixture)
+    return check_sampler(sampler, rule=rule, tree=tree[0] if tree else None, timeout=limit, jobs=jobs, **fixture)
 
 
 VERDICT = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}  # None: not applicable at this size

@@ -194,12 +194,25 @@ def _lab_config(cfg: OracleConfig) -> dict:
 
 
 def run_sampler_oracle(
-    cfg: OracleConfig, spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: str | None = None
+    cfg: OracleConfig,
+    spec,
+    input_rounding: float = 0.0,
+    timeout: float = DEFAULT_TIMEOUT,
+    tree: str | None = None,
+    jobs: int | None = None,
 ) -> dict:
     """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
     the callable itself, whose rows suffer ``input_rounding`` on their way in), run in a process of
     its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds a call may take)
-    -> one report. With ``tree`` (a --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report)."""
+    -> one report. With ``tree`` (a --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report),
+    loaded in ``jobs`` processes that share its rounds (default: ``usable_cores``; the report is the same)."""
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if jobs is not None and tree is None:
+        raise UsageError(
+            "--jobs with --sampler shares a tree sampler's rounds among processes (give --tree); "
+            "a chain sampler is checked in one"
+        )
     # the rule the sampler claims: block verification, or the token-wise rule (at K = 1, as in
     # dtype_edges and the degenerate cases, the two decide alike); "both", the default, is the latter.
     # Refused before the sampler's module is imported (importing runs its code).
@@ -211,7 +224,7 @@ def run_sampler_oracle(
     rule = SAMPLER_RULES[cfg.rule]
     if tree is not None:
         with collector_paused(one_thread=True):
-            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout)
+            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout, usable_cores() if jobs is None else jobs)
     with collector_paused(one_thread=True):
         t_start = time.perf_counter()
         with sampler_session(spec, input_rounding, timeout) as sampler:

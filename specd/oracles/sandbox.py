@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing import Pipe
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 
 import torch
 
@@ -58,20 +58,23 @@ def load(spec, input_rounding: float = 0.0, tree: bool = False):
 
 @contextmanager
 def sampler_session(
-    spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: bool = False
+    spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: bool = False, processes: int = 1
 ) -> Iterator:
     """The sampler ``spec`` loaded and ready to call: in a child process where one can be forked
     (its calls limited to ``timeout`` seconds each), else here. ``tree``: a tree sampler, whose unit
     of work in the child is one round's law (``round_law``: the uniform stream it reads calls back into
-    the oracle on every comparison, so it lives beside the sampler)."""
+    the oracle on every comparison, so it lives beside the sampler); its rounds are independent, so
+    it is loaded in ``processes`` children, each round dealt to the next free one."""
     if not can_fork():
         yield load(spec, input_rounding, tree)
         return
-    child = SamplerProcess(spec, input_rounding, timeout, tree)
+    children = [SamplerProcess(spec, input_rounding, timeout, tree) for _ in range(max(1, processes) if tree else 1)]
     try:
-        yield child.start()
+        loaded = [child.start() for child in children]
+        yield ChildTreeSampler(children, children[0].name, children[0].description) if tree else loaded[0]
     finally:
-        child.close()
+        for child in children:
+            child.close()
 
 
 class ChildSampler(SamplerUnderTest):
@@ -85,14 +88,54 @@ class ChildSampler(SamplerUnderTest):
 
 
 class ChildTreeSampler:
-    """A tree sampler as the tree checks see it: each round's law computed by its process."""
+    """A tree sampler as the tree checks see it: each round's law computed by one of its processes
+    (each has loaded the sampler; the rounds are independent)."""
 
-    def __init__(self, process: SamplerProcess, name: str, description: str):
-        self.process, self.name, self.description = process, name, description
+    def __init__(self, processes: list[SamplerProcess], name: str, description: str):
+        self.processes, self.name, self.description = processes, name, description
 
     def round_law(self, rnd) -> tuple[dict, float, float, int]:
         """specd.oracles.tree_sampler_checks.round_law, run in the sampler's process."""
-        return self.process.round_law(rnd)
+        return self.round_laws([rnd])[0]
+
+    def round_laws(self, rounds: list) -> list[tuple[dict, float, float, int]]:
+        """Each round's law, in the order given, the rounds dealt in order to whichever process is
+        free. The errors are a serial run's: where rounds fail (SamplerFailed), no round after the
+        first failure seen is sent, those in flight are finished, and the earliest failure is raised;
+        a process that ends, hangs or forks (SamplerAborted) ends them all at once."""
+        laws: list = [None] * len(rounds)
+        failures: dict[int, SamplerFailed] = {}
+        queue = iter(range(len(rounds)))
+        busy: dict[Connection, tuple[SamplerProcess, int]] = {}
+
+        def send_next(process: SamplerProcess) -> None:
+            i = next(queue, None) if not failures else None
+            if i is not None:
+                process.send(rounds[i])
+                busy[process.conn] = (process, i)
+
+        try:
+            for process in self.processes:
+                send_next(process)
+            while busy:
+                ready = wait(list(busy), timeout=LOOK)
+                if not ready:
+                    for process, _ in busy.values():
+                        process.still_working("instead of returning")
+                for conn in ready:
+                    process, i = busy.pop(conn)
+                    try:
+                        laws[i] = process.law(process.answer("instead of returning"))
+                    except SamplerFailed as err:
+                        failures[i] = err
+                    send_next(process)
+        except SamplerAborted as err:
+            for process in self.processes:
+                process.abort(str(err), err.finding)
+            raise
+        if failures:
+            raise failures[min(failures)]
+        return laws
 
 
 class SamplerProcess:
@@ -101,9 +144,11 @@ class SamplerProcess:
     def __init__(self, spec, input_rounding: float, timeout: float, tree: bool = False):
         self.spec, self.rounding, self.timeout, self.tree = spec, input_rounding, timeout, tree
         self.name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
+        self.description = ""
         self.pid: int | None = None
         self.conn: Connection | None = None
         self.aborted: SamplerAborted | None = None
+        self.deadline: float | None = None  # when the request in the child's hands is past its time limit
 
     def start(self):
         """Fork the child and wait for it to load the sampler: -> the sampler, or the loading's own
@@ -136,14 +181,13 @@ class SamplerProcess:
             raise SamplerUnloadable(f"cannot load the sampler: {reply[1]}")
         if reply[0] != "ready":
             raise self.abort(f"sampler {self.name}'s process answered out of turn", "broke_the_channel")
-        self.name = reply[1]
+        self.name, self.description = reply[1], reply[2]
         if self.tree:
-            return ChildTreeSampler(self, reply[1], reply[2])
+            return self
         return ChildSampler(self, reply[1], reply[2], reply[3])
 
-    def round_law(self, rnd) -> tuple[dict, float, float, int]:
-        """One tree round to the child -> its law (as ``call``: SamplerFailed, SamplerAborted)."""
-        reply = self.ask(rnd)
+    def law(self, reply: list) -> tuple[dict, float, float, int]:
+        """The child's reply to a tree round -> its law (as ``call``: SamplerFailed, SamplerAborted)."""
         try:
             if reply[0] == "law":
                 law = {tuple(int(t) for t in tokens): float(mass) for tokens, mass in reply[1]}
@@ -158,13 +202,27 @@ class SamplerProcess:
 
     def ask(self, request) -> list:
         """Send one request to the child -> its reply (or SamplerAborted: this call and every later one)."""
+        self.send(request)
+        return self.answer("instead of returning")
+
+    def send(self, request) -> None:
+        """Send one request to the child; its time limit starts now."""
         if self.aborted is not None:
             raise self.aborted
+        self.deadline = time.monotonic() + self.timeout
         try:
             self.conn.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:  # gone: answer() says how
             pass
-        return self.answer("instead of returning")
+
+    def still_working(self, doing: str) -> None:
+        """SamplerAborted if the child has ended, or is past its time limit for the request it holds."""
+        if (ended := self.ended()) is not None:
+            raise self.abort(*ended(doing))
+        if time.monotonic() >= self.deadline:
+            raise self.abort(
+                f"sampler {self.name} did not return within {self.timeout:g} s, its time limit per call", "timed_out"
+            )
 
     def call(self, tensors: tuple) -> SamplerResult:
         """One call's tensors to the child -> its result, SamplerFailed (it raised, or returned what
@@ -185,16 +243,12 @@ class SamplerProcess:
 
     def answer(self, doing: str) -> list:
         """The child's next reply, or SamplerAborted: it ended (``doing``: instead of returning, ...),
-        or gave no answer within the time limit."""
-        deadline = time.monotonic() + self.timeout
-        while not self.conn.poll(max(0.0, min(LOOK, deadline - time.monotonic()))):
-            if (ended := self.ended()) is not None:
-                raise self.abort(*ended(doing))
-            if time.monotonic() >= deadline:
-                raise self.abort(
-                    f"sampler {self.name} did not return within {self.timeout:g} s, its time limit per call",
-                    "timed_out",
-                )
+        or gave no answer within the time limit (from the request's ``send``; from now for loading)."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.timeout
+        while not self.conn.poll(max(0.0, min(LOOK, self.deadline - time.monotonic()))):
+            self.still_working(doing)
+        self.deadline = None
         try:
             reply = json.loads(self.conn.recv_bytes())
         except (EOFError, OSError):  # it closed its end: it is ending, or broke the channel

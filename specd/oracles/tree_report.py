@@ -25,12 +25,13 @@ def tree_drawings(shape) -> tuple[str, ...]:
 
 
 def run_tree_sampler_oracle(
-    cfg: OracleConfig, spec, tree: str, rule: str = "maximal", timeout: float = DEFAULT_TIMEOUT
+    cfg: OracleConfig, spec, tree: str, rule: str = "maximal", timeout: float = DEFAULT_TIMEOUT, jobs: int = 1
 ) -> dict:
     """Every tree-sampler check of the sampler ``spec`` (a shipped rule's name, module:attr, or the
     callable) on the tree ``tree`` over the fixture of ``cfg`` (its K is the tree's depth), the sampler in
     a process of its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds one round
-    may take). Bad input is refused before the sampler's module is imported (importing runs its code)."""
+    may take; ``jobs``: how many such processes share the rounds; the report is the same). Bad input is
+    refused before the sampler's module is imported (importing runs its code)."""
     if rule != "maximal":
         raise UsageError(f"--tree with --sampler checks the token-wise rule over trees; --rule {rule} has no tree form")
     shape = parse_tree(tree)
@@ -40,7 +41,7 @@ def run_tree_sampler_oracle(
     for drawing in drawings:
         count_rounds(shape, cfg.vocab, drawing)
     t_start = time.perf_counter()
-    with sampler_session(spec, 0.0, timeout, tree=True) as sampler:
+    with sampler_session(spec, 0.0, timeout, tree=True, processes=jobs) as sampler:
         checks, found = _tree_checks(sampler, cfg, shape, drawings)
     failed = [d for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
     smallest = min(found.values(), key=lambda cx: (SEARCH.index((cx["vocab"], cx["tree"])), cx["seed"]), default=None)

@@ -57,6 +57,13 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
     return dict(law), accepted, reads, len(outcomes)
 
 
+def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, float, int]]:
+    """``round_law`` of every round, in order (a sampler in processes of its own deals them out)."""
+    if hasattr(sampler, "round_laws"):
+        return sampler.round_laws(rounds)
+    return [round_law(sampler, rnd) for rnd in rounds]
+
+
 class TreeJoint:
     """A sampler's joint over the horizon for every draft tree of one construction, and its figures."""
 
@@ -66,8 +73,7 @@ class TreeJoint:
         self.accepted = self.reads = 0.0
         self.runs = 0
         memo: dict = {}
-        for rnd in rounds:
-            law, accepted, reads, runs = round_law(sampler, rnd)
+        for rnd, (law, accepted, reads, runs) in zip(rounds, round_laws(sampler, rounds)):
             self.laws.append(law)
             self.accepted += rnd.mass * accepted
             self.reads += rnd.mass * reads

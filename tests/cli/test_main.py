@@ -66,20 +66,22 @@ def test_console_script_exit_codes_from_a_real_process():
 # A Ctrl-C that lands inside code run by exec() of a string (dataclasses make their methods
 # that way, so importing torch or specd is full of them) once made `python -m specd.cli`
 # die by SIGINT (-2) after printing its line: CPython remembered the caught interrupt.
-INTERRUPT_INSIDE_EXEC = {
-    "importing": """
+IMPORTING = """
 import sys
 class InterruptImport:
     def find_spec(self, name, path, target=None):
-        if name == "specd.cli.app":
+        if name == "{module}":
             exec("raise KeyboardInterrupt")
 sys.meta_path.insert(0, InterruptImport())
-""",
+"""
+INTERRUPT_INSIDE_EXEC = {
+    "importing the app": IMPORTING.format(module="specd.cli.app"),
+    "importing the command": IMPORTING.format(module="specd.cli.verify_oracle"),
     "running": """
-import specd.cli.app
-def interrupt(**kwargs):
+import specd.cli.verify_oracle
+def interrupt():
     exec("raise KeyboardInterrupt")
-specd.cli.app.app = interrupt
+specd.cli.verify_oracle.verify_oracle = interrupt
 """,
 }
 
@@ -94,3 +96,17 @@ def test_ctrl_c_inside_exec_still_exits_130_under_python_m(tmp_path, moment):
         [sys.executable, "-m", "interrupted_entry"], capture_output=True, text=True, env=env, cwd=tmp_path
     )
     assert (proc.returncode, proc.stderr) == (130, "specd: error: interrupted\n")
+
+
+def test_a_command_imports_only_what_it_needs_and_help_lists_every_command():
+    probe = (
+        "import sys\nfrom specd.cli.app import add_commands, app\nadd_commands(['verify-oracle', '--vocab', '2'])\n"
+        "print(sorted(c.name for c in app.registered_commands), 'pandas' in sys.modules,"
+        " 'transformers' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.stdout.split() == ["['verify-oracle']", "False", "False"], proc.stderr
+    listed = subprocess.run([sys.executable, "-m", "specd.cli", "--help"], capture_output=True, text=True).stdout
+    from specd.cli.app import COMMANDS
+
+    assert all(f"  {name} " in listed for name in COMMANDS)

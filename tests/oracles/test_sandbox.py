@@ -231,6 +231,7 @@ TREE_HOSTILE = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
 @pytest.mark.parametrize(
     "name, flags, finding, words",
     [
@@ -240,12 +241,13 @@ TREE_HOSTILE = textwrap.dedent(
     ],
 )
 def test_a_tree_sampler_that_dies_or_hangs_is_a_failed_check_and_one_report(
-    tmp_path, monkeypatch, capsys, name, flags, finding, words
+    tmp_path, monkeypatch, capsys, name, flags, finding, words, jobs
 ):
     (tmp_path / "hostile_trees.py").write_text(TREE_HOSTILE)
     monkeypatch.chdir(tmp_path)
     try:
         args = ["verify-oracle", "--sampler", f"hostile_trees:{name}", "--tree", "2", "--vocab", "2", "--json", *flags]
+        args += ["--jobs", jobs]
         code, out, err = run_cli(args, capsys)
     finally:
         sys.modules.pop("hostile_trees", None)
@@ -253,3 +255,45 @@ def test_a_tree_sampler_that_dies_or_hangs_is_a_failed_check_and_one_report(
     doc = json.loads(out)
     assert not doc["passed"] and finding in doc["findings"] and doc["sampler"]["process"] == "its own"
     assert words in [c for c in doc["checks"] if c["passed"] is False][-1]["detail"]
+
+
+TREE_PICKY = textwrap.dedent(
+    """
+    from specd.oracles.tree_samplers import tree_shipped
+
+    correct = tree_shipped()["specd"][0]()
+    llamacpp = tree_shipped()["llamacpp"][0]()
+
+
+    def refuses_iid(tokens, parents, depths, p, q, drawn, u):
+        # refuses some of the rounds, each with its own message: the report names the first, as a serial run's
+        if drawn == "iid" and len(tokens) and int(tokens[0]) == 2:
+            raise ValueError(f"refused the tree {[int(t) for t in tokens]}")
+        return correct(tokens, parents, depths, p, q, drawn, u)
+    """
+)
+
+
+@pytest.mark.parametrize("sampler", ["llamacpp", "picky_trees:refuses_iid", "picky_trees:llamacpp"])
+def test_a_tree_samplers_report_is_the_same_on_one_process_or_several(tmp_path, monkeypatch, capsys, sampler):
+    (tmp_path / "picky_trees.py").write_text(TREE_PICKY)
+    monkeypatch.chdir(tmp_path)
+    docs = []
+    try:
+        for jobs in ("1", "2", "3"):
+            args = ["verify-oracle", "--sampler", sampler, "--tree", "2,1", "--vocab", "3", "--json", "--jobs", jobs]
+            code, out, err = run_cli(args, capsys)
+            assert code in (0, 1) and not err, err
+            docs.append(json.loads(out))
+            docs[-1].pop("elapsed_s")
+    finally:
+        sys.modules.pop("picky_trees", None)
+    assert docs[0] == docs[1] == docs[2]
+    assert docs[0]["sampler"]["process"] == "its own"
+    if sampler.endswith("refuses_iid"):
+        assert "refused the tree [2, " in [c for c in docs[0]["checks"] if c["name"] == "exact_joint_iid"][0]["detail"]
+
+
+def test_jobs_with_a_chain_sampler_is_one_line_exit_2(capsys):
+    code, _, err = run_cli(["verify-oracle", "--sampler", "specd", "--jobs", "2"], capsys)
+    assert code == 2 and err.startswith("specd: error: --jobs with --sampler shares a tree sampler's rounds")
