@@ -119,8 +119,8 @@ class ChildTreeSampler:
                 send_next(process)
             while busy:
                 ready = wait(list(busy), timeout=LOOK)
-                if not ready:
-                    for process, _ in busy.values():
+                for conn, (process, _) in busy.items():  # one that hangs while the others answer, too
+                    if conn not in ready and (not ready or time.monotonic() >= process.deadline):
                         process.still_working("instead of returning")
                 for conn in ready:
                     process, i = busy.pop(conn)
