@@ -292,7 +292,8 @@ def fit_rank_law(halves: dict[str, dict[str, list[Text]]]) -> None:
 
 def engine_rounds(pipe: Pipeline, items, max_new: int, shape: TreeShape | None, k: int, policy=None, batch: int = 8):
     """The engine's own (rounds, emitted tokens, tree rounds) over ``items`` with ``shape`` (or ``policy``)."""
-    config = EngineConfig(k=k, eos_ids=pipe.eos_ids, rule=pipe.options.rule, tree=shape, record_log=False)
+    # record_log: the commits (which rounds drafted a tree) are kept only with the log
+    config = EngineConfig(k=k, eos_ids=pipe.eos_ids, rule=pipe.options.rule, tree=shape, record_log=True)
     engine = SpeculativeEngine(pipe.target, pipe.proposer, pipe.target_policy, config, k_policy=policy)
     requests, _ = pipe.requests(items, max_new)
     result = engine.run(requests, batch_size=batch)
