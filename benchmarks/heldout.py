@@ -74,6 +74,25 @@ GROUNDED = (
 )
 OPEN = ("translation", "open_chat", "creative_writing", "math", "code_completion")
 TARGETS = {"smollm": "embedded:smollm2-135m", "gemma": "embedded:gemma-3-270m"}
+
+
+def refuse_outputs(script: str, outputs: dict[str, str | None], targets: list[str] | None = None) -> None:
+    """Before any measuring: each output a writable file path (a flag ending in "folder": a folder
+    written into), none naming the corpus (``check_paths``: writing it would destroy an input) or
+    lying inside a model folder the run reads (``targets``' folders in specd's cache, or a
+    folder target; default: both embedded models'); else the script's one line (exit 1)."""
+    try:
+        for flag, path in outputs.items():
+            if path is not None and not flag.endswith("folder"):
+                check_output(path, flag)
+        folders: dict[str, str] = {}
+        for target in targets if targets is not None else list(TARGETS.values()):
+            folders.update(model_folders(target, None))
+        check_paths({f"the corpus's {h} half": CORPUS / f"{h}.jsonl" for h in ("fit", "test")}, outputs, folders)
+    except SpecdError as err:
+        sys.exit(f"{script}: {err}")
+
+
 SAMPLING = {"temperature": 0.7, "top_k": 50}
 
 
@@ -286,16 +305,7 @@ def main() -> None:
     ap.add_argument("--ns", default="4096,8192,16384,32768", help="draft vocabularies of the vocab pass (gemma)")
     ap.add_argument("--json", help="also write every measurement to this file")
     args = ap.parse_args()
-    if args.json:  # checked before the run: never written over the corpus or into a model the run reads
-        try:
-            check_output(args.json, "--json")
-            check_paths(
-                {f"the corpus's {h} half": CORPUS / f"{h}.jsonl" for h in ("fit", "test")},
-                {"--json": args.json},
-                model_folders(TARGETS[args.model], None),
-            )
-        except SpecdError as err:
-            sys.exit(f"heldout.py: {err}")
+    refuse_outputs("heldout.py", {"--json": args.json}, [TARGETS[args.model]])
     systems = Systems(args.model, args.max_new_tokens)
     lookups = ["HF lookup 3", "HF lookup 10"] if args.model == "smollm" else []
     passes = set(args.passes.split(","))

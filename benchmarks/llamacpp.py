@@ -45,8 +45,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive  # noqa: E402
-from heldout import GROUNDED, OPEN, TARGETS, batches, check, load_half  # noqa: E402
+from heldout import GROUNDED, OPEN, TARGETS, batches, check, load_half, refuse_outputs  # noqa: E402
 
+from specd.files import write_text_atomic  # noqa: E402
 from specd.models.divergence import Divergence, last_row  # noqa: E402
 from specd.models.llamacpp_lib import binding  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
@@ -293,6 +294,7 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true", help="the greedy check alone, no timing")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    refuse_outputs("llamacpp.py", {"--json": args.json})
     items = load_half("test", args.per_kind, args.kinds)
     threads, report = torch.get_num_threads(), {}  # specd's llama.cpp threads: torch's setting
     for model in args.models.split(","):
@@ -338,7 +340,7 @@ def main() -> int:
             check("batch 8: default / target-only (median)", median(figures["batch"] or [float("nan")]), 1.0)
         report[model] = figures
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+        write_text_atomic(args.json, json.dumps(report, indent=1, default=str) + "\n", "--json")
     return 0
 
 

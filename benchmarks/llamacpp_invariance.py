@@ -37,8 +37,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive  # noqa: E402
+from heldout import refuse_outputs  # noqa: E402
 
-from specd.files import check_output, write_text_atomic  # noqa: E402
+from specd.files import write_text_atomic  # noqa: E402
 from specd.models.embedded import EMBEDDED  # noqa: E402
 from specd.models.llamacpp_lib import Context, GGUFModel, binding  # noqa: E402
 
@@ -204,8 +205,7 @@ def main() -> int:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configuration {unknown[0]!r}: choose from {'; '.join(CONFIGS)}")
-    if args.json:
-        check_output(args.json, "JSON file")  # refused before minutes of measuring, never over an input
+    refuse_outputs("llamacpp_invariance.py", {"--json": args.json})  # before minutes of measuring
     rows = []
     for name in args.models.split(","):
         if name not in FILES:

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive, positives  # noqa: E402
+from heldout import refuse_outputs  # noqa: E402
 
 from specd.core.model import RowInput, device_sync  # noqa: E402
-from specd.files import check_output  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.policy.row_costs import RowCosts, read_row_costs, write_row_costs  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     if 1 not in args.rows:
         parser.error("--rows must hold 1: the one-row target call is the file's unit")
-    check_output(args.out, "row-cost file")
+    refuse_outputs("row_costs.py", {"--out": args.out}, [args.target])
     torch.set_num_threads(args.threads)
     pipe = Pipeline.build(GenerateOptions(target=args.target, draft=args.draft))
     models = pipe.proposer.models

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive, positives  # noqa: E402
-from heldout import TARGETS, load_half  # noqa: E402
+from heldout import TARGETS, load_half, refuse_outputs  # noqa: E402
 
 from specd.core.engine import EngineConfig, SpeculativeEngine  # noqa: E402
 from specd.core.gumbel import request_key, uniforms  # noqa: E402
@@ -59,7 +59,7 @@ from specd.core.model import RowInput  # noqa: E402
 from specd.core.sources import Offer  # noqa: E402
 from specd.core.state import History  # noqa: E402
 from specd.core.tree_shape import TreeShape, parse_tree  # noqa: E402
-from specd.files import check_output, write_text_atomic  # noqa: E402
+from specd.files import write_text_atomic  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.policy.autok import SIBLING_FIRST, SIBLING_POWER, AutoK  # noqa: E402
@@ -419,8 +419,7 @@ def main() -> None:
     if any(p not in PAIRS for p in pairs):
         parser.error(f"--pairs: choose from {', '.join(PAIRS)}")
     temperatures = [float(t) for t in args.temperatures.split(",") if t]
-    if args.json:
-        check_output(args.json, "JSON file")
+    refuse_outputs("tree_rounds.py", {"--json": args.json, "--cache folder": args.cache})
     if args.row_costs:
         curve = read_row_costs(args.row_costs)
         costs = [float(c) for c in (args.draft_costs or "").split(",") if c]

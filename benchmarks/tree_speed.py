@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive  # noqa: E402
-from heldout import TARGETS, load_half  # noqa: E402
+from heldout import TARGETS, load_half, refuse_outputs  # noqa: E402
 
-from specd.files import check_output, write_text_atomic  # noqa: E402
+from specd.files import write_text_atomic  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
@@ -116,8 +116,7 @@ def main() -> None:
     pairs = [p for p in args.pairs.split(",") if p]
     if any(p not in PAIRS for p in pairs):
         parser.error(f"--pairs: choose from {', '.join(PAIRS)}")
-    if args.json:
-        check_output(args.json, "JSON file")
+    refuse_outputs("tree_speed.py", {"--json": args.json})
     torch.set_num_threads(args.threads)
     items = load_half(args.half, args.per_kind)
     report = []

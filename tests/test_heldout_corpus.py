@@ -60,3 +60,21 @@ def test_the_benchmark_prompts_of_other_scripts_are_not_in_the_corpus():
     for name in ("fit", "test"):
         for line in (CORPUS / f"{name}.jsonl").read_text().splitlines():
             assert not word_grams(json.loads(line)["prompt"], 8) & older
+
+
+def test_a_benchmark_refuses_an_output_over_the_corpus_or_inside_a_model_it_reads(tmp_path, capsys):
+    import pytest
+
+    refuse = heldout().refuse_outputs
+    for outputs, words in (
+        ({"--json": str(CORPUS / "test.jsonl")}, "is the same file as the corpus's test half"),
+        ({"--json": str(tmp_path)}, "is a directory"),
+        ({"--json": str(tmp_path / "a.json"), "--out": str(tmp_path / "a.json")}, "both name one file"),
+        ({"--cache folder": str(tmp_path / "model" / "cache")}, "inside"),
+    ):
+        (tmp_path / "model").mkdir(exist_ok=True)
+        with pytest.raises(SystemExit) as stop:
+            refuse("bench.py", outputs, [str(tmp_path / "model")])
+        assert str(stop.value).startswith("bench.py: ") and words in str(stop.value)
+    refuse("bench.py", {"--json": str(tmp_path / "ok.json"), "--cache folder": str(tmp_path / "cache")}, [])
+    assert not (tmp_path / "ok.json").exists()  # refusing or not, nothing is written before the run
