@@ -18,8 +18,9 @@ and CUDA; ``pytest -m gpu``; ``specd generate --compare`` as a user runs it, on 
 the 1B target (Hugging Face greedy, HF assisted generation with the same bf16 copy, specd
 target-only, specd self:bf16 at K = 4 and -k auto: tokens/s, outputs equal to HF greedy's, peak
 memory, reads from the device per round); batch 8 and 32 (specd target-only against the
-default); the SmolLM2 config in bf16 (HF greedy, HF prompt lookup, specd suffix). Speeds are
-ratios of runs side by side in one process.
+default); the SmolLM2 config in bf16 (HF greedy, HF prompt lookup, specd suffix); then where batch
+1's time goes (``profile_batch1``: HF greedy and specd target-only under torch.profiler, kernels
+and host ops per token). Speeds are ratios of runs side by side in one process.
 """
 
 from __future__ import annotations
@@ -255,6 +256,40 @@ def step_llama(device: torch.device, size: str, new_tokens: int, batches: tuple[
     return out
 
 
+def step_profile(device: torch.device, size: str, new_tokens: int) -> dict:
+    """Where batch 1's time goes: HF greedy against specd target-only on the float32 target, each under
+    torch.profiler for ``new_tokens`` tokens -> per token, the kernels launched on the device, the
+    host operations run, and the host ops that took the most time (self CPU time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from specd.models.hf import HFCausalLM
+
+    model = llama(size, torch.float32, device)
+    prompt = prompts(SIZES[size]["vocab_size"], 1, 64, copy=False)
+    target = HFCausalLM(model, size)
+    hf_generate(model, prompt, 4)  # warm: the kernels' first launches are not a step's cost
+    specd_run(target, [], prompt, 4, None, 1)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    out = {}
+    for name, run in (("hf_greedy", lambda: hf_generate(model, prompt, new_tokens)),
+                      ("specd_target_only", lambda: specd_run(target, [], prompt, new_tokens, None, 1))):  # fmt: skip
+        with profile(activities=activities) as prof:
+            started = time.perf_counter()
+            run()
+            seconds = time.perf_counter() - started
+        events = prof.key_averages()
+        kernels = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+        host_ops = sum(e.count for e in events if e.key.startswith("aten::"))
+        top = sorted((e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:8]
+        out[name] = {
+            "ms_per_token": 1000 * seconds / new_tokens,
+            "device_kernels_per_token": kernels / new_tokens,
+            "aten_ops_per_token": host_ops / new_tokens,
+            "top_self_cpu_ms_per_token": {e.key: e.self_cpu_time_total / 1000 / new_tokens for e in top},
+        }
+    return out
+
+
 def step_suffix(device: torch.device, size: str, new_tokens: int) -> dict:
     """A bf16 target drafting by suffix lookup on copy prompts: HF greedy, HF prompt lookup, specd."""
     from specd.core.suffix import SuffixProposer
@@ -346,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         ("cli", 240, lambda: step_cli(args.dry_run)),
         ("llama_f32_self_bf16", 240, lambda: step_llama(device, big, tokens, (8,) if args.dry_run else (8, 32))),
         ("bf16_suffix_copy", 120, lambda: step_suffix(device, small, tokens)),
+        ("profile_batch1", 120, lambda: step_profile(device, big, 32 if not args.dry_run else 4)),
     ]
     if args.only:
         wanted = set(args.only.split(","))

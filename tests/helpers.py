@@ -91,6 +91,13 @@ def synthetic_log(alphas, rounds=20000, seed=0):
     return requests, proposals, rnds
 
 
+def _default_signals() -> None:
+    """The child's stop signals at their defaults, whatever this process inherited: under ``nohup``
+    SIGHUP arrives ignored, and specd rightly leaves an ignored signal ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def interrupted(args, when, signum=signal.SIGINT) -> tuple[int, str]:
     """Start ``specd ARGS`` in a child process, wait with ``when(proc)``, send ``signum`` (Ctrl-C's
     SIGINT unless told) -> (exit code, stderr)."""
@@ -99,7 +106,7 @@ def interrupted(args, when, signum=signal.SIGINT) -> tuple[int, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=_default_signals,
     )
     when(proc)
     proc.send_signal(signum)

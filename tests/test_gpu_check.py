@@ -29,12 +29,14 @@ def test_the_dry_run_completes_every_step(gpu_check, tmp_path):
         "cli",
         "llama_f32_self_bf16",
         "bf16_suffix_copy",
+        "profile_batch1",
     ]
     parity, cli, llama = lines[1], lines[3], lines[4]
     assert {run["identical_outputs"] for run in cli.values() if isinstance(run, dict)} == {True}
     assert parity["uniform_bits_equal"] and parity["decisions_equal"] and parity["race_winners_equal"] == "512/512"
     assert all(llama["equal_to_hf_greedy"].values()) and llama["batch8"]["equal"]
     assert llama["reads_per_round"]["k4"] <= 16
+    assert lines[6]["specd_target_only"]["aten_ops_per_token"] > 0 and "error" not in lines[6]
 
 
 def test_a_step_past_its_limit_is_a_result_and_the_next_step_runs(gpu_check, tmp_path):
