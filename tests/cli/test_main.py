@@ -110,3 +110,5 @@ def test_a_command_imports_only_what_it_needs_and_help_lists_every_command():
     from specd.cli.app import COMMANDS
 
     assert all(f"  {name} " in listed for name in COMMANDS)
+    typo = subprocess.run([sys.executable, "-m", "specd.cli", "genrate"], capture_output=True, text=True)
+    assert typo.returncode == 2 and "Did you mean 'generate'?" in typo.stderr and typo.stderr.count("\n") == 1
