@@ -60,11 +60,21 @@ class EmbeddedModel:
     # Its backend on a CPU without --backend (specd.models.backends.choose): llama.cpp only where specd's
     # greedy text there was measured to be llama.cpp's own decoding of the file (docs/llamacpp.md).
     cpu_backend: str = "llama.cpp"
+    packages: tuple[str, ...] = ()  # the installed packages its GGUF is read from
 
     def cache_folders(self) -> list[Path]:
         """The folders of specd's cache this model is read from (its converted copies, its GGUF)."""
         names = dict.fromkeys([self.cache_key] + ([self.gguf_cache] if self.gguf_cache else []))  # once each
         return [cache_root() / name for name in names]
+
+    def package_folders(self) -> dict[str, Path]:
+        """The folder of each of its packages that is installed, by package (found, not imported)."""
+        found = {}
+        for module in self.packages:
+            spec = importlib.util.find_spec(module)
+            if spec is not None and spec.submodule_search_locations:
+                found[module] = Path(next(iter(spec.submodule_search_locations)))
+        return found
 
 
 def package_gguf() -> Path:
@@ -145,6 +155,7 @@ EMBEDDED = {
         "suffix,self:bf16",
         package_gguf,
         "smollm2-135m.vocab.json",
+        packages=(MODULE,),
     ),
     "gemma-3-270m": EmbeddedModel(
         "gemma-3-270m",
@@ -158,6 +169,7 @@ EMBEDDED = {
         # on llama.cpp 26 of its 30 greedy outputs were llama.cpp's own with q8_0 keys, not all
         # (docs/llamacpp.md): it stays on hf until that is explained
         cpu_backend="hf",
+        packages=(GEMMA_MODULE, *(f"{GEMMA_MODULE}_part{i}" for i in range(1, 5))),
     ),
 }
 DEFAULT_EMBEDDED = "smollm2-135m"

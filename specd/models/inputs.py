@@ -28,13 +28,16 @@ def run_inputs(options: GenerateOptions, folders: dict[str, str]) -> dict[str, s
 def model_folders(target: str | None, draft: str | None, target_gguf: str | None = None) -> dict[str, str]:
     """Every model folder a run reads, by the flag that names it: ``--target``, each model of the
     ``--draft`` list (a hub id: its snapshot in the Hugging Face cache, when it is there), and an
-    embedded target's folders in specd's cache (its converted copy, its assembled GGUF). A name
+    embedded target's folders in specd's cache (its converted copy, its assembled GGUF) and the
+    installed packages its GGUF is read from. A name
     that is no folder here names none (loading says what is wrong with it)."""
     folders: dict[str, str | None] = {}
     name = embedded_name(target, target_gguf)
     if name is not None:
         for folder in EMBEDDED[name].cache_folders():
             folders[f"--target embedded:{name} (specd's cache {folder.name})"] = str(folder)
+        for package, folder in EMBEDDED[name].package_folders().items():
+            folders[f"--target embedded:{name} (its package {package})"] = str(folder)
     elif target is not None:
         folders["--target"] = local_folder(target)
     for spec in parse_drafts(draft):

@@ -65,7 +65,8 @@ def test_no_output_inside_a_model_folder_of_any_command(models, tiny_models, cap
 
 def test_no_output_inside_the_embedded_models_cache(models, tiny_models, capsys, specd_cache_dir):
     """The embedded target's folders in specd's cache are model folders too (the converted copy, the
-    assembled GGUF): a results file there is refused, with or without --target embedded:NAME."""
+    assembled GGUF), and so are the packages its GGUF comes from: a results file there is refused,
+    with or without --target embedded:NAME."""
     from specd.models.embedded import EMBEDDED
 
     for name, extra in (("smollm2-135m", []), ("gemma-3-270m", ["--target", "embedded:gemma-3-270m"])):
@@ -75,6 +76,15 @@ def test_no_output_inside_the_embedded_models_cache(models, tiny_models, capsys,
             code, _, err = run_cli(["generate", *extra, "-p", "hi", "--draft", "suffix", "--out", str(out)], capsys)
             one_line(code, err)
             assert f"the model folder of --target embedded:{name} (specd's cache {folder.name})" in err
+            assert not out.exists()
+        # and the installed packages its GGUF is read from: never written over, nor into
+        packages = EMBEDDED[name].package_folders()
+        assert packages, f"{name}'s packages are installed by make install"
+        for package, folder in packages.items():  # a new file inside (never risk the model's own files here)
+            out = folder / "results.jsonl"
+            code, _, err = run_cli(["generate", *extra, "-p", "hi", "--draft", "suffix", "--out", str(out)], capsys)
+            one_line(code, err)
+            assert f"the model folder of --target embedded:{name} (its package {package})" in err, err
             assert not out.exists()
 
 
