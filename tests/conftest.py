@@ -53,12 +53,12 @@ def oracle_on_one_process():
     if not WORKER:
         yield
         return
-    from specd.oracles import report
+    from specd.oracles import parallel
 
-    default = report.usable_cores
-    report.usable_cores = lambda: 1
+    default = parallel.usable_cores
+    parallel.usable_cores = lambda: 1
     yield
-    report.usable_cores = default
+    parallel.usable_cores = default
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 import torch
 
+from specd.errors import UsageError
 from specd.oracles.lifeline import die_with_parent
 
 T = TypeVar("T")
@@ -42,6 +43,15 @@ def usable_cores() -> int:
     if not sys.platform.startswith("linux"):
         return 1
     return min(len(os.sched_getaffinity(0)), DEFAULT_JOBS_CAP)
+
+
+def processes(jobs: int | None) -> int:
+    """``--jobs`` as given (at least 1, else UsageError), or ``usable_cores`` when not given."""
+    if jobs is None:
+        return usable_cores()
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    return jobs
 
 
 def run_parts(parts: Sequence[Callable[[], T]], jobs: int) -> list[T]:

@@ -24,7 +24,7 @@ from specd.oracles.fixture import LAB_MAX_K, OracleConfig, build_rig
 from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
-from specd.oracles.parallel import run_parts, usable_cores
+from specd.oracles.parallel import processes, run_parts
 from specd.oracles.price import priced
 from specd.oracles.record import Check
 from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
@@ -62,10 +62,9 @@ def collector_paused(one_thread: bool = False):
 def run_oracle(cfg: OracleConfig, jobs: int | None = None) -> dict:
     """Every check on the fixture of ``cfg`` (and the failure lab) -> one JSON-able report. ``jobs``:
     processes the independent parts run on (default: ``usable_cores``; the report is the same)."""
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    jobs = processes(jobs)
     with collector_paused():
-        return _run_oracle(cfg, usable_cores() if jobs is None else jobs)
+        return _run_oracle(cfg, jobs)
 
 
 # A part of the run: (its rough share of a run's time, to start the longest first; the part).
@@ -206,8 +205,6 @@ def run_sampler_oracle(
     its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds a call may take)
     -> one report. With ``tree`` (a --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report),
     loaded in ``jobs`` processes that share its rounds (default: ``usable_cores``; the report is the same)."""
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, got {jobs}")
     if jobs is not None and tree is None:
         raise UsageError(
             "--jobs with --sampler shares a tree sampler's rounds among processes (give --tree); "
@@ -224,7 +221,7 @@ def run_sampler_oracle(
     rule = SAMPLER_RULES[cfg.rule]
     if tree is not None:
         with collector_paused(one_thread=True):
-            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout, usable_cores() if jobs is None else jobs)
+            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout, processes(jobs))
     with collector_paused(one_thread=True):
         t_start = time.perf_counter()
         with sampler_session(spec, input_rounding, timeout) as sampler:
