@@ -71,7 +71,7 @@ def sampler_session(
     children = [SamplerProcess(spec, input_rounding, timeout, tree) for _ in range(max(1, processes) if tree else 1)]
     try:
         loaded = [child.start() for child in children]
-        yield ChildTreeSampler(children, children[0].name, children[0].description) if tree else loaded[0]
+        yield ChildTreeSampler(children) if tree else loaded[0]
     finally:
         for child in children:
             child.close()
@@ -91,8 +91,9 @@ class ChildTreeSampler:
     """A tree sampler as the tree checks see it: each round's law computed by one of its processes
     (each has loaded the sampler; the rounds are independent)."""
 
-    def __init__(self, processes: list[SamplerProcess], name: str, description: str):
-        self.processes, self.name, self.description = processes, name, description
+    def __init__(self, processes: list[SamplerProcess]):
+        self.processes = processes
+        self.name, self.description = processes[0].name, processes[0].description  # each loaded the same
 
     def round_law(self, rnd) -> tuple[dict, float, float, int]:
         """specd.oracles.tree_sampler_checks.round_law, run in the sampler's process."""
