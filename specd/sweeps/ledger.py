@@ -76,17 +76,18 @@ def ledger_row(
     t_d = cost.draft_time(k, batch)
     t_v = cost.verify_time(k, batch, context)
     t_round = round_time(cost, k, batch, context)
-    temp_bytes = None
-    if shape is not None:
-        temp_bytes = (k + 1) * shape.kv_bytes_per_row / e_g  # replay layout: K + 1 temporary rows per round
-    return _row(
-        cost, k, batch, context, s, e_g, tuple(accepted_distribution(profile, k)), t_d, t_v, t_round, k, temp_bytes
-    )
+    pr_accepted = tuple(accepted_distribution(profile, k))
+    return _row(cost, k, batch, context, s, e_g, pr_accepted, t_d, t_v, t_round, nodes=k, shape=shape)
 
 
-def _row(cost, k, batch, context, s, e_g, pr_accepted, t_d, t_v, t_round, nodes, temp_bytes, spec="") -> LedgerRow:
-    """A row from a shape's terms (a chain's or a tree's): every other column derives from them."""
+def _row(
+    cost, k, batch, context, s, e_g, pr_accepted, t_d, t_v, t_round, nodes: int, shape: ModelShape | None, spec=""
+) -> LedgerRow:
+    """A row from a shape's terms (a chain's or a tree's, of ``nodes`` drafts): every other column
+    derives from them."""
     baseline = cost.baseline_time(batch, context)
+    # replay layout: the round's nodes + 1 rows are temporary
+    temp_bytes = None if shape is None else (nodes + 1) * shape.kv_bytes_per_row / e_g
     return LedgerRow(
         k=k,
         batch=batch,
@@ -125,21 +126,9 @@ def tree_row(
     t_round = tree_round_time(cost, tree, batch, context)
     t_v = cost.verify_time(tree.size, batch, context)
     padded = (1.0, *s, 0.0)
-    return _row(
-        cost,
-        tree.depth,
-        batch,
-        context,
-        s,
-        e_g,
-        tuple(padded[a] - padded[a + 1] for a in range(tree.depth + 1)),
-        t_round - t_v - cost.state_cost - cost.queue_cost,
-        t_v,
-        t_round,
-        tree.size,
-        None if shape is None else (tree.size + 1) * shape.kv_bytes_per_row / e_g,
-        tree.spec,
-    )
+    pr_accepted = tuple(padded[a] - padded[a + 1] for a in range(tree.depth + 1))
+    t_d = t_round - t_v - cost.state_cost - cost.queue_cost
+    return _row(cost, tree.depth, batch, context, s, e_g, pr_accepted, t_d, t_v, t_round, tree.size, shape, tree.spec)
 
 
 @dataclass(frozen=True)
