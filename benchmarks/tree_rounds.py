@@ -66,7 +66,7 @@ from specd.policy.autok import SIBLING_FIRST, SIBLING_POWER, AutoK  # noqa: E402
 from specd.policy.costs import FixedCosts  # noqa: E402
 from specd.policy.ledger import CostModel  # noqa: E402
 from specd.policy.row_costs import read_row_costs  # noqa: E402
-from specd.policy.trees import TreeProfile, best_trees  # noqa: E402
+from specd.policy.trees import TreeProfile, best_trees, shape_spec  # noqa: E402
 
 PAIRS = {
     "smollm": ("smollm", "self:bf16"),
@@ -326,7 +326,7 @@ def cell(pipe, test: list[Text], fit: list[Text], n: int, greedy: bool, args, it
     """Every system's tokens per round at node budget ``n`` (module docstring)."""
     chain = TreeShape.chain(n)
     fit_tree = best_trees(pooled_profile(fit, n, n), n, n)[-1].shape
-    row = {"budget": n, "fit_tree": describe(fit_tree), "fit_tree_nodes": fit_tree.size}
+    row = {"budget": n, "fit_tree": shape_spec(fit_tree.choices), "fit_tree_nodes": fit_tree.size}
     plans = {"chain": fixed(chain), "fit tree": fixed(fit_tree), "auto": auto(n, FREE, greedy)}
     if args.row_costs:
         plans["auto@curve"] = auto(n, args.curve_costs[args.pair_index], greedy)
@@ -364,19 +364,6 @@ def cell(pipe, test: list[Text], fit: list[Text], n: int, greedy: bool, args, it
             "tree_rounds": trees,
         }
     return row
-
-
-def describe(shape: TreeShape) -> str:
-    """A static shape as --tree writes it: branching per depth where every node of a depth has as
-    many children ("3,1" is three root children, one child each), else its EAGLE choices (rank paths)."""
-    widths = []
-    for depth in range(1, shape.depth + 1):
-        parents = [c for c in shape.choices if len(c) == depth - 1] if depth > 1 else [()]
-        counts = {sum(1 for c in shape.choices if len(c) == depth and c[:-1] == parent) for parent in parents}
-        if len(counts) != 1:
-            return json.dumps([list(c) for c in shape.choices], separators=(",", ":"))
-        widths.append(counts.pop())
-    return ",".join(map(str, widths))
 
 
 def show(pair: str, temperature: float, row: dict) -> None:
