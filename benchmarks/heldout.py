@@ -76,18 +76,20 @@ OPEN = ("translation", "open_chat", "creative_writing", "math", "code_completion
 TARGETS = {"smollm": "embedded:smollm2-135m", "gemma": "embedded:gemma-3-270m"}
 
 
-def refuse_outputs(script: str, outputs: dict[str, str | None], targets: list[str] | None = None) -> None:
+def refuse_outputs(
+    script: str, outputs: dict[str, str | None], targets: list[str] | None = None, draft: str | None = None
+) -> None:
     """Before any measuring: each output a writable file path (a flag ending in "folder": a folder
     written into), none naming the corpus (``check_paths``: writing it would destroy an input) or
-    lying inside a model folder the run reads (``targets``' folders in specd's cache, or a
-    folder target; default: both embedded models'); else the script's one line (exit 1)."""
+    lying inside a model folder the run reads (``model_folders`` of each of ``targets``, default
+    both embedded models, with ``draft``'s models); else the script's one line (exit 1)."""
     try:
         for flag, path in outputs.items():
             if path is not None and not flag.endswith("folder"):
                 check_output(path, flag)
         folders: dict[str, str] = {}
         for target in targets if targets is not None else list(TARGETS.values()):
-            folders.update(model_folders(target, None))
+            folders.update(model_folders(target, draft))
         check_paths({f"the corpus's {h} half": CORPUS / f"{h}.jsonl" for h in ("fit", "test")}, outputs, folders)
     except SpecdError as err:
         sys.exit(f"{script}: {err}")

@@ -69,7 +69,7 @@ def main() -> None:
     args = parser.parse_args()
     if 1 not in args.rows:
         parser.error("--rows must hold 1: the one-row target call is the file's unit")
-    refuse_outputs("row_costs.py", {"--out": args.out}, [args.target])
+    refuse_outputs("row_costs.py", {"--out": args.out}, [args.target], args.draft)
     torch.set_num_threads(args.threads)
     pipe = Pipeline.build(GenerateOptions(target=args.target, draft=args.draft))
     models = pipe.proposer.models

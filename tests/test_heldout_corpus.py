@@ -76,5 +76,14 @@ def test_a_benchmark_refuses_an_output_over_the_corpus_or_inside_a_model_it_read
         with pytest.raises(SystemExit) as stop:
             refuse("bench.py", outputs, [str(tmp_path / "model")])
         assert str(stop.value).startswith("bench.py: ") and words in str(stop.value)
+    (tmp_path / "draft").mkdir()
+    with pytest.raises(SystemExit) as stop:  # a draft model's folder too
+        refuse(
+            "bench.py",
+            {"--out": str(tmp_path / "draft" / "rows.json")},
+            [str(tmp_path / "model")],
+            str(tmp_path / "draft"),
+        )
+    assert "the model folder of --draft" in str(stop.value)
     refuse("bench.py", {"--json": str(tmp_path / "ok.json"), "--cache folder": str(tmp_path / "cache")}, [])
     assert not (tmp_path / "ok.json").exists()  # refusing or not, nothing is written before the run
