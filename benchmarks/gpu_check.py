@@ -385,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.only:
         wanted = set(args.only.split(","))
+        if unknown := wanted - {name for name, _, _ in steps}:
+            ap.error(f"--only: no step {', '.join(sorted(unknown))}; the steps: {', '.join(n for n, _, _ in steps)}")
         steps = [step for step in steps if step[0] in wanted]
     results, started = Results(Path(args.out_dir)), time.perf_counter()
     for name, limit, fn in steps:

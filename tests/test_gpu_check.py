@@ -47,3 +47,12 @@ def test_a_step_past_its_limit_is_a_result_and_the_next_step_runs(gpu_check, tmp
     results.add({"step": "slow", "error": "OutOfTime"})
     results.add({"step": "next", "ok": True})
     assert [json.loads(x)["step"] for x in (tmp_path / "gpu_check.jsonl").read_text().splitlines()] == ["slow", "next"]
+
+
+def test_only_runs_the_steps_named_and_refuses_a_name_it_lacks(gpu_check, tmp_path):
+    assert gpu_check.main(["--dry-run", "--out-dir", str(tmp_path), "--only", "device,parity"]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "gpu_check.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == ["device", "parity"]
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--dry-run", "--out-dir", str(tmp_path / "b"), "--only", "clii"])
+    assert stop.value.code == 2 and not (tmp_path / "b").exists()
