@@ -280,7 +280,7 @@ def test_a_tree_samplers_report_is_the_same_on_one_process_or_several(tmp_path, 
     monkeypatch.chdir(tmp_path)
     docs = []
     try:
-        for jobs in ("1", "2", "3"):
+        for jobs in ("1", "2"):
             args = ["verify-oracle", "--sampler", sampler, "--tree", "2,1", "--vocab", "3", "--json", "--jobs", jobs]
             code, out, err = run_cli(args, capsys)
             assert code in (0, 1) and not err, err
@@ -288,7 +288,7 @@ def test_a_tree_samplers_report_is_the_same_on_one_process_or_several(tmp_path, 
             docs[-1].pop("elapsed_s")
     finally:
         sys.modules.pop("picky_trees", None)
-    assert docs[0] == docs[1] == docs[2]
+    assert docs[0] == docs[1]
     assert docs[0]["sampler"]["process"] == "its own"
     if sampler.endswith("refuses_iid"):
         assert "refused the tree [2, " in [c for c in docs[0]["checks"] if c["name"] == "exact_joint_iid"][0]["detail"]
