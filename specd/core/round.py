@@ -323,11 +323,11 @@ def read_decision(decision, kept: list[torch.Tensor], log: bool) -> tuple[list[l
     accepted = decision.accepted
     b, device = accepted.shape[0], accepted.device
     leaf = decision.leaf if decision.leaf is not None else accepted - 1
-    decided = torch.stack([accepted, decision.terminal, decision.is_bonus.to(torch.int64), leaf], 1)
     columns = log_columns(decision) if log else []
-    parts = [decided, checks.any_set(kept, device), *columns]
-    values = torch.cat([t.to(device=device, dtype=torch.float64).flatten() for t in parts]).tolist()
-    fours = [[int(v) for v in values[i : i + 4]] for i in range(0, 4 * b, 4)]
+    # one vector [A..., terminal..., is_bonus..., leaf..., flag, columns...], promoted to one dtype by cat
+    parts = [accepted, decision.terminal, decision.is_bonus, leaf, checks.any_set(kept, device).reshape(1)]
+    values = torch.cat([*parts, *(c.to(device=device, dtype=torch.float64).flatten() for c in columns)]).tolist()
+    fours = [[int(values[j * b + i]) for j in range(4)] for i in range(b)]
     k = columns[0].shape[1] if columns else 0
     rest = values[4 * b + 1 :]
     read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(len(columns))]
@@ -365,8 +365,12 @@ def round_rows(
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
     p = argmax = None
     if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
-        argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=device)
-        argmax[valid_positions(k_lens + 1, k_max + 1)] = policy.logits(raw, states, work).argmax(dim=-1)
+        ids = policy.logits(raw, states, work).argmax(dim=-1)
+        if all(k == k_max for k in ks):  # every request has k_max + 1 rows: no padding to place
+            argmax = ids.view(len(active), k_max + 1)
+        else:
+            argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=device)
+            argmax[valid_positions(k_lens + 1, k_max + 1)] = ids
     else:
         p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
     padded = [list(d) + [-1] * (k_max - len(d)) for d in drafts]
@@ -375,8 +379,8 @@ def round_rows(
         p,
         None if p is None else row_starts(k_lens),
         proposal.q.to(device),
-        torch.tensor(index, dtype=torch.int64).reshape(len(ks), k_max).to(device),
-        torch.tensor(padded, dtype=torch.int64).reshape(len(ks), k_max).to(device),
+        torch.tensor(index, dtype=torch.int64, device=device),  # B lists of K: int64[B, K]
+        torch.tensor(padded, dtype=torch.int64, device=device),
         k_lens,
         proposal.q.shape[-1],
         argmax,

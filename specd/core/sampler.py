@@ -324,6 +324,8 @@ class RejectionSampler:
         equals x_i, then emit x at the first mismatch, or the bonus x_{k+1})."""
         draft = rows.draft
         b = draft.shape[0]
+        if draft.shape[1] == 0:  # no request drafted: nothing is tested, each emits its root's token (a bonus)
+            return self.root_targets(targets[:, 0], rows)
         valid = rows.valid()
         q_draft = rows.q_draft(rows.q.dtype)
         parent_target = targets.gather(1, rows.structure().parent + 1)
@@ -334,6 +336,25 @@ class RejectionSampler:
         point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=draft.device)
         point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
         return Decision(accepted, point_mass, last < 0, ratios, p_draft, q_draft, terminal=argmax_at, leaf=leaf)
+
+    def root_targets(self, terminal: torch.Tensor, rows: Rows) -> Decision:
+        """``match_targets`` where no request drafted (K = 0): terminal int64[B], each request's decided
+        token at its root, is its bonus; no node is accepted or tested."""
+        b, device = len(terminal), terminal.device
+        none = torch.zeros(b, 0, dtype=rows.q.dtype, device=device)
+        point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=device)
+        point_mass.scatter_(1, terminal.unsqueeze(1), 1.0)
+        accepted = torch.zeros(b, dtype=torch.int64, device=device)
+        return Decision(
+            accepted,
+            point_mass,
+            accepted == 0,
+            none.to(torch.float64),
+            none,
+            none,
+            terminal=terminal,
+            leaf=accepted - 1,
+        )
 
     # -- the invariant rule (specd.core.gumbel): every emitted token is the target's Gumbel-max token
     def noise_key(self, state) -> int:

@@ -139,6 +139,42 @@ def test_greedy_decision_is_the_rule_on_point_mass_rows(soft_q):
     assert 0 < greedy.accepted.sum() < k_lens.sum()  # both acceptances and rejections were exercised
 
 
+@pytest.mark.parametrize("model_q", [True, False])
+def test_a_round_without_drafts_decides_as_padded_rows_do(model_q):
+    """K = 0 (root_targets, no node to walk) gives the Decision the general walk gives the same
+    requests padded to one draft slot that none of them fills: every field, dtype and shape."""
+    gen = torch.Generator().manual_seed(3)
+    b, v = 5, 7
+    targets = torch.randint(0, v, (b, 2), generator=gen)
+    dtype = torch.float32 if model_q else torch.float64
+    none = Rows(
+        None,
+        None,
+        torch.zeros(0, v, dtype=dtype),
+        *(torch.zeros(b, 0, dtype=torch.int64),) * 2,
+        torch.zeros(b, dtype=torch.int64),
+        v,
+        targets[:, :1],
+    )
+    padded = Rows(
+        None,
+        None,
+        torch.zeros(0, v, dtype=dtype),
+        *(torch.full((b, 1), -1),) * 2,
+        torch.zeros(b, dtype=torch.int64),
+        v,
+        targets,
+    )
+    s = RejectionSampler()
+    fast, general = s.match_targets(targets[:, :1], none), s.match_targets(targets, padded)
+    for field in ("accepted", "terminal_rows", "is_bonus", "terminal", "leaf"):
+        assert torch.equal(getattr(fast, field), getattr(general, field)), field
+    for field in ("ratios", "p_draft", "q_draft"):  # [B, 0] where the padded rows have [B, 1] of zeros
+        mine, theirs = getattr(fast, field), getattr(general, field)
+        assert mine.shape == (b, 0) and mine.dtype == theirs.dtype and not theirs.any(), field
+    assert fast.is_bonus.all() and fast.terminal.tolist() == targets[:, 0].tolist()
+
+
 def test_inverse_cdf_never_picks_zero_mass_and_matches_probabilities():
     row = rows([[0.0, 0.25, 0.0, 0.75, 0.0]])
     for u in (0.0, 0.2499999, 0.25, 0.9999999999999999):
