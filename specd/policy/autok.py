@@ -19,7 +19,8 @@ formula), over K in 0..k_max, where
   each draft is kept with the target's chance of the copied token, alike along the draft);
 - the costs are the run's, measured as it goes (``OnlineCosts``): a target call and a
   draft step as functions of their row counts, from moving medians of recent rounds,
-  and the rest of a round (sampling, staging, cache commit). They are facts about the
+  and the rest of a round (the rule, staging, cache commit) by the rows it verified, a K = 0
+  round's as the state cost and what more rows add as part of each K's price. They are facts about the
   machine, shared by every request; ``batch`` (the number of requests the run decodes
   together, a setting of the run) is the B at which they are read;
 - a model draft whose cache is behind the output (``Offer.behind``: the tokens emitted in

@@ -4,11 +4,15 @@ when a model's first draft call also reads output its cache lacks (``CatchingUp`
 
 The measured costs are facts about the machine, shared by every request of a run: a target call
 and a draft step as functions of their row counts, from moving medians of the last WINDOW rounds,
-and the rest of a round (sampling, staging, cache commit).
+and the rest of a round (the rule, staging, publication, cache commit) as a function of the rows it
+verified: a round that drafted does more of that work than one that did not (on llama.cpp here, a
+greedy round's rest took 0.96 ms at K = 0 and 1.6-2.0 ms at K >= 1; sampled, 2.4 ms and 3.3-5.6 ms,
+against a 14 ms step), and a ledger that charged every K the same rest would draft where it loses.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -17,6 +21,9 @@ from specd.core.records import MIXED, RoundTiming
 from specd.policy.ledger import CostModel, MeasuredCosts
 
 FIXED_ROWS_PRIOR = 16.0  # one timed row count: T(R) taken proportional to (16 + R)
+# The rest of a round past the row counts timed is the nearest timed count's (a fixed part of infinitely
+# many rows): it grows with the rows only as far as rounds have shown it to.
+REST_FIXED_ROWS = math.inf
 WINDOW = 48  # recent rounds the costs are read from
 ORDINARY_READ = 2  # tokens a draft's first call reads after a round it drafted in (its last draft, the bonus)
 
@@ -66,7 +73,7 @@ def row_curve(samples, fixed_rows: float = FIXED_ROWS_PRIOR):
 
     def anchored(point, rows: int) -> float:
         r0, t0 = point
-        return t0 * (fixed_rows + rows) / (fixed_rows + r0)
+        return t0 if math.isinf(fixed_rows) else t0 * (fixed_rows + rows) / (fixed_rows + r0)
 
     def at(rows: int) -> float:
         if rows <= points[0][0]:
@@ -83,7 +90,9 @@ def row_curve(samples, fixed_rows: float = FIXED_ROWS_PRIOR):
 class OnlineCosts:
     """The run's measured costs, shared by its requests: seconds of a target call against its row
     count, of one draft step of each source (a lookup: its time per proposed token), and of the rest
-    of a round, from the last WINDOW rounds (and any calls timed outside them)."""
+    of a round against the rows it verified, from the last WINDOW rounds (and any calls timed
+    outside them). The ledger reads the rest of a K = 0 round as its state cost, and what a round
+    of more rows adds to it as part of that round's verification."""
 
     def __init__(self, window: int = WINDOW, fixed_rows: float = FIXED_ROWS_PRIOR):
         self.window = window
@@ -94,7 +103,7 @@ class OnlineCosts:
         # its scored rows; until one is timed, a one-row target call per request prices it (the head
         # reads its weight once whatever its rows, and the body feeds one token per request).
         self.shared: dict[str, deque[tuple[int, float]]] = {}
-        self.other: deque[float] = deque(maxlen=window)
+        self.other: deque[tuple[int, float]] = deque(maxlen=window)  # (rows verified, the rest's seconds)
         self.aside = 0.0  # seconds of draft timing done inside the round being timed: not the round's cost
         self.version = 0
         self._read: dict = {}
@@ -133,7 +142,7 @@ class OnlineCosts:
             step = self._draft_step(source)
             if step is not None:
                 self._steps(source.source).append(step)
-        self.other.append(max(t.other_seconds - self.aside, 0.0))
+        self.other.append((max(t.verify_rows, t.batch), max(t.other_seconds - self.aside, 0.0)))
         self.aside = 0.0
         self.version += 1
 
@@ -194,20 +203,26 @@ class OnlineCosts:
             unit = target(1)
             head = row_curve(self.shared.get(source, ()), self.fixed_rows)
             shared = source in self.shared
+            rest = row_curve(self.other, REST_FIXED_ROWS)
+            state = rest(batch) if rest is not None else 0.0  # a K = 0 round's rest: the state cost
+
+            def more_rest(rows: int) -> float:
+                """What a round verifying ``rows`` rows adds to a K = 0 round's rest."""
+                return max(rest(rows) - state, 0.0) if rest is not None and rows > batch else 0.0
 
             def verify(k: int) -> float:
                 if k == 0 or (shared and head is None):
-                    return target(batch)
-                return head(batch * (k + 1)) if shared else target(batch * (k + 1))
+                    return target(batch) + more_rest(batch * (k + 1))
+                return (head if shared else target)(batch * (k + 1)) + more_rest(batch * (k + 1))
 
             costs = MeasuredCosts(
                 draft_step={batch: draft(batch) / unit},
                 verify={(k, batch): verify(k) / unit for k in range(k_max + 1)},
                 baseline={batch: target(batch) / unit},
-                state_cost=statistics.median(self.other) / unit if self.other else 0.0,
+                state_cost=state / unit,
                 source="online",
                 draft_curve=lambda rows: draft(rows) / unit,  # a tree's levels: a draft call over that many rows
-                target_curve=None if shared else (lambda rows: target(rows) / unit),
+                target_curve=None if shared else (lambda rows: (target(rows) + more_rest(rows)) / unit),
             )
         self._remember(key, costs)
         return costs

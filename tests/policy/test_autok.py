@@ -28,7 +28,7 @@ from specd.policy.autok import (
     request_profile,
 )
 from specd.policy.costs import CatchingUp, FixedCosts, OnlineCosts
-from specd.policy.ledger import CostModel, best_k, progress_rate
+from specd.policy.ledger import CostModel, best_k, progress_rate, round_time
 from specd.sweeps.ledger import ledger_row
 from tests.helpers import rig
 
@@ -375,7 +375,24 @@ def test_a_draft_timed_inside_a_round_is_not_charged_to_that_round():
     costs.record_draft_step("d", 1, 0.02, spent=0.05)  # -k auto timed it while planning the round
     costs.observe(timing(other_seconds=0.052))
     costs.observe(timing(other_seconds=0.002))
-    assert list(costs.other) == [pytest.approx(0.002), pytest.approx(0.002)]
+    assert [seconds for _, seconds in costs.other] == [pytest.approx(0.002), pytest.approx(0.002)]
+
+
+def test_the_rest_of_a_round_that_verified_more_rows_is_charged_to_its_k():
+    """A round that drafted does more of its own work (the rule over its rows, staging) than a K = 0
+    round: the state cost is a K = 0 round's rest, and each K's verification carries what its rows
+    add to it, read off the rest's own curve (flat past the row counts seen)."""
+    costs = OnlineCosts()
+    step = dict(seconds=0.0001, steps=0, max_k=1)
+    for rows, rest in [(1, 0.001), (1, 0.001), (2, 0.0016), (5, 0.0019)]:
+        costs.observe(timing(step, verify_seconds=0.010, verify_rows=rows, other_seconds=rest))
+    ledger = costs.ledger_costs(1, 8, "d")
+    assert ledger.state_cost == pytest.approx(0.1)  # units: the one-row call's 0.010 s
+    assert ledger.verify[(0, 1)] == pytest.approx(1.0)
+    assert ledger.verify[(1, 1)] == pytest.approx(1.0 + 0.06)
+    assert ledger.verify[(2, 1)] == pytest.approx(1.0 + 0.07)  # between 2 and 5 rows: linear
+    assert ledger.verify[(8, 1)] == pytest.approx(25 / 21 + 0.09)  # the call by its fixed part; the rest as at 5
+    assert round_time(ledger, 1) - round_time(ledger, 0) == pytest.approx(0.01 + 0.06)  # its draft step and rest
 
 
 @pytest.mark.parametrize("k_max", [0, 65])
