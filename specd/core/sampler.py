@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from itertools import accumulate
 
 import torch
@@ -148,7 +149,9 @@ class Decision:
     """What a rule decides for a batch of B requests (K: the most drafts of any request)."""
 
     accepted: torch.Tensor  # int64[B]  accepted draft prefix length A
-    terminal_rows: torch.Tensor  # float64[B, V] the terminal (correction or bonus) token's law, up to normalization
+    # float64[B, V] the terminal (correction or bonus) token's law, up to normalization (read it as
+    # ``terminal_rows``); None where the rule decided ``terminal`` itself: the law is its point mass
+    law: torch.Tensor | None
     is_bonus: torch.Tensor  # bool[B]   A == k_len: the terminal is a bonus, else a correction
     ratios: torch.Tensor  # float[B, K] min(1, p(d)/q(d)), 0 at padding (reported: log, statistics)
     p_draft: torch.Tensor  # float[B, K] p_i(d_i)
@@ -159,6 +162,18 @@ class Decision:
     uniforms: torch.Tensor | None = None  # float64[B, K] the acceptance uniforms read (None: none read)
     # int64[B] the last accepted node of each request's tree (-1: none); on a chain A - 1
     leaf: torch.Tensor | None = None
+    vocab: int = 0  # V, the point mass's width where ``law`` is None
+
+    @cached_property
+    def terminal_rows(self) -> torch.Tensor:
+        """The terminal token's law float64[B, V], up to normalization: ``law``, or the point mass on
+        ``terminal`` (built on first read: a round that reads only the ids never makes B x V floats)."""
+        if self.law is not None:
+            return self.law
+        if self.terminal is None:
+            raise TypeError("a Decision without a law must carry its terminal tokens")
+        rows = torch.zeros(len(self.terminal), self.vocab, dtype=torch.float64, device=self.terminal.device)
+        return rows.scatter_(1, self.terminal.unsqueeze(1), 1.0)
 
 
 class RejectionSampler:
@@ -323,7 +338,6 @@ class RejectionSampler:
         children the bonus: greedy's rule and the invariant rule's (on a chain: accept d_i while it
         equals x_i, then emit x at the first mismatch, or the bonus x_{k+1})."""
         draft = rows.draft
-        b = draft.shape[0]
         if draft.shape[1] == 0:  # no request drafted: nothing is tested, each emits its root's token (a bonus)
             return self.root_targets(targets[:, 0], rows)
         valid = rows.valid()
@@ -333,27 +347,26 @@ class RejectionSampler:
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
         accepted, leaf, last = self.walk_tree((ratios >= 1) & valid, rows)
         argmax_at = targets.gather(1, (leaf + 1).unsqueeze(1)).squeeze(1)
-        point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=draft.device)
-        point_mass.scatter_(1, argmax_at.unsqueeze(1), 1.0)
-        return Decision(accepted, point_mass, last < 0, ratios, p_draft, q_draft, terminal=argmax_at, leaf=leaf)
+        return Decision(
+            accepted, None, last < 0, ratios, p_draft, q_draft, terminal=argmax_at, leaf=leaf, vocab=rows.vocab
+        )
 
     def root_targets(self, terminal: torch.Tensor, rows: Rows) -> Decision:
         """``match_targets`` where no request drafted (K = 0): terminal int64[B], each request's decided
         token at its root, is its bonus; no node is accepted or tested."""
         b, device = len(terminal), terminal.device
         none = torch.zeros(b, 0, dtype=rows.q.dtype, device=device)
-        point_mass = torch.zeros(b, rows.vocab, dtype=torch.float64, device=device)
-        point_mass.scatter_(1, terminal.unsqueeze(1), 1.0)
         accepted = torch.zeros(b, dtype=torch.int64, device=device)
         return Decision(
             accepted,
-            point_mass,
+            None,
             accepted == 0,
             none.to(torch.float64),
             none,
             none,
             terminal=terminal,
             leaf=accepted - 1,
+            vocab=rows.vocab,
         )
 
     # -- the invariant rule (specd.core.gumbel): every emitted token is the target's Gumbel-max token

@@ -104,11 +104,17 @@ class TargetSamplePerPath(RejectionSampler):
         passed = (draft == per_child) & valid
         accepted, leaf, last = self.walk_tree(passed, rows)
         terminal = per_node.gather(1, (leaf + 1).unsqueeze(1)).squeeze(1)
-        point = torch.zeros(len(accepted), rows.vocab, dtype=torch.float64)
-        point.scatter_(1, terminal.unsqueeze(1), 1.0)
         ones = passed.to(torch.float64)
         return Decision(
-            accepted, point, last < 0, ones, ones, rows.q_draft(torch.float64), terminal=terminal, leaf=leaf
+            accepted,
+            None,
+            last < 0,
+            ones,
+            ones,
+            rows.q_draft(torch.float64),
+            terminal=terminal,
+            leaf=leaf,
+            vocab=rows.vocab,
         )
 
 
