@@ -96,7 +96,7 @@ run_system.k_hist = defaultdict(int)
 
 def one_way(way: str, args) -> dict:
     draft = "self:layers=1" if way == "useless" else "self:bf16"
-    pipe = Pipeline.build(GenerateOptions(max_new_tokens=args.max_new_tokens, draft=draft))
+    pipe = Pipeline.build(GenerateOptions(max_new_tokens=args.max_new_tokens, draft=draft, backend="hf"))
     assistant = pipe.proposer.models[0].model
     items = [PromptItem(f"{tag}", text, tag) for tag, text in PROMPTS]
     encoded = {it.request_id: list(pipe.encode(it)) for it in items}

@@ -122,11 +122,13 @@ class Systems:
     """Every system of the benchmark, each run on one prompt at a time."""
 
     def __init__(self, max_new: int):
-        base = Pipeline.build(GenerateOptions(max_new_tokens=max_new, temperature=0.0))
+        base = Pipeline.build(GenerateOptions(max_new_tokens=max_new, temperature=0.0, backend="hf"))
         self.pipes = {name: base for name in ("specd target-only", "specd default")}
         for name, draft in SPECD_SYSTEMS.items():
             if draft not in (None, "suffix,self:bf16"):
-                self.pipes[name] = Pipeline.build(GenerateOptions(max_new_tokens=max_new, temperature=0.0, draft=draft))
+                self.pipes[name] = Pipeline.build(
+                    GenerateOptions(max_new_tokens=max_new, temperature=0.0, draft=draft, backend="hf")
+                )
         self.model = base.target.model
         self.assistant = copy.deepcopy(self.model).to(torch.bfloat16)
         self.max_new = max_new

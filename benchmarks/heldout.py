@@ -119,7 +119,9 @@ class Systems:
 
     def __init__(self, model: str, max_new: int):
         self.name = model
-        self.pipe = Pipeline.build(GenerateOptions(target=TARGETS[model], max_new_tokens=max_new, temperature=0.0))
+        self.pipe = Pipeline.build(
+            GenerateOptions(target=TARGETS[model], max_new_tokens=max_new, temperature=0.0, backend="hf")
+        )
         self.model, self.max_new = self.pipe.target.model, max_new
         self.k_hist: dict[int, int] = defaultdict(int)
         self.sources: dict[str, int] = defaultdict(int)

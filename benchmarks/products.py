@@ -109,7 +109,9 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=150)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     args = ap.parse_args()
-    pipe = Pipeline.build(GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0), with_draft=False)
+    pipe = Pipeline.build(
+        GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0, backend="hf"), with_draft=False
+    )
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         costs = call_costs(pipe.target, args.context, args.repeats)

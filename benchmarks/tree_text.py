@@ -53,7 +53,9 @@ def main() -> int:
     trees = [t for t in args.trees.split(";") if t]
     items = prompt_items([], str(CORPUS / f"{args.half}.jsonl"))
     base = Pipeline.build(
-        GenerateOptions(target=TARGETS[args.model], draft=DRAFT, max_new_tokens=args.max_new_tokens, temperature=0.0)
+        GenerateOptions(
+            target=TARGETS[args.model], draft=DRAFT, max_new_tokens=args.max_new_tokens, temperature=0.0, backend="hf"
+        )
     )
     model = base.target.model
     differ = 0

@@ -80,7 +80,7 @@ def main() -> int:
     torch.set_grad_enabled(False)
 
     pipe = Pipeline.build(
-        GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0, k=ks[0], draft="self:bf16")
+        GenerateOptions(max_new_tokens=args.max_new_tokens, temperature=0.0, k=ks[0], draft="self:bf16", backend="hf")
     )
     target = pipe.target.model
     draft = pipe.proposer.models[0].model  # the same bf16 copy for both systems
