@@ -1,6 +1,6 @@
 """Fit -k auto's lookup constants (specd.policy.autok: match_prior, COPY_MEMORY) on the held-out corpus's fit half.
 
-    python benchmarks/fit_match_prior.py [--half fit] [--max-new-tokens 96] [--threads 2]
+    python benchmarks/fit_match_prior.py [--half fit] [--sampled] [--max-new-tokens 96] [--threads 2]
 
 The embedded SmolLM2 target, greedy, ``--draft suffix -k 8`` (a fixed K, so that every match is
 drafted from, whatever its length: under ``-k auto`` the prior itself would choose which matches
@@ -14,6 +14,11 @@ fitted and of the shipped constants.
 
 ``--half test`` evaluates the shipped constants on the test half without fitting (the held-out
 check the report reads); fitting reads only the fit half.
+
+``--sampled`` asks whether a sampled target needs a prior of its own: the same rounds at temperature
+0.7, top-k 50 (the default rule, seed 0), the first drafts' acceptance by match length, the shipped
+(greedy-fit) prior's log-likelihood on them and, on the fit half, that of constants fit to them.
+Nothing is fit along a copy (a sampled draft is kept alike at every position).
 """
 
 from __future__ import annotations
@@ -37,9 +42,13 @@ from specd.policy.autok import COPY_MEMORY, MATCH_PRIOR_ODDS, MATCH_PRIOR_POWER 
 TIERS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 16), (17, 10**9))
 
 
-def drafted_rounds(half: str, max_new: int) -> list[tuple[int, int, int]]:
+SAMPLING = {"temperature": 0.7, "top_k": 50, "seed": 0}
+
+
+def drafted_rounds(half: str, max_new: int, sampled: bool = False) -> list[tuple[int, int, int]]:
     """(match length, drafts, accepted) for every round that drafted from the suffix lookup."""
-    options = GenerateOptions(target=TARGETS["smollm"], draft="suffix", max_new_tokens=max_new, temperature=0.0)
+    sampling = SAMPLING if sampled else {"temperature": 0.0}
+    options = GenerateOptions(target=TARGETS["smollm"], draft="suffix", max_new_tokens=max_new, **sampling)
     pipe = Pipeline.build(options)
     rounds: list[tuple[int, int, int]] = []
 
@@ -84,14 +93,15 @@ def main() -> None:
     ap.add_argument("--half", choices=("fit", "test"), default="fit")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sampled", action="store_true", help="temperature 0.7, top-k 50: does it need its own prior?")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    rounds = drafted_rounds(args.half, args.max_new_tokens)
+    rounds = drafted_rounds(args.half, args.max_new_tokens, args.sampled)
     outcomes = [(match, accepted >= 1) for match, _, accepted in rounds]
     by_tier: dict[tuple[int, int], list[bool]] = defaultdict(list)
     for match, accepted in outcomes:
         by_tier[next(t for t in TIERS if t[0] <= match <= t[1])].append(accepted)
-    print(f"{args.half} half: {len(outcomes)} first drafts")
+    print(f"{args.half} half{', sampled' if args.sampled else ''}: {len(outcomes)} first drafts")
     for lo, hi in TIERS:
         seen = by_tier.get((lo, hi), [])
         if seen:
@@ -104,6 +114,8 @@ def main() -> None:
         print(f"fitted  (a, c) = ({a}, {c}): log-likelihood per draft {log_likelihood(outcomes, a, c):.4f}")
     else:
         a, c = MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS
+    if args.sampled:
+        return
     shipped = copy_log_likelihood(rounds, COPY_MEMORY, a, c)
     print(f"along a copy: shipped COPY_MEMORY = {COPY_MEMORY}: log-likelihood per draft {shipped:.4f}")
     if args.half == "fit":
