@@ -395,15 +395,17 @@ class RejectionSampler:
         only, each under the noise of the output position it scores (a node of depth j: the round's
         offset j) -> int64[B, K+1] (past a request's k_b + 1: 0, never read)."""
         k_lens = rows.ks()
-        tree = rows.structure()
+        tree = rows.tree  # None: every proposal is a chain, whose rows stand at depths 0..k
         keys = [self.noise_key(s) for s, k in zip(states, k_lens) for _ in range(k + 1)]
         positions = [
             self.noise_position(s, depth)
             for b, (s, k) in enumerate(zip(states, k_lens))
-            for depth in tree.row_depths(b, k)
+            for depth in (tree.row_depths(b, k) if tree is not None else range(k + 1))
         ]
         won = race_tokens(rows.target()[0], keys, positions)
         k_max = rows.draft.shape[1]
+        if all(k == k_max for k in k_lens):  # every request has k_max + 1 rows: no padding to place
+            return won.view(len(k_lens), k_max + 1)
         targets = torch.zeros(len(k_lens), k_max + 1, dtype=torch.int64, device=won.device)
         targets[valid_positions(rows.k_lens + 1, k_max + 1)] = won
         return targets
