@@ -6,8 +6,9 @@ The measured costs are facts about the machine, shared by every request of a run
 and a draft step as functions of their row counts, from moving medians of the last WINDOW rounds,
 and the rest of a round (the rule, staging, publication, cache commit) as a function of the rows it
 verified: a round that drafted does more of that work than one that did not (on llama.cpp here, a
-greedy round's rest took 0.96 ms at K = 0 and 1.6-2.0 ms at K >= 1; sampled, 2.4 ms and 3.3-5.6 ms,
-against a 14 ms step), and a ledger that charged every K the same rest would draft where it loses.
+greedy round's rest took 0.73 ms at K = 0 and 1.4-1.8 ms at K >= 1; sampled, 1.9 ms and 2.8-5.0 ms,
+against a 12 ms step: benchmarks/round_rest.py), and a ledger that charged every K the same rest
+would draft where it loses.
 """
 
 from __future__ import annotations
