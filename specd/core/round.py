@@ -27,7 +27,7 @@ from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, log_columns, round_timing
-from specd.core.rows import Rows, row_starts, valid_positions
+from specd.core.rows import Rows, per_request, row_starts
 from specd.core.rules import Rule
 from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
@@ -365,12 +365,7 @@ def round_rows(
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
     p = argmax = None
     if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
-        ids = policy.logits(raw, states, work).argmax(dim=-1)
-        if all(k == k_max for k in ks):  # every request has k_max + 1 rows: no padding to place
-            argmax = ids.view(len(active), k_max + 1)
-        else:
-            argmax = torch.zeros(len(active), k_max + 1, dtype=torch.int64, device=device)
-            argmax[valid_positions(k_lens + 1, k_max + 1)] = ids
+        argmax = per_request(policy.logits(raw, states, work).argmax(dim=-1), ks, k_max)
     else:
         p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
     padded = [list(d) + [-1] * (k_max - len(d)) for d in drafts]

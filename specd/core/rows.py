@@ -34,6 +34,16 @@ def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
     return torch.arange(k_max, device=k_lens.device).unsqueeze(0) < k_lens.unsqueeze(1)
 
 
+def per_request(values: torch.Tensor, ks: Sequence[int], k_max: int) -> torch.Tensor:
+    """One value per packed target row (request b's k_b + 1 rows in turn), [R] -> [B, K+1] with
+    ``k_max`` = K: request b's in row b, 0 past them; a view, no copy, where every k_b is K."""
+    if all(k == k_max for k in ks):
+        return values.view(len(ks), k_max + 1)
+    out = torch.zeros(len(ks), k_max + 1, dtype=values.dtype, device=values.device)
+    out[valid_positions(torch.tensor(ks, device=values.device) + 1, k_max + 1)] = values
+    return out
+
+
 def row_starts(k_lens: torch.Tensor) -> torch.Tensor:
     """k_lens int64[B] -> where each request's k_b + 1 target rows begin in the packed p, int64[B]."""
     return torch.cumsum(k_lens + 1, 0) - (k_lens + 1)

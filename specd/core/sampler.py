@@ -40,7 +40,7 @@ from specd.core import block
 from specd.core.checks import flagged
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
-from specd.core.rows import Rows, valid_positions
+from specd.core.rows import Rows, per_request
 from specd.core.tree import leaf_of, walk
 from specd.errors import ImpossibleProposal
 
@@ -402,13 +402,7 @@ class RejectionSampler:
             for b, (s, k) in enumerate(zip(states, k_lens))
             for depth in (tree.row_depths(b, k) if tree is not None else range(k + 1))
         ]
-        won = race_tokens(rows.target()[0], keys, positions)
-        k_max = rows.draft.shape[1]
-        if all(k == k_max for k in k_lens):  # every request has k_max + 1 rows: no padding to place
-            return won.view(len(k_lens), k_max + 1)
-        targets = torch.zeros(len(k_lens), k_max + 1, dtype=torch.int64, device=won.device)
-        targets[valid_positions(rows.k_lens + 1, k_max + 1)] = won
-        return targets
+        return per_request(race_tokens(rows.target()[0], keys, positions), k_lens, rows.draft.shape[1])
 
     def sample_terminal(self, terminal_rows: torch.Tensor, terminal_u: torch.Tensor) -> torch.Tensor:
         """terminal_rows float[B, V], terminal_u float64[B] -> the correction/bonus tokens int64[B]."""

@@ -212,9 +212,10 @@ class OnlineCosts:
                 return max(rest(rows) - state, 0.0) if rest is not None and rows > batch else 0.0
 
             def verify(k: int) -> float:
+                rows = batch * (k + 1)
                 if k == 0 or (shared and head is None):
-                    return target(batch) + more_rest(batch * (k + 1))
-                return (head if shared else target)(batch * (k + 1)) + more_rest(batch * (k + 1))
+                    return target(batch) + more_rest(rows)
+                return (head if shared else target)(rows) + more_rest(rows)
 
             costs = MeasuredCosts(
                 draft_step={batch: draft(batch) / unit},
