@@ -31,30 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arguments import positive  # noqa: E402
 from heldout import TARGETS, load_half  # noqa: E402
 from llamacpp import llama, plain_tokens  # noqa: E402
+from model_time import time_calls  # noqa: E402
 
 import specd.models.llamacpp_lib as llamacpp_lib  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 
 
-class Timed:
-    """Seconds spent inside one callable (patched in place), summed until ``take``."""
-
-    def __init__(self, owner, name: str):
-        self.seconds, inner = 0.0, getattr(owner, name)
-
-        def timed(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - t
-
-        setattr(owner, name, timed)
-
-    def take(self) -> float:
-        seconds, self.seconds = self.seconds, 0.0
-        return seconds
+def take(spent: list[float]) -> float:
+    """The seconds ``time_calls`` has added up since the last take."""
+    seconds, spent[0] = spent[0], 0.0
+    return seconds
 
 
 def main() -> int:
@@ -71,8 +58,8 @@ def main() -> int:
     )
     pipe = Pipeline.build(options)
     plain = llama(str(pipe.target.file.path), torch.get_num_threads(), k_type="q8_0")
-    in_specd = Timed(llamacpp_lib.Context, "decode")
-    in_plain = Timed(plain, "eval")
+    in_specd = time_calls(llamacpp_lib.Context, ("decode",))  # every context's llama_decode
+    in_plain = time_calls(plain, ("eval",))
     figures: dict[str, list[tuple[float, float]]] = {"specd target-only": [], "llama.cpp plain": []}
     ratios, same = [], 0
     pipe.run(items[:1], baseline=True, record_log=False, max_new_tokens=8)  # warm-up, untimed
@@ -81,14 +68,14 @@ def main() -> int:
             ids = list(pipe.encode(item))
             runs = {}
             for name in ("specd target-only", "llama.cpp plain")[:: 1 if (repeat + i) % 2 else -1]:
-                in_specd.take(), in_plain.take()
+                take(in_specd), take(in_plain)
                 t = time.perf_counter()
                 if name == "llama.cpp plain":
                     tokens = plain_tokens(plain, ids, args.max_new_tokens, pipe.eos_ids)
-                    inside = in_plain.take()
+                    inside = take(in_plain)
                 else:
                     tokens = list(pipe.run([item], baseline=True, record_log=False).results[0].tokens)
-                    inside = in_specd.take()
+                    inside = take(in_specd)
                 wall = time.perf_counter() - t
                 runs[name] = tokens
                 figures[name].append((wall / len(tokens), inside / len(tokens)))
