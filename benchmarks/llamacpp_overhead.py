@@ -2,7 +2,7 @@
 decoding of the same file with the same keys (q8_0: the same tokens), interleaved, in one process.
 
     python benchmarks/llamacpp_overhead.py [--half test] [--kinds K1,K2] [--per-kind 1] [--repeats 3]
-                                           [--max-new-tokens 96]
+                                           [--max-new-tokens 96] [--default]
 
 For each prompt and repeat, back to back in an order that alternates: specd target-only
 (``--backend llama.cpp --baseline``) with every ``llama_decode`` call timed, and llama-cpp-python's
@@ -11,6 +11,9 @@ system: milliseconds per generated token in all, in llama.cpp's own calls, and o
 its rounds, rows, rule, staging, commit; llama-cpp-python: its sampling and bookkeeping), medians
 over runs; then specd's tokens/s over llama.cpp's (the median of per-run ratios: the figure of issue
 49's "target-only at least 0.9x llama.cpp's plain decoding") and how many runs gave the same tokens.
+``--default`` adds specd's default (its suffix draft, -k auto) as a third system, timed the same way,
+with its tokens/s over specd target-only: where a default round loses to target-only, in llama.cpp's
+calls (rejected rows) or outside them (the draft, the rule over more rows).
 To compare two versions of the round, run it from each checkout in turn, alternating. Not a test:
 it measures.
 """
@@ -51,6 +54,7 @@ def main() -> int:
     ap.add_argument("--per-kind", type=positive, default=1)
     ap.add_argument("--repeats", type=positive, default=3)
     ap.add_argument("--max-new-tokens", type=positive, default=96)
+    ap.add_argument("--default", action="store_true", help="also time specd's default (suffix draft, -k auto)")
     args = ap.parse_args()
     items = load_half(args.half, args.per_kind, args.kinds)
     options = GenerateOptions(
@@ -60,27 +64,32 @@ def main() -> int:
     plain = llama(str(pipe.target.file.path), torch.get_num_threads(), k_type="q8_0")
     in_specd = time_calls(llamacpp_lib.Context, ("decode",))  # every context's llama_decode
     in_plain = time_calls(plain, ("eval",))
-    figures: dict[str, list[tuple[float, float]]] = {"specd target-only": [], "llama.cpp plain": []}
-    ratios, same = [], 0
+    systems = ("specd target-only", "llama.cpp plain") + (("specd default",) if args.default else ())
+    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
+    ratios, default_ratios, same = [], [], 0
     pipe.run(items[:1], baseline=True, record_log=False, max_new_tokens=8)  # warm-up, untimed
     for repeat in range(args.repeats):
         for i, item in enumerate(items):
             ids = list(pipe.encode(item))
             runs = {}
-            for name in ("specd target-only", "llama.cpp plain")[:: 1 if (repeat + i) % 2 else -1]:
+            for name in systems[:: 1 if (repeat + i) % 2 else -1]:
                 take(in_specd), take(in_plain)
                 t = time.perf_counter()
                 if name == "llama.cpp plain":
                     tokens = plain_tokens(plain, ids, args.max_new_tokens, pipe.eos_ids)
                     inside = take(in_plain)
                 else:
-                    tokens = list(pipe.run([item], baseline=True, record_log=False).results[0].tokens)
+                    baseline = name == "specd target-only"
+                    tokens = list(pipe.run([item], baseline=baseline, record_log=False).results[0].tokens)
                     inside = take(in_specd)
                 wall = time.perf_counter() - t
                 runs[name] = tokens
                 figures[name].append((wall / len(tokens), inside / len(tokens)))
             same += runs["specd target-only"] == runs["llama.cpp plain"]
             ratios.append(figures["llama.cpp plain"][-1][0] / figures["specd target-only"][-1][0])
+            if args.default:
+                same += runs["specd default"] == runs["specd target-only"]
+                default_ratios.append(figures["specd target-only"][-1][0] / figures["specd default"][-1][0])
     print(f"{len(items)} prompts of the {args.half} half x {args.repeats}, {args.max_new_tokens} new tokens")
     print("| system | ms a token | in llama.cpp's calls | outside them |")
     print("|---|---|---|---|")
@@ -89,7 +98,9 @@ def main() -> int:
         outside = median(r[0] - r[1] for r in rows) * 1e3
         print(f"| {name} | {total:.2f} | {inside:.2f} | {outside:.2f} |")
     print(f"specd target-only / llama.cpp plain, tokens/s (median of per-run ratios): {median(ratios):.3f}")
-    print(f"identical tokens: {same}/{len(ratios)} runs")
+    if args.default:
+        print(f"specd default / specd target-only, tokens/s (median of per-run ratios): {median(default_ratios):.3f}")
+    print(f"identical tokens: {same}/{len(ratios) * (len(systems) - 1)} pairs with specd target-only's")
     return 0
 
 
