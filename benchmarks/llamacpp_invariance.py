@@ -80,7 +80,7 @@ def score(ctx: Context, calls: list[list[tuple[int, int, int]]], keep_seq: int =
         out = ctx.decode(
             np.array([t for _, t, _ in call]),
             np.array([p for _, _, p in call]),
-            [(s,) for s, _, _ in call],
+            [s for s, _, _ in call],
             np.ones(len(call), dtype=bool),
         )
         for (s, _, p), row in zip(call, out):

@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from specd.core.kv import KVCache, KVRows
@@ -192,18 +191,21 @@ class LlamaCppLM:
         that llama.cpp's micro-batches take consecutive sequences), logits for the last ``needs[i]``
         rows of input i -> one float32[needs[i], V] view per input, of one tensor."""
         self.forward_calls += 1
-        order = sorted(range(len(rows)), key=lambda i: cache.seq[rows[i].slot])
-        fed = [rows[i] for i in order]
-        total = sum(len(r.tokens) for r in fed)
-        tokens = np.fromiter((t for r in fed for t in r.tokens), dtype=np.int32, count=total)
-        positions = np.fromiter((p for r in fed for p in r.positions), dtype=np.int32, count=total)
-        seqs = [(cache.seq[r.slot],) for r in fed for _ in r.tokens]
-        wants = np.zeros(total, dtype=bool)
-        end = 0
-        for r, i in zip(fed, order):
-            end += len(r.tokens)
-            wants[end - needs[i] : end] = True
-        out = cache.ctx.decode(tokens, positions, seqs, wants).split([needs[i] for i in order])
+        order = [0] if len(rows) == 1 else sorted(range(len(rows)), key=lambda i: cache.seq[rows[i].slot])
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[int] = []
+        wants: list[bool] = []
+        for i in order:
+            r, n = rows[i], len(rows[i].tokens)
+            tokens += r.tokens
+            positions += r.positions
+            seqs += [cache.seq[r.slot]] * n
+            wants += [False] * (n - needs[i]) + [True] * needs[i]
+        logits = cache.ctx.decode(tokens, positions, seqs, wants)
+        if len(rows) == 1:
+            return [logits]
+        out = logits.split([needs[i] for i in order])
         blocks: list[torch.Tensor] = [out[0]] * len(rows)
         for j, i in enumerate(order):
             blocks[i] = out[j]

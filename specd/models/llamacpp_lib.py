@@ -182,6 +182,7 @@ class Context:
         self.vocab = model.facts.vocab
         self.memory = lib.llama_get_memory(handle)
         self._free = weakref.finalize(self, lib.llama_free, handle)
+        self._tokens = np.zeros(0, np.int32)  # the batch's arrays: see _batch
 
     def close(self) -> None:
         self._free()
@@ -203,36 +204,46 @@ class Context:
         """Rows ``seq`` holds: one past its last position (llama.cpp's own count, for checks)."""
         return int(self.lib.llama_memory_seq_pos_max(self.memory, seq)) + 1
 
-    def decode(self, tokens: np.ndarray, positions: np.ndarray, seqs: list[tuple[int, ...]], wants: np.ndarray):
+    def decode(self, tokens, positions, seqs, wants) -> torch.Tensor:
         """One llama_decode over packed rows -> float32[R, V], the logit rows of the rows with
-        ``wants``, in row order (one copy of llama.cpp's buffer). tokens, positions int32[N];
-        seqs: per row, the sequences it belongs to; wants bool[N]. CellsExhausted where the context
-        has no cells left (nothing was written)."""
+        ``wants``, in row order (one copy of llama.cpp's buffer). tokens, positions, seqs (each row's
+        sequence), wants (bool: logits for it): N values each, arrays or lists. CellsExhausted where
+        the context has no cells left (nothing was written)."""
         n = len(tokens)
-        counts = np.fromiter((len(s) for s in seqs), dtype=np.int32, count=n)
-        flat = np.fromiter((x for s in seqs for x in s), dtype=np.int32, count=int(counts.sum()))
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.uintp)
-        pointers = (flat.ctypes.data + starts * flat.itemsize).astype(np.uintp)  # row i -> its run of seq ids
-        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
-        positions = np.ascontiguousarray(positions, dtype=np.int32)
-        flags = np.ascontiguousarray(wants, dtype=np.int8)
-        lib = self.lib
-        batch = lib.llama_batch(
-            n_tokens=n,
-            token=tokens.ctypes.data_as(ctypes.POINTER(lib.llama_token)),
-            embd=None,
-            pos=positions.ctypes.data_as(ctypes.POINTER(lib.llama_pos)),
-            n_seq_id=counts.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-            seq_id=pointers.ctypes.data_as(ctypes.POINTER(ctypes.POINTER(lib.llama_seq_id))),
-            logits=flags.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
-        )
-        code = lib.llama_decode(self.handle, batch)  # the arrays above stay referenced until it returns
+        batch = self._batch(n)
+        self._tokens[:n] = tokens
+        self._positions[:n] = positions
+        self._seqs[:n] = seqs
+        self._wants[:n] = wants
+        batch.n_tokens = n
+        code = self.lib.llama_decode(self.handle, batch)
         if code == DECODE_NO_CELLS:
             raise CellsExhausted(f"no K/V cells left for {n} rows")
         if code != 0:
             raise BackendFailed(f"llama.cpp's decode failed (code {code}): {last_log() or 'no reason given'}")
-        rows = int(flags.sum())
-        if rows == 0:
-            return torch.empty(0, self.vocab)
-        buffer = np.ctypeslib.as_array(lib.llama_get_logits(self.handle), shape=(rows, self.vocab))
-        return torch.from_numpy(buffer.copy())
+        out = torch.empty(int(np.count_nonzero(self._wants[:n])), self.vocab)
+        if len(out):
+            ctypes.memmove(out.data_ptr(), self.lib.llama_get_logits(self.handle), out.numel() * out.element_size())
+        return out
+
+    def _batch(self, n: int):
+        """The llama_batch that every call fills (arrays kept, so a call writes its rows into them and
+        makes no ctypes objects: after a decode, each new object costs tens of microseconds of cold
+        caches), with room for at least ``n`` rows; each row belongs to one sequence."""
+        if n > len(self._tokens):
+            size = max(n, 2 * len(self._tokens))
+            self._tokens, self._positions, self._seqs = (np.zeros(size, np.int32) for _ in range(3))
+            self._wants = np.zeros(size, np.int8)
+            self._n_seqs = np.ones(size, np.int32)
+            self._seq_rows = (self._seqs.ctypes.data + self._seqs.itemsize * np.arange(size)).astype(np.uintp)
+            lib = self.lib
+            self._llama_batch = lib.llama_batch(
+                n_tokens=0,
+                token=self._tokens.ctypes.data_as(ctypes.POINTER(lib.llama_token)),
+                embd=None,
+                pos=self._positions.ctypes.data_as(ctypes.POINTER(lib.llama_pos)),
+                n_seq_id=self._n_seqs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                seq_id=self._seq_rows.ctypes.data_as(ctypes.POINTER(ctypes.POINTER(lib.llama_seq_id))),
+                logits=self._wants.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+            )
+        return self._llama_batch

@@ -46,7 +46,7 @@ def rows_of(ctx: Context, calls: list[list[tuple[int, int, int]]]) -> dict[tuple
         logits = ctx.decode(
             np.array([t for _, t, _ in call]),
             np.array([p for *_, p in call]),
-            [(s,) for s, *_ in call],
+            [s for s, *_ in call],
             np.ones(len(call), dtype=bool),
         )
         out.update({(s, p): row for (s, _, p), row in zip(call, logits)})
@@ -154,13 +154,13 @@ def test_greedy_speculation_is_llamas_plain_greedy_decoding(pair):
         out = ctx.decode(
             np.array(r.prompt),
             np.arange(len(r.prompt)),
-            [(0,)] * len(r.prompt),
+            [0] * len(r.prompt),
             np.arange(len(r.prompt)) == len(r.prompt) - 1,
         )
         plain = []
         for _ in range(r.max_new_tokens):
             plain.append(int(out[-1].argmax()))
-            out = ctx.decode(np.array(plain[-1:]), np.array([len(r.prompt) + len(plain) - 1]), [(0,)], np.ones(1, bool))
+            out = ctx.decode(np.array(plain[-1:]), np.array([len(r.prompt) + len(plain) - 1]), [0], np.ones(1, bool))
         assert list(tokens) == plain
 
 
