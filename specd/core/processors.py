@@ -38,6 +38,16 @@ from specd.core.controls import (
 from specd.core.probability import softmax
 from specd.core.processor_states import History, NewTokens, OutputCounts, RepetitionState
 
+
+def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
+    """float[..., V] -> int64[...]: each row's argmax, the lowest index on ties (a NaN counts as the
+    largest, the first one wins), as ``torch.argmax`` defines it. On the CPU numpy computes it: its
+    argmax is vectorized where torch's is not (a 49,152-wide float32 row: about 3 us against 70)."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64) and logits.shape[-1]:
+        return torch.as_tensor(logits.detach().numpy().argmax(axis=-1))
+    return logits.argmax(dim=-1)
+
+
 NEG_INF = float("-inf")
 
 
@@ -439,7 +449,7 @@ class SamplingPolicy:
         processed = self.logits(raw, states, out)
         if self.greedy:
             onehot = torch.zeros(processed.shape, dtype=dtype, device=processed.device)
-            onehot.scatter_(-1, processed.argmax(dim=-1, keepdim=True), 1.0)
+            onehot.scatter_(-1, argmax_ids(processed).unsqueeze(-1), 1.0)
             return onehot
         # The processed rows are a copy of raw whenever they are not raw itself: the softmax may reuse them.
         return softmax(processed, backend, dtype, overwrite=processed is not raw, check=check)

@@ -25,6 +25,7 @@ from specd.core.kv import KVRows
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
+from specd.core.processors import argmax_ids
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, log_columns, round_timing
 from specd.core.rows import Rows, per_request, row_starts
@@ -365,7 +366,7 @@ def round_rows(
     k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
     p = argmax = None
     if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
-        argmax = per_request(policy.logits(raw, states, work).argmax(dim=-1), ks, k_max)
+        argmax = per_request(argmax_ids(policy.logits(raw, states, work)), ks, k_max)
     else:
         p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
     padded = [list(d) + [-1] * (k_max - len(d)) for d in drafts]

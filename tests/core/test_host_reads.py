@@ -83,7 +83,9 @@ def test_the_rules_exactness_checks_are_read_with_the_decision(hf_pair, rule):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
 def test_target_only_decoding_reads_once_a_round(hf_pair, temperature):
-    """Without drafts there are no holes to tidy and nothing to draft: the decision's read is all."""
+    """Without drafts there are no holes to tidy and nothing to draft: the decision's read is all. On a
+    CPU a greedy target's argmax is numpy's, over a view of the row (processors.argmax_ids); on a GPU
+    it is torch's, reading nothing, so that CPU-only view is not counted here."""
     from specd.core.proposer import NullProposer
 
     target, _ = hf_pair
@@ -93,4 +95,5 @@ def test_target_only_decoding_reads_once_a_round(hf_pair, temperature):
     with HostReads() as reads:
         for _ in range(ROUNDS):
             speculative_round(session)
-    assert reads.count == ROUNDS, reads.where.most_common(4)
+    cpu_only = sum(n for (_, _, _, function), n in reads.where.items() if function == "argmax_ids")
+    assert reads.count - cpu_only == ROUNDS, reads.where.most_common(4)
