@@ -25,7 +25,10 @@ from __future__ import annotations
 import functools
 import hashlib
 
+import numpy as np
 import torch
+
+from specd.core.probability import argmax_ids
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -132,29 +135,44 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     rows float[R, V], keys and positions of length R -> int64[R].
 
     Noise is drawn only where a row has mass (a token of zero mass never wins, and each draw is a
-    function of its token id alone), so with top-k or top-p a row costs its support, not V. Rows
-    are raced a few at a time (``RACE_CHUNK`` entries), each row's half of the formula computed once."""
+    function of its token id alone), so on a CPU, with top-k or top-p, a row costs its support, not
+    V. Full rows (and every row on a GPU, where counting the support would read from the device) are
+    raced whole a few at a time (``RACE_CHUNK`` entries), each row's half of the formula computed once."""
     device = rows.device
     n, vocab = rows.shape
     per_row = torch.tensor(position_bits_of(keys, positions), dtype=torch.int64, device=device)
     per_token = token_bits(vocab, device)
+    if device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
+        support = rows.detach().numpy() > 0
+        if 4 * int(np.count_nonzero(support)) < support.size:
+            return _race_support(rows, support, per_row, per_token)
     won = torch.empty(n, dtype=torch.int64, device=device)
     step = max(1, RACE_CHUNK // max(vocab, 1))
     for start in range(0, n, step):
         chunk = rows[start : start + step].to(torch.float64, copy=True)  # raced in place
         mass = chunk > 0
-        # Mostly full rows: race every entry, no index lists. On a GPU always (counting the support
-        # would read from the device); on a CPU sparse rows race over their support alone.
-        if rows.device.type != "cpu" or 4 * int(mass.sum()) >= mass.numel():
-            u = unit(splitmix64_(per_row[start : start + step].unsqueeze(1) ^ per_token.unsqueeze(0)))
-            scores = chunk.log_().sub_(u.log_().neg_().log_()).masked_fill_(~mass, float("-inf"))
-        else:
-            row, token = mass.nonzero(as_tuple=True)
-            u = unit(splitmix64_(per_row[start + row] ^ per_token[token]))
-            scores = torch.full_like(chunk, float("-inf"))
-            scores[row, token] = chunk[row, token].log_() - u.log_().neg_().log_()
-        won[start : start + step] = scores.argmax(dim=-1)
+        u = unit(splitmix64_(per_row[start : start + step].unsqueeze(1) ^ per_token.unsqueeze(0)))
+        scores = chunk.log_().sub_(u.log_().neg_().log_()).masked_fill_(~mass, float("-inf"))
+        won[start : start + step] = argmax_ids(scores)
     return won
+
+
+def _race_support(rows: torch.Tensor, mass, per_row: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
+    """``race_tokens`` on CPU rows over their support ``mass`` (bool[R, V], numpy) alone: each row's
+    winner is the first best score among its tokens of mass, in token order (the full race's
+    argmax, the lowest id on a tie); a row without mass gets 0, as a row of -inf scores does."""
+    row, token = np.nonzero(mass)  # row-major: each row's tokens ascending
+    at_row, at_token = torch.from_numpy(row), torch.from_numpy(token)
+    u = unit(splitmix64_(per_row[at_row] ^ per_token[at_token]))
+    scores = (rows[at_row, at_token].to(torch.float64).log_() - u.log_().neg_().log_()).numpy()
+    ends = np.cumsum(np.bincount(row, minlength=len(mass)))
+    won = np.zeros(len(mass), dtype=np.int64)
+    start = 0
+    for r, end in enumerate(ends.tolist()):
+        if end > start:
+            won[r] = token[start + int(scores[start:end].argmax())]
+        start = end
+    return torch.from_numpy(won)
 
 
 class SharedNoise:

@@ -35,18 +35,8 @@ from specd.core.controls import (
     check_top_k,
     check_top_p,
 )
-from specd.core.probability import softmax
+from specd.core.probability import argmax_ids, softmax
 from specd.core.processor_states import History, NewTokens, OutputCounts, RepetitionState
-
-
-def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
-    """float[..., V] -> int64[...]: each row's argmax, the lowest index on ties (a NaN counts as the
-    largest, the first one wins), as ``torch.argmax`` defines it. On the CPU numpy computes it: its
-    argmax is vectorized where torch's is not (a 49,152-wide float32 row: about 3 us against 70)."""
-    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64) and logits.shape[-1]:
-        return torch.as_tensor(logits.detach().numpy().argmax(axis=-1))
-    return logits.argmax(dim=-1)
-
 
 NEG_INF = float("-inf")
 

@@ -25,7 +25,7 @@ from specd.core.kv import KVRows
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
-from specd.core.processors import argmax_ids
+from specd.core.probability import argmax_ids
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, log_columns, round_timing
 from specd.core.rows import Rows, per_request, row_starts

@@ -117,3 +117,22 @@ def test_race_tokens_equals_the_race_on_the_full_noise_for_full_and_sparse_rows(
         race(rows.float(), torch.cat([gumbel(keys[i], torch.tensor([positions[i]]), 9) for i in range(7)])),
     )
     assert torch.equal(rows, before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_race_tokens_over_sparse_rows_races_their_support_alone_and_agrees(dtype):
+    """Rows of small support (top-k like: the CPU races their support alone), a point mass and a
+    row without mass: the same tokens as each row raced against its whole noise row (a row without
+    mass: token 0, as its all -inf scores give)."""
+    gen = torch.Generator().manual_seed(5)
+    rows = torch.zeros(6, 40, dtype=dtype)
+    for i in range(4):
+        support = torch.randperm(40, generator=gen)[:3]
+        rows[i, support] = torch.rand(3, generator=gen, dtype=dtype)
+    rows[4, 17] = 1.0
+    keys = [request_key(1, f"r{i}") for i in range(6)]
+    positions = list(range(6))
+    got = race_tokens(rows, keys, positions)
+    expected = race(rows, torch.cat([gumbel(keys[i], torch.tensor([positions[i]]), 40) for i in range(6)]))
+    assert torch.equal(got, expected) and int(got[4]) == 17 and int(got[5]) == 0
+    assert all(rows[i, int(got[i])] > 0 for i in range(5))

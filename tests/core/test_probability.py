@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specd.core.probability import softmax, softmax_max_shift, softmax_online
+from specd.core.probability import argmax_ids, softmax, softmax_max_shift, softmax_online
 from specd.errors import EmptyDistribution, UnknownBackend
 
 
@@ -28,3 +28,18 @@ def test_all_masked_row_is_an_error_not_nan():
 def test_unknown_backend():
     with pytest.raises(UnknownBackend):
         softmax(torch.zeros(1, 2), "fancy")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_argmax_ids_is_torchs_argmax_ties_nans_and_views_included(dtype):
+    """numpy computes it on the CPU for float32/64; the ids are torch.argmax's on every row: the lowest
+    index on ties, the first NaN, all -inf, a strided view."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 4, (64, 300), generator=g).to(dtype)  # many ties
+    x[3, 7] = x[3, 100] = float("nan")
+    x[5] = float("-inf")
+    x[6, 299] = float("inf")
+    for rows in (x, x[:, :250], x[::3], x.T.contiguous().T):
+        got = argmax_ids(rows)
+        assert got.dtype == torch.int64 and torch.equal(got, rows.argmax(dim=-1))
+    assert torch.equal(argmax_ids(x[0]), x[0].argmax(dim=-1))

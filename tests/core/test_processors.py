@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from specd.core.processor_states import RepetitionState
-from specd.core.processors import RepetitionPenalty, SamplingPolicy, TopK, TopP, argmax_ids
+from specd.core.processors import RepetitionPenalty, SamplingPolicy, TopK, TopP
 from specd.errors import UsageError
 
 
@@ -129,18 +129,3 @@ def test_apply_leaves_its_input_alone_and_apply__changes_it():
     assert x.tolist() == [[1.0, 2.0, 3.0]]
     out = TopK(1).apply_(x, ())
     assert out is x and x.tolist() == [[float("-inf"), float("-inf"), 3.0]]
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
-def test_argmax_ids_is_torchs_argmax_ties_nans_and_views_included(dtype):
-    """numpy computes it on the CPU for float32/64; the ids are torch.argmax's on every row: the lowest
-    index on ties, the first NaN, all -inf, a strided view."""
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 4, (64, 300), generator=g).to(dtype)  # many ties
-    x[3, 7] = x[3, 100] = float("nan")
-    x[5] = float("-inf")
-    x[6, 299] = float("inf")
-    for rows in (x, x[:, :250], x[::3], x.T.contiguous().T):
-        got = argmax_ids(rows)
-        assert got.dtype == torch.int64 and torch.equal(got, rows.argmax(dim=-1))
-    assert torch.equal(argmax_ids(x[0]), x[0].argmax(dim=-1))
