@@ -293,7 +293,13 @@ class AutoK(KPolicy):
             best = max(options, key=lambda o: (o.rate, -o.offer.index))
             if best.rate > off:
                 return plan_from(best.offer, best.k, best.shape)
-            triable = [o for o in options if not o.untried or self.worth_trying(state, o.costs, o.extra, cap)]
+            # Tries and probes are for a model, whose acceptance a request learns only by drafting; a
+            # lookup is priced every round from the match its offer continues, with a prior by length.
+            triable = [
+                o
+                for o in options
+                if o.offer.match is None and (not o.untried or self.worth_trying(state, o.costs, o.extra, cap))
+            ]
             fresh = [o for o in triable if o.untried]  # never tried: its prior is no evidence against it
             if fresh:
                 return plan_from(fresh[0].offer, fresh[0].k, fresh[0].shape)

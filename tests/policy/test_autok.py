@@ -109,6 +109,19 @@ def test_probes_come_back_after_zero_runs_with_a_doubling_wait():
     assert choose(AutoK(8, 1, USELESS), State(long_off)) == 2
 
 
+def test_a_lookup_drafts_when_its_match_pays_and_is_never_tried_or_probed_otherwise():
+    """A lookup is priced every round from the match its offer continues: at rows this dear a
+    one-token match (match_prior 0.28) never drafts, not as a first try nor as a probe however long
+    the request has been at K = 0, where a model in the same place is tried; a long match drafts."""
+    dear_rows = FixedCosts(CostModel(draft_cost=0.0, row_cost=0.45, draft_row_cost=0.0, state_cost=0.07))
+    policy = AutoK(8, 1, dear_rows)
+    for zeros in (0, PROBE_AFTER, 2 * PROBE_AFTER, PROBE_AFTER_MAX):
+        state = State(history(*[(0, 0)] * zeros))
+        assert choose(policy, state, [Offer(0, "s", match=1)]) == 0
+        assert choose(policy, state, [Offer(0, "d")]) >= 1  # never tried: its prior is no evidence
+    assert choose(policy, State(), [Offer(0, "s", match=12)]) >= 1
+
+
 def test_a_source_that_cannot_pay_at_alpha_one_is_not_priced(monkeypatch):
     read = []
     monkeypatch.setattr(
