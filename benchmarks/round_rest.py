@@ -2,13 +2,17 @@
 draft and verification blocks) by how many tokens the round drafted, as -k auto's costs record it.
 
     python benchmarks/round_rest.py [--half fit] [--temperature 0] [--per-kind 1] [--max-new-tokens 96]
+                                    [--kinds K1,K2] [--by-match]
 
 The embedded SmolLM2 on its CPU default backend (llama.cpp) with its default drafts and -k auto,
 the first ``--per-kind`` prompts of each kind of the half, each a fresh run with fresh measured
 costs (``OnlineCosts``), every published round's ``RoundTiming`` read as the costs read it.
 Sampled (``--temperature`` > 0): top-k 50, the default rule. Printed per K (the most any request
 drafted in the round; 3 stands for 3 or more): the rounds, and the medians of the rest, the draft
-block and the verification block in ms. Not a test: it measures.
+block and the verification block in ms. ``--by-match``: also the drafted rounds by the match length
+their lookup continued (1, 2, 3, 4-7, 8+), with how often the first draft was kept and the mean
+accepted; the runs then record their acceptance logs, which the rest includes. Not a test: it
+measures.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--per-kind", type=positive, default=1)
     ap.add_argument("--max-new-tokens", type=positive, default=96)
+    ap.add_argument("--kinds", default=None, help="only these kinds, comma-separated")
+    ap.add_argument("--by-match", action="store_true", help="also the drafted rounds by match length")
     args = ap.parse_args()
     sampling = {"temperature": args.temperature, "top_k": 50} if args.temperature > 0 else {"temperature": 0.0}
     pipe = Pipeline.build(GenerateOptions(target=TARGETS["smollm"], max_new_tokens=args.max_new_tokens, **sampling))
@@ -48,9 +54,13 @@ def main() -> int:
             by_k[min(k, 3)].append((t.other_seconds, t.draft_seconds, t.verify_seconds))
             super().observe(t)
 
-    items = load_half(args.half, args.per_kind)
+    items = load_half(args.half, args.per_kind, args.kinds)
+    by_match: dict[str, list[tuple[bool, int]]] = defaultdict(list)
     for item in items:
-        dataclasses.replace(pipe, costs=Recorded()).run([item], k="auto", record_log=False)
+        run = dataclasses.replace(pipe, costs=Recorded()).run([item], k="auto", record_log=args.by_match)
+        for outcome in run.result.commits:
+            if outcome.draft_token_ids and outcome.match is not None:
+                by_match[match_group(outcome.match)].append((outcome.accepted > 0, outcome.accepted))
     print(f"{len(items)} prompts of the {args.half} half, T {args.temperature}, backend {pipe.target.backend}")
     print("| K | rounds | rest, ms | draft block, ms | verification, ms |")
     print("|---|---|---|---|---|")
@@ -58,7 +68,22 @@ def main() -> int:
         rows = by_k[k]
         rest, draft, verify = (statistics.median(r[i] for r in rows) * 1e3 for i in range(3))
         print(f"| {k}{'+' if k == 3 else ''} | {len(rows)} | {rest:.2f} | {draft:.2f} | {verify:.2f} |")
+    if args.by_match:
+        print("| match length | drafted rounds | first draft kept | mean accepted |")
+        print("|---|---|---|---|")
+        for group in MATCH_GROUPS:
+            rows = by_match.get(group, [])
+            if rows:
+                kept, accepted = (statistics.mean(r[i] for r in rows) for i in range(2))
+                print(f"| {group} | {len(rows)} | {kept:.2f} | {accepted:.2f} |")
     return 0
+
+
+MATCH_GROUPS = ("1", "2", "3", "4-7", "8+")
+
+
+def match_group(match: int) -> str:
+    return "1" if match == 1 else "2" if match == 2 else "3" if match == 3 else "4-7" if match < 8 else "8+"
 
 
 if __name__ == "__main__":
