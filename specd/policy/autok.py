@@ -34,13 +34,16 @@ formula), over K in 0..k_max, where
   nothing, each emitting one token) pay for this request's drafts too
   (``progress_rates(..., companions=B - 1)``). At B = 1 this is the plain rate.
 
-K = 0 is a plain target step for that request. A source the request never drafted from is
+K = 0 is a plain target step for that request. A model the request never drafted from is
 tried (first, or by a probe) when nothing beats K = 0 only if drafting perfectly for the
-rest of the request's budget would save more than the try costs: its draft steps and, for
-a model, its catch-up. A request at K = 0 probes (the best
+rest of the request's budget would save more than the try costs: its draft steps and its
+catch-up. A request at K = 0 probes a model (the best
 K >= 1) after PROBE_AFTER consecutive K = 0 rounds, the wait doubling after every probe
 that did not bring it back, so that it returns when drafting would pay again and a
-useless draft costs almost nothing. When the draft is so slow that even perfect
+useless draft costs almost nothing. A lookup is neither tried nor probed: it is priced
+every round from the match its offer continues (a new long match drafts at once), and a
+round that drafts from it against its price is a row thrown away (on llama.cpp's CPU
+backend a row costs nearly half a step; docs/choosing-k.md counts those probes). When the draft is so slow that even perfect
 acceptance would lose, there is nothing to probe for, nor to price (its request's profile
 is not read): only every PROBE_AFTER_MAX rounds is one K = 2 round spent re-timing it (the
 machine's load may have changed). What depends on the costs alone (each K's round time,
