@@ -43,7 +43,8 @@ that did not bring it back, so that it returns when drafting would pay again and
 useless draft costs almost nothing. A lookup is neither tried nor probed: it is priced
 every round from the match its offer continues (a new long match drafts at once), and a
 round that drafts from it against its price is a row thrown away (on llama.cpp's CPU
-backend a row costs nearly half a step; docs/choosing-k.md counts those probes). When the draft is so slow that even perfect
+backend a row costs nearly half a step; docs/choosing-k.md counts those probes). When the
+draft is so slow that even perfect
 acceptance would lose, there is nothing to probe for, nor to price (its request's profile
 is not read): only every PROBE_AFTER_MAX rounds is one K = 2 round spent re-timing it (the
 machine's load may have changed). What depends on the costs alone (each K's round time,
