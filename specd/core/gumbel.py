@@ -143,8 +143,8 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     per_row = torch.tensor(position_bits_of(keys, positions), dtype=torch.int64, device=device)
     per_token = token_bits(vocab, device)
     if device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
-        support = rows.detach().numpy() > 0
-        if 4 * int(np.count_nonzero(support)) < support.size:
+        support = np.flatnonzero(rows.detach().numpy() > 0)  # row-major: each row's tokens ascending
+        if 4 * len(support) < n * vocab:
             return _race_support(rows, support, per_row, per_token)
     won = torch.empty(n, dtype=torch.int64, device=device)
     step = max(1, RACE_CHUNK // max(vocab, 1))
@@ -157,22 +157,44 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     return won
 
 
-def _race_support(rows: torch.Tensor, mass, per_row: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
-    """``race_tokens`` on CPU rows over their support ``mass`` (bool[R, V], numpy) alone: each row's
+def _race_support(rows: torch.Tensor, support, per_row: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
+    """``race_tokens`` on CPU rows over their ``support`` alone (the flat indices of their entries of
+    mass, ascending: numpy int64): each row's
     winner is the first best score among its tokens of mass, in token order (the full race's
-    argmax, the lowest id on a tie); a row without mass gets 0, as a row of -inf scores does."""
-    row, token = np.nonzero(mass)  # row-major: each row's tokens ascending
-    at_row, at_token = torch.from_numpy(row), torch.from_numpy(token)
-    u = unit(splitmix64_(per_row[at_row] ^ per_token[at_token]))
-    scores = (rows[at_row, at_token].to(torch.float64).log_() - u.log_().neg_().log_()).numpy()
-    ends = np.cumsum(np.bincount(row, minlength=len(mass)))
-    won = np.zeros(len(mass), dtype=np.int64)
+    argmax, the lowest id on a tie); a row without mass gets 0, as a row of -inf scores does. The
+    noise's integer half runs in numpy (the same bits as ``splitmix64_`` and ``unit``: wrapping
+    uint64 arithmetic, exact conversions), a few array operations where torch's would be some twenty
+    small ones, each slow right after a model call; the logarithms stay torch's."""
+    n = rows.shape[0]
+    row, token = np.divmod(support, rows.shape[1])
+    bits = per_row.numpy().view(np.uint64)[row] ^ per_token.numpy().view(np.uint64)[token]
+    u = torch.from_numpy(_unit_np(_splitmix64_np(bits)))
+    p = torch.from_numpy(rows.detach().numpy()[row, token].astype(np.float64))
+    scores = p.log_().sub_(u.log_().neg_().log_()).numpy()
+    ends = np.cumsum(np.bincount(row, minlength=n))
+    won = np.zeros(n, dtype=np.int64)
     start = 0
     for r, end in enumerate(ends.tolist()):
         if end > start:
             won[r] = token[start + int(scores[start:end].argmax())]
         start = end
     return torch.from_numpy(won)
+
+
+def _splitmix64_np(x: np.ndarray) -> np.ndarray:
+    """``splitmix64_`` on uint64[...] in place (numpy's uint64 arithmetic wraps, as the formula's does)."""
+    x += np.uint64(_GOLDEN)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(_MIX1)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(_MIX2)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _unit_np(bits: np.ndarray) -> np.ndarray:
+    """``unit`` on uint64[...]: the top 53 bits as a float64 in (0, 1), offset by half a step."""
+    return ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
 
 
 class SharedNoise:

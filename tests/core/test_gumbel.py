@@ -1,5 +1,6 @@
 """The invariant rule's noise: SplitMix64 in integer tensor ops, Gumbel-max's law, and the rule."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,3 +137,15 @@ def test_race_tokens_over_sparse_rows_races_their_support_alone_and_agrees(dtype
     expected = race(rows, torch.cat([gumbel(keys[i], torch.tensor([positions[i]]), 40) for i in range(6)]))
     assert torch.equal(got, expected) and int(got[4]) == 17 and int(got[5]) == 0
     assert all(rows[i, int(got[i])] > 0 for i in range(5))
+
+
+def test_the_support_races_numpy_noise_has_the_formulas_bits():
+    """race_tokens' support path draws the noise's integer half in numpy: the same bits as
+    splitmix64 and unit on torch's int64, edge patterns included."""
+    from specd.core.gumbel import _splitmix64_np, _unit_np, splitmix64, unit
+
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randint(-(2**63), 2**63 - 1, (4096,), dtype=torch.int64, generator=gen)
+    x[:4] = torch.tensor([0, -1, -(2**63), 2**63 - 1])
+    ours = torch.from_numpy(_unit_np(_splitmix64_np(x.numpy().view(np.uint64).copy())))
+    assert torch.equal(ours, unit(splitmix64(x)))
