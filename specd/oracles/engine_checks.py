@@ -36,13 +36,15 @@ from specd.policy.ledger import CostModel
 BACKEND_TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
 
 MULTI_SOURCE_K, MULTI_SOURCE_HORIZON = 2, 3
-# Two sources: the model draft at 0.15 target steps a step and the lookup priced at 0.3, so that
-# each is the best for some history (the lookup's match-length prior alone would always win it);
-# the model's catch-up on tokens emitted in the lookup's rounds is priced too, so that the choice
-# also reads how far behind the output the model's cache is.
+# Two sources: the model draft at 0.15 target steps a step and the lookup priced at 0.1, so that
+# each is the best for some history: a two-token match (prior 0.51) beats the model's fresh 0.5 at
+# these prices, a one-token match (0.28) does not (a lookup is never tried but on its price, so at a
+# price where it never won the choice would never vary); the model's catch-up on tokens emitted in
+# the lookup's rounds is priced too, so that the choice also reads how far behind the output the
+# model's cache is.
 MULTI_COSTS = FixedCosts(
     CostModel(draft_cost=0.15, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02),
-    {"ngram:2": CostModel(draft_cost=0.3, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02)},
+    {"ngram:2": CostModel(draft_cost=0.1, row_cost=0.05, draft_row_cost=0.0, state_cost=0.02)},
     catch_up_per_token=0.01,
 )
 # -k auto's rule under costs that do not move (so the enumeration is deterministic): a draft step
