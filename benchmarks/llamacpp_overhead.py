@@ -5,10 +5,10 @@ decoding of the same file with the same keys (q8_0: the same tokens), interleave
                                            [--max-new-tokens 96] [--default]
 
 For each prompt and repeat, back to back in an order that alternates: specd target-only
-(``--backend llama.cpp --baseline``) with every ``llama_decode`` call timed, and llama-cpp-python's
-``Llama.generate`` (greedy, flash attention on, q8_0 keys) with its ``eval`` timed. Printed per
-system: milliseconds per generated token in all, in llama.cpp's own calls, and outside them (specd:
-its rounds, rows, rule, staging, commit; llama-cpp-python: its sampling and bookkeeping), medians
+(``--backend llama.cpp --baseline``) and llama-cpp-python's ``Llama.generate`` (greedy, flash
+attention on, q8_0 keys), every ``llama_decode`` of each timed. Printed per system: milliseconds per
+generated token in all, in llama_decode, and outside it (specd: filling the batch, copying the
+logits, its rounds, rows, rule, staging, commit; llama-cpp-python: the same of its own), medians
 over runs; then specd's tokens/s over llama.cpp's (the median of per-run ratios: the figure of issue
 49's "target-only at least 0.9x llama.cpp's plain decoding") and how many runs gave the same tokens.
 ``--default`` adds specd's default (its suffix draft, -k auto) as a third system, timed the same way,
@@ -62,8 +62,11 @@ def main() -> int:
     )
     pipe = Pipeline.build(options)
     plain = llama(str(pipe.target.file.path), torch.get_num_threads(), k_type="q8_0")
-    in_specd = time_calls(llamacpp_lib.Context, ("decode",))  # every context's llama_decode
-    in_plain = time_calls(plain, ("eval",))
+    # llama_decode itself, for both systems: specd calls it through the binding's package, whose
+    # name for it llama-cpp-python's own classes do not read (they call its low-level module's)
+    in_specd = time_calls(llamacpp_lib.binding(), ("llama_decode",))
+    low = sys.modules["llama_cpp.llama_cpp"]
+    in_plain = in_specd if low is llamacpp_lib.binding() else time_calls(low, ("llama_decode",))
     systems = ("specd target-only", "llama.cpp plain") + (("specd default",) if args.default else ())
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
     ratios, default_ratios, same = [], [], 0
@@ -91,7 +94,7 @@ def main() -> int:
                 same += runs["specd default"] == runs["specd target-only"]
                 default_ratios.append(figures["specd target-only"][-1][0] / figures["specd default"][-1][0])
     print(f"{len(items)} prompts of the {args.half} half x {args.repeats}, {args.max_new_tokens} new tokens")
-    print("| system | ms a token | in llama.cpp's calls | outside them |")
+    print("| system | ms a token | in llama_decode | outside it |")
     print("|---|---|---|---|")
     for name, rows in figures.items():
         total, inside = median(r[0] for r in rows) * 1e3, median(r[1] for r in rows) * 1e3
