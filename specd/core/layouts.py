@@ -97,7 +97,7 @@ class ReplayFrontier(FrontierLayout):
             raise CacheIdentityError(f"replay_frontier expects k+1 = {k + 1} logit rows")
         if kv.tokens[0] != state.output[-1]:
             raise CacheIdentityError("replay_frontier: first K/V row is not the frontier token")
-        return Verified(p_raw=logits[: k + 1], kv_draft=kv.take(1), kv_frontier=kv.take(0, 1))
+        return Verified(p_raw=logits, kv_draft=kv.take(1), kv_frontier=kv.take(0, 1))  # k + 1 rows: all of them
 
     def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
         # frontier row + accepted drafts, minus the last emitted token when it ends the output

@@ -302,7 +302,10 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
 
 def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     """torch.cat(parts) over dim 0; without a copy when the parts lie back to back in one contiguous
-    block of memory (a verification call's rows, each request's taken in order: the common case)."""
+    block of memory (a verification call's rows, each request's taken in order: the common case), and
+    one part itself (no new view: after a model call, each tensor operation costs tens of us)."""
+    if len(parts) == 1:
+        return parts[0]
     first = parts[0] if parts else None
     if first is None or not all(p.is_contiguous() and p.dtype == first.dtype for p in parts):
         return torch.cat(list(parts))

@@ -182,7 +182,7 @@ class LlamaCppLM:
         for r, block in zip(rows, blocks):
             staged = KVRows(r.slot, r.tokens, r.positions)
             cache.stage(staged)
-            logits.append(block[:, : self.vocab_size])
+            logits.append(block if block.shape[1] == self.vocab_size else block[:, : self.vocab_size])
             kv.append(staged)
         return StepOutput(logits, kv)
 
