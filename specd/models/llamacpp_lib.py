@@ -183,6 +183,7 @@ class Context:
         self.memory = lib.llama_get_memory(handle)
         self._free = weakref.finalize(self, lib.llama_free, handle)
         self._tokens = np.zeros(0, np.int32)  # the batch's arrays: see _batch
+        self._llama_batch = None
 
     def close(self) -> None:
         self._free()
@@ -230,8 +231,8 @@ class Context:
         """The llama_batch that every call fills (arrays kept, so a call writes its rows into them and
         makes no ctypes objects: after a decode, each new object costs tens of microseconds of cold
         caches), with room for at least ``n`` rows; each row belongs to one sequence."""
-        if n > len(self._tokens):
-            size = max(n, 2 * len(self._tokens))
+        if n > len(self._tokens) or self._llama_batch is None:
+            size = max(n, 2 * len(self._tokens), 1)
             self._tokens, self._positions, self._seqs = (np.zeros(size, np.int32) for _ in range(3))
             self._wants = np.zeros(size, np.int8)
             self._n_seqs = np.ones(size, np.int32)

@@ -10,7 +10,7 @@ from specd.core.model import RowInput
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.state import Request
-from specd.errors import ModelLoadError
+from specd.errors import BackendFailed, ModelLoadError
 from specd.models import llamacpp
 from specd.models.llamacpp import LlamaCppCache, LlamaCppLM
 from specd.models.llamacpp_lib import Context, GGUFModel
@@ -215,3 +215,18 @@ def test_a_file_llama_cannot_read_is_one_line(tmp_path):
     assert str(err.value).startswith(f"cannot load {bad} with llama.cpp") and "\n" not in str(err.value)
     with pytest.raises(ModelLoadError, match="GGUF file not found"):
         GGUFModel(tmp_path / "missing.gguf")
+
+
+def test_a_context_fills_one_kept_batch_that_grows_and_refuses_an_empty_call(pair):
+    """Context.decode writes its rows into arrays it keeps: a call of more rows than before grows them
+    (the rows then are those of fresh calls), and a call of no rows is llama.cpp's one-line refusal."""
+    model = pair[0].file
+    text_ = text(40, seed=3)
+    kept = Context(model, cells=256, streams=1, threads=pair[0].threads)
+    small = kept.decode(text_[:3], range(3), [0] * 3, [True] * 3)
+    grown = kept.decode(text_[3:40], range(3, 40), [0] * 37, [True] * 37)
+    fresh = Context(model, cells=256, streams=1, threads=pair[0].threads)
+    alone = [fresh.decode([t], [i], [0], [True])[0] for i, t in enumerate(text_)]
+    assert torch.equal(torch.cat([small, grown]), torch.stack(alone))
+    with pytest.raises(BackendFailed):
+        Context(model, cells=256, streams=1, threads=pair[0].threads).decode([], [], [], [])
