@@ -143,9 +143,10 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     per_row = torch.tensor(position_bits_of(keys, positions), dtype=torch.int64, device=device)
     per_token = token_bits(vocab, device)
     if device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
-        support = np.flatnonzero(rows.detach().numpy() > 0)  # row-major: each row's tokens ascending
-        if 4 * len(support) < n * vocab:
-            return _race_support(rows, support, per_row, per_token)
+        values = rows.detach().numpy()
+        positive = values > 0
+        if 4 * int(np.count_nonzero(positive)) < positive.size:  # mostly empty rows: index their support alone
+            return _race_support(values, np.flatnonzero(positive), per_row, per_token)
     won = torch.empty(n, dtype=torch.int64, device=device)
     step = max(1, RACE_CHUNK // max(vocab, 1))
     for start in range(0, n, step):
@@ -157,9 +158,9 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     return won
 
 
-def _race_support(rows: torch.Tensor, support, per_row: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
-    """``race_tokens`` on CPU rows over their ``support`` alone (the flat indices of their entries of
-    mass, ascending: numpy int64): each row's
+def _race_support(rows, support, per_row: torch.Tensor, per_token: torch.Tensor) -> torch.Tensor:
+    """``race_tokens`` on CPU rows (numpy float[R, V]) over their ``support`` alone (the flat indices
+    of their entries of mass, ascending: numpy int64): each row's
     winner is the first best score among its tokens of mass, in token order (the full race's
     argmax, the lowest id on a tie); a row without mass gets 0, as a row of -inf scores does. The
     noise's integer half runs in numpy (the same bits as ``splitmix64_`` and ``unit``: wrapping
@@ -169,7 +170,7 @@ def _race_support(rows: torch.Tensor, support, per_row: torch.Tensor, per_token:
     row, token = np.divmod(support, rows.shape[1])
     bits = per_row.numpy().view(np.uint64)[row] ^ per_token.numpy().view(np.uint64)[token]
     u = torch.from_numpy(_unit_np(_splitmix64_np(bits)))
-    p = torch.from_numpy(rows.detach().numpy()[row, token].astype(np.float64))
+    p = torch.from_numpy(rows[row, token].astype(np.float64))
     scores = p.log_().sub_(u.log_().neg_().log_()).numpy()
     ends = np.cumsum(np.bincount(row, minlength=n))
     won = np.zeros(n, dtype=np.int64)
