@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from arguments import positive  # noqa: E402
+from llamacpp_invariance import FILES  # noqa: E402
 
 from specd.models.embedded import EMBEDDED  # noqa: E402
 from specd.models.llamacpp_lib import Context, GGUFModel  # noqa: E402
 
-FILES = {"smollm": "smollm2-135m", "gemma": "gemma-3-270m"}
 # name -> rows per sequence, in sequence order (8 sequences unless it says otherwise)
 SHAPES = {
     "one sequence, 1 row": [1],

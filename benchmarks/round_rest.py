@@ -10,9 +10,9 @@ costs (``OnlineCosts``), every published round's ``RoundTiming`` read as the cos
 Sampled (``--temperature`` > 0): top-k 50, the default rule. Printed per K (the most any request
 drafted in the round; 3 stands for 3 or more): the rounds, and the medians of the rest, the draft
 block and the verification block in ms. ``--by-match``: also the drafted rounds by the match length
-their lookup continued (1, 2, 3, 4-7, 8+), with how often the first draft was kept and the mean
-accepted; the runs then record their acceptance logs, which the rest includes. Not a test: it
-measures.
+their lookup continued, in -k auto's tiers (``match_tier``: 1, 2-3, 4-7, ...), with how often the
+first draft was kept and the mean accepted; the runs then record their acceptance logs, which the
+rest includes. Not a test: it measures.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arguments import positive  # noqa: E402
 from heldout import TARGETS, load_half  # noqa: E402
 
+from specd.core.state import MATCH_TIERS, match_tier  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
@@ -55,12 +56,12 @@ def main() -> int:
             super().observe(t)
 
     items = load_half(args.half, args.per_kind, args.kinds)
-    by_match: dict[str, list[tuple[bool, int]]] = defaultdict(list)
+    by_match: dict[int, list[tuple[bool, int]]] = defaultdict(list)
     for item in items:
         run = dataclasses.replace(pipe, costs=Recorded()).run([item], k="auto", record_log=args.by_match)
         for outcome in run.result.commits:
             if outcome.draft_token_ids and outcome.match is not None:
-                by_match[match_group(outcome.match)].append((outcome.accepted > 0, outcome.accepted))
+                by_match[match_tier(outcome.match)].append((outcome.accepted > 0, outcome.accepted))
     print(f"{len(items)} prompts of the {args.half} half, T {args.temperature}, backend {pipe.target.backend}")
     print("| K | rounds | rest, ms | draft block, ms | verification, ms |")
     print("|---|---|---|---|---|")
@@ -71,19 +72,13 @@ def main() -> int:
     if args.by_match:
         print("| match length | drafted rounds | first draft kept | mean accepted |")
         print("|---|---|---|---|")
-        for group in MATCH_GROUPS:
-            rows = by_match.get(group, [])
-            if rows:
-                kept, accepted = (statistics.mean(r[i] for r in rows) for i in range(2))
-                print(f"| {group} | {len(rows)} | {kept:.2f} | {accepted:.2f} |")
+        for tier in sorted(by_match):
+            rows = by_match[tier]
+            kept, accepted = (statistics.mean(r[i] for r in rows) for i in range(2))
+            lo, hi = 2**tier, 2 ** (tier + 1) - 1
+            lengths = f"{lo}+" if tier == MATCH_TIERS - 1 else str(lo) if lo == hi else f"{lo}-{hi}"
+            print(f"| {lengths} | {len(rows)} | {kept:.2f} | {accepted:.2f} |")
     return 0
-
-
-MATCH_GROUPS = ("1", "2", "3", "4-7", "8+")
-
-
-def match_group(match: int) -> str:
-    return "1" if match == 1 else "2" if match == 2 else "3" if match == 3 else "4-7" if match < 8 else "8+"
 
 
 if __name__ == "__main__":
