@@ -7,7 +7,8 @@ formula), over K in 0..k_max, where
 
 - the acceptance profile is the request's own (its ``History``: reach-conditioned
   alpha_j from its published rounds of that source), each position's rate shrunk toward
-  the request's pooled rate, and that toward a Beta(1, 1) prior: nothing from other
+  the one above it, the first toward the request's pooled rate, and that toward a
+  Beta(1, 1) prior: nothing from other
   requests, so a request's K does not depend on its batch-mates. A lookup reports how
   long a match its proposal continues (``Offer.match``, a function of the published
   output), and a long match is a copy where a short one is a guess: its profile is the
@@ -78,7 +79,7 @@ TIMING_K = 2  # a round of two drafts times a draft step (none timed yet, or re-
 PROBE_AFTER = 4  # K = 0 rounds before a probe; doubles after each probe that did not pay
 PROBE_AFTER_MAX = 128  # also: K = 0 rounds before re-timing a draft too slow to ever pay
 PRIOR = (1.0, 1.0)  # Beta(a, b) for a request's pooled acceptance rate
-POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward the pooled rate
+POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward alpha_{j-1} (alpha_1: toward the pooled rate)
 MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward match_prior(L)
 # match_prior's odds L^POWER / ODDS: fit by maximum likelihood to the first draft's acceptance after a
 # match of length L on the fit half of the held-out corpus (benchmarks/fit_match_prior.py: benchmarks/corpus/
@@ -101,39 +102,51 @@ TREE_DEPTH_STRENGTH = 2.0
 # round). Chosen on the fit half (benchmarks/tree_rounds.py replay; worst -k auto / chain over the
 # three drafts: 0 tests 0.84, 1: 0.97, 4: 0.996, 8: 0.993, 16: 0.988). A tree must beat the best
 # chain's predicted rate, and no more: a margin of 5% over it, tried on the fit half, put 5 of 18
-# cells below the chain (worst 0.993) against 3 (0.996) without one.
+# cells below the chain (worst 0.993) against 3 (0.996) without one (both with
+# the depths shrunk toward the pooled rate, before _shrunk's prior from the depth above).
 TREE_EVIDENCE = 4
 
 
 def request_profile(history: History, k_max: int) -> AcceptanceProfile:
-    """alpha_1..alpha_kmax for one request: (accepted at j + s * pooled) / (reached j + s),
-    pooled = (accepted + a) / (reached + a + b) over all its positions. The evidence is a chain's
-    draft j: the first child at depth j (``History.first_children``; a tree round's other ranks
+    """alpha_1..alpha_kmax for one request: (accepted at j + s * alpha_{j-1}) / (reached j + s), with
+    alpha_0 = pooled = (accepted + a) / (reached + a + b) over all its positions (``_shrunk``). The
+    evidence is a chain's draft j: the first child at depth j (``History.first_children``; a tree round's other ranks
     are a tree's evidence, ``request_tree_profile``)."""
     tested, passed = history.first_children()
     return AcceptanceProfile(_shrunk(tested, passed, _pooled(tested, passed, PRIOR), k_max), False, "request history")
 
 
 def _pooled(tested, passed, prior: tuple[float, float]) -> float:
-    """(passed + a) / (tested + a + b) over every depth: the rate a position's is shrunk toward."""
+    """(passed + a) / (tested + a + b) over every depth: the rate the first position's is shrunk toward."""
     return (sum(passed) + prior[0]) / (sum(tested) + prior[0] + prior[1])
 
 
 def _shrunk(tested, passed, pooled: float, depth: int, strength: float = POSITION_STRENGTH) -> tuple[float, ...]:
-    """Per depth 1..depth: (passed + s * pooled) / (tested + s), s = ``strength`` pseudo-tests."""
-    return tuple(
-        ((passed[j] if j < len(passed) else 0) + strength * pooled) / ((tested[j] if j < len(tested) else 0) + strength)
-        for j in range(max(depth, 1))
-    )
+    """Per depth j = 1..depth: (passed_j + s * prior_j) / (tested_j + s), s = ``strength`` pseudo-tests,
+    where prior_1 is ``pooled`` and prior_j (j >= 2) is depth j - 1's own estimate. So a depth with few
+    tests takes its rate from the depth above it, not from the mean over every depth: a draft's
+    reach-conditioned acceptance tends to rise with depth (a round that got deep is one where draft
+    and target agree), and the deep positions, the least tested, were pulled down to the pooled rate,
+    which priced a chain's tail below its worth against a tree of as many nodes (benchmarks/tree_rounds.py,
+    -k auto below the chain, rows free: fit half 3 of 18 cells at 0.996, 0.996, 0.996 with the pooled
+    rate, 2 at 0.998, 0.996 with this prior; the test half, read after the choice: 3 at 0.986, 0.996,
+    0.998, then 2 at 0.993, 0.996)."""
+    out, prior = [], pooled
+    for j in range(max(depth, 1)):
+        tests, kept = (tested[j] if j < len(tested) else 0), (passed[j] if j < len(passed) else 0)
+        prior = (kept + strength * prior) / (tests + strength)
+        out.append(prior)
+    return tuple(out)
 
 
 def request_tree_profile(history: History, depth: int, ranks: int) -> TreeProfile:
     """beta[j-1][r] for one request (specd.policy.trees), depths 1..depth, ranks 0..ranks - 1. Rank 0
-    is ``request_profile``'s alpha_j. Rank r >= 1 is its tests at depth j shrunk toward its pooled
-    rate over every depth, and that, with the weight of RANK_STRENGTH tests, toward the rate of rank
-    r - 1 scaled by the rank law: SIBLING_FIRST for rank 1, ((r - 1) / r)^SIBLING_POWER past it. So
-    before its first tree round a request's r-th child is priced at SIBLING_FIRST r^-SIBLING_POWER
-    times its chain's pooled rate (``sibling_prior``), and its own tree rounds move it from there."""
+    is ``request_profile``'s alpha_j. Rank r >= 1 is its tests at depth j shrunk toward depth j - 1's
+    estimate, the first depth toward its pooled rate over every depth (``_shrunk``), and that, with
+    the weight of RANK_STRENGTH tests, toward the rate of rank r - 1 scaled by the rank law:
+    SIBLING_FIRST for rank 1, ((r - 1) / r)^SIBLING_POWER past it. So before its first tree round a
+    request's r-th child is priced at SIBLING_FIRST r^-SIBLING_POWER times its chain's pooled rate
+    (``sibling_prior``), and its own tree rounds move it from there."""
     tested, passed = history.first_children()
     pooled = _pooled(tested, passed, PRIOR)
     columns = [_shrunk(tested, passed, pooled, depth, TREE_DEPTH_STRENGTH)]

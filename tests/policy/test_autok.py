@@ -498,3 +498,16 @@ def test_a_target_whose_rows_are_dear_is_priced_by_its_own_fixed_part_past_the_r
     autok.auto_k_over([], 8, 1, costs, greedy=True, target=SimpleNamespace(fixed_rows_prior=dear))
     assert costs.fixed_rows == dear
     autok.auto_k_over([], 8, 1, OnlineCosts(), greedy=True, target=SimpleNamespace())  # a model without one
+
+
+def test_an_untested_depth_takes_its_rate_from_the_depth_above_not_the_pooled_rate():
+    # drafts of 4: the first is refused half the time, and a draft that got past it was always kept
+    h = history(*[(4, 0), (4, 4)] * 5)
+    tested, passed = h.first_children()
+    pooled = (sum(passed) + 1) / (sum(tested) + 2)
+    alphas = request_profile(h, 8).alphas
+    assert alphas[0] == pytest.approx((5 + 2 * pooled) / (10 + 2))
+    assert alphas[1] == pytest.approx((5 + 2 * alphas[0]) / (5 + 2))
+    assert alphas[3] > alphas[2] > alphas[1] > alphas[0]  # reached, always kept: rising with the evidence
+    # depths 5..8 were never drafted: each is the depth above's estimate, well above the pooled rate
+    assert alphas[4:] == pytest.approx([alphas[3]] * 4) and alphas[4] > pooled + 0.2
