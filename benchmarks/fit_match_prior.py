@@ -1,19 +1,23 @@
 """Fit -k auto's lookup constants (specd.policy.autok: match_prior, COPY_MEMORY) on the held-out corpus's fit half.
 
-    python benchmarks/fit_match_prior.py [--half fit] [--sampled] [--max-new-tokens 96] [--threads 2]
+    python benchmarks/fit_match_prior.py [--half fit] [--sampled] [--k 32] [--copy MEMORY,CEILING]
+                                         [--max-new-tokens 96] [--threads 2]
 
-The embedded SmolLM2 target, greedy, ``--draft suffix -k 8`` (a fixed K, so that every match is
-drafted from, whatever its length: under ``-k auto`` the prior itself would choose which matches
-are observed). Every round that drafted records the length L of the match its drafts continued
+The embedded SmolLM2 target (on its default backend), greedy, ``--draft suffix -k K`` (a fixed K,
+32 by default, so that every match is drafted from, whatever its length, and a copy is followed as
+deep as -k auto may draft it: under ``-k auto`` the prior itself would choose which matches and
+positions are observed). Every round that drafted records the length L of the match its drafts continued
 and whether the first draft was accepted. The prior's form is L^a / (L^a + c); (a, c) are fit by
 maximum likelihood on a grid. Along a greedy copy, the draft at position j >= 2 (reached after
-j - 1 accepted) is kept with (m c' + j - 1) / (c' + j - 1), m = match_prior(L) (``match_profile``);
-its pseudo-count c' (COPY_MEMORY) is fit the same way. Printed: the observed first-draft
+j - 1 accepted) is kept with (m c' + u (j - 1)) / (c' + j - 1), m = match_prior(L) (``match_profile``):
+it rises from m toward u; the pseudo-count c' (COPY_MEMORY) and the ceiling u (COPY_CEILING) are fit
+the same way, jointly. Printed: the observed first-draft
 acceptance by match length, the fitted constants, and the mean log-likelihood per draft of the
 fitted and of the shipped constants.
 
 ``--half test`` evaluates the shipped constants on the test half without fitting (the held-out
-check the report reads); fitting reads only the fit half.
+check the report reads); fitting reads only the fit half. ``--copy MEMORY,CEILING``: also the
+log-likelihood along a copy of those constants (say, the ones shipped before a refit), on either half.
 
 ``--sampled`` asks whether a sampled target needs a prior of its own: the same rounds at temperature
 0.7, top-k 50 (the default rule, seed 0), the first drafts' acceptance by match length, the shipped
@@ -37,7 +41,7 @@ from heldout import TARGETS, load_half  # noqa: E402
 
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.policy.autok import COPY_MEMORY, MATCH_PRIOR_ODDS, MATCH_PRIOR_POWER  # noqa: E402
+from specd.policy.autok import COPY_CEILING, COPY_MEMORY, MATCH_PRIOR_ODDS, MATCH_PRIOR_POWER  # noqa: E402
 
 TIERS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 16), (17, 10**9))
 
@@ -45,7 +49,7 @@ TIERS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 16), (17, 10**9))
 SAMPLING = {"temperature": 0.7, "top_k": 50, "seed": 0}
 
 
-def drafted_rounds(half: str, max_new: int, sampled: bool = False) -> list[tuple[int, int, int]]:
+def drafted_rounds(half: str, max_new: int, k: int, sampled: bool = False) -> list[tuple[int, int, int]]:
     """(match length, drafts, accepted) for every round that drafted from the suffix lookup."""
     sampling = SAMPLING if sampled else {"temperature": 0.0}
     options = GenerateOptions(target=TARGETS["smollm"], draft="suffix", max_new_tokens=max_new, **sampling)
@@ -58,17 +62,17 @@ def drafted_rounds(half: str, max_new: int, sampled: bool = False) -> list[tuple
             if row["k"] >= 1 and row["match"]:
                 rounds.append((row["match"], row["k"], row["accepted"]))
 
-    pipe.run(load_half(half), k=8, on_finish=collect)
+    pipe.run(load_half(half), k=k, on_finish=collect)
     return rounds
 
 
-def copy_log_likelihood(rounds, memory: float, power: float, odds: float) -> float:
+def copy_log_likelihood(rounds, memory: float, ceiling: float, power: float, odds: float) -> float:
     """Mean log-likelihood per draft at positions j >= 2 under match_profile's rising rate."""
     total, n = 0.0, 0
     for match, k, accepted in rounds:
         m = match**power / (match**power + odds)
         for j in range(2, min(accepted + 1, k) + 1):  # drafts reached after the first was kept
-            p = (m * memory + j - 1) / (memory + j - 1)
+            p = (m * memory + ceiling * (j - 1)) / (memory + j - 1)
             total += math.log(p if j <= accepted else 1.0 - p)
             n += 1
     return total / max(n, 1)
@@ -91,12 +95,14 @@ def fit(outcomes) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--half", choices=("fit", "test"), default="fit")
+    ap.add_argument("--k", type=int, default=32, help="the fixed K of the rounds observed")
+    ap.add_argument("--copy", default=None, help="MEMORY,CEILING: evaluate these along a copy too")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sampled", action="store_true", help="temperature 0.7, top-k 50: does it need its own prior?")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    rounds = drafted_rounds(args.half, args.max_new_tokens, args.sampled)
+    rounds = drafted_rounds(args.half, args.max_new_tokens, args.k, args.sampled)
     outcomes = [(match, accepted >= 1) for match, _, accepted in rounds]
     by_tier: dict[tuple[int, int], list[bool]] = defaultdict(list)
     for match, accepted in outcomes:
@@ -116,12 +122,23 @@ def main() -> None:
         a, c = MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS
     if args.sampled:
         return
-    shipped = copy_log_likelihood(rounds, COPY_MEMORY, a, c)
-    print(f"along a copy: shipped COPY_MEMORY = {COPY_MEMORY}: log-likelihood per draft {shipped:.4f}")
+    shipped = copy_log_likelihood(rounds, COPY_MEMORY, COPY_CEILING, a, c)
+    print(
+        f"along a copy: shipped COPY_MEMORY, COPY_CEILING = {COPY_MEMORY}, {COPY_CEILING}: "
+        f"log-likelihood per draft {shipped:.4f}"
+    )
     if args.half == "fit":
-        memory = max((m / 4 for m in range(1, 161)), key=lambda m: copy_log_likelihood(rounds, m, a, c))
-        fitted = copy_log_likelihood(rounds, memory, a, c)
-        print(f"along a copy: fitted  COPY_MEMORY = {memory}: log-likelihood per draft {fitted:.4f}")
+        grid = [(m / 4, u / 1000) for m in range(1, 161) for u in range(900, 1001, 2)]
+        memory, ceiling = max(grid, key=lambda mu: copy_log_likelihood(rounds, *mu, a, c))
+        fitted = copy_log_likelihood(rounds, memory, ceiling, a, c)
+        print(
+            f"along a copy: fitted  COPY_MEMORY, COPY_CEILING = {memory}, {ceiling}: "
+            f"log-likelihood per draft {fitted:.4f}"
+        )
+    if args.copy:
+        memory, ceiling = (float(v) for v in args.copy.split(","))
+        other = copy_log_likelihood(rounds, memory, ceiling, a, c)
+        print(f"along a copy: --copy {memory}, {ceiling}: log-likelihood per draft {other:.4f}")
 
 
 if __name__ == "__main__":

@@ -86,9 +86,14 @@ MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward m
 # fit.jsonl, 60 prompts, SmolLM2, greedy, --draft suffix -k 8; 1,368 drafts: 0.27 at L = 1, 0.53 at 2,
 # 0.69 at 3, 0.80 at 4-5, 0.96 past 8). The test half never read it (its held-out figure: docs/choosing-k.md).
 MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS = 1.45, 2.6
-# pseudo-drafts of a copy's acceptance before its own accepted drafts raise it: fit by maximum likelihood
-# to the drafts at positions 2..K of the same fit-half rounds (benchmarks/fit_match_prior.py)
-COPY_MEMORY = 1.75
+# Along a greedy copy the draft at position j is kept with (m COPY_MEMORY + COPY_CEILING (j - 1)) /
+# (COPY_MEMORY + j - 1): pseudo-drafts of the match's rate m, then each kept draft raising it toward a
+# ceiling below 1, since a copy that has gone on still ends about one token in 36 (where the answer
+# leaves its source). Both fit jointly by maximum likelihood to the drafts at positions 2..32 of fixed
+# K = 32 rounds on the fit half (benchmarks/fit_match_prior.py: -0.3596 per draft, and -0.3822 on the
+# test half; the rule before, 1.75 pseudo-drafts rising toward 1 and fit on K = 8 rounds: -0.3722 and
+# -0.3910). Rising toward 1, a long copy looked nearly sure to go on, and -k auto drafted it 32 deep.
+COPY_MEMORY, COPY_CEILING = 1.25, 0.972
 # A tree's later siblings before the request's own tree rounds (request_tree_profile): the r-th child
 # (r >= 1), tested where the earlier ones were refused, is kept SIBLING_FIRST r^-SIBLING_POWER times as
 # often as a chain's draft, a rank law fit by maximum likelihood to the later siblings' tests on the
@@ -180,16 +185,19 @@ def match_profile(history: History, source: str, match: int, k_max: int, rising:
     The tier's rate m = (accepted + s * match_prior(L)) / (reached + s) over the request's rounds at
     that match tier. ``rising`` (a greedy target, whose copy goes on until its argmax leaves it): a
     copy that has gone on is likelier to go on, so the draft at position j, reached after j - 1
-    accepted, is accepted with (m * c + j - 1) / (c + j - 1), a Polya urn with COPY_MEMORY = c
-    pseudo-drafts of weight m (c fit on the held-out corpus's fit half: a copy's later drafts are
-    kept more often than its first). Otherwise (sampled: each draft is kept with the
+    accepted, is accepted with (m * c + u * (j - 1)) / (c + j - 1): COPY_MEMORY = c pseudo-drafts of
+    weight m, and each accepted draft one toward the ceiling u, the tier's rate shrunk toward
+    COPY_CEILING instead of match_prior(L) (so a copy that has gone on still ends: without evidence a
+    long copy's later drafts are kept about 0.97 of the time; c and COPY_CEILING fit on the held-out
+    corpus's fit half). Otherwise (sampled: each draft is kept with the
     target's chance of the copied token) m at every position."""
     reached, accepted = history.matched(source, match_tier(match))
     prior = match_prior(match)
     rate = (accepted + MATCH_STRENGTH * prior) / (reached + MATCH_STRENGTH)
     if not rising:
         return AcceptanceProfile((rate,), True, "request history at this match length")
-    alphas = tuple((rate * COPY_MEMORY + j) / (COPY_MEMORY + j) for j in range(max(k_max, 1)))
+    ceiling = (accepted + MATCH_STRENGTH * COPY_CEILING) / (reached + MATCH_STRENGTH)  # the request's own, as m
+    alphas = tuple((rate * COPY_MEMORY + ceiling * j) / (COPY_MEMORY + j) for j in range(max(k_max, 1)))
     return AcceptanceProfile(alphas, False, "request history at this match length, rising along a copy")
 
 

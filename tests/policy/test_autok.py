@@ -18,6 +18,7 @@ from specd.oracles.exact import Enumerator, target_joint
 from specd.oracles.record import max_abs_diff
 from specd.policy import autok
 from specd.policy.autok import (
+    COPY_CEILING,
     COPY_MEMORY,
     PROBE_AFTER,
     PROBE_AFTER_MAX,
@@ -303,8 +304,11 @@ def test_a_copy_that_has_gone_on_is_likelier_to_go_on():
     alphas = [profile.alpha(j) for j in range(1, 9)]
     assert alphas[0] == pytest.approx(rate)
     assert alphas == sorted(alphas) and alphas[-1] < 1.0  # rising along the draft, never certain
-    c = COPY_MEMORY
-    assert alphas[3] == pytest.approx((rate * c + 3) / (c + 3))  # 3 accepted drafts before position 4
+    c, u = COPY_MEMORY, COPY_CEILING
+    assert alphas[3] == pytest.approx((rate * c + 3 * u) / (c + 3))  # 3 accepted drafts before position 4
+    # however long a copy has gone on, its drafts tend to COPY_CEILING, not to certainty: copies end
+    deep = match_profile(History(), "suffix", 40, 32, rising=True)
+    assert COPY_CEILING < 1.0 and deep.alpha(32) == pytest.approx(COPY_CEILING, abs=0.001)
     certain = History()
     for _ in range(40):
         certain = certain.after(8, 8, "suffix", match=16)
