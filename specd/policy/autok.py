@@ -82,8 +82,8 @@ PRIOR = (1.0, 1.0)  # Beta(a, b) for a request's pooled acceptance rate
 POSITION_STRENGTH = 2.0  # pseudo-rounds pulling alpha_j toward alpha_{j-1} (alpha_1: toward the pooled rate)
 MATCH_STRENGTH = 2.0  # pseudo-drafts pulling a match tier's acceptance toward match_prior(L)
 # match_prior's odds L^POWER / ODDS: fit by maximum likelihood to the first draft's acceptance after a
-# match of length L on the fit half of the held-out corpus (benchmarks/fit_match_prior.py: benchmarks/corpus/
-# fit.jsonl, 60 prompts, SmolLM2, greedy, --draft suffix -k 8; 1,368 drafts: 0.27 at L = 1, 0.53 at 2,
+# match of length L on the fit half of the held-out corpus (benchmarks/fit_match_prior.py --k 8: benchmarks/
+# corpus/fit.jsonl, 60 prompts, SmolLM2, greedy, --draft suffix -k 8; 1,368 drafts: 0.27 at L = 1, 0.53 at 2,
 # 0.69 at 3, 0.80 at 4-5, 0.96 past 8). The test half never read it (its held-out figure: docs/choosing-k.md).
 MATCH_PRIOR_POWER, MATCH_PRIOR_ODDS = 1.45, 2.6
 # Along a greedy copy the draft at position j is kept with (m COPY_MEMORY + COPY_CEILING (j - 1)) /
@@ -115,8 +115,8 @@ TREE_EVIDENCE = 4
 def request_profile(history: History, k_max: int) -> AcceptanceProfile:
     """alpha_1..alpha_kmax for one request: (accepted at j + s * alpha_{j-1}) / (reached j + s), with
     alpha_0 = pooled = (accepted + a) / (reached + a + b) over all its positions (``_shrunk``). The
-    evidence is a chain's draft j: the first child at depth j (``History.first_children``; a tree round's other ranks
-    are a tree's evidence, ``request_tree_profile``)."""
+    evidence is a chain's draft j: the first child at depth j (``History.first_children``; a tree
+    round's other ranks are a tree's evidence, ``request_tree_profile``)."""
     tested, passed = history.first_children()
     return AcceptanceProfile(_shrunk(tested, passed, _pooled(tested, passed, PRIOR), k_max), False, "request history")
 
