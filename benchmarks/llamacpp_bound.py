@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import statistics
 import sys
@@ -60,16 +59,17 @@ from arguments import positive, positives  # noqa: E402
 from heldout import GROUNDED, OPEN, TARGETS, load_half, refuse_outputs  # noqa: E402
 from llamacpp import llama, plain_tokens  # noqa: E402
 from row_costs import timed_calls  # noqa: E402
+from tree_rounds import Replayed  # noqa: E402
 
 import specd.policy.autok as autok  # noqa: E402
 from specd.core.sources import Offer  # noqa: E402
-from specd.core.state import MATCH_TIERS, History, match_tier  # noqa: E402
+from specd.core.state import MATCH_TIERS, match_tier  # noqa: E402
 from specd.core.suffix import SuffixIndex  # noqa: E402
 from specd.files import write_text_atomic  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.policy.autok import AutoK  # noqa: E402
-from specd.policy.costs import FixedCosts  # noqa: E402
+from specd.policy.costs import FixedCosts, row_curve  # noqa: E402
 from specd.policy.kpolicy import DEFAULT_K_MAX  # noqa: E402
 from specd.policy.row_costs import RowCosts  # noqa: E402
 
@@ -77,14 +77,10 @@ SOURCE = "suffix"
 
 
 def curve(points: dict[int, float], n_max: int) -> list[float]:
-    """c(n) for n = 0..n_max in one-row units (c(0) unused), linear between measured row counts."""
-    xs = sorted(points)
-    out = [0.0]
-    for n in range(1, n_max + 1):
-        hi = next(x for x in xs if x >= n)
-        lo = max(x for x in xs if x <= n)
-        out.append(points[lo] if hi == lo else points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo))
-    return [v / points[1] for v in out]
+    """c(n) for n = 0..n_max in one-row units (c(0) unused), linear between measured row counts (the
+    ledger's own curve, ``specd.policy.costs.row_curve``)."""
+    at = row_curve(points.items())
+    return [0.0] + [at(n) / points[1] for n in range(1, n_max + 1)]
 
 
 def perfect_speedup(cost: list[float]) -> float:
@@ -114,18 +110,6 @@ def lookup_speedup(prompt: list[int], text: list[int], cost: list[float]) -> flo
     return n / best[0]
 
 
-@dataclasses.dataclass
-class Replayed:
-    """What -k auto reads of a replayed request: its history, its remaining tokens and draft budget."""
-
-    history: History
-    remaining: int
-
-    @property
-    def draft_budget(self) -> int:
-        return max(0, self.remaining - 1)
-
-
 def policy_speedup(
     prompt: list[int], text: list[int], points: dict[int, float], k_max: int, max_new: int
 ) -> tuple[float, dict]:
@@ -138,22 +122,21 @@ def policy_speedup(
     index = SuffixIndex()
     for token in prompt:
         index.extend(token)
-    state, at, units, ks = Replayed(History(), max_new), 0, 0.0, {}
-    while at < len(text):
+    state, units, ks = Replayed(max_new), 0.0, {}  # tree_rounds' replayed request: history, budget, at
+    while (at := state.at) < len(text):
         proposal, match = index.lookup(min(k_max, state.draft_budget))
         plan = policy.plan(state, [Offer(0, SOURCE, match=match)] if proposal else [])
         k = min(plan.k, len(proposal))
         kept = 0
         while kept < k and at + kept < len(text) and proposal[kept] == text[at + kept]:
             kept += 1
-        history = state.history.after(k, kept, SOURCE, match) if k else state.history.after(0, 0)
+        state.history = state.history.after(k, kept, SOURCE, match) if k else state.history.after(0, 0)
         emitted = text[at : at + kept + 1]
         for token in emitted:
             index.extend(token)
         units += costs.model.target(k + 1)
         ks[k] = ks.get(k, 0) + 1
-        at += len(emitted)
-        state = Replayed(history, max_new - at)
+        state.at += len(emitted)
     return len(text) / units, ks
 
 

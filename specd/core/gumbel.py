@@ -142,6 +142,7 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     n, vocab = rows.shape
     per_row = torch.tensor(position_bits_of(keys, positions), dtype=torch.int64, device=device)
     per_token = token_bits(vocab, device)
+    positive = None  # on a CPU: which entries have mass, counted once and read by either race
     if device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):
         values = rows.detach().numpy()
         positive = values > 0
@@ -151,7 +152,7 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     step = max(1, RACE_CHUNK // max(vocab, 1))
     for start in range(0, n, step):
         chunk = rows[start : start + step].to(torch.float64, copy=True)  # raced in place
-        mass = chunk > 0
+        mass = chunk > 0 if positive is None else torch.from_numpy(positive[start : start + step])
         u = unit(splitmix64_(per_row[start : start + step].unsqueeze(1) ^ per_token.unsqueeze(0)))
         scores = chunk.log_().sub_(u.log_().neg_().log_()).masked_fill_(~mass, float("-inf"))
         won[start : start + step] = argmax_ids(scores)
