@@ -26,3 +26,14 @@ def positives(text: str) -> list[int]:
     if any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"each must be at least 1, got {text!r}")
     return values
+
+
+def copy_pair(text: str) -> tuple[float, float]:
+    """-k auto's copy constants as MEMORY,CEILING ("1.75,1.0"): a memory above 0, a ceiling in (0, 1]."""
+    try:
+        memory, ceiling = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MEMORY,CEILING, two numbers like 1.75,1.0, got {text!r}") from None
+    if not (memory > 0 and 0 < ceiling <= 1):
+        raise argparse.ArgumentTypeError(f"the memory must be above 0 and the ceiling in (0, 1], got {text!r}")
+    return memory, ceiling

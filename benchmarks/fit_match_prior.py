@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from arguments import copy_pair, positive  # noqa: E402
 from heldout import TARGETS, load_half  # noqa: E402
 
 from specd.models.options import GenerateOptions  # noqa: E402
@@ -95,8 +96,8 @@ def fit(outcomes) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--half", choices=("fit", "test"), default="fit")
-    ap.add_argument("--k", type=int, default=32, help="the fixed K of the rounds observed")
-    ap.add_argument("--copy", default=None, help="MEMORY,CEILING: evaluate these along a copy too")
+    ap.add_argument("--k", type=positive, default=32, help="the fixed K of the rounds observed")
+    ap.add_argument("--copy", type=copy_pair, default=None, help="MEMORY,CEILING: evaluate these along a copy too")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sampled", action="store_true", help="temperature 0.7, top-k 50: does it need its own prior?")
@@ -136,7 +137,7 @@ def main() -> None:
             f"log-likelihood per draft {fitted:.4f}"
         )
     if args.copy:
-        memory, ceiling = (float(v) for v in args.copy.split(","))
+        memory, ceiling = args.copy
         other = copy_log_likelihood(rounds, memory, ceiling, a, c)
         print(f"along a copy: --copy {memory}, {ceiling}: log-likelihood per draft {other:.4f}")
 

@@ -55,7 +55,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arguments import positive, positives  # noqa: E402
+from arguments import copy_pair, positive, positives  # noqa: E402
 from heldout import GROUNDED, OPEN, TARGETS, load_half, refuse_outputs  # noqa: E402
 from llamacpp import llama, plain_tokens  # noqa: E402
 from row_costs import timed_calls  # noqa: E402
@@ -209,18 +209,20 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=positive, default=96)
     ap.add_argument("--rows", type=positives, default=[1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 33])
     ap.add_argument("--k-max", type=positive, default=DEFAULT_K_MAX, help="-k auto's largest K (specd's default)")
-    ap.add_argument("--copy", default=None, help="MEMORY,CEILING: also replay -k auto with these copy constants")
+    ap.add_argument(
+        "--copy",
+        type=copy_pair,
+        default=None,
+        help="MEMORY,CEILING: also replay -k auto with these copy constants",
+    )
     ap.add_argument("--repeats", type=positive, default=5)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if 1 not in args.rows or 2 not in args.rows:
         ap.error("--rows must hold 1 and 2")
-    try:
-        other = tuple(float(v) for v in args.copy.split(",")) if args.copy else None
-    except ValueError:
-        other = ()
-    if other is not None and len(other) != 2:
-        ap.error("--copy takes MEMORY,CEILING, two numbers")
+    if max(args.rows) < args.k_max + 1:  # every plan, hindsight's included, is priced on measured calls
+        ap.error(f"--rows must reach --k-max + 1 = {args.k_max + 1}, the call of a round that drafts K = --k-max")
+    other = args.copy
     refuse_outputs("llamacpp_bound.py", {"--json": args.json})
     items = load_half(args.half, args.per_kind, args.kinds)
     threads = torch.get_num_threads()
