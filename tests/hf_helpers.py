@@ -7,8 +7,6 @@ from pathlib import Path
 
 import torch
 
-from specd.models import cache_compat
-
 CORPUS = [
     "the quick brown fox jumps over the lazy dog",
     "speculative decoding drafts tokens and the target verifies them",
@@ -126,11 +124,7 @@ def exact_joint(model, prompt, horizon, policy):
 
 
 def committed_kv(cache, slot: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer (keys, values) float[kv_heads, n, head_dim] of an HFCache slot's committed rows, in order
-    (read from the cache's own physical layout: its valid mask and its transformers cache)."""
-    row = cache.row_of(slot)
-    cols = cache.valid[row].nonzero().squeeze(1)
-    committed = len(cache.committed(slot))
-    assert cols.numel() == committed + len(cache.temp_cols.get(slot, [])), "valid mask and ledger disagree"
-    cols = cols[:committed]
-    return [(k[row][:, cols], v[row][:, cols]) for k, v in cache_compat.get_kv(cache.dyn)]
+    """Per layer (keys, values) float[kv_heads, n, head_dim] of a slot cache's committed rows, in order
+    (read from its store: a slot's committed rows are its batch row's first columns)."""
+    row, committed = cache.row_of(slot), len(cache.committed(slot))
+    return [(k[row][:, :committed], v[row][:, :committed]) for k, v in zip(cache.store.keys, cache.store.values)]

@@ -4,8 +4,8 @@ widest round, and a guard that refuses a step past the window. Within it, every 
 position, so specd's tokens are Hugging Face greedy's."""
 
 import pytest
-import torch
 
+from specd.core.model import RowInput
 from specd.errors import CacheIdentityError
 from specd.models import cache_compat
 from specd.models.hf import HFCausalLM
@@ -29,9 +29,11 @@ def gemma(tmp_path_factory):
 def test_the_window_is_read_and_the_cache_has_full_layers(gemma):
     _, model, _ = gemma
     assert cache_compat.sliding_window(model.config) == WINDOW
-    cache = cache_compat.new_dynamic_cache(model.config)
-    model(torch.tensor([[1, 2, 3]]), **{cache_compat.cache_argument(model): cache}, use_cache=True)
-    assert len(cache_compat.get_kv(cache)) == 3  # full layers: not refused as sliding
+    lm = HFCausalLM(model, "gemma")
+    cache = lm.new_cache()
+    cache.open(0)
+    lm.step(cache, [RowInput(0, (1, 2, 3), (0, 1, 2))], logits_for=0)
+    assert len(cache.store.keys) == 3  # every layer, the sliding ones too, holds full K/V rows
 
 
 @pytest.mark.parametrize("k", ["2", "auto"])

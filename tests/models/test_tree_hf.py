@@ -61,12 +61,22 @@ def test_a_tree_steps_rows_are_each_nodes_own_branchs(family):
             assert torch.allclose(nxt.logits[slot][0], ref.float(), atol=1e-4)
 
 
-def test_attention_that_takes_no_tree_mask_is_refused():
+def test_a_model_set_to_attention_that_takes_no_4d_mask_runs_its_steps_with_sdpa():
+    """Flash attention takes 2D masks only; a model configured for it runs specd's steps (which pass a
+    4D mask: a tree's, a slot cache's) with SDPA, the same function, and its config is left as it was."""
     model = tiny_llama(50, seed=0)
-    lm = HFCausalLM(model, "t")
-    assert lm.tree_refusal is None
+    expected = HFCausalLM(model, "t")
+    cache = expected.new_cache()
+    cache.open(0)
+    want = expected.step(cache, [RowInput(0, (1, 2, 3), (0, 1, 2))]).logits[0]
     model.config._attn_implementation = "flash_attention_2"
-    assert "takes no token tree's mask" in lm.tree_refusal
+    lm = HFCausalLM(model, "t")
+    assert lm.tree_refusal is None and lm.attention == "sdpa"
+    cache = lm.new_cache()
+    cache.open(0)
+    got = lm.step(cache, [RowInput(0, (1, 2, 3), (0, 1, 2))]).logits[0]
+    assert torch.allclose(got, want, atol=1e-6)
+    assert model.config._attn_implementation == "flash_attention_2"
 
 
 @pytest.mark.parametrize("tree", ["2,2", "rank:3,1", "nodes=6", "[[0],[1],[0,0],[1,0],[1,0,0]]", "auto"])

@@ -1,0 +1,130 @@
+"""What one call of a Hugging Face model is fed over a slot cache (specd.models.slot_cache).
+
+A call runs over batch rows of the cache: every row in use (each request's rows right-padded
+to the call's longest, a row with no input all padding), or, for requests that have just joined
+with whole prompts to feed, only theirs (the others would be padded by a prompt's length). For
+each batch row it gives, as tensors: the token ids, their logical positions (rotary embeddings
+see each row's true positions, a tree node its depth's), the column each input's K/V is written
+at (temporary row t of a slot with c committed rows: column c + t; padding goes after a row's
+real inputs, where the next step writes over it), and the attention mask: a query sees its
+slot's committed columns and, among the temporary ones, its ancestors and itself (a chain's:
+every column up to its own, so its mask is one comparison). A token tree's rows (or a slot whose
+temporary rows branch) get their rows of the mask from the ledger's parents. SDPA takes the mask
+boolean (True: attend); eager attention additive (0, or the dtype's lowest where masked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from specd.core.model import RowInput
+from specd.models.slot_cache import SlotCache
+
+# Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
+# untouched). A model configured for another (flash attention takes 2D masks only) runs with SDPA.
+MASKED_ATTENTION = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call's inputs over B batch rows and n columns of input."""
+
+    ids: torch.Tensor  # int64[B, n] token ids (padding: the pad id)
+    positions: torch.Tensor  # int64[B, n] logical positions
+    write: torch.Tensor  # int64[B, n] the column each input's K/V is written at
+    mask: torch.Tensor  # bool[B, 1, n, span] (SDPA) or the model dtype's additive form (eager)
+    span: int  # columns attention reads
+    batch: torch.Tensor | None  # int64[B] the physical rows of the call; None: rows 0..B-1
+    at: tuple[int, ...]  # per input row (in the order given): its batch row in the call
+
+
+def attention_of(model) -> str:
+    """The attention a step runs the model with (MASKED_ATTENTION): its own where it takes a 4D
+    mask, else SDPA where the model supports it, else eager."""
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl in MASKED_ATTENTION:
+        return impl
+    return "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
+
+
+@contextmanager
+def attention_as(config, attention: str) -> Iterator[None]:
+    """``config``'s attention implementation set to ``attention`` for the length of one call (transformers
+    reads it at every forward), and back after: a model object handed over stays as its owner left it."""
+    own = getattr(config, "_attn_implementation", None)
+    if own == attention:
+        yield
+        return
+    config._attn_implementation = attention
+    try:
+        yield
+    finally:
+        config._attn_implementation = own
+
+
+def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention: str, dtype) -> Call:
+    """The call's inputs (module docstring); the cache's store is reserved for it. Reads nothing
+    from the device: what a slot holds is the ledger's."""
+    fresh = all(len(r.tokens) > 1 and cache.length(r.slot) == 0 for r in rows)
+    if fresh and len(rows) < len(cache.rows):  # joiners' prompts: only their rows run
+        slots: list[int | None] = [r.slot for r in rows]
+        batch_rows = [cache.row_of(r.slot) for r in rows]
+    else:
+        slots, batch_rows = list(cache.rows), []
+    n_new = max(len(r.tokens) for r in rows)
+    by_slot = {r.slot: r for r in rows}
+    ids, pos, write, trees = [], [], [], []
+    span = 0
+    for b, slot in enumerate(slots):
+        row = by_slot.get(slot) if slot is not None else None
+        committed = len(cache._committed[slot]) if slot is not None else 0
+        base = cache.length(slot) if slot is not None else 0
+        n = len(row.tokens) if row is not None else 0
+        if row is not None:
+            cache.check_window(slot, n)
+            if row.parents is not None or cache.branching(slot):
+                trees.append((b, row, committed, base))
+        cols = list(range(base, base + n_new))
+        ids.append(list(row.tokens) + [pad_id] * (n_new - n) if n else [pad_id] * n_new)
+        pos.append(list(row.positions) + cols[n:] if n else cols)
+        write.append(cols)
+        span = max(span, base + n_new)
+    cache.store.reserve(len(cache.rows), span)
+    device = cache.device
+    packed = torch.tensor([ids, pos, write], dtype=torch.long).to(device, non_blocking=True)
+    columns = torch.arange(span, device=device)
+    mask = columns.view(1, 1, span) <= packed[2].unsqueeze(-1)  # a chain's query: every column up to its own
+    if trees:
+        mask[torch.tensor([b for b, *_ in trees], device=device)] = torch.stack(
+            [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
+        ).to(device)
+    mask = mask.unsqueeze(1)
+    if attention == "eager":
+        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+    batch = torch.tensor(batch_rows, dtype=torch.long, device=device) if batch_rows else None
+    at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
+    return Call(packed[0], packed[1], packed[2], mask, span, batch, at)
+
+
+def _tree_rows(cache: SlotCache, row: RowInput, committed: int, base: int, n_new: int, span: int) -> torch.Tensor:
+    """bool[n_new, span]: what each query of ``row`` sees when its slot's rows branch (a token tree's):
+    the committed columns, its ancestors among the temporary rows (staged before or in this call),
+    and itself; a padded query sees itself only."""
+    out = torch.zeros(n_new, span, dtype=torch.bool)
+    out[:, :committed] = True
+    first = base - committed  # temporary rows staged before this call
+    parents = list(cache.temporary_parents(row.slot))
+    parents += row.parents if row.parents is not None else range(first - 1, first + len(row.tokens) - 1)
+    for j in range(n_new):
+        if j >= len(row.tokens):
+            out[j, base + j] = True
+            continue
+        at = first + j
+        while at >= 0:
+            out[j, committed + at] = True
+            at = parents[at]
+    return out
