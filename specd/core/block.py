@@ -86,8 +86,10 @@ def residual_masses(rows: Rows, rho: torch.Tensor) -> torch.Tensor:
     z = torch.zeros_like(rho)
     if k_max < 2:
         return z
-    has_next = torch.arange(k_max, device=rho.device).unsqueeze(0) < (rows.k_lens - 1).unsqueeze(1)
-    pairs = has_next.nonzero()  # (b, i-1): d_i has a successor d_{i+1}
+    # (b, i-1): d_i has a successor d_{i+1}; from the drafts per request the host knows (no read)
+    pairs = torch.tensor(
+        [(b, i) for b, k in enumerate(rows.ks()) for i in range(k - 1)], dtype=torch.int64, device=rho.device
+    ).reshape(-1, 2)
     step = max(1, RESIDUAL_CHUNK // max(rows.vocab, 1))
     for s in range(0, len(pairs), step):
         chunk = pairs[s : s + step]

@@ -20,7 +20,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from specd.errors import CacheIdentityError
+
+# A row's token while it lives on the device only: a model draft's drafts are read once, with the
+# round's decision; until then the ledger holds PENDING in their place (``KVCache.resolve``).
+PENDING = -1
+
+
+def same_tokens(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two rows' tokens are the same, a PENDING one standing for whatever it will be read as."""
+    return len(a) == len(b) and all(x == y or PENDING in (x, y) for x, y in zip(a, b))
 
 
 @dataclass(frozen=True)
@@ -34,14 +45,32 @@ class KVRows:
     tokens: tuple[int, ...]
     positions: tuple[int, ...]
     parents: tuple[int, ...] | None = None
+    # int64[m] on the model's device: the row's last m tokens, which ``tokens`` holds as PENDING (a
+    # model draft's, not read yet). None: every token is known.
+    ids: torch.Tensor | None = field(default=None, compare=False)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def take(self, start: int, stop: int | None = None) -> KVRows:
         """The identities of rows start..stop (their parents are not carried: what they identify is
-        token and position)."""
-        return KVRows(self.slot, self.tokens[start:stop], self.positions[start:stop])
+        token and position; pending tokens stay pending)."""
+        tokens = self.tokens[start:stop]
+        ids = None
+        if self.ids is not None:
+            first = len(self.tokens) - len(self.ids)  # the first pending row
+            kept = range(len(self.tokens))[start:stop]
+            pending = [i - first for i in kept if i >= first]
+            ids = self.ids[pending[0] : pending[-1] + 1] if pending else None
+        return KVRows(self.slot, tokens, self.positions[start:stop], ids=ids)
+
+    def on_host(self) -> KVRows:
+        """These rows with every token known (a pending row's read from the device: for a backend
+        that computes on the host)."""
+        if self.ids is None:
+            return self
+        known = self.tokens[: len(self.tokens) - len(self.ids)]
+        return KVRows(self.slot, known + tuple(self.ids.tolist()), self.positions, self.parents)
 
 
 @dataclass
@@ -186,6 +215,21 @@ class KVCache:
 
     def discard(self, slot: int) -> None:
         self.commit(slot, 0)
+
+    def resolve(self, slot: int, tokens: Sequence[int]) -> None:
+        """The slot's PENDING temporary rows take ``tokens``, in order (the drafts once read; a row
+        that was never pending keeps its token). Refused (CacheIdentityError) where more rows are
+        pending than tokens given."""
+        temp = self._temporary.get(slot)
+        if not temp or PENDING not in temp:
+            return
+        given = iter(tokens)
+        for i, token in enumerate(temp):
+            if token == PENDING:
+                nxt = next(given, None)
+                if nxt is None:
+                    raise CacheIdentityError(f"slot {slot}: more pending rows than tokens read")
+                temp[i] = nxt
 
     def reset(self, slot: int) -> None:
         """Forget a slot's rows but keep it open (its history is rebuilt from scratch)."""

@@ -86,7 +86,7 @@ class ReplayFrontier(FrontierLayout):
         start = len(state.cache_tokens)
         positions = (start, *(start + d for d in tree.depths))
         parents = None if tree.is_chain else (-1, *(p + 1 for p in tree.parents))  # node n is row n + 1
-        return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents)
+        return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents, tree.ids)
 
     def commit_order(self, tree, path):
         on_path = (0, *(n + 1 for n in path))
@@ -95,7 +95,7 @@ class ReplayFrontier(FrontierLayout):
     def extract(self, logits, kv, state, k):
         if logits is None or logits.shape[0] != k + 1:
             raise CacheIdentityError(f"replay_frontier expects k+1 = {k + 1} logit rows")
-        if kv.tokens[0] != state.output[-1]:
+        if kv.tokens[0] != state.output[-1]:  # the frontier is never pending
             raise CacheIdentityError("replay_frontier: first K/V row is not the frontier token")
         return Verified(p_raw=logits, kv_draft=kv.take(1), kv_frontier=kv.take(0, 1))  # k + 1 rows: all of them
 
@@ -122,7 +122,7 @@ class RetainedFrontier(FrontierLayout):
             return None  # p_1 is already known: a k = 0 round needs no target call
         start = len(state.cache_tokens)
         positions = tuple(start + d - 1 for d in tree.depths)
-        return RowInput(state.slot, tree.tokens, positions, None if tree.is_chain else tree.parents)
+        return RowInput(state.slot, tree.tokens, positions, None if tree.is_chain else tree.parents, tree.ids)
 
     def commit_order(self, tree, path):
         return path + tuple(n for n in range(len(tree)) if n not in path)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from specd.core.gumbel import SharedNoise
-from specd.core.kv import KVCache
+from specd.core.kv import PENDING, KVCache
 from specd.core.model import CausalLM, RowInput, device_sync
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import SamplingPolicy
@@ -83,11 +83,32 @@ class Proposal:
     trees: tuple[DraftTree | None, ...] = ()
     # One source's: the rows its calls after the first fed, all rows together (a chain's: one a call per row).
     fed_rows: int = 0
+    # int64[B, K] on the device: the drafts where they were never read (``drafts`` holds PENDING for
+    # them; specd.core.device_chain), -1 past a row's drafts. None: every draft is known.
+    draft_ids: torch.Tensor | None = None
 
     def tree(self, b: int) -> DraftTree:
-        """Row b's proposal as a tree (a chain: the tree with one branch)."""
+        """Row b's proposal as a tree (a chain: the tree with one branch; its tokens on the device
+        where they were never read)."""
         given = self.trees[b] if b < len(self.trees) else None
-        return given if given is not None else DraftTree.chain(self.drafts[b])
+        if given is not None:
+            return given
+        k = len(self.drafts[b])
+        pending = self.draft_ids is not None and k > 0 and self.drafts[b][0] == PENDING
+        return DraftTree.chain(self.drafts[b], ids=self.draft_ids[b, :k] if pending else None)
+
+    def read(self, cache, states) -> Proposal:
+        """This proposal with its drafts read from the device where they were never read (one read), and
+        ``cache``'s rows of them (a model draft's own cache, or None) resolved: for a caller that looks at
+        the drafts before the round does (the failure lab's broken proposers)."""
+        if self.draft_ids is None:
+            return self
+        ids = self.draft_ids.tolist()
+        drafts = tuple(tuple(ids[b][: len(d)]) if d and d[0] == PENDING else d for b, d in enumerate(self.drafts))
+        if cache is not None:
+            for s, d in zip(states, drafts):
+                cache.resolve(s.slot, d)
+        return replace(self, drafts=drafts, draft_ids=None)
 
     def q_row(self, b: int, i: int) -> torch.Tensor:
         """Row b's i-th q row, float[V]: its model row, or the point mass on its draft."""
@@ -132,6 +153,9 @@ class Proposer:
 
     def settle(self, cache: KVCache | None, slot: int, output: tuple[int, ...] | None) -> None:
         """Align the cache with the published output (None: the round aborted)."""
+
+    def resolve(self, cache, slot: int, drafts: Sequence[int]) -> None:
+        """The cache's rows of drafts never read (PENDING) take the drafts, once the round has read them."""
 
     def available(self, state: RequestState, cache) -> bool:
         """Could this source propose anything for ``state`` this round? (A lookup needs a match; it
@@ -262,6 +286,7 @@ class ModelProposer(Proposer):
             *d.first_call,
             trees=d.trees,
             fed_rows=d.fed_rows,
+            draft_ids=d.ids,
         )
 
     def forward(self, cache, rows: Sequence[RowInput], staged: dict) -> list[torch.Tensor]:
@@ -303,6 +328,10 @@ class ModelProposer(Proposer):
         rows = self.forward(cache, [RowInput(slot, (3,), (context,)) for slot in range(batch)], {})
         float(rows[0][0])  # waits for the device
         return time.perf_counter() - started
+
+    def resolve(self, cache, slot, drafts):
+        if cache is not None:
+            cache.resolve(slot, drafts)
 
     def settle(self, cache, slot, output):
         if output is None:

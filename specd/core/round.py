@@ -17,11 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
 from specd.core import checks
-from specd.core.kv import KVRows
+from specd.core.kv import KVRows, same_tokens
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
@@ -55,28 +56,43 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
     txns = [eng.transaction_cls(s, eng.layout) for s in active]
     ctx = DraftContext(session.draws, eng.config.backend, eng.config.prob_dtype, eng.rule.draft_noise())
     try:
-        # 1. propose: each row drafts up to k tokens from its source (temporary rows in that source's
-        #    cache, or for a shared-body draft in the target's) and reports the q rows it drew them from.
-        with clock.timed("draft"):
-            proposal = eng.proposer.propose(active, plans, session.draft_cache, ctx, session.cache)
-
-        # 2. verify: one target call scores every row's tree (a chain: its drafts) and the bonus position (its K/V
-        #    rows stay temporary in the target cache; rows a shared-body draft staged are not fed again).
-        trees = [proposal.tree(b) for b in range(len(active))]
-        with clock.timed("verify"):
-            verified = verify(session, active, trees, proposal.staged)
-        for txn, t, v, used, src, plan in zip(txns, trees, verified, proposal.draws, proposal.sources, plans):
-            txn.verified(t, v, used, src, plan.match)
-
-        # 3. decide: the run's rule over the round's packed rows (p: the target's processed rows); its exactness
-        #    checks are read with the decision (specd.core.checks), which is taken again only where one is set.
+        # The round's exactness checks keep their flags and are read with the decision (specd.core.checks).
+        # Where the rule's is set the rule decides again; where a device-drawn draft's is set (its tokens
+        # were never read, specd.core.device_chain) the round is taken again from its proposal. Either
+        # way each check then reads at once; the draws are the same (stream counters have not moved).
+        proposal = None
         for deferring in (True, False):
             with checks.deferred(deferring) as kept:
+                if proposal is None:
+                    # 1. propose: each row drafts up to k tokens from its source (temporary rows in that
+                    #    source's cache, or for a shared-body draft in the target's) and reports the q rows
+                    #    it drew them from.
+                    with clock.timed("draft"):
+                        proposal = eng.proposer.propose(active, plans, session.draft_cache, ctx, session.cache)
+
+                    # 2. verify: one target call scores every row's tree (a chain: its drafts) and the bonus
+                    #    position (its K/V rows stay temporary in the target cache; rows a shared-body draft
+                    #    staged are not fed again).
+                    trees = [proposal.tree(b) for b in range(len(active))]
+                    with clock.timed("verify"):
+                        verified = verify(session, active, trees, proposal.staged)
+                drawn = len(kept)  # the draft's flags come first
+
+                # 3. decide: the run's rule over the round's packed rows (p: the target's processed rows).
                 rows = round_rows(eng, active, verified, proposal, trees, session.scratch)
                 decision = eng.rule.decide(rows, active, session.draws)
-            decided, flagged, logged = read_decision(decision, kept, eng.config.record_log)  # the one read
-            if not flagged:
+            flags = (kept[:drawn], kept[drawn:])
+            decided, (draft_flag, rule_flag), logged, drafts = read_decision(
+                decision, flags, eng.config.record_log, proposal.draft_ids
+            )
+            if draft_flag:
+                session.discard_temporary(active)  # the proposal's rows go: it is drafted again
+                proposal = None
+            elif not rule_flag:
                 break
+        trees, verified = resolve(session, active, trees, verified, drafts)
+        for txn, t, v, used, src, plan in zip(txns, trees, verified, proposal.draws, proposal.sources, plans):
+            txn.verified(t, v, used, src, plan.match)
         for txn, (accepted, terminal, is_bonus, leaf) in zip(txns, decided):
             txn.decided(accepted, terminal, bool(is_bonus), leaf)
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
@@ -281,12 +297,9 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
         return verified
     # Some rows were staged by a shared-body draft: the body runs on what is left, the head on all.
     for row, h in zip(inputs, staged):
-        if h is not None and session.cache.temporary(row.slot) != row.tokens[: len(h)]:
+        if h is not None and not same_tokens(session.cache.temporary(row.slot), row.tokens[: len(h)]):
             raise CacheIdentityError(f"slot {row.slot}: the draft's staged rows are not the verification input's")
-    rest = [
-        RowInput(row.slot, row.tokens[len(h) :], row.positions[len(h) :]) if h is not None else row
-        for row, h in zip(inputs, staged)
-    ]
+    rest = [row.take(len(h)) if h is not None else row for row, h in zip(inputs, staged)]
     out, by_slot = target_call(session, [row for row in rest if row.tokens], hidden=True)
     hidden = []
     for row, h in zip(rest, staged):
@@ -319,23 +332,58 @@ def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
     return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
 
 
-def read_decision(decision, kept: list[torch.Tensor], log: bool) -> tuple[list[list[int]], bool, list]:
-    """One read from the device -> (per request [A, terminal token, is bonus, last accepted node], whether any exactness
-    check kept in ``kept`` (specd.core.checks) is set, and with ``log`` the acceptance log's columns
-    as lists [B][K] (records.log_columns; else [])). Sent as one float64 vector: a token id or a
-    count below 2^53 is exact in it."""
+def read_decision(
+    decision, kept: Sequence[list[torch.Tensor]], log: bool, drafts: torch.Tensor | None = None
+) -> tuple[list[list[int]], tuple[bool, ...], list, list[list[int]] | None]:
+    """The round's one read from the device -> (per request [A, terminal token, is bonus, last accepted
+    node], per list of ``kept`` whether any of its exactness checks (specd.core.checks) is set, with ``log`` the
+    acceptance log's columns as lists [B][K] (records.log_columns; else []), and with ``drafts``
+    (int64[B, K]: drafts never read, specd.core.device_chain) each row's drafts as lists). Sent as one
+    float64 vector: a token id or a count below 2^53 is exact in it."""
     accepted = decision.accepted
     b, device = accepted.shape[0], accepted.device
     leaf = decision.leaf if decision.leaf is not None else accepted - 1
     columns = log_columns(decision) if log else []
-    # one vector [A..., terminal..., is_bonus..., leaf..., flag, columns...], promoted to one dtype by cat
-    parts = [accepted, decision.terminal, decision.is_bonus, leaf, checks.any_set(kept, device).reshape(1)]
-    values = torch.cat([*parts, *(c.to(device=device, dtype=torch.float64).flatten() for c in columns)]).tolist()
+    # one vector [A..., terminal..., is_bonus..., leaf..., flags..., columns..., drafts...], one dtype by cat
+    parts = [
+        accepted,
+        decision.terminal,
+        decision.is_bonus,
+        leaf,
+        *(checks.any_set(k, device).reshape(1) for k in kept),
+    ]
+    parts += [c.to(device=device, dtype=torch.float64).flatten() for c in columns]
+    if drafts is not None:
+        parts.append(drafts.to(device).flatten())
+    values = torch.cat(parts).tolist()
     fours = [[int(values[j * b + i]) for j in range(4)] for i in range(b)]
     k = columns[0].shape[1] if columns else 0
-    rest = values[4 * b + 1 :]
+    rest = values[4 * b + len(kept) :]
     read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(len(columns))]
-    return fours, bool(values[4 * b]), read
+    tokens = None
+    if drafts is not None:
+        width, flat = drafts.shape[1], rest[len(columns) * b * k :]
+        tokens = [[int(t) for t in flat[r * width : (r + 1) * width]] for r in range(b)]
+    return fours, tuple(bool(f) for f in values[4 * b : 4 * b + len(kept)]), read, tokens
+
+
+def resolve(session: DecodeSession, active, trees: list[DraftTree], verified: list[Verified], drafts):
+    """The round's trees and verifications with the drafts it read (``read_decision``: per row, or None)
+    where they were pending on the device, and the caches' PENDING rows (target and draft) resolved
+    to them -> (trees, verified)."""
+    if drafts is None:
+        return trees, verified
+    out_trees, out_verified = [], []
+    for s, tree, v, row in zip(active, trees, verified, drafts):
+        if tree.ids is not None:
+            tokens = row[: len(tree)]
+            session.cache.resolve(s.slot, tokens)
+            session.engine.proposer.resolve(session.draft_cache, s.slot, tokens)
+            tree = tree.resolved(tokens)
+            v = replace(v, kv_draft=KVRows(s.slot, tree.tokens, v.kv_draft.positions))
+        out_trees.append(tree)
+        out_verified.append(v)
+    return out_trees, out_verified
 
 
 def round_rows(
@@ -372,14 +420,17 @@ def round_rows(
         argmax = per_request(argmax_ids(policy.logits(raw, states, work)), ks, k_max)
     else:
         p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
-    padded = [list(d) + [-1] * (k_max - len(d)) for d in drafts]
     index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
+    if proposal.draft_ids is not None:  # drafts never read (specd.core.device_chain), -1 past a row's
+        draft = proposal.draft_ids[:, :k_max].to(device)
+    else:
+        draft = torch.tensor([list(d) + [-1] * (k_max - len(d)) for d in drafts], dtype=torch.int64, device=device)
     return Rows(
         p,
         None if p is None else row_starts(k_lens),
         proposal.q.to(device),
         torch.tensor(index, dtype=torch.int64, device=device),  # B lists of K: int64[B, K]
-        torch.tensor(padded, dtype=torch.int64, device=device),
+        draft,
         k_lens,
         proposal.q.shape[-1],
         argmax,

@@ -222,6 +222,14 @@ class DecodeSession:
                     self.cache.discard(slot)
                     self.engine.proposer.settle(self.draft_cache, slot, None)
 
+    def discard_temporary(self, states: Sequence[RequestState]) -> None:
+        """Drop every temporary row (target and draft) of ``states``' slots: a round taken again starts
+        from their committed rows."""
+        for s in states:
+            if self.cache.is_open(s.slot):
+                self.cache.discard(s.slot)
+                self.engine.proposer.settle(self.draft_cache, s.slot, None)
+
     def compact(self) -> None:
         """Between rounds: give back storage nobody reads. Rows freed by finished requests are
         kept while requests wait to join (they reuse them); hole positions are cropped."""

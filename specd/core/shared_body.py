@@ -115,3 +115,6 @@ class SharedBodyProposer(ModelProposer):
 
     def settle(self, cache, slot, output) -> None:
         """Nothing of its own to align: the round commits the target's cache."""
+
+    def resolve(self, cache, slot, drafts) -> None:
+        """Nothing of its own: the round resolves the target's cache, where this draft's rows are."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from specd.core.kv import KVCache
+from specd.core.kv import PENDING, KVCache
 from specd.core.proposer import DraftContext, ModelProposer, NullProposer, Proposal, Proposer, SourceTiming
 from specd.core.state import RequestState
 from specd.core.tree import DraftTree
@@ -131,6 +131,7 @@ class Drafting:
         self.staged: list = [None] * rows
         self.parts: list[torch.Tensor] = []
         self.timings: list[SourceTiming] = []
+        self.on_device: list[tuple[list[int], torch.Tensor]] = []  # (rows, their drafts int64[n, K]) never read
 
     def tree(self, b: int) -> DraftTree:
         parents = self.parents[b]
@@ -174,12 +175,15 @@ class Drafting:
                 self.used[b] += proposal.draws[j]
             elif not merge:
                 self.drafts[b], self.q_index[b], self.used[b] = new.tokens, index, proposal.draws[j]
+                # a merged tree's tokens are read: only a first turn's chain stays on the device
                 self.parents[b] = None if new.is_chain else new.parents
                 self.drawn[b] = new.drawn
                 self.names[b] = source.identity if new.tokens else None
                 if proposal.staged is not None:
                     self.staged[b] = proposal.staged[j]
         self.parts.append(proposal.q)
+        if proposal.draft_ids is not None and not merge:
+            self.on_device.append((list(rows), proposal.draft_ids))
         self.timings.append(turn(source.identity, seconds, source.forward_calls - calls, proposal, len(rows)))
 
     def proposal(self, vocab: int | None, dtype: torch.dtype) -> Proposal:
@@ -196,7 +200,21 @@ class Drafting:
             sources=tuple(self.names),
             timings=tuple(self.timings),
             trees=trees if any(t is not None for t in trees) else (),
+            draft_ids=self.draft_ids(),
         )
+
+    def draft_ids(self) -> torch.Tensor | None:
+        """Every row's drafts as int64[B, K] on the device, where some source's were never read (those
+        rows' from the device, the rest's from the host; -1 past a row's drafts). None: all known."""
+        if not self.on_device:
+            return None
+        k = max(len(d) for d in self.drafts)
+        device = self.on_device[0][1].device
+        known = [list(d) + [PENDING] * (k - len(d)) for d in self.drafts]  # a pending draft is PENDING too
+        ids = torch.tensor(known, dtype=torch.int64).to(device, non_blocking=True)
+        for rows, part in self.on_device:
+            ids[torch.tensor(rows, device=device), : part.shape[1]] = part
+        return ids
 
 
 class SourceSet:
@@ -272,6 +290,11 @@ class SourceSet:
                     shifted = acc.after_draws(ctx, states, rows)
                     acc.take(source, rows, states, plans, caches.caches[index], shifted, more, merge=True)
         return acc.proposal(self.vocab_size, ctx.dtype)
+
+    def resolve(self, caches: SourceCaches, slot: int, drafts: Sequence[int]) -> None:
+        """Every source's cache: its rows of drafts never read take the drafts read."""
+        for source, cache in zip(self.sources, caches.caches):
+            source.resolve(cache, slot, drafts)
 
     def settle(self, caches: SourceCaches, slot: int, output: tuple[int, ...] | None) -> None:
         """Every source's cache follows the published output (None: the round aborted)."""

@@ -84,6 +84,7 @@ class TableModel:
         self.forward_calls += 1
         logits, kv = [], []
         for row in rows:
+            row = row.on_host()  # a table row is looked up by the tokens themselves
             n = len(row.tokens)
             wanted = n if logits_for is None else min(logits_for, n)  # logits only where asked
             first = len(cache.temporary(row.slot))

@@ -32,7 +32,7 @@ without children) is emitted there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import torch
@@ -50,6 +50,9 @@ class DraftTree:
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
     drawn: str = "sampled"
+    # int64[N] on the draft's device: the node tokens, where ``tokens`` holds them as PENDING
+    # (specd.core.kv: a model draft's chain, read once with the round's decision). None: known.
+    ids: torch.Tensor | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if len(self.tokens) != len(self.parents):
@@ -58,7 +61,7 @@ class DraftTree:
             raise UsageError(f"a draft tree's parent must come before its child: parents {list(self.parents)}")
         if self.drawn not in CONSTRUCTIONS:
             raise UsageError(f"unknown tree construction {self.drawn!r}; choose one of {', '.join(CONSTRUCTIONS)}")
-        if self.drawn != "iid":
+        if self.drawn != "iid" and self.ids is None:
             for parent, kids in self.children.items():
                 tokens = [self.tokens[c] for c in kids]
                 if len(set(tokens)) != len(tokens):
@@ -68,9 +71,16 @@ class DraftTree:
                     )
 
     @classmethod
-    def chain(cls, tokens: Sequence[int], drawn: str = "sampled") -> DraftTree:
-        """The tree with one branch: d_1..d_k, each the child of the one before."""
-        return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)), drawn)
+    def chain(cls, tokens: Sequence[int], drawn: str = "sampled", ids: torch.Tensor | None = None) -> DraftTree:
+        """The tree with one branch: d_1..d_k, each the child of the one before (``ids``: their
+        tokens on the device, ``tokens`` PENDING until read)."""
+        return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)), drawn, ids)
+
+    def resolved(self, tokens: Sequence[int]) -> DraftTree:
+        """This tree with its pending node tokens read (the same tree where none was pending)."""
+        if self.ids is None:
+            return self
+        return replace(self, tokens=tuple(tokens), ids=None)
 
     def __len__(self) -> int:
         return len(self.tokens)

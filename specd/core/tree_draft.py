@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specd.core import device_chain
+from specd.core.kv import PENDING
 from specd.core.model import RowInput
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import PolicyState
@@ -94,6 +96,9 @@ class Drafted:
     first_call: tuple[int, float] = (0, 0.0)
     trees: tuple[DraftTree | None, ...] = ()
     fed_rows: int = 0  # rows the calls after the first fed, together (a tree's levels: several a call)
+    # int64[B, K] on the device: a chain's tokens where they were never read (``drafts`` PENDING;
+    # specd.core.device_chain), -1 past a row's drafts. None: the drafts are known.
+    ids: torch.Tensor | None = None
 
 
 def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Drafted:
@@ -123,6 +128,13 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
     started = time.perf_counter()
     raws = proposer.forward(cache, rows, staged)
     first_call = (max(len(r.tokens) for r in rows), time.perf_counter() - started)
+    if device_chain.on_device(proposer, [states[b] for b in live], shapes, exclude):
+        ids, q_rows, fed = device_chain.draft_chain(proposer, states, ks, live, cache, ctx, raws, uniforms, staged)
+        rows_of = [q_rows.get(b, []) for b in range(len(states))]
+        q, q_index = packed(rows_of, proposer.vocab_size, ctx.dtype, device)
+        drafts = tuple((PENDING,) * len(r) for r in rows_of)
+        draws = tuple(ks[b] if b in uniforms else 0 for b in range(len(states)))
+        return Drafted(drafts, q, q_index, draws, staged, first_call, (), fed, ids)
     level = [
         Expansion(b, -1, raw, states[b].draft_proc, (), 0, exclude=tuple(exclude[b]) if exclude else ())
         for b, raw in zip(live, raws)

@@ -169,6 +169,7 @@ class LlamaCppLM:
         missing = [r.slot for r in rows if not cache.is_open(r.slot)]
         if missing:
             raise ValueError(f"slots {missing} are not open")
+        rows = [r.on_host() for r in rows]  # llama.cpp takes its tokens from the host
         for r in rows:
             cache.expect(KVRows(r.slot, r.tokens, r.positions))  # refused before llama.cpp sees it
         needs = [len(r.tokens) if logits_for is None else min(len(r.tokens), logits_for) for r in rows]

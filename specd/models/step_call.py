@@ -78,6 +78,7 @@ def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention
     n_new = max(len(r.tokens) for r in rows)
     by_slot = {r.slot: r for r in rows}
     ids, pos, write, trees = [], [], [], []
+    pending: list[tuple[int, int, torch.Tensor]] = []  # (batch row, first column, ids): tokens on the device
     span = 0
     for b, slot in enumerate(slots):
         row = by_slot.get(slot) if slot is not None else None
@@ -89,13 +90,22 @@ def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention
             if row.parents is not None or cache.branching(slot):
                 trees.append((b, row, committed, base))
         cols = list(range(base, base + n_new))
-        ids.append(list(row.tokens) + [pad_id] * (n_new - n) if n else [pad_id] * n_new)
+        known = list(row.tokens) if n else []
+        if row is not None and row.ids is not None:
+            first = n - len(row.ids)
+            known[first:] = [pad_id] * len(row.ids)
+            pending.append((b, first, row.ids))
+        ids.append(known + [pad_id] * (n_new - n))
         pos.append(list(row.positions) + cols[n:] if n else cols)
         write.append(cols)
         span = max(span, base + n_new)
     cache.store.reserve(len(cache.rows), span)
     device = cache.device
     packed = torch.tensor([ids, pos, write], dtype=torch.long).to(device, non_blocking=True)
+    if pending:  # a model draft's tokens, never read: written into the ids on the device
+        at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
+        where = torch.tensor(at, dtype=torch.long).to(device, non_blocking=True)
+        packed[0].index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
     columns = torch.arange(span, device=device)
     mask = columns.view(1, 1, span) <= packed[2].unsqueeze(-1)  # a chain's query: every column up to its own
     if trees:

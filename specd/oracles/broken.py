@@ -108,7 +108,7 @@ class RawLogitsAsQ(ModelProposer):
     """Samples from the processed rows but records softmax of the raw draft logits as q."""
 
     def propose(self, states, ks, cache, ctx):
-        proposal = super().propose(states, ks, cache, ctx)
+        proposal = super().propose(states, ks, cache, ctx).read(cache, states)
         q = proposal.q.clone()
         for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
             for i in range(len(drafts)):
@@ -121,7 +121,7 @@ class BFloat16RecordedQ(ModelProposer):
     """Draws from float rows but records q rounded to bfloat16 (the row compared is not the row drawn from)."""
 
     def propose(self, states, ks, cache, ctx):
-        proposal = super().propose(states, ks, cache, ctx)
+        proposal = super().propose(states, ks, cache, ctx).read(cache, states)
         return replace(proposal, q=proposal.q.to(torch.bfloat16).to(proposal.q.dtype))
 
 
@@ -139,7 +139,7 @@ class KFromBatchConfidence(ModelProposer):
     can round above them and cut a request alone, which is not the bug this variant stands for."""
 
     def propose(self, states, ks, cache, ctx):
-        proposal = super().propose(states, ks, cache, ctx)
+        proposal = super().propose(states, ks, cache, ctx).read(cache, states)
         live = [b for b, d in enumerate(proposal.drafts) if d]
         if not live or max(len(d) for d in proposal.drafts) < 2:
             return proposal
@@ -158,7 +158,7 @@ class KAfterTargetP(ModelProposer):
         self.reference = Reference(rig)
 
     def propose(self, states, ks, cache, ctx):
-        proposal = super().propose(states, ks, cache, ctx)
+        proposal = super().propose(states, ks, cache, ctx).read(cache, states)
         keep = []
         for b, (state, drafts) in enumerate(zip(states, proposal.drafts)):
             cut = len(drafts)
@@ -175,7 +175,7 @@ class StopOnAcceptanceUniform(ModelProposer):
     uniform the acceptance test will use): the drafts tested are the ones likely to pass."""
 
     def propose(self, states, ks, cache, ctx):
-        proposal = super().propose(states, ks, cache, ctx)
+        proposal = super().propose(states, ks, cache, ctx).read(cache, states)
         keep = []
         for state, drafts in zip(states, proposal.drafts):
             u = ctx.draws(state, "acceptance", len(drafts))
@@ -193,7 +193,7 @@ class NgramUniformQ(NgramProposer):
     """Records q as uniform instead of the point mass the lookup really is."""
 
     def propose(self, states, ks, cache, ctx):
-        proposal = super().propose(states, ks, cache, ctx)
+        proposal = super().propose(states, ks, cache, ctx).read(cache, states)
         uniform = torch.full((self.vocab_size,), 1.0 / self.vocab_size, dtype=ctx.dtype)
         q, q_index = packed([[uniform] * len(d) for d in proposal.drafts], self.vocab_size, ctx.dtype)
         return replace(proposal, q=q, q_index=q_index)
@@ -232,7 +232,7 @@ class SourceAfterTargetP(SourceSet):
 
     def propose(self, states, plans, caches, ctx, target_cache=None):
         ks = [p.k for p in plans]
-        runs = [src.propose(states, ks, c, ctx) for src, c in zip(self.sources, caches.caches)]
+        runs = [src.propose(states, ks, c, ctx).read(c, states) for src, c in zip(self.sources, caches.caches)]
         drafts, used, names, rows = [], [], [], []
         for b, state in enumerate(states):
             liked = [self.reference.p(state.output)[r.drafts[b][0]] if r.drafts[b] else -1.0 for r in runs]

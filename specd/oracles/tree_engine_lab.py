@@ -50,7 +50,7 @@ class SpecInferResidualProposer(ModelProposer):
     SpecInfer's rule (q unchanged, for i.i.d. children) applied to children that were not drawn from q."""
 
     def propose(self, states, ks, cache, ctx, shapes=None):
-        proposal = super().propose(states, ks, cache, ctx, shapes)
+        proposal = super().propose(states, ks, cache, ctx, shapes).read(cache, states)
         index = []
         for b, rows in enumerate(proposal.q_index):
             tree = proposal.tree(b)
@@ -63,7 +63,7 @@ class RankedChildrenSoftQ(ModelProposer):
     as if it had been sampled from q (llama.cpp speculative.cpp's branches; EAGLE's disputed trees)."""
 
     def propose(self, states, ks, cache, ctx, shapes=None):
-        proposal = super().propose(states, ks, cache, ctx, shapes)
+        proposal = super().propose(states, ks, cache, ctx, shapes).read(cache, states)
         rows_of = []
         for b, state in enumerate(states):
             tree = proposal.tree(b)
@@ -145,6 +145,7 @@ class SiblingsSeeEachOther(TableModel):
         return out
 
     def step(self, cache, rows, logits_for=None):
+        rows = [r.on_host() for r in rows]
         out = super().step(cache, rows, logits_for)
         for i, row in enumerate(rows):
             if row.parents is None:
@@ -164,7 +165,7 @@ class MergedDuplicateSiblings(ModelProposer):
     against what its twin left, and that residual, never happen."""
 
     def propose(self, states, ks, cache, ctx, shapes=None):
-        proposal = super().propose(states, ks, cache, ctx, shapes)
+        proposal = super().propose(states, ks, cache, ctx, shapes).read(cache, states)
         trees, index = [], []
         for b, rows in enumerate(proposal.q_index):
             tree, rows = _deduplicated(proposal.tree(b), rows)

@@ -69,3 +69,33 @@ def test_a_target_row_with_no_mass_found_by_a_deferred_check_is_refused_by_the_r
     with pytest.raises(EmptyDistribution, match="every logit masked"):
         speculative_round(session)
     assert session.store.get("r").generated == 0  # nothing published
+
+
+def test_a_draft_drawn_on_the_device_on_a_boundary_is_drafted_again_exactly():
+    """A model draft's chain keeps its tokens on the device (specd.core.device_chain); its draws' flags
+    are read with the decision, and a set one takes the round again from its proposal, each level then
+    reading its flag at once: the boundary draft is drawn exactly (the first index whose mass exceeds
+    u * total: token 1), and the round is the one a read per level gives."""
+
+    def draws(state, stream, n):  # d_1's uniform on the boundary of (1/2, 1/2)
+        return [{"proposal": 0.5, "acceptance": 0.25, "terminal": 0.25}[stream]] * n
+
+    session = uniform_pair(k=1).start([Request("r", (0, 1), 8, seed=0)], draws=draws)
+    with HostReads() as reads:
+        (outcome,) = speculative_round(session)
+    assert outcome.draft_token_ids == (1,) and outcome.accepted == 1  # p = q: kept
+    assert "exact_redraw" in {function for (_, _, _, function) in reads.where}
+    state = session.store.get("r")
+    assert session.cache.committed(state.slot) == state.cache_tokens  # the first take's rows went
+    assert session.cache.temporary(state.slot) == ()
+
+
+@pytest.mark.parametrize("rule", ["maximal", "block"])
+def test_a_draft_row_with_no_mass_found_by_a_deferred_check_is_refused_by_the_round(monkeypatch, rule):
+    engine = table_engine(k=2, rule=rule)
+    draft = engine.proposer.sources[0].model
+    monkeypatch.setattr(draft, "raw_logits", lambda prefix: torch.full((4,), float("-inf")))
+    session = engine.start([Request("r", (0, 1), 8, seed=0)])
+    with pytest.raises(EmptyDistribution, match="every logit masked"):
+        speculative_round(session)
+    assert session.store.get("r").generated == 0  # nothing published

@@ -1,6 +1,7 @@
 """How often a round reads from the device: counted by ``HostReads`` on a tiny Hugging Face pair (a
-model draft at K = 4, sampled), at most BOUND a round under every rule, the same at batch 1 and 16
-(each read waits for the device on CUDA)."""
+model draft at K = 4, sampled), once a round under every rule, the same at batch 1 and 16 (each read
+waits for the device on CUDA): the drafts stay on the device until the decision's read
+(specd.core.device_chain), and the caches know their rows without looking."""
 
 import pytest
 import torch
@@ -12,7 +13,10 @@ from specd.core.proposer import ModelProposer
 from specd.core.round import speculative_round
 from specd.core.state import Request
 
-BOUND = 16  # per round, at every batch size; docs/performance.md says where they are made
+BOUND = 1  # per round, at every batch size; docs/performance.md says where it is made
+# Reads a CPU run makes that a GPU run does not: numpy's argmax over a view of a row, the invariant
+# rule's race counting a row's support to race sparse rows over it alone.
+CPU_ONLY = {"race_tokens", "argmax_ids"}
 ROUNDS = 4
 
 
@@ -25,9 +29,7 @@ def test_the_counter_counts_each_kind_of_read():
 
 
 def reads_per_round(hf_pair, batch: int, rule: str, log: bool = False) -> tuple[float, HostReads]:
-    """Reads a round makes, on average over its first rounds. On a CPU the invariant rule's race
-    counts a row's support to race sparse rows over it alone; on a GPU it races them whole, reading
-    nothing, so that CPU-only read is not counted here."""
+    """Reads a round makes, on average over its first rounds, but for the CPU-only ones (CPU_ONLY)."""
     target, draft = hf_pair
     policy = SamplingPolicy.build(temperature=1.0)
     config = EngineConfig(k=4, rule=rule, record_log=log)
@@ -38,25 +40,15 @@ def reads_per_round(hf_pair, batch: int, rule: str, log: bool = False) -> tuple[
         with reads:
             speculative_round(session)
         rounds += 1
-    cpu_only = sum(n for (_, _, _, function), n in reads.where.items() if function == "race_tokens")
+    cpu_only = sum(n for (_, _, _, function), n in reads.where.items() if function in CPU_ONLY)
     return (reads.count - cpu_only) / rounds, reads
 
 
-def tidy_reads(reads: HostReads) -> int:
-    """The caches' tidy reads: one per cache and round where it has holes to look at, none where its
-    ledger knows it has none (more often at batch 1: a round whose drafts were all accepted)."""
-    return sum(n for (_, _, _, function), n in reads.where.items() if function == "tidy")
-
-
 @pytest.mark.parametrize("rule", ["maximal", "invariant", "block"])
-def test_a_round_reads_from_the_device_a_bounded_number_of_times_at_any_batch_size(hf_pair, rule):
+def test_a_round_reads_from_the_device_once_at_any_batch_size(hf_pair, rule):
     one, reads_one = reads_per_round(hf_pair, 1, rule)
     sixteen, reads_sixteen = reads_per_round(hf_pair, 16, rule)
-    assert one <= BOUND and sixteen <= BOUND, reads_sixteen.where.most_common(12)
-    assert max(tidy_reads(reads_one), tidy_reads(reads_sixteen)) <= 2 * ROUNDS  # two caches
-    rest_one = one - tidy_reads(reads_one) / ROUNDS
-    rest_sixteen = sixteen - tidy_reads(reads_sixteen) / ROUNDS
-    assert rest_sixteen <= rest_one, "reads must not grow with the batch"
+    assert one == BOUND and sixteen == BOUND, (reads_one.where.most_common(6), reads_sixteen.where.most_common(6))
 
 
 @pytest.mark.parametrize("rule", ["maximal", "invariant"])
@@ -95,5 +87,5 @@ def test_target_only_decoding_reads_once_a_round(hf_pair, temperature):
     with HostReads() as reads:
         for _ in range(ROUNDS):
             speculative_round(session)
-    cpu_only = sum(n for (_, _, _, function), n in reads.where.items() if function == "argmax_ids")
+    cpu_only = sum(n for (_, _, _, function), n in reads.where.items() if function in CPU_ONLY)
     assert reads.count - cpu_only == ROUNDS, reads.where.most_common(4)

@@ -68,7 +68,12 @@ def test_the_scan_sees_calls_where_they_are():
 # ended between rounds, a failed round rolled back) in the session.
 ROUND_WRITES = {
     "publish": [("core/round.py", "speculative_round"), ("core/transaction.py", "publish")],
-    "settle": [("core/round.py", "speculative_round"), ("core/session.py", "abort"), ("core/sources.py", "settle")],
+    "settle": [
+        ("core/round.py", "speculative_round"),
+        ("core/session.py", "abort"),
+        ("core/session.py", "discard_temporary"),
+        ("core/sources.py", "settle"),
+    ],
     "retire": [("core/round.py", "speculative_round"), ("core/session.py", "_prefill"), ("core/session.py", "finish")],
     "replace_unpublished": [
         ("core/round.py", "materialize_frontiers"),
