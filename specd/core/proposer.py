@@ -93,9 +93,9 @@ class Proposal:
         given = self.trees[b] if b < len(self.trees) else None
         if given is not None:
             return given
-        k = len(self.drafts[b])
-        pending = self.draft_ids is not None and k > 0 and self.drafts[b][0] == PENDING
-        return DraftTree.chain(self.drafts[b], ids=self.draft_ids[b, :k] if pending else None)
+        k, ids = len(self.drafts[b]), self.draft_ids
+        pending = ids is not None and k > 0 and self.drafts[b][0] == PENDING
+        return DraftTree.chain(self.drafts[b], ids=ids[b, :k] if ids is not None and pending else None)
 
     def read(self, cache, states) -> Proposal:
         """This proposal with its drafts read from the device where they were never read (one read), and

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import cast
 
 import torch
 
@@ -60,7 +61,7 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
         # Where the rule's is set the rule decides again; where a device-drawn draft's is set (its tokens
         # were never read, specd.core.device_chain) the round is taken again from its proposal. Either
         # way each check then reads at once; the draws are the same (stream counters have not moved).
-        proposal = None
+        proposal: Proposal | None = None
         for deferring in (True, False):
             with checks.deferred(deferring) as kept:
                 if proposal is None:
@@ -90,6 +91,7 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
                 proposal = None
             elif not rule_flag:
                 break
+        proposal = cast(Proposal, proposal)  # the loop's first take always proposes
         trees, verified = resolve(session, active, trees, verified, drafts)
         for txn, t, v, used, src, plan in zip(txns, trees, verified, proposal.draws, proposal.sources, plans):
             txn.verified(t, v, used, src, plan.match)
