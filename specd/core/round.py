@@ -30,7 +30,7 @@ from specd.core.outcome import RoundOutcome
 from specd.core.probability import argmax_ids
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.records import RunResult, acceptance_rows, log_columns, round_timing
-from specd.core.rows import Rows, per_request, row_starts
+from specd.core.rows import Rows, joined, per_request, row_starts
 from specd.core.rules import Rule
 from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
@@ -315,25 +315,6 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     ]
 
 
-def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """torch.cat(parts) over dim 0; without a copy when the parts lie back to back in one contiguous
-    block of memory (a verification call's rows, each request's taken in order: the common case), and
-    one part itself (no new view: after a model call, each tensor operation costs tens of us)."""
-    if len(parts) == 1:
-        return parts[0]
-    first = parts[0] if parts else None
-    if first is None or not all(p.is_contiguous() and p.dtype == first.dtype for p in parts):
-        return torch.cat(list(parts))
-    row = first.stride(0) if first.dim() > 1 else 1
-    at = first.data_ptr()
-    for p in parts:
-        if p.data_ptr() != at or p.device != first.device or p.shape[1:] != first.shape[1:]:
-            return torch.cat(list(parts))
-        at += p.shape[0] * row * p.element_size()
-    rows = sum(p.shape[0] for p in parts)
-    return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
-
-
 def read_decision(
     decision, kept: Sequence[list[torch.Tensor]], log: bool, drafts: torch.Tensor | None = None
 ) -> tuple[list[list[int]], tuple[bool, ...], list, list[list[int]] | None]:
@@ -347,26 +328,22 @@ def read_decision(
     leaf = decision.leaf if decision.leaf is not None else accepted - 1
     columns = log_columns(decision) if log else []
     # one vector [A..., terminal..., is_bonus..., leaf..., flags..., columns..., drafts...], one dtype by cat
-    parts = [
-        accepted,
-        decision.terminal,
-        decision.is_bonus,
-        leaf,
-        *(checks.any_set(k, device).reshape(1) for k in kept),
-    ]
+    flags = [checks.any_set(k, device).reshape(1) for k in kept if k]  # an empty list is known unset
+    parts = [accepted, decision.terminal, decision.is_bonus, leaf, *flags]
     parts += [c.to(device=device, dtype=torch.float64).flatten() for c in columns]
     if drafts is not None:
         parts.append(drafts.to(device).flatten())
     values = torch.cat(parts).tolist()
     fours = [[int(values[j * b + i]) for j in range(4)] for i in range(b)]
     k = columns[0].shape[1] if columns else 0
-    rest = values[4 * b + len(kept) :]
+    rest = values[4 * b + len(flags) :]
     read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(len(columns))]
     tokens = None
     if drafts is not None:
         width, flat = drafts.shape[1], rest[len(columns) * b * k :]
         tokens = [[int(t) for t in flat[r * width : (r + 1) * width]] for r in range(b)]
-    return fours, tuple(bool(f) for f in values[4 * b : 4 * b + len(kept)]), read, tokens
+    read_flags = iter(values[4 * b : 4 * b + len(flags)])
+    return fours, tuple(bool(next(read_flags)) if k else False for k in kept), read, tokens
 
 
 def resolve(session: DecodeSession, active, trees: list[DraftTree], verified: list[Verified], drafts):
@@ -422,16 +399,19 @@ def round_rows(
         argmax = per_request(argmax_ids(policy.logits(raw, states, work)), ks, k_max)
     else:
         p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
-    index = [list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index]
-    if proposal.draft_ids is not None:  # drafts never read (specd.core.device_chain), -1 past a row's
-        draft = proposal.draft_ids[:, :k_max].to(device)
+    if not k_max:  # no request drafted: no draft, no q row
+        index = draft = torch.empty(len(ks), 0, dtype=torch.int64, device=device)
     else:
-        draft = torch.tensor([list(d) + [-1] * (k_max - len(d)) for d in drafts], dtype=torch.int64, device=device)
+        index = torch.tensor([list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index], device=device)
+        if proposal.draft_ids is not None:  # drafts never read (specd.core.device_chain), -1 past a row's
+            draft = proposal.draft_ids[:, :k_max].to(device)
+        else:
+            draft = torch.tensor([list(d) + [-1] * (k_max - len(d)) for d in drafts], device=device)
     return Rows(
         p,
         None if p is None else row_starts(k_lens),
         proposal.q.to(device),
-        torch.tensor(index, dtype=torch.int64, device=device),  # B lists of K: int64[B, K]
+        index,  # each draft's row of q, int64[B, K]
         draft,
         k_lens,
         proposal.q.shape[-1],

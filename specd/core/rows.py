@@ -29,6 +29,25 @@ import torch
 from specd.core.tree import ROOT, TreeBatch
 
 
+def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """torch.cat(parts) over dim 0; without a copy when the parts lie back to back in one contiguous
+    block of memory (a verification call's rows, each request's taken in order: the common case), and
+    one part itself (no new view: after a model call, each tensor operation costs tens of us)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0] if parts else None
+    if first is None or not all(p.is_contiguous() and p.dtype == first.dtype for p in parts):
+        return torch.cat(list(parts))
+    row = first.stride(0) if first.dim() > 1 else 1
+    at = first.data_ptr()
+    for p in parts:
+        if p.data_ptr() != at or p.device != first.device or p.shape[1:] != first.shape[1:]:
+            return torch.cat(list(parts))
+        at += p.shape[0] * row * p.element_size()
+    rows = sum(p.shape[0] for p in parts)
+    return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+
+
 def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:
     """k_lens int64[B] -> bool[B, K]: True where a draft exists."""
     return torch.arange(k_max, device=k_lens.device).unsqueeze(0) < k_lens.unsqueeze(1)

@@ -41,7 +41,7 @@ from specd.core.checks import flagged
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
 from specd.core.rows import Rows, per_request
-from specd.core.tree import leaf_of, walk
+from specd.core.tree import ROOT, leaf_of, walk
 from specd.errors import ImpossibleProposal
 
 
@@ -254,6 +254,9 @@ class RejectionSampler:
         """The walk down each request's tree (``specd.core.tree.walk``) from the nodes' tests passed
         bool[B, K] -> (A int64[B], the last accepted node int64[B] (-1: none), the last child of that
         node, which was refused, int64[B] (-1: it has none, the terminal is a bonus))."""
+        if rows.tree is None:  # chains: the walk is the drafts in order, the refused child node A
+            accepted = self.count_accepted(passed & rows.valid())
+            return accepted, accepted - 1, torch.where(accepted < rows.k_lens, accepted, ROOT)
         tree = rows.structure()
         level_passed, along = walk(passed, rows.valid(), tree)
         accepted = self.count_accepted(level_passed)
@@ -342,7 +345,8 @@ class RejectionSampler:
             return self.root_targets(targets[:, 0], rows)
         valid = rows.valid()
         q_draft = rows.q_draft(rows.q.dtype)
-        parent_target = targets.gather(1, rows.structure().parent + 1)
+        # each node's parent's target: a chain's d_i is scored by row i - 1 (the first K of K + 1)
+        parent_target = targets[:, :-1] if rows.tree is None else targets.gather(1, rows.structure().parent + 1)
         p_draft = ((draft == parent_target) & valid).to(q_draft.dtype)
         ratios = self.acceptance_ratios(p_draft, q_draft, valid)
         accepted, leaf, last = self.walk_tree((ratios >= 1) & valid, rows)

@@ -18,6 +18,7 @@ form a stopping time of the draft process and the rule stays exact.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -110,6 +111,15 @@ class SourceCaches:
     def tidy(self) -> None:
         for c in self._each():
             c.tidy()
+
+
+@functools.lru_cache(maxsize=64)
+def nothing_proposed(rows: int, vocab: int, dtype: torch.dtype) -> Proposal:
+    """The proposal of a round in which no row drafts (one per shape: it is never changed)."""
+    empty = ((),) * rows
+    return Proposal(
+        empty, torch.zeros(0, vocab, dtype=dtype), empty, (0,) * rows, (None,) * rows, sources=(None,) * rows
+    )
 
 
 def remaining_shape(plan: Plan, taken: int) -> TreeShape | None:
@@ -272,6 +282,8 @@ class SourceSet:
         several sources (``Plan.also``) gets the rest of its root's children from each of them in turn,
         never a token an earlier source put there (specd.core.tree_draft: the law of a later source's
         children is its row without them), each source's proposal uniforms after the earlier ones'."""
+        if not any(plan.k for plan in plans):  # nobody drafts this round: no source runs
+            return nothing_proposed(len(states), self.vocab_size or 0, ctx.dtype)
         acc = Drafting(len(states))
         for index, source in enumerate(self.sources):
             rows = [b for b, plan in enumerate(plans) if plan.source == index and plan.k > 0]

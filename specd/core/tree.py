@@ -74,6 +74,8 @@ class DraftTree:
     def chain(cls, tokens: Sequence[int], drawn: str = "sampled", ids: torch.Tensor | None = None) -> DraftTree:
         """The tree with one branch: d_1..d_k, each the child of the one before (``ids``: their
         tokens on the device, ``tokens`` PENDING until read)."""
+        if not tokens and drawn == "sampled" and ids is None:
+            return NO_DRAFTS  # most rounds of target-only or -k auto decoding
         return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)), drawn, ids)
 
     def resolved(self, tokens: Sequence[int]) -> DraftTree:
@@ -134,6 +136,9 @@ class DraftTree:
         """The last child of ``node`` (ROOT: of the root), or -1 for a node without children."""
         kids = self.children.get(node)
         return kids[-1] if kids else -1
+
+
+NO_DRAFTS = DraftTree((), ())  # the empty proposal
 
 
 def walked(tree: DraftTree, path: tuple[int, ...], accepted: int, refused_all: bool) -> list[int]:

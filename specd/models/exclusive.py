@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 
 _LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its lock, while the model lives
 _MADE = threading.Lock()  # guards _LOCKS itself
@@ -32,8 +32,37 @@ def lock_of(model: object) -> threading.RLock:
 @contextmanager
 def exclusive(models: Iterable[object]) -> Iterator[None]:
     """Hold the lock of each of ``models`` (each once, in the order of their ids)."""
-    unique = {id(m): m for m in models}
-    with ExitStack() as stack:
-        for _, model in sorted(unique.items()):
-            stack.enter_context(lock_of(model))
+    with Holding(locks_of(models)):
         yield
+
+
+def locks_of(models: Iterable[object]) -> tuple[threading.RLock, ...]:
+    """The locks of ``models``, each model's once, in the order of their ids (the one order every
+    caller takes them in)."""
+    unique = {id(m): m for m in models}
+    return tuple(lock_of(model) for _, model in sorted(unique.items()))
+
+
+class Holding:
+    """``with Holding(locks):`` holds ``locks`` in order for the block, released in reverse (a class, not a
+    generator: a round's events take it once each)."""
+
+    __slots__ = ("locks",)
+
+    def __init__(self, locks: tuple[threading.RLock, ...]):
+        self.locks = locks
+
+    def __enter__(self) -> None:
+        taken = []
+        try:
+            for lock in self.locks:
+                lock.acquire()
+                taken.append(lock)
+        except BaseException:
+            for lock in reversed(taken):
+                lock.release()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        for lock in reversed(self.locks):
+            lock.release()

@@ -58,6 +58,19 @@ def logit_width(model) -> int:
     return head.weight.shape[0] if head is not None else model.config.vocab_size
 
 
+def _picked(states: torch.Tensor, wanted: Sequence[tuple[int, int, int]], n_new: int) -> torch.Tensor:
+    """The hidden states float[R, D] of the rows ``wanted`` lists ((batch row, first and end input
+    column) per input) from states float[B, n_new, D], packed in order. Where every batch row is an
+    input, in order, wanting its last m columns (a step of rows of one length: a chain's draft step,
+    a verification of equal drafts), a view; else one gather."""
+    b, m = len(wanted), wanted[0][2] - wanted[0][1]
+    if b == states.shape[0] and all(w == (i, n_new - m, n_new) for i, w in enumerate(wanted)):
+        return states[:, n_new - m :].reshape(b * m, states.shape[-1])
+    index = [(row, c) for row, lo, hi in wanted for c in range(lo, hi)]
+    at = torch.tensor(index, dtype=torch.long).to(states.device, non_blocking=True)
+    return states[at[:, 0], at[:, 1]]
+
+
 class HFCausalLM:
     """model: a transformers causal LM already on its device and dtype."""
 
@@ -211,9 +224,7 @@ class HFCausalLM:
         if states is not None and keep:
             # Only the real rows that need an output go through the head, packed: float[R, V], never the
             # padded float[B, n_new, V]. hidden=True: the rows' hidden states stand where logits would.
-            index = [(b, c) for b, lo, hi in wanted for c in range(lo, hi)]
-            picked_at = torch.tensor(index, dtype=torch.long).to(states.device, non_blocking=True)
-            picked = states[picked_at[:, 0], picked_at[:, 1]]
+            picked = _picked(states, wanted, n_new)
             packed_out = (picked if hidden else self.head(picked)).split([hi - lo for _, lo, hi in wanted])
         logits, kv, states_out = [], [], []
         first = n_new - keep  # input column of all_logits[:, 0]

@@ -33,7 +33,7 @@ from specd.models.backends import LLAMA_CPP
 from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
 from specd.models.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
 from specd.models.embedded import EMBEDDED, ensure_embedded
-from specd.models.exclusive import exclusive
+from specd.models.exclusive import Holding, exclusive, locks_of
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf import HFCausalLM
@@ -365,8 +365,9 @@ class Pipeline:
     def exclusively(self, events: Iterator[T]) -> Iterator[T]:
         """``events`` with each step (a round and its events) taken holding the models: two threads on
         one pair interleave round by round, each decoding as it would alone."""
+        held = Holding(locks_of(self.models))
         while True:
-            with self.exclusive():
+            with held:
                 event = next(events, _DONE)
             if event is _DONE:
                 return

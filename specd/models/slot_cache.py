@@ -45,12 +45,20 @@ class SlotStore(Cache):
         self.write: torch.Tensor | None = None
         self.batch: torch.Tensor | None = None
         self.span = 0
+        self._columns: torch.Tensor | None = None
 
     def __repr__(self) -> str:
         return f"SlotStore(rows={self.rows}, capacity={self.capacity}, layers={len(self.keys)})"
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.span
+
+    def columns(self, span: int, device: torch.device) -> torch.Tensor:
+        """0..span-1 as int64[span] on ``device`` (a view of one arange, kept: a step compares its
+        write columns against it for its mask)."""
+        if self._columns is None or self._columns.shape[0] < span or self._columns.device != device:
+            self._columns = torch.arange(max(span, self.capacity), device=device)
+        return self._columns[:span]
 
     def reserve(self, rows: int, columns: int) -> None:
         """At least ``rows`` batch rows and ``columns`` columns, growing by doubling (a copy of

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from specd.core.model import RowInput
+from specd.core.rows import joined
 from specd.models.slot_cache import SlotCache
 
 # Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
@@ -101,13 +102,19 @@ def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention
         span = max(span, base + n_new)
     cache.store.reserve(len(cache.rows), span)
     device = cache.device
-    packed = torch.tensor([ids, pos, write], dtype=torch.long).to(device, non_blocking=True)
-    if pending:  # a model draft's tokens, never read: written into the ids on the device
-        at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
-        where = torch.tensor(at, dtype=torch.long).to(device, non_blocking=True)
-        packed[0].index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
-    columns = torch.arange(span, device=device)
-    mask = columns.view(1, 1, span) <= packed[2].unsqueeze(-1)  # a chain's query: every column up to its own
+    every = len(pending) == len(slots) and all(b == i and not first for i, (b, first, _) in enumerate(pending))
+    if every and all(len(r.tokens) == n_new for r in rows):  # a draft step: every token on the device, in order
+        packed = torch.tensor([pos, write], dtype=torch.long).to(device, non_blocking=True)
+        token_ids = joined([t for _, _, t in pending]).to(device).view(len(slots), n_new)
+        positions, columns_at = packed[0], packed[1]
+    else:
+        packed = torch.tensor([ids, pos, write], dtype=torch.long).to(device, non_blocking=True)
+        token_ids, positions, columns_at = packed[0], packed[1], packed[2]
+        if pending:  # a model draft's tokens, never read: written into the ids on the device
+            at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
+            where = torch.tensor(at, dtype=torch.long).to(device, non_blocking=True)
+            token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
+    mask = cache.store.columns(span, device).view(1, 1, span) <= columns_at.unsqueeze(-1)  # a chain's query
     if trees:
         mask[torch.tensor([b for b, *_ in trees], device=device)] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
@@ -117,7 +124,7 @@ def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
     batch = torch.tensor(batch_rows, dtype=torch.long, device=device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
-    return Call(packed[0], packed[1], packed[2], mask, span, batch, at)
+    return Call(token_ids, positions, columns_at, mask, span, batch, at)
 
 
 def _tree_rows(cache: SlotCache, row: RowInput, committed: int, base: int, n_new: int, span: int) -> torch.Tensor:
