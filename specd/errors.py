@@ -121,6 +121,13 @@ class CacheIdentityError(ContractViolation):
     code = "cache_identity"
 
 
+class GraphsUnavailable(UsageError):
+    """--graphs on where a model's steps cannot be captured as CUDA graphs (no CUDA, llama.cpp, a step
+    that reads from the device)."""
+
+    code = "graphs_unavailable"
+
+
 class UnsupportedCache(SpecdError):
     """A model whose K/V cache cannot be rolled back row by row (sliding window, bounded layers)."""
 

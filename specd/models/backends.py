@@ -157,9 +157,10 @@ def load_models(opts, specs, dtype, device, given, tokenizer, backend: str, cach
     return target, load(model_spec.value, opts.draft_gguf, dtype, device, **placement)
 
 
-def adapters(target: Loaded, draft: Loaded | None) -> tuple:
+def adapters(target: Loaded, draft: Loaded | None, graphs: str = "off") -> tuple:
     """The loaded target (and draft model) as specd's causal LMs, each on its backend, over one
-    admitted event space -> (target LM, draft LM or None, EventSpace)."""
+    admitted event space -> (target LM, draft LM or None, EventSpace). ``graphs``: --graphs, for the
+    Hugging Face models (specd.models.graphs)."""
     tok = target.tokenizer
     t_width = width(target.model)
     d_width = width(draft.model) if draft else t_width
@@ -169,7 +170,7 @@ def adapters(target: Loaded, draft: Loaded | None) -> tuple:
     def lm(loaded: Loaded):
         if isinstance(loaded.model, GGUFModel):
             return LlamaCppLM(loaded.model, loaded.name, width=space.width)
-        return HFCausalLM(loaded.model, loaded.name, width=space.width, pad_id=pad)
+        return HFCausalLM(loaded.model, loaded.name, width=space.width, pad_id=pad, graphs=graphs)
 
     return lm(target), lm(draft) if draft else None, space
 

@@ -171,9 +171,17 @@ def build_proposer(
             )
         model = copy.deepcopy(target.model).to(dtype)
         name = f"self:{'bf16' if dtype == torch.bfloat16 else 'fp16'}({target.name})"
-        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy, draft_stop)
+        return ModelProposer(
+            HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id, graphs=target.graph_mode),
+            policy,
+            draft_stop,
+        )
     if spec.kind == "self-layers":
         model = early_exit_model(target.model, int(spec.value))
         name = f"self:layers={spec.value}({target.name})"
-        return ModelProposer(HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id), policy, draft_stop)
+        return ModelProposer(
+            HFCausalLM(model, name, width=target.vocab_size, pad_id=target.pad_id, graphs=target.graph_mode),
+            policy,
+            draft_stop,
+        )
     raise UsageError(f"unknown draft kind {spec.kind}")

@@ -14,17 +14,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
 from specd.core.model import RowInput, StepOutput
-from specd.errors import UsageError
+from specd.errors import GraphsUnavailable, UsageError
 from specd.models import cache_compat
+from specd.models.graphs import StepGraphs, graphs_for, refusal
 from specd.models.head import OutputHead
 from specd.models.modes import own_call
 from specd.models.products import forms_of
 from specd.models.slot_cache import SlotCache
-from specd.models.step_call import attention_as, attention_of, plan_call
+from specd.models.step_call import attention_as, attention_of, plan_call, subset
 
 SPLIT_HEAD_MODEL_TYPES = {
     "llama",
@@ -74,7 +76,9 @@ def _picked(states: torch.Tensor, wanted: Sequence[tuple[int, int, int]], n_new:
 class HFCausalLM:
     """model: a transformers causal LM already on its device and dtype."""
 
-    def __init__(self, model, name: str, width: int | None = None, pad_id: int = 0):
+    def __init__(self, model, name: str, width: int | None = None, pad_id: int = 0, graphs: str = "off"):
+        """``graphs``: --graphs (auto, on, off): capture the model's steps as CUDA graphs
+        (specd.models.graphs) where it runs on CUDA."""
         self.model = model
         self.name = name
         self.device = input_device(model)
@@ -98,6 +102,14 @@ class HFCausalLM:
         self.forms = forms_of(model) if plain_cpu else None
         self.head = self._split_head(model)
         self.modules = tuple(model.modules())
+        self.graph_mode = graphs
+        refused = refusal(graphs, self.device, "hf")
+        if refused is not None:
+            raise GraphsUnavailable(refused)
+        self.graphs, why = graphs_for(graphs, self.device, self.head is not None)
+        self.notes: list[str] = []  # said once each by the run that takes them (``take_notes``)
+        if why is not None:
+            self._cannot_capture(why)
 
     def _split_head(self, model) -> OutputHead | None:
         """Run the trunk and our own head when the model's logits are exactly lm_head(hidden)."""
@@ -195,7 +207,8 @@ class HFCausalLM:
         self, cache: SlotCache, rows: Sequence[RowInput], logits_for: int | None, hidden: bool = False
     ) -> StepOutput:
         self.forward_calls += 1
-        call = plan_call(cache, rows, self.pad_id, self.attention, self.dtype)
+        bucket = self._bucket(cache, rows)
+        call = plan_call(cache, rows, self.pad_id, self.attention, self.dtype, bucket)
         for r in rows:  # refused here (CacheIdentityError) before the model runs
             cache.stage(r)
         store = cache.store
@@ -217,7 +230,9 @@ class HFCausalLM:
         wanted = [(b, len(r.tokens) - m, len(r.tokens)) for b, r, m in zip(call.at, rows, needed)]
         packed_out = all_logits = states = None
         with self.attending():
-            if self.head is not None:
+            if bucket is not None:
+                states = self._replayed(store, call, inputs)
+            elif self.head is not None:
                 states = self.model.model(**inputs).last_hidden_state
             else:
                 all_logits = self.model(**inputs, logits_to_keep=max(keep, 1)).logits
@@ -240,6 +255,45 @@ class HFCausalLM:
                 logits.append(torch.empty(0, self.vocab_size))
             kv.append(r)
         return StepOutput(logits, kv, states_out if hidden else None)
+
+    def _bucket(self, cache: SlotCache, rows: Sequence[RowInput]) -> tuple[int, int] | None:
+        """The bucket a call is padded to and replayed in (specd.models.graphs), or None: eager."""
+        if self.graphs is None or subset(cache, rows):
+            return None
+        return self.graphs.usable(len(cache.rows), max(len(r.tokens) for r in rows))
+
+    def _replayed(self, store, call, inputs: dict) -> torch.Tensor:
+        """The body's hidden states for a call padded to its bucket, from that bucket's graph; a model
+        whose steps cannot be captured runs this and every later call eagerly (``--graphs auto``; ``on``
+        refuses it: GraphsUnavailable)."""
+        graphs = cast(StepGraphs, self.graphs)  # a bucket was chosen: there are graphs
+
+        def body(ids, positions, mask):
+            return self.model.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_kw: store}
+            ).last_hidden_state
+
+        try:
+            return graphs.run(store, call, body)
+        except Exception as failed:  # a step that reads from the device or changes shape: not capturable
+            self._cannot_capture(f"capturing its step failed ({type(failed).__name__}: {failed})")
+            store.write, store.batch, store.span = call.write, call.batch, call.span
+            return self.model.model(**inputs).last_hidden_state
+
+    def _cannot_capture(self, why: str) -> None:
+        """This model runs eagerly: said once (``take_notes``), refused under ``--graphs on``."""
+        if self.graph_mode == "on":
+            raise GraphsUnavailable(f"--graphs on: {self.name} cannot be captured as CUDA graphs: {why}")
+        if self.graphs is not None:
+            self.graphs.fail(why)
+        self.graphs = None
+        if self.graph_mode == "auto":
+            self.notes.append(f"{self.name} runs eagerly, not as CUDA graphs: {why}")
+
+    def take_notes(self) -> list[str]:
+        """What this model has to say to the run (once each)."""
+        notes, self.notes = self.notes, []
+        return notes
 
     def attending(self):
         """The model's attention set to the one a step runs with (``step_call.attention_of``) for the

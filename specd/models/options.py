@@ -36,6 +36,7 @@ from specd.models.backends import check as check_backend_options
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
+from specd.models.graphs import MODES as GRAPH_MODES
 from specd.models.option_spec import Check, at_least_one, one_of, option, specs, typed
 from specd.policy.kpolicy import DEFAULT_K_MAX, DEFAULT_TREE_BUDGET, MAX_K, check_k, check_k_max, check_tree_budget
 
@@ -311,6 +312,15 @@ class GenerateOptions:
         check=one_of("softmax", BACKENDS),
     )
     device: str = option("auto", "--device", kind="str", help="auto (cuda when present), cpu, cuda, cuda:N.")
+    graphs: str = option(
+        "auto",
+        "--graphs",
+        kind="str",
+        help="Capture the models' steps as CUDA graphs (one per bucket of batch and rows, calls padded up to "
+        "it): auto where the models run on CUDA and allow it (a model that does not is said once and runs "
+        "eagerly), on (refused where it cannot), off.",
+        check=one_of("graphs", GRAPH_MODES),
+    )
     device_map: str | None = option(
         None,
         "--device-map",

@@ -26,7 +26,7 @@ from specd.core.sources import SourceSet
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.tree_shape import parse_tree
-from specd.errors import UsageError, shown
+from specd.errors import GraphsUnavailable, UsageError, shown
 from specd.models import backends
 from specd.models.admission import EventSpace
 from specd.models.backends import LLAMA_CPP
@@ -36,6 +36,7 @@ from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.exclusive import Holding, exclusive, locks_of
 from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.generation_config import GenerationDefaults, from_model, read_folder
+from specd.models.graphs import refusal as graph_refusal
 from specd.models.hf import HFCausalLM
 from specd.models.llamacpp import LlamaCppLM
 from specd.models.loading import Loaded, resolve_device, resolve_dtype
@@ -92,6 +93,9 @@ class Pipeline:
         if backend == LLAMA_CPP:
             device = resolve_device("cpu")  # llama.cpp runs on the CPU here, and so does a Hugging Face draft beside it
         dtype = resolve_dtype(opts.dtype, device)
+        refused = graph_refusal(opts.graphs, device, backend)  # --graphs on where it cannot be: before any load
+        if refused is not None:
+            raise GraphsUnavailable(refused)
         schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
         t0 = time.perf_counter()
         embedded = EMBEDDED[opts.embedded] if opts.embedded else None
@@ -122,7 +126,7 @@ class Pipeline:
             generation = from_model(opts.generation_config, target.model, target.name)
         if embedded is not None:
             target.name = embedded.label
-        target_lm, draft_lm, space = backends.adapters(target, loaded_draft)
+        target_lm, draft_lm, space = backends.adapters(target, loaded_draft, opts.graphs)
         tok = target.tokenizer
         eos = eos_ids(target.model, tok)
         target_policy, draft_policy, sampling = policies(opts, space, generation, controls(opts, tok, eos))
@@ -131,7 +135,7 @@ class Pipeline:
             table = checked or (draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None)
             proposer = SourceSet([build_source(spec, opts, target_lm, draft_lm, draft_policy, table) for spec in specs])
         contexts = (positions(lm) for lm in (target_lm, draft_lm) if lm is not None)
-        return cls(
+        pipe = cls(
             opts,
             target_lm,
             proposer,
@@ -148,6 +152,10 @@ class Pipeline:
             schedules,
             backend=backend,
         )
+        graphs = getattr(target_lm, "graphs", None)
+        if graphs is not None:  # -k auto prices a call as the bucket it is padded to
+            pipe.costs.buckets = graphs.buckets
+        return pipe
 
     def with_options(self, opts: GenerateOptions) -> Pipeline:
         """The same loaded models under other sampling options (a new pipeline; this one is unchanged)."""
@@ -349,7 +357,14 @@ class Pipeline:
                 session.sync()  # the wall time is the work's, not its launch's
         wall = time.perf_counter() - t0
         ordered = tuple(results[i.request_id] for i in items)
-        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes)
+        said = tuple(note for lm in self.lms for note in getattr(lm, "take_notes", list)())  # a model's, once
+        return GenerationRun(TARGET_ONLY if baseline else SPECULATIVE, ordered, run_result, wall, notes + said)
+
+    @property
+    def lms(self) -> list:
+        """Every causal LM this pipeline runs: the target and each draft source's model."""
+        sources = self.proposer.sources if self.proposer is not None else ()
+        return [self.target, *(lm for s in sources if (lm := getattr(s, "model", None)) is not None)]
 
     @property
     def models(self) -> list[torch.nn.Module]:

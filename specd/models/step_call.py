@@ -23,6 +23,7 @@ import torch
 
 from specd.core.model import RowInput
 from specd.core.rows import joined
+from specd.models.graphs import SPARE
 from specd.models.slot_cache import SlotCache
 
 # Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
@@ -67,16 +68,32 @@ def attention_as(config, attention: str) -> Iterator[None]:
         config._attn_implementation = own
 
 
-def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention: str, dtype) -> Call:
-    """The call's inputs (module docstring); the cache's store is reserved for it. Reads nothing
-    from the device: what a slot holds is the ledger's."""
-    fresh = all(len(r.tokens) > 1 and cache.length(r.slot) == 0 for r in rows)
-    if fresh and len(rows) < len(cache.rows):  # joiners' prompts: only their rows run
+def subset(cache: SlotCache, rows: Sequence[RowInput]) -> bool:
+    """Whether a call runs over its own rows only: joiners' whole prompts, beside running requests."""
+    return len(rows) < len(cache.rows) and all(len(r.tokens) > 1 and cache.length(r.slot) == 0 for r in rows)
+
+
+def plan_call(
+    cache: SlotCache,
+    rows: Sequence[RowInput],
+    pad_id: int,
+    attention: str,
+    dtype,
+    bucket: tuple[int, int] | None = None,
+) -> Call:
+    """The call's inputs (module docstring); the cache's store is reserved for it. ``bucket`` (batch
+    rows, rows per request): padded to that shape, attention over the store's whole capacity, which
+    keeps SPARE columns past every slot's rows (a captured step's, specd.models.graphs). Reads
+    nothing from the device: what a slot holds is the ledger's."""
+    if subset(cache, rows):  # joiners' prompts: only their rows run
         slots: list[int | None] = [r.slot for r in rows]
         batch_rows = [cache.row_of(r.slot) for r in rows]
     else:
         slots, batch_rows = list(cache.rows), []
     n_new = max(len(r.tokens) for r in rows)
+    if bucket is not None:
+        slots += [None] * (bucket[0] - len(slots))  # padded batch rows: free rows of the store
+        n_new = bucket[1]
     by_slot = {r.slot: r for r in rows}
     ids, pos, write, trees = [], [], [], []
     pending: list[tuple[int, int, torch.Tensor]] = []  # (batch row, first column, ids): tokens on the device
@@ -100,7 +117,11 @@ def plan_call(cache: SlotCache, rows: Sequence[RowInput], pad_id: int, attention
         pos.append(list(row.positions) + cols[n:] if n else cols)
         write.append(cols)
         span = max(span, base + n_new)
-    cache.store.reserve(len(cache.rows), span)
+    if bucket is not None:
+        cache.store.reserve(len(slots), span + SPARE)
+        span = cache.store.capacity
+    else:
+        cache.store.reserve(len(cache.rows), span)
     device = cache.device
     every = len(pending) == len(slots) and all(b == i and not first for i, (b, first, _) in enumerate(pending))
     if every and all(len(r.tokens) == n_new for r in rows):  # a draft step: every token on the device, in order

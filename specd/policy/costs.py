@@ -108,6 +108,16 @@ class OnlineCosts:
         self.aside = 0.0  # seconds of draft timing done inside the round being timed: not the round's cost
         self.version = 0
         self._read: dict = {}
+        # The shapes captured calls are padded to (specd.models.graphs.Buckets: ``priced(batch, rows)``),
+        # or None: a call costs its own rows. With them every call is timed and priced as its bucket.
+        self.buckets = None
+
+    def priced(self, batch: int, rows: int) -> int:
+        """The rows a call over ``batch`` requests and ``rows`` rows in all costs: its bucket's where
+        calls are padded to one (each request's rows the most any has: the call's width), else its own."""
+        if self.buckets is None or batch <= 0:
+            return rows
+        return self.buckets.priced(batch, -(-rows // batch))
 
     @property
     def timed_target(self) -> bool:
@@ -123,7 +133,7 @@ class OnlineCosts:
         """A draft step of ``source`` timed outside a round's own calls (see Proposer.step_seconds);
         ``spent``: the seconds the timing took, inside the round now being timed, which the rest of
         that round must not be charged with (a one-off, not a cost of every round)."""
-        self._steps(source).append((rows, seconds))
+        self._steps(source).append((self.priced(rows, rows), seconds))
         self.aside += spent
         self.version += 1
 
@@ -133,16 +143,15 @@ class OnlineCosts:
 
     def observe(self, t: RoundTiming) -> None:
         if t.verify_rows > 0 and t.verify_seconds > 0:
+            rows = self.priced(t.batch, t.verify_rows)
             if t.verify_source is None:
-                self.target.append((t.verify_rows, t.verify_seconds))
+                self.target.append((rows, t.verify_seconds))
             elif t.verify_source != MIXED:
-                self.shared.setdefault(t.verify_source, deque(maxlen=self.window)).append(
-                    (t.verify_rows, t.verify_seconds)
-                )
+                self.shared.setdefault(t.verify_source, deque(maxlen=self.window)).append((rows, t.verify_seconds))
         for source in t.sources:
             step = self._draft_step(source)
             if step is not None:
-                self._steps(source.source).append(step)
+                self._steps(source.source).append((self.priced(max(source.rows, 1), step[0]), step[1]))
         self.other.append((max(t.verify_rows, t.batch), max(t.other_seconds - self.aside, 0.0)))
         self.aside = 0.0
         self.version += 1
@@ -201,7 +210,8 @@ class OnlineCosts:
         target, draft = self._curves(source)
         costs = None
         if target is not None and draft is not None:
-            unit = target(1)
+            rows_of = self.priced  # a call's rows as it is timed: its bucket's where calls are padded
+            unit = target(rows_of(1, 1))
             head = row_curve(self.shared.get(source, ()), self.fixed_rows)
             shared = source in self.shared
             rest = row_curve(self.other, REST_FIXED_ROWS)
@@ -214,17 +224,18 @@ class OnlineCosts:
             def verify(k: int) -> float:
                 rows = batch * (k + 1)
                 if k == 0 or (shared and head is None):
-                    return target(batch) + more_rest(rows)
-                return (head if shared else target)(rows) + more_rest(rows)
+                    return target(rows_of(batch, batch)) + more_rest(rows)
+                return (head if shared else target)(rows_of(batch, rows)) + more_rest(rows)
 
             costs = MeasuredCosts(
-                draft_step={batch: draft(batch) / unit},
+                draft_step={batch: draft(rows_of(batch, batch)) / unit},
                 verify={(k, batch): verify(k) / unit for k in range(k_max + 1)},
-                baseline={batch: target(batch) / unit},
+                baseline={batch: target(rows_of(batch, batch)) / unit},
                 state_cost=state / unit,
                 source="online",
-                draft_curve=lambda rows: draft(rows) / unit,  # a tree's levels: a draft call over that many rows
-                target_curve=None if shared else (lambda rows: (target(rows) + more_rest(rows)) / unit),
+                # a tree's levels: a draft call over that many rows; a tree's verification likewise
+                draft_curve=lambda rows: draft(rows_of(batch, rows)) / unit,
+                target_curve=None if shared else (lambda rows: (target(rows_of(batch, rows)) + more_rest(rows)) / unit),
             )
         self._remember(key, costs)
         return costs
