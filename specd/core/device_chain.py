@@ -26,6 +26,7 @@ from specd.core.kv import PENDING
 from specd.core.model import RowInput
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.sampler import exact_redraw
+from specd.core.transfer import to_device
 from specd.errors import EmptyDistribution
 
 
@@ -57,7 +58,7 @@ def draft_chain(proposer, states, ks, live, cache, ctx, first: list[torch.Tensor
         if not policy.greedy and checks.flagged(empty_rows(q)):
             raise EmptyDistribution(EMPTY_ROW)
         drawn = _draw(proposer, q, noise, [states[b] for b in here], i, [uniforms.get(b) for b in here])
-        at = torch.tensor(here, dtype=torch.long, device=device)
+        at = to_device(here, torch.int64, device)
         drafts[at, i] = drawn
         for j, b in enumerate(here):
             q_rows[b].append(q[j])
@@ -79,7 +80,7 @@ def _draw(proposer, q: torch.Tensor, noise, states, depth: int, uniforms: list) 
         return q.argmax(dim=-1)
     if noise is not None:
         return noise.race(states, depth, q)
-    u = torch.tensor([us[depth] for us in uniforms], dtype=torch.float64)
+    u = to_device([us[depth] for us in uniforms], torch.float64, q.device)
     drawn, near = proposer.draw(q, u)
     if near is not None and checks.flagged(near):  # read at once outside deferred(): drawn again exactly
         drawn = exact_redraw(q, u, drawn, near.nonzero().flatten().tolist())

@@ -75,6 +75,9 @@ class EngineConfig:
     record_log: bool = True
     rule: str = "maximal"  # or "invariant" (specd.core.rules); a greedy target decides by the greedy rule
     tree: TreeShape | None = None  # the tree each drafting request drafts (specd.core.tree_shape); None: chains
+    # Launch a round before the one in flight is read where that can be (specd.core.round.launch_ahead):
+    # None (auto) where the target runs on CUDA, where it hides the host's work behind the device's.
+    ahead: bool | None = None
 
 
 class SpeculativeEngine:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from specd.core.probability import argmax_ids
+from specd.core.transfer import to_device
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -140,7 +141,7 @@ def race_tokens(rows: torch.Tensor, keys: list[int], positions: list[int]) -> to
     raced whole a few at a time (``RACE_CHUNK`` entries), each row's half of the formula computed once."""
     device = rows.device
     n, vocab = rows.shape
-    per_row = torch.tensor(position_bits_of(keys, positions), dtype=torch.int64, device=device)
+    per_row = to_device(position_bits_of(keys, positions), torch.int64, device)
     per_token = token_bits(vocab, device)
     positive = None  # on a CPU: which entries have mass, counted once and read by either race
     if device.type == "cpu" and rows.dtype in (torch.float32, torch.float64):

@@ -204,22 +204,41 @@ class KVCache:
             parent = r
         return rows
 
-    def commit(self, slot: int, keep: int | Sequence[int]) -> None:
-        """The temporary rows ``keep`` names (``kept``) become history; the rest are dropped."""
-        rows = self.kept(slot, keep)
+    def commit(self, slot: int, keep: int | Sequence[int], later: int = 0) -> None:
+        """The temporary rows ``keep`` names (``kept``) become history; the rest are dropped, but the
+        last ``later`` rows, a round's launched after this one's (run ahead), which stay temporary: they
+        must continue what is kept, from its last row (refused, CacheIdentityError, otherwise)."""
         temp = self._temporary[slot]
+        if later:
+            self._keep_later(slot, keep, later)
+            return
+        rows = self.kept(slot, keep)
         self._committed[slot].extend(temp[r] for r in rows)
         self.counts.committed += len(rows)
         self.counts.discarded += len(temp) - len(rows)
         self._clear(slot)
 
+    def _keep_later(self, slot: int, keep: int | Sequence[int], later: int) -> None:
+        """``commit`` of the rows before the last ``later``, which stay temporary, re-parented."""
+        temp, parents, positions = self._temporary[slot], self._parents[slot], self._positions[slot]
+        first = len(temp) - later
+        rows = self.kept(slot, keep)
+        if any(r >= first for r in rows) or rows != list(range(first)) or parents[first] != first - 1:
+            raise CacheIdentityError(
+                f"slot {slot}: a later round's rows must continue every row of the one committed before them"
+            )
+        self._committed[slot].extend(temp[:first])
+        self.counts.committed += first
+        self._temporary[slot] = temp[first:]
+        self._parents[slot] = [p - first if p >= first else -1 for p in parents[first:]]
+        self._positions[slot] = positions[first:]
+
     def discard(self, slot: int) -> None:
         self.commit(slot, 0)
 
     def resolve(self, slot: int, tokens: Sequence[int]) -> None:
-        """The slot's PENDING temporary rows take ``tokens``, in order (the drafts once read; a row
-        that was never pending keeps its token). Refused (CacheIdentityError) where more rows are
-        pending than tokens given."""
+        """The slot's first PENDING temporary rows take ``tokens``, in order (what a round read; rows a
+        later round staged, run ahead, stay pending until that round is read)."""
         temp = self._temporary.get(slot)
         if not temp or PENDING not in temp:
             return
@@ -228,7 +247,7 @@ class KVCache:
             if token == PENDING:
                 nxt = next(given, None)
                 if nxt is None:
-                    raise CacheIdentityError(f"slot {slot}: more pending rows than tokens read")
+                    return
                 temp[i] = nxt
 
     def reset(self, slot: int) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.core.kv import KVRows
+from specd.core.kv import KVRows, same_tokens
 from specd.core.model import RowInput
 from specd.core.state import RequestState
 from specd.core.tree import DraftTree
@@ -86,7 +86,14 @@ class ReplayFrontier(FrontierLayout):
         start = len(state.cache_tokens)
         positions = (start, *(start + d for d in tree.depths))
         parents = None if tree.is_chain else (-1, *(p + 1 for p in tree.parents))  # node n is row n + 1
-        return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents, tree.ids)
+        ids = tree.ids
+        if state.pending_ids is not None:  # the frontier itself is not read yet (run ahead): its tokens follow
+            ids = (
+                state.pending_ids
+                if not len(tree)
+                else torch.cat([state.pending_ids, _known(tree).to(state.pending_ids.device)])
+            )
+        return RowInput(state.slot, (state.output[-1], *tree.tokens), positions, parents, ids)
 
     def commit_order(self, tree, path):
         on_path = (0, *(n + 1 for n in path))
@@ -95,13 +102,18 @@ class ReplayFrontier(FrontierLayout):
     def extract(self, logits, kv, state, k):
         if logits is None or logits.shape[0] != k + 1:
             raise CacheIdentityError(f"replay_frontier expects k+1 = {k + 1} logit rows")
-        if kv.tokens[0] != state.output[-1]:  # the frontier is never pending
+        if not same_tokens(kv.tokens[:1], state.output[-1:]):  # a provisional frontier is PENDING (run ahead)
             raise CacheIdentityError("replay_frontier: first K/V row is not the frontier token")
         return Verified(p_raw=logits, kv_draft=kv.take(1), kv_frontier=kv.take(0, 1))  # k + 1 rows: all of them
 
     def rows_to_commit(self, accepted_emitted, terminal_emitted, branch_rows):
         # frontier row + accepted drafts, minus the last emitted token when it ends the output
         return 1 + accepted_emitted if terminal_emitted else accepted_emitted
+
+
+def _known(tree: DraftTree) -> torch.Tensor:
+    """A tree's node tokens as a tensor on the device of its pending ones (or the CPU)."""
+    return tree.ids if tree.ids is not None else torch.tensor(tree.tokens, dtype=torch.int64)
 
 
 class RetainedFrontier(FrontierLayout):

@@ -37,6 +37,7 @@ from specd.core.controls import (
 )
 from specd.core.probability import argmax_ids, softmax
 from specd.core.processor_states import History, NewTokens, OutputCounts, RepetitionState
+from specd.core.transfer import to_device
 
 NEG_INF = float("-inf")
 
@@ -158,7 +159,7 @@ class RepetitionPenalty(Processor):
             cols.extend(state.seen)
         if not rows:
             return logits
-        at = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
+        at = (to_device(rows, torch.int64, logits.device), to_device(cols, torch.int64, logits.device))
         seen = logits[at]  # each (row, token) once: a row's seen tokens are a set
         logits[at] = torch.where(seen < 0, seen * self.penalty, seen / self.penalty)
         return logits
@@ -170,7 +171,7 @@ def _banned(logits: torch.Tensor, banned: Sequence[Sequence[int]]) -> torch.Tens
     if not rows:
         return logits
     cols = [t for ids in banned for t in ids]
-    logits[torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device)] = NEG_INF
+    logits[to_device(rows, torch.int64, logits.device), to_device(cols, torch.int64, logits.device)] = NEG_INF
     return logits
 
 
@@ -196,7 +197,7 @@ class PresenceFrequencyPenalty(Processor):
         tokens = [token for state in states for token, _ in state.counts]
         counts = torch.tensor([count for state in states for _, count in state.counts], dtype=torch.float64)
         values = (self.frequency * counts + self.presence).to(device=logits.device, dtype=logits.dtype)
-        at = (torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device))
+        at = (to_device(rows, torch.int64, logits.device), to_device(tokens, torch.int64, logits.device))
         logits[at] = logits[at] - values  # one gather and one scatter for the whole batch; (row, token) unique
         return logits
 

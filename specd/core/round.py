@@ -14,29 +14,31 @@ packed rows for the rule.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 import torch
 
 from specd.core import checks
-from specd.core.kv import KVRows, same_tokens
+from specd.core.kv import PENDING, KVRows, same_tokens
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
 from specd.core.probability import argmax_ids
 from specd.core.proposer import DraftContext, Proposal
-from specd.core.records import RunResult, acceptance_rows, log_columns, round_timing
+from specd.core.readback import Readback, RoundClock
+from specd.core.records import RunResult, acceptance_rows, round_timing
 from specd.core.rows import Rows, joined, per_request, row_starts
 from specd.core.rules import Rule
+from specd.core.sampler import Decision
 from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
+from specd.core.sources import Plan
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
 from specd.core.transaction import RoundTransaction
+from specd.core.transfer import to_device
 from specd.core.tree import DraftTree, TreeBatch
 from specd.errors import CacheIdentityError
 
@@ -45,66 +47,106 @@ HALF = (torch.float16, torch.bfloat16)
 
 
 def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
-    """One round for every live request -> each request's published RoundOutcome. Nothing authoritative changes
-    before a request's commit: S_1 is staged aside and published by compare-and-swap; a failure leaves every
-    unpublished request at S_0 (its temporary K/V rows dropped); a retry re-reads the same draws (stream counters
-    move only at publication). Exactness checks are read with the decision; where one is set, it is taken again."""
-    eng, clock = session.engine, RoundClock(session.sync)
-    active = materialize_frontiers(session, clock)  # writes the frontier's K/V row (retained layout)
+    """One round for every live request -> each request's published RoundOutcome: ``launch`` enqueues
+    its proposal, verification and decision, ``settle`` reads it once and commits it. Nothing
+    authoritative changes before a request's commit: S_1 is staged aside and published by
+    compare-and-swap; a failure leaves every unpublished request at S_0 (its temporary K/V rows
+    dropped); a retry re-reads the same draws (stream counters move only at publication)."""
+    launched = launch(session)
+    return settle(session, launched) if launched is not None else []
+
+
+@dataclass
+class Launched:
+    """A round enqueued on the device and not read yet: what ``settle`` needs of it."""
+
+    active: list[RequestState]  # the states it was launched from (provisional: ``provisional``)
+    plans: list[Plan]
+    proposal: Proposal
+    trees: list[DraftTree]
+    verified: list[Verified]
+    decision: Decision
+    readback: Readback  # the round's one read, on its way to the host
+    deferred: bool  # its exactness checks kept their flags (specd.core.checks)
+    clock: RoundClock
+
+
+def launch(
+    session: DecodeSession, states: list[RequestState] | None = None, deferring: bool = True, plans=None
+) -> Launched | None:
+    """Enqueue one round (propose -> verify -> decide) for ``states`` (None: the live requests, their
+    frontiers materialized first) -> Launched, or None without a request. Reads nothing from the
+    device: the drafts, the decision and the exactness checks' flags come back in one read
+    (``Readback``), made by ``settle``. Writes the round's temporary K/V rows (target and draft).
+    ``plans``: each request's source and K, chosen already (else here)."""
+    eng, clock = session.engine, RoundClock(session.device)
+    active = materialize_frontiers(session, clock) if states is None else states
     if not active:
-        return []
-    plans = [eng.plan_for(s, session.draft_cache) for s in active]  # each request's source and K
-    txns = [eng.transaction_cls(s, eng.layout) for s in active]
+        return None
+    if plans is None:
+        plans = [eng.plan_for(s, session.draft_cache) for s in active]  # each request's source and K
     ctx = DraftContext(session.draws, eng.config.backend, eng.config.prob_dtype, eng.rule.draft_noise())
     try:
-        # The round's exactness checks keep their flags and are read with the decision (specd.core.checks).
-        # Where the rule's is set the rule decides again; where a device-drawn draft's is set (its tokens
-        # were never read, specd.core.device_chain) the round is taken again from its proposal. Either
-        # way each check then reads at once; the draws are the same (stream counters have not moved).
-        proposal: Proposal | None = None
-        for deferring in (True, False):
-            with checks.deferred(deferring) as kept:
-                if proposal is None:
-                    # 1. propose: each row drafts up to k tokens from its source (temporary rows in that
-                    #    source's cache, or for a shared-body draft in the target's) and reports the q rows
-                    #    it drew them from.
-                    with clock.timed("draft"):
-                        proposal = eng.proposer.propose(active, plans, session.draft_cache, ctx, session.cache)
+        with checks.deferred(deferring) as kept:
+            # 1. propose: each row drafts up to k tokens from its source (temporary rows in that source's
+            #    cache, or for a shared-body draft in the target's) and reports the q rows it drew them from.
+            with clock.timed("draft"):
+                proposal = eng.proposer.propose(active, plans, session.draft_cache, ctx, session.cache)
 
-                    # 2. verify: one target call scores every row's tree (a chain: its drafts) and the bonus
-                    #    position (its K/V rows stay temporary in the target cache; rows a shared-body draft
-                    #    staged are not fed again).
-                    trees = [proposal.tree(b) for b in range(len(active))]
-                    with clock.timed("verify"):
-                        verified = verify(session, active, trees, proposal.staged)
-                drawn = len(kept)  # the draft's flags come first
+            # 2. verify: one target call scores every row's tree (a chain: its drafts) and the bonus
+            #    position (its K/V rows stay temporary in the target cache; rows a shared-body draft
+            #    staged are not fed again).
+            trees = [proposal.tree(b) for b in range(len(active))]
+            with clock.timed("verify"):
+                verified = verify(session, active, trees, proposal.staged)
+            drawn = len(kept)  # the draft's flags come first
 
-                # 3. decide: the run's rule over the round's packed rows (p: the target's processed rows).
-                rows = round_rows(eng, active, verified, proposal, trees, session.scratch)
-                decision = eng.rule.decide(rows, active, session.draws)
-            flags = (kept[:drawn], kept[drawn:])
-            decided, (draft_flag, rule_flag), logged, drafts = read_decision(
-                decision, flags, eng.config.record_log, proposal.draft_ids
-            )
-            if draft_flag:
-                session.discard_temporary(active)  # the proposal's rows go: it is drafted again
-                proposal = None
-            elif not rule_flag:
-                break
-        proposal = cast(Proposal, proposal)  # the loop's first take always proposes
-        trees, verified = resolve(session, active, trees, verified, drafts)
-        for txn, t, v, used, src, plan in zip(txns, trees, verified, proposal.draws, proposal.sources, plans):
+            # 3. decide: the run's rule over the round's packed rows (p: the target's processed rows).
+            rows = round_rows(eng, active, verified, proposal, trees, session.scratch)
+            decision = eng.rule.decide(rows, active, session.draws)
+    except BaseException:
+        session.discard_temporary(active)  # S_0 stays; the round's temporary rows go
+        raise
+    readback = Readback(decision, (kept[:drawn], kept[drawn:]), eng.config.record_log, proposal.draft_ids)
+    clock.pause()
+    return Launched(active, plans, proposal, trees, verified, decision, readback, deferring, clock)
+
+
+def settle(
+    session: DecodeSession, launched: Launched, later: dict[str, int] | None = None, redraft: bool = False
+) -> list[RoundOutcome]:
+    """Read a launched round once and commit it -> each request's published RoundOutcome. Where an
+    exactness check's flag is set (specd.core.checks) the round is taken again with each check reading
+    at once: from its proposal where a device-drawn draft's is (specd.core.device_chain) or ``redraft``
+    says its rows are gone, else its decision. ``later``: per request, its temporary target rows of a
+    round launched after this one (run ahead: ``decode_events``), which stay temporary. A request that
+    ended after this round was launched (run ahead: the round before it emitted its end) is skipped."""
+    eng, clock = session.engine, launched.clock
+    clock.resume()
+    decided, (draft_flag, rule_flag), logged, drafts = launched.readback.values()  # the one read
+    clock.read()
+    if draft_flag or rule_flag:
+        return settle(session, taken_again(session, launched, draft_flag or redraft))
+    live = [session.is_live(s.request_id) for s in launched.active]
+    if not all(live):
+        launched, decided, logged, drafts = only_live(launched, live, decided, logged, drafts)
+    active, proposal = launched.active, launched.proposal
+    txns = [eng.transaction_cls(session.store.get(s.request_id), eng.layout) for s in active]  # from S_0
+    try:
+        trees, verified = resolve(session, txns, launched.trees, launched.verified, drafts)
+        for txn, t, v, used, src, plan in zip(txns, trees, verified, proposal.draws, proposal.sources, launched.plans):
             txn.verified(t, v, used, src, plan.match)
         for txn, (accepted, terminal, is_bonus, leaf) in zip(txns, decided):
             txn.decided(accepted, terminal, bool(is_bonus), leaf)
         # 4. commit: stage every successor off to the side, then publish each by compare-and-swap;
-        #    the caches keep exactly the rows of what was published.
+        #    the caches keep exactly the rows of what was published (and a later round's, run ahead).
         for txn in txns:
             stage(txn, eng.config.eos_ids, eng.rule)
         for txn in txns:
             successor, new = txn.publish(session.store)
             if new:
-                session.cache.commit(successor.slot, txn.kv_keep)  # accepted rows become history, the rest go
+                rows_after = (later or {}).get(successor.request_id, 0)
+                session.cache.commit(successor.slot, txn.kv_keep, rows_after)  # accepted rows become history
                 eng.proposer.settle(session.draft_cache, successor.slot, successor.output)
                 if successor.finished:
                     session.retire(successor)
@@ -120,6 +162,22 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
         for outcome, acceptance in zip(outcomes, acceptance_rows(outcomes, logged)):
             session.log(outcome.request_id).add(outcome, acceptance)
     return outcomes
+
+
+def taken_again(session: DecodeSession, launched: Launched, redraft: bool) -> Launched:
+    """A round whose read showed a set exactness flag, taken again with every check reading at once:
+    launched again from its states where a draft drawn on the device was flagged (its rows dropped
+    first), else decided again over the same verification. The draws are the same."""
+    if redraft:
+        session.discard_temporary(launched.active)
+        again = launch(session, launched.active, deferring=False)
+        return cast(Launched, again)
+    eng, active = session.engine, launched.active
+    with checks.deferred(False):
+        rows = round_rows(eng, active, launched.verified, launched.proposal, launched.trees, session.scratch)
+        decision = eng.rule.decide(rows, active, session.draws)
+    readback = Readback(decision, ([], []), eng.config.record_log, launched.proposal.draft_ids)
+    return replace(launched, decision=decision, readback=readback, deferred=False)
 
 
 def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
@@ -205,43 +263,84 @@ def decode_events(
     as events: (False, state, emitted) after each request's published round, (True, state, ())
     once per request, as it finishes. After a published round a request whose text now holds one
     of ``stop_strings`` ends (finish reason "stop_string") before its event. A consumer that stops
-    early leaves the unfinished requests where their last round left them."""
+    early leaves the unfinished requests where their last round left them.
+
+    Where the session runs ahead (``runs_ahead``), the next round is launched before the one in
+    flight is read, from provisional successors (``launch_ahead``): the device computes round N + 1
+    while the host reads and commits round N."""
+    launched: Launched | None = None
     while True:
-        session.fill(batch_size)
-        if session.done:
-            break
-        for outcome in speculative_round(session):
+        if launched is None:
+            session.fill(batch_size)
+            if session.done:
+                break
+            launched = launch(session)
+            if launched is None:
+                continue
+        ahead = launch_ahead(session, launched)
+        later, redraft = None, False
+        if ahead is not None and any(launched.readback.values()[1]):  # the round in flight is taken again:
+            session.discard_temporary(ahead.active)  # the one launched after it goes, and its own rows with it
+            ahead, redraft = None, True
+        elif ahead is not None:  # each provisional request's frontier row, staged after the round in flight's
+            later = {s.request_id: 1 for s in ahead.active if s.pending_ids is not None}
+        for outcome in settle(session, launched, later, redraft):
             state = session.store.get(outcome.request_id)
             if stop_strings is not None and stop_strings.push(state.request_id, outcome.emitted):
                 state = session.finish(state.request_id, "stop_string")
             yield False, state, outcome.emitted
         for state in session.take_finished():
             yield True, state, ()
+        launched = ahead
+        if launched is not None:
+            session.fill(batch_size)  # joiners are launched with the round after the one in flight
     for state in session.take_finished():  # requests that finished at admission (zero budget)
         yield True, state, ()
 
 
-class RoundClock:
-    """Wall time of a round and of its draft and verify blocks (device-synchronized on CUDA, so the
-    time is the work's, not its launch's)."""
+def launch_ahead(session: DecodeSession, launched: Launched) -> Launched | None:
+    """The round after ``launched``, enqueued before ``launched`` is read, or None where it cannot be.
 
-    def __init__(self, sync: Callable[[], None] | None):
-        self.sync = sync
-        self.started = time.perf_counter()
-        self.seconds = {"draft": 0.0, "verify": 0.0}
+    It can where the round in flight drafts nothing (each live request emits exactly one token, so its
+    successor is known but for that token's value, which stays on the device: ``provisional``) and
+    the next one drafts nothing either (its K chosen from the history known: a round late), under
+    processors without a state (a penalty's would follow the unread token) and sources that draft on
+    the device (a lookup reads the output). The requests not in flight (joiners) launch from their
+    own states; one that may finish by its budget this round is left out."""
+    eng = session.engine
+    if not session.runs_ahead or any(plan.k for plan in launched.plans) or launched.proposal.draft_ids is not None:
+        return None
+    flying = {s.request_id for s in launched.active}
+    states = [
+        provisional(session, s, launched)
+        for s in launched.active
+        if s.remaining > 1 and session.is_live(s.request_id)  # ended since (read already): not launched again
+    ]
+    states += [s for s in session.live() if s.request_id not in flying]
+    if not states or any(s.target_proc.stateful for s in states):
+        return None
+    plans = [eng.plan_for(s, session.draft_cache) for s in states]
+    if any(plan.k for plan in plans):
+        return None
+    return launch(session, states, plans=plans)
 
-    @contextmanager
-    def timed(self, block: str):
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            if self.sync is not None:
-                self.sync()
-            self.seconds[block] += time.perf_counter() - t
 
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
+def provisional(session: DecodeSession, state: RequestState, launched: Launched) -> RequestState:
+    """``state``'s successor after a round in flight that drafts nothing (one token, a bonus), as far as it
+    is known before that round is read: its output ends with that token PENDING (``pending_ids``: its
+    value on the device); counters, history and generation as the round's staging will make them."""
+    b = next(i for i, s in enumerate(launched.active) if s.request_id == state.request_id)
+    rng = state.rng.advance_all(0, 0, 1 if session.engine.rule.reads_streams else 0)
+    return state.evolve(
+        output=state.output + (PENDING,),
+        cache_tokens=state.output,
+        rng=rng,
+        generation=state.generation + 1,
+        rounds=state.rounds + 1,
+        history=state.history.after(0, 0),
+        pending_ids=cast(torch.Tensor, launched.decision.terminal)[b : b + 1],  # a decision's terminal tokens
+        retained_logits=None,
+    )
 
 
 # -- what a round reads ---------------------------------------------------------------------
@@ -315,54 +414,49 @@ def verify(session: DecodeSession, active: Sequence[RequestState], drafts, stage
     ]
 
 
-def read_decision(
-    decision, kept: Sequence[list[torch.Tensor]], log: bool, drafts: torch.Tensor | None = None
-) -> tuple[list[list[int]], tuple[bool, ...], list, list[list[int]] | None]:
-    """The round's one read from the device -> (per request [A, terminal token, is bonus, last accepted
-    node], per list of ``kept`` whether any of its exactness checks (specd.core.checks) is set, with ``log`` the
-    acceptance log's columns as lists [B][K] (records.log_columns; else []), and with ``drafts``
-    (int64[B, K]: drafts never read, specd.core.device_chain) each row's drafts as lists). Sent as one
-    float64 vector: a token id or a count below 2^53 is exact in it."""
-    accepted = decision.accepted
-    b, device = accepted.shape[0], accepted.device
-    leaf = decision.leaf if decision.leaf is not None else accepted - 1
-    columns = log_columns(decision) if log else []
-    # one vector [A..., terminal..., is_bonus..., leaf..., flags..., columns..., drafts...], one dtype by cat
-    flags = [checks.any_set(k, device).reshape(1) for k in kept if k]  # an empty list is known unset
-    parts = [accepted, decision.terminal, decision.is_bonus, leaf, *flags]
-    parts += [c.to(device=device, dtype=torch.float64).flatten() for c in columns]
-    if drafts is not None:
-        parts.append(drafts.to(device).flatten())
-    values = torch.cat(parts).tolist()
-    fours = [[int(values[j * b + i]) for j in range(4)] for i in range(b)]
-    k = columns[0].shape[1] if columns else 0
-    rest = values[4 * b + len(flags) :]
-    read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(len(columns))]
-    tokens = None
-    if drafts is not None:
-        width, flat = drafts.shape[1], rest[len(columns) * b * k :]
-        tokens = [[int(t) for t in flat[r * width : (r + 1) * width]] for r in range(b)]
-    read_flags = iter(values[4 * b : 4 * b + len(flags)])
-    return fours, tuple(bool(next(read_flags)) if k else False for k in kept), read, tokens
-
-
-def resolve(session: DecodeSession, active, trees: list[DraftTree], verified: list[Verified], drafts):
-    """The round's trees and verifications with the drafts it read (``read_decision``: per row, or None)
-    where they were pending on the device, and the caches' PENDING rows (target and draft) resolved
-    to them -> (trees, verified)."""
-    if drafts is None:
-        return trees, verified
+def resolve(session: DecodeSession, txns, trees: list[DraftTree], verified: list[Verified], drafts):
+    """The round's trees and verifications with what it read where it was pending on the device, and the
+    caches' PENDING rows (target and draft) resolved to it -> (trees, verified): the drafts it read
+    (``Readback``: per row, or None), and a provisional frontier (run ahead: ``provisional``), now the
+    last token of the request's published output (``txns``' starts)."""
     out_trees, out_verified = [], []
-    for s, tree, v, row in zip(active, trees, verified, drafts):
-        if tree.ids is not None:
+    for txn, tree, v, row in zip(txns, trees, verified, drafts or [None] * len(trees)):
+        slot = txn.start.slot
+        if v.kv_frontier is not None and v.kv_frontier.tokens[0] == PENDING:
+            frontier = txn.start.output[-1]
+            session.cache.resolve(slot, (frontier,))
+            v = replace(v, kv_frontier=KVRows(slot, (frontier,), v.kv_frontier.positions))
+        if tree.ids is not None and row is not None:
             tokens = row[: len(tree)]
-            session.cache.resolve(s.slot, tokens)
-            session.engine.proposer.resolve(session.draft_cache, s.slot, tokens)
+            session.cache.resolve(slot, tokens)
+            session.engine.proposer.resolve(session.draft_cache, slot, tokens)
             tree = tree.resolved(tokens)
-            v = replace(v, kv_draft=KVRows(s.slot, tree.tokens, v.kv_draft.positions))
+            v = replace(v, kv_draft=KVRows(slot, tree.tokens, v.kv_draft.positions))
         out_trees.append(tree)
         out_verified.append(v)
     return out_trees, out_verified
+
+
+def only_live(launched: Launched, live: list[bool], decided: list, logged: list, drafts):
+    """A round launched ahead, without the requests that ended before it was read (their rows are gone
+    with their slots) -> (the round, its decisions, log columns and drafts, for the rest)."""
+    keep = [b for b, alive in enumerate(live) if alive]
+
+    def pick(values):
+        return [values[b] for b in keep]
+
+    proposal = replace(
+        launched.proposal, draws=tuple(pick(launched.proposal.draws)), sources=tuple(pick(launched.proposal.sources))
+    )
+    kept = replace(
+        launched,
+        active=pick(launched.active),
+        plans=pick(launched.plans),
+        proposal=proposal,
+        trees=pick(launched.trees),
+        verified=pick(launched.verified),
+    )
+    return kept, pick(decided), [pick(column) for column in logged], pick(drafts) if drafts is not None else None
 
 
 def round_rows(
@@ -393,7 +487,7 @@ def round_rows(
     device = raw.device
     ks = [len(d) for d in drafts]
     k_max = max(ks, default=0)
-    k_lens = torch.tensor(ks, dtype=torch.int64, device=device)
+    k_lens = to_device(ks, torch.int64, device)
     p = argmax = None
     if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
         argmax = per_request(argmax_ids(policy.logits(raw, states, work)), ks, k_max)
@@ -402,11 +496,11 @@ def round_rows(
     if not k_max:  # no request drafted: no draft, no q row
         index = draft = torch.empty(len(ks), 0, dtype=torch.int64, device=device)
     else:
-        index = torch.tensor([list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index], device=device)
+        index = to_device([list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index], torch.int64, device)
         if proposal.draft_ids is not None:  # drafts never read (specd.core.device_chain), -1 past a row's
             draft = proposal.draft_ids[:, :k_max].to(device)
         else:
-            draft = torch.tensor([list(d) + [-1] * (k_max - len(d)) for d in drafts], device=device)
+            draft = to_device([list(d) + [-1] * (k_max - len(d)) for d in drafts], torch.int64, device)
     return Rows(
         p,
         None if p is None else row_starts(k_lens),

@@ -26,6 +26,7 @@ from functools import cached_property
 
 import torch
 
+from specd.core.transfer import to_device
 from specd.core.tree import ROOT, TreeBatch
 
 
@@ -59,7 +60,7 @@ def per_request(values: torch.Tensor, ks: Sequence[int], k_max: int) -> torch.Te
     if all(k == k_max for k in ks):
         return values.view(len(ks), k_max + 1)
     out = torch.zeros(len(ks), k_max + 1, dtype=values.dtype, device=values.device)
-    out[valid_positions(torch.tensor(ks, device=values.device) + 1, k_max + 1)] = values
+    out[valid_positions(to_device(ks, torch.int64, values.device) + 1, k_max + 1)] = values
     return out
 
 
@@ -161,8 +162,8 @@ class Rows:
         """The q rows of the nodes (requests[j], nodes[j]), float[N, V]: each one's model row or the
         point mass on its token."""
         device = self.draft.device
-        b = torch.tensor(requests, dtype=torch.int64, device=device)
-        n = torch.tensor(nodes, dtype=torch.int64, device=device)
+        b = to_device(requests, torch.int64, device)
+        n = to_device(nodes, torch.int64, device)
         index, token = self.q_index[b, n], self.draft[b, n]
         out = torch.zeros(len(nodes), self.vocab, dtype=dtype, device=device)
         if self.q.shape[0]:

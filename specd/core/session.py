@@ -31,6 +31,20 @@ from specd.core.transaction import RequestStore, RoundTransaction
 from specd.errors import UsageError, shown
 
 
+def runs_ahead(engine, cache, device) -> bool:
+    """Whether a session launches rounds before reading the one in flight (specd.core.round.launch_ahead):
+    as its config says (auto: on CUDA), with the replay layout (the retained one steps the frontier
+    apart), a cache that keeps a later round's rows (llama.cpp's calls are done when they return), and
+    no source that drafts on the host (a lookup reads the output, so it needs each round read)."""
+    wanted = engine.config.ahead if engine.config.ahead is not None else getattr(device, "type", None) == "cuda"
+    return bool(
+        wanted
+        and engine.layout.name == "replay_frontier"
+        and getattr(cache, "keeps_later", True)
+        and not any(source.deterministic for source in engine.proposer.sources)
+    )
+
+
 @dataclass
 class RequestLog:
     """One request's acceptance log: a row per proposed token and one per round."""
@@ -63,7 +77,9 @@ class DecodeSession:
         self._next_slot = 0
         # On CUDA a timed block ends with a sync of the target's device (cuda:N, not the current
         # one), so the time is the work's, not its launch's.
-        self.sync = device_sync(getattr(engine.target, "device", None))
+        self.device = getattr(engine.target, "device", None)
+        self.sync = device_sync(self.device)
+        self.runs_ahead = runs_ahead(engine, self.cache, self.device)
         self._t0 = time.perf_counter()
         if requests:
             self.admit(requests)
@@ -185,6 +201,9 @@ class DecodeSession:
     @property
     def done(self) -> bool:
         return not self._live
+
+    def is_live(self, request_id: str) -> bool:
+        return request_id in self._live
 
     def log(self, request_id: str) -> RequestLog:
         return self.logs.setdefault(request_id, RequestLog())

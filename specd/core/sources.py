@@ -28,6 +28,7 @@ import torch
 from specd.core.kv import PENDING, KVCache
 from specd.core.proposer import DraftContext, ModelProposer, NullProposer, Proposal, Proposer, SourceTiming
 from specd.core.state import RequestState
+from specd.core.transfer import to_device
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
 
@@ -223,7 +224,7 @@ class Drafting:
         known = [list(d) + [PENDING] * (k - len(d)) for d in self.drafts]  # a pending draft is PENDING too
         ids = torch.tensor(known, dtype=torch.int64).to(device, non_blocking=True)
         for rows, part in self.on_device:
-            ids[torch.tensor(rows, device=device), : part.shape[1]] = part
+            ids[to_device(rows, torch.int64, device), : part.shape[1]] = part
         return ids
 
 

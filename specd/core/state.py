@@ -185,6 +185,9 @@ class RequestState:
     history: History = History()  # this request's own acceptance so far
     # Layout state: raw p_1 retained from the call that materialized the frontier.
     retained_logits: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # int64[1] on the device: the output's last token where ``output`` holds it as PENDING (specd.core.kv):
+    # a provisional state a round is launched from before the round that emits that token is read.
+    pending_ids: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def evolve(self, **changes) -> RequestState:
         """A copy with ``changes`` (every field is an argument of the constructor, so this is

@@ -37,6 +37,7 @@ from functools import cached_property
 
 import torch
 
+from specd.core.transfer import to_device
 from specd.errors import UsageError
 
 CONSTRUCTIONS = ("sampled", "rank", "iid")
@@ -215,10 +216,9 @@ class TreeBatch:
     def of(cls, trees: Sequence[DraftTree], k_max: int, device) -> TreeBatch:
         parent = [list(t.parents) + [ROOT] * (k_max - len(t)) for t in trees]
         last = [[t.last_child(n) for n in range(ROOT, len(t))] + [-1] * (k_max - len(t)) for t in trees]
-        at = {"dtype": torch.int64, "device": device}
         return cls(
-            torch.tensor(parent, **at).reshape(len(trees), k_max),
-            torch.tensor(last, **at).reshape(len(trees), k_max + 1),
+            to_device(parent, torch.int64, device).reshape(len(trees), k_max),
+            to_device(last, torch.int64, device).reshape(len(trees), k_max + 1),
             max((t.depth for t in trees), default=0),
             all(t.is_chain for t in trees),
             tuple(trees),

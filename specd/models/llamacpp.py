@@ -34,7 +34,7 @@ import torch
 
 from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
-from specd.errors import CellsExhausted, UsageError
+from specd.errors import CacheIdentityError, CellsExhausted, UsageError
 from specd.models.llamacpp_lib import Context, GGUFModel
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: the sequences (streams) of one context
@@ -45,6 +45,8 @@ class LlamaCppCache(KVCache):
     """The identity ledger plus one llama.cpp context whose sequences are the open slots, numbered
     0..n-1 (a closed slot's sequence is taken over by the last one, so a call's sequences run on
     in llama.cpp's micro-batches)."""
+
+    keeps_later = False  # its calls are done when they return: no round is launched ahead of a read
 
     def __init__(self, lm: LlamaCppLM):
         super().__init__()
@@ -78,7 +80,9 @@ class LlamaCppCache(KVCache):
         elif self.holds(seq):
             self.ctx.remove(seq, -1)  # the sequence that took its place has no rows yet
 
-    def commit(self, slot: int, keep: int | Sequence[int]) -> None:
+    def commit(self, slot: int, keep: int | Sequence[int], later: int = 0) -> None:
+        if later:  # llama.cpp's own calls are done when they return: nothing is run ahead of a read
+            raise CacheIdentityError("llama.cpp's cache keeps no later round's rows")
         kept = len(self.kept(slot, keep))  # a chain's path: its first rows (this backend stages chains only)
         start = len(self._committed[slot]) + kept  # the first dropped row's position
         dropped = len(self._temporary[slot]) - kept

@@ -23,6 +23,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from specd.core.kv import KVCache, KVRows
+from specd.core.transfer import to_device
 from specd.errors import CacheIdentityError
 
 MIN_CAPACITY = 64  # columns allocated at first; grown by doubling
@@ -181,14 +182,14 @@ class SlotCache(KVCache):
         """Whether the slot's temporary rows are not one chain (a token tree's)."""
         return slot in self._branching
 
-    def commit(self, slot: int, keep) -> None:
+    def commit(self, slot: int, keep, later: int = 0) -> None:
         rows = self.kept(slot, keep)
-        if rows != list(range(len(rows))):  # a tree's path: its columns move next to the committed rows
+        if rows != list(range(len(rows))) and not later:  # a tree's path: its columns move down
             start = len(self._committed[slot])
-            source = torch.tensor([start + r for r in rows], dtype=torch.long, device=self.device)
+            source = to_device([start + r for r in rows], torch.int64, self.device)
             self.store.move_columns(self._row[slot], start, source)
         self._branching.discard(slot)
-        super().commit(slot, rows)
+        super().commit(slot, rows, later)
 
     def reset(self, slot: int) -> None:
         self._branching.discard(slot)

@@ -23,6 +23,7 @@ import torch
 
 from specd.core.model import RowInput
 from specd.core.rows import joined
+from specd.core.transfer import to_device
 from specd.models.graphs import SPARE
 from specd.models.slot_cache import SlotCache
 
@@ -137,13 +138,13 @@ def plan_call(
             token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
     mask = cache.store.columns(span, device).view(1, 1, span) <= columns_at.unsqueeze(-1)  # a chain's query
     if trees:
-        mask[torch.tensor([b for b, *_ in trees], device=device)] = torch.stack(
+        mask[to_device([b for b, *_ in trees], torch.int64, device)] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
         ).to(device)
     mask = mask.unsqueeze(1)
     if attention == "eager":
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
-    batch = torch.tensor(batch_rows, dtype=torch.long, device=device) if batch_rows else None
+    batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
     return Call(token_ids, positions, columns_at, mask, span, batch, at)
 

@@ -70,7 +70,7 @@ def test_the_rules_exactness_checks_are_read_with_the_decision(hf_pair, rule):
     for (_, _, _, function), n in reads.where.items():
         by_function[function] = by_function.get(function, 0) + n
     assert not CHECKS & set(by_function), by_function
-    assert by_function["read_decision"] == ROUNDS
+    assert by_function["_read"] == ROUNDS  # Readback: the one read
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0])

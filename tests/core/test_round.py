@@ -1,11 +1,12 @@
-"""The round: one function, the only place the rule's decision is taken."""
+"""The round: launched (propose -> verify -> decide, nothing read) and settled (one read, commit) in
+one module, the only place the rule's decision is taken."""
 
 import ast
 import inspect
 from pathlib import Path
 
 import specd
-from specd.core.round import decode, speculative_round
+from specd.core.round import decode, launch, settle, speculative_round, taken_again
 from specd.core.rules.greedy import GreedyRule
 from specd.core.rules.invariant import InvariantRule
 from specd.core.rules.maximal import MaximalRule
@@ -46,16 +47,17 @@ def test_the_round_decides_once_through_its_rule_and_only_rules_call_the_math():
     callers = calls_of(SAMPLER_DECISIONS)
     assert {path for path, _ in callers} - {path for path, _ in ORACLE_ADAPTER} == RULE_FILES | {"core/round.py"}
     round_calls = [c for c in callers if c[0] == "core/round.py"]
-    assert round_calls == [("core/round.py", "speculative_round")]
-    assert "eng.rule.decide(" in inspect.getsource(speculative_round)
+    assert round_calls == [("core/round.py", "launch"), ("core/round.py", "taken_again")]
+    assert "eng.rule.decide(" in inspect.getsource(launch)
     rule_math = [c for c in callers if c[0] in RULE_FILES]
     assert rule_math and all(name == "decide" for _, name in rule_math)
 
 
 def test_the_round_has_no_branch_on_the_rule():
-    source = inspect.getsource(speculative_round)
-    for word in ("greedy", "invariant", "maximal", "block", "race"):
-        assert word not in source, word
+    for part in (speculative_round, launch, settle, taken_again):
+        source = inspect.getsource(part)
+        for word in ("greedy", "invariant", "maximal", "block", "race"):
+            assert word not in source, (part.__name__, word)
 
 
 def test_the_scan_sees_calls_where_they_are():
@@ -67,14 +69,14 @@ def test_the_scan_sees_calls_where_they_are():
 # and the caches following it only in the round; the session's own transitions (prefill, a request
 # ended between rounds, a failed round rolled back) in the session.
 ROUND_WRITES = {
-    "publish": [("core/round.py", "speculative_round"), ("core/transaction.py", "publish")],
+    "publish": [("core/round.py", "settle"), ("core/transaction.py", "publish")],
     "settle": [
-        ("core/round.py", "speculative_round"),
+        ("core/round.py", "settle"),
         ("core/session.py", "abort"),
         ("core/session.py", "discard_temporary"),
         ("core/sources.py", "settle"),
     ],
-    "retire": [("core/round.py", "speculative_round"), ("core/session.py", "_prefill"), ("core/session.py", "finish")],
+    "retire": [("core/round.py", "settle"), ("core/session.py", "_prefill"), ("core/session.py", "finish")],
     "replace_unpublished": [
         ("core/round.py", "materialize_frontiers"),
         ("core/session.py", "_prefill"),
@@ -90,10 +92,13 @@ def test_a_rounds_writes_happen_in_the_round_module_only():
         assert calls_of({method}) == sorted(where), method
 
 
-def test_the_round_reads_top_to_bottom_in_one_short_function():
-    source = inspect.getsource(speculative_round)
+def test_the_round_reads_top_to_bottom_in_two_short_functions():
+    """propose -> verify -> decide in ``launch``, then ``settle``'s commit, one after the other in the module."""
+    source = inspect.getsource(launch) + inspect.getsource(settle)
     steps = [source.index(f"# {n}. {name}") for n, name in enumerate(("propose", "verify", "decide", "commit"), 1)]
     assert steps == sorted(steps)
+    module = inspect.getsource(inspect.getmodule(launch))
+    assert module.index("def launch(") < module.index("def settle(")
 
 
 def test_every_decision_goes_through_the_runs_rule(monkeypatch):

@@ -11,6 +11,7 @@ import torch
 
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
+from specd.core.transfer import to_device
 from specd.core.tree import DraftTree, uniforms_reached
 
 
@@ -42,5 +43,5 @@ def uniforms(rows: Rows, states, draws: Draws) -> tuple[torch.Tensor, torch.Tens
     accept = [draws(s, "acceptance", k) + [1.0] * (k_max - k) for s, k in zip(states, ks)]
     terminal = [draws(s, "terminal", 1)[0] for s in states]
     device = rows.draft.device
-    accept_u = torch.tensor(accept, dtype=torch.float64).reshape(len(states), k_max)
-    return accept_u.to(device), torch.tensor(terminal, dtype=torch.float64, device=device)
+    accept_u = to_device(accept, torch.float64, device).reshape(len(states), k_max)
+    return accept_u, to_device(terminal, torch.float64, device)
