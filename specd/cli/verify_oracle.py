@@ -10,6 +10,7 @@ from rich.table import Table
 
 from specd.api.oracle import check_sampler, prove
 from specd.cli.common import parse_bias, print_json, stdout
+from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
 from specd.oracles.sandbox import DEFAULT_TIMEOUT
@@ -142,6 +143,9 @@ def verify_oracle(
         frequency_penalty=frequency_penalty,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    for spec in tree or ():
+        if spec != "none":
+            parse_tree(spec)  # named --tree here (the API names its keyword, tree)
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
     if sampler is not None:
