@@ -123,7 +123,7 @@ class GGUFModel:
             window=swa if swa > 0 else None,
             layers=int(lib.llama_model_n_layer(handle)),
             kv_heads=int(lib.llama_model_n_head_kv(handle)),
-            head_dim=int(key_length) if key_length.isdigit() else int(lib.llama_model_n_embd(handle)) // heads,
+            head_dim=int(key_length) if _whole(key_length) else int(lib.llama_model_n_embd(handle)) // heads,
             parameters=int(lib.llama_model_n_params(handle)),
             description=text.value.decode("utf-8", "replace"),
         )
@@ -133,6 +133,11 @@ class GGUFModel:
             raise ModelLoadError(
                 f"{path} is a recurrent model ({self.facts.description}): its state cannot be rolled back row by row"
             )
+
+
+def _whole(text: str) -> bool:
+    """A file's number in ASCII digits, short enough to convert (``str.isdigit`` takes ``'²'``, ``int`` does not)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def _meta(lib, handle, key: str) -> str:

@@ -443,11 +443,12 @@ def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
     out: dict = {}
     for part in text.split(","):
         device, sep, size = part.strip().partition("=")
-        if not sep or not size or not (device in ("cpu", "disk", "mps") or device.isdigit()):
+        gpu = device.isascii() and device.isdigit() and len(device) <= 4  # ASCII: isdigit() takes '²'
+        if not sep or not size or not (device in ("cpu", "disk", "mps") or gpu):
             raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {shown(text)}")
-        if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
+        if not re.fullmatch(r"[0-9]{1,15}(\.[0-9]{1,15})?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
             raise UsageError(f"{where}: {shown(size)} is not a size like 512MiB or 30GiB")
-        out[int(device) if device.isdigit() else device] = size.strip()
+        out[int(device) if gpu else device] = size.strip()
     return out
 
 

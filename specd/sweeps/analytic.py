@@ -23,25 +23,34 @@ MAX_SWEEP_BATCH = 65536
 
 
 def parse_ints(text, option: str, limit: int) -> list[int]:
-    """'1..8', '1-8' or '1,4,16' (or a list of ints) -> ints in 1..limit (refused before any list is built)."""
+    """'1..8', '1-8' or '1,4,16' (or a list of ints) -> ints in 1..limit (refused before any list is built;
+    numbers in ASCII digits, judged by their length before they are converted)."""
     if isinstance(text, (list, tuple)):
         text = ",".join(str(v) for v in text)
     text = str(text).strip()
-    if m := re.fullmatch(r"(\d+)\s*(?:\.\.|-)\s*(\d+)", text):
-        lo, hi = int(m.group(1)), int(m.group(2))
+    if m := re.fullmatch(r"([0-9]+)\s*(?:\.\.|-)\s*([0-9]+)", text):
+        lo, hi = _bounded(m.group(1), limit), _bounded(m.group(2), limit)
         if lo > hi:
-            raise EmptyRange(f"{option} {text}: empty range")
+            raise EmptyRange(f"{option} {shown(text)}: empty range")
         values = [lo, hi]
     else:
-        try:
-            values = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {shown(text)}") from None
+        parts = [x.strip() for x in text.split(",") if x.strip()]
+        if not all(re.fullmatch(r"[+-]?[0-9]+", x) for x in parts):
+            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {shown(text)}")
+        values = [_bounded(x, limit) for x in parts]
         if not values:
             raise EmptyRange(f"{option}: empty list")
     if min(values) < 1 or max(values) > limit:
         raise UsageError(f"{option} takes values in 1..{limit}; got {shown(text)}")
     return list(range(values[0], values[1] + 1)) if m else values
+
+
+def _bounded(digits: str, limit: int) -> int:
+    """A signed ASCII integer -> its value, or limit + 1 where it has more digits than ``limit`` (refused
+    then: int() would refuse more than 4300 of them)."""
+    sign = -1 if digits.startswith("-") else 1
+    significant = digits.lstrip("+-").lstrip("0") or "0"
+    return limit + 1 if len(significant) > len(str(limit)) else sign * int(significant)
 
 
 def choose_profile(
