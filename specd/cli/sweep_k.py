@@ -10,6 +10,7 @@ from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
 from specd.cli.options import command, parameters
+from specd.core.tree_shape import tree_file
 from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
 from specd.models.distributed import connect
@@ -180,8 +181,11 @@ def _sweep_k(ctx: typer.Context) -> None:
     t0 = time.perf_counter()
     _refuse_other_mode_flags(ctx, measure_mode)
     folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if measure_mode else {}
+    inputs = {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"]}
+    for i, spec in enumerate(p["tree"] or ()):  # an EAGLE choices file is read like any input
+        inputs["--tree" if i == 0 else f"--tree (#{i + 1})"] = tree_file(spec)
     check_paths(
-        {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"], **model_files(folders)},
+        {**inputs, **model_files(folders)},
         {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None},
         folders,
     )

@@ -176,3 +176,79 @@ def test_no_output_inside_a_hub_models_cached_snapshot(models, tiny_models, caps
         one_line(code, err)
         assert message in err, err
     assert tree(hub) == before
+
+
+# -- issue 61: the tree and llama.cpp surface -------------------------------------------------------------
+@pytest.fixture
+def hostile(models, tmp_path_factory):
+    """Files a user may hand the tree options by mistake or on purpose: a choices file whose rank has
+    5000 digits, a row-costs file keyed by a superscript digit; and, outside the working folder (it is
+    never read, not even by the snapshot), a 3 GiB sparse file."""
+    (models / "digits.json").write_text("[[0], [1" + "0" * 5000 + "]]")
+    (models / "rc.json").write_text('{"schema": "specd.row-costs/v1", "target": {"1": 1.0, "²": 2.0}}')
+    huge = tmp_path_factory.mktemp("huge") / "huge.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(3 << 30)
+    return huge
+
+
+TREE_INPUTS = [
+    # (command, words the one line must hold): each refused before any model loads or any node is built
+    (["generate", *GENERATE, "--tree", "²,2"], "--tree '²,2': '²' is not a digit here"),
+    (["generate", *GENERATE, "--tree", "1000,1000,1000"], "--tree '1000,1000,1000': 1001001000 nodes"),
+    (["generate", *GENERATE, "--tree", "digits.json"], "a number with too many digits"),
+    (["generate", *GENERATE, "--tree", "HUGE"], "larger than 1 MiB"),
+    (["trace", "run", *GENERATE, "--tree", "nodes=²", "--trace", "t.jsonl"], "--tree 'nodes=²': expected nodes=N"),
+    (["verify-oracle", "--tree", "²"], "--tree '²': '²' is not a digit here"),
+    (["verify-oracle", "--tree", "1000,1000,1000"], "1001001000 nodes"),
+    (["verify-oracle", "--sampler", "specd", "--tree", "1000,1000,1000"], "1001001000 nodes"),
+    (["sweep-k", "--tree", "1000,1000,1000"], "1001001000 nodes"),
+    (["sweep-k", "--tree", "HUGE"], "larger than 1 MiB"),
+    (["sweep-k", "--row-costs", "rc.json"], "row count '²' is not a whole number"),
+    (["sweep-k", "--k", "1.." + "9" * 5000], "--k takes values in 1..256"),
+    (["sweep-k", "--batch", "٣"], "--batch takes a range like 1..8"),
+    (["generate", *GENERATE, "--device-map", "auto", "--max-memory", "²=1GiB"], "--max-memory takes DEVICE=SIZE"),
+    (["generate", *GENERATE, "--device-map", "auto", "--max-memory", "0=٣GiB"], "is not a size like 512MiB"),
+]
+
+
+@pytest.mark.parametrize("args,message", TREE_INPUTS, ids=[" ".join(a)[-40:] for a, _ in TREE_INPUTS])
+def test_a_tree_or_number_a_user_can_type_is_one_line(models, hostile, tiny_models, capsys, args, message):
+    before = everything(models, tiny_models)
+    code, out, err = run_cli([str(hostile) if a == "HUGE" else a for a in args], capsys)
+    one_line(code, err)
+    assert message in err and "internal error" not in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+CHOICES_AS_OUTPUT = [
+    # an EAGLE choices file is an input: no output may name it, however it is spelled
+    (["generate", *GENERATE, "--tree", "c.json", "--out", "c.json"], "--out c.json is the same file as --tree c.json"),
+    (["generate", *GENERATE, "--tree", "rank:./c.json", "--trace", "link.json"], "same file as --tree"),
+    (["generate", *GENERATE, "--config", "tree.yaml", "--out", "./c.json"], "same file as --tree"),
+    (["trace", "run", *GENERATE, "--tree", "c.json", "--trace", "c.json"], "same file as --tree c.json"),
+    (["sweep-k", "--tree", "c.json", "--out", "c.json"], "--out c.json is the same file as --tree c.json"),
+    (["sweep-k", "--tree", "2", "--tree", "iid:link.json", "--plot", "c.json"], "same file as --tree (#2)"),
+]
+
+
+@pytest.mark.parametrize("args,message", CHOICES_AS_OUTPUT, ids=[" ".join(a[-4:]) for a, _ in CHOICES_AS_OUTPUT])
+def test_no_output_names_the_tree_choices_file(models, tiny_models, capsys, args, message):
+    (models / "c.json").write_text("[[0], [1], [0, 0]]\n")
+    os.symlink(models / "c.json", models / "link.json")
+    (models / "tree.yaml").write_text("tree: c.json\n")
+    before = everything(models, tiny_models)
+    code, out, err = run_cli(args, capsys)
+    one_line(code, err)
+    assert message in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+def test_from_python_no_output_names_the_tree_choices_file(models, tiny_models):
+    import specd
+
+    (models / "c.json").write_text("[[0], [1], [0, 0]]\n")
+    pair = specd.Pair.load(tiny_models[0], tiny_models[1], max_new_tokens=2)
+    with pytest.raises(specd.UsageError, match="out c.json is the same file as --tree c.json"):
+        pair.generate("hi", tree="c.json", out="c.json")
+    assert (models / "c.json").read_text() == "[[0], [1], [0, 0]]\n"
