@@ -1,6 +1,6 @@
 """A run's manifest: everything that determines its output (models and their weights' digests,
-both sampling policies, seed, K, budget, stops, dtype, device and library versions), as the trace
-header and ``--json`` record it."""
+both sampling policies, seed, K, the tree and its budget, stops, dtype, device and library versions),
+as the trace header and ``--json`` record it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from specd.core.proposer import ModelProposer
+from specd.core.tree_shape import parse_tree
 from specd.models.hf import HFCausalLM
 from specd.models.llamacpp import LlamaCppLM, file_digest
 from specd.models.loading import weights_digest
+from specd.models.options import AUTO_TREE
 
 if TYPE_CHECKING:
     from specd.models.pipeline import Pipeline
@@ -77,6 +79,8 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
         "draft_stop": None if baseline else o.draft_stop,
         "k_schedule": None if baseline else o.k_schedule,
+        "tree": None if baseline else tree_record(o.tree),
+        "tree_budget": None if baseline else (o.auto_tree_budget or None),
         "seed": o.seed,
         "rule": o.rule,
         "max_new_tokens": o.max_new_tokens,
@@ -85,6 +89,26 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "event_space": {"real_vocab": pipe.space.real_vocab, "logit_width": pipe.space.width},
         "eos_ids": sorted(pipe.eos_ids),
     }
+
+
+def tree_record(spec: str | None) -> dict | None:
+    """The tree a run drafts, as its output depends on it: a static shape's rank paths (whatever file or
+    spelling gave them) and the construction asked for, a dynamic one's bounds, or ``auto`` (its node
+    budget is the manifest's ``tree_budget``); ``spec`` as given, for the reader. None: chains."""
+    if spec is None:
+        return None
+    if spec == AUTO_TREE:
+        return {"spec": spec, "auto": True}
+    shape = parse_tree(spec)
+    if shape.choices is None:
+        return {
+            "spec": spec,
+            "drawn": shape.drawn,
+            "nodes": shape.nodes,
+            "depth": shape.max_depth,
+            "width": shape.width,
+        }
+    return {"spec": spec, "drawn": shape.drawn, "choices": [list(c) for c in shape.choices]}
 
 
 def draft_source(pipe: Pipeline):

@@ -252,3 +252,34 @@ def test_from_python_no_output_names_the_tree_choices_file(models, tiny_models):
     with pytest.raises(specd.UsageError, match="out c.json is the same file as --tree c.json"):
         pair.generate("hi", tree="c.json", out="c.json")
     assert (models / "c.json").read_text() == "[[0], [1], [0, 0]]\n"
+
+
+def test_resume_under_another_tree_is_refused_and_the_same_shape_resumes(models, tiny_models, capsys):
+    """Under the maximal rule the tree decides the sampled text: a file of --tree 2,1's results cannot be
+    resumed with --tree 3 (it would hold texts of two runs), nor without a tree, nor with another node
+    budget for --tree auto; the same shape from a choices file resumes."""
+    (models / "p.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c d"}\n{"prompt": "e f"}\n')
+    (models / "c.json").write_text("[[0], [1], [0, 0], [1, 0]]\n")
+    common = ["generate", *GENERATE, "--temperature", "0.8", "--rule", "maximal", "--seed", "3", "--out", "r.jsonl"]
+    code, _, err = run_cli([*common, "--tree", "2,1"], capsys)
+    assert code == 0, err
+    manifest = json.loads((models / "r.jsonl").read_text().splitlines()[0])["manifest"]
+    assert manifest["tree"] == {"spec": "2,1", "drawn": None, "choices": [[0], [1], [0, 0], [1, 0]]}
+    assert manifest["tree_budget"] is None
+    before = everything(models, tiny_models)
+    for other, words in (
+        (["--tree", "3"], 'its tree is "2,1" (4 nodes), this run\'s is "3" (3 nodes)'),
+        (["--tree", "rank:2,1"], "its tree is"),
+        ([], "this run's is null"),
+    ):
+        code, _, err = run_cli([*common, *other, "--resume"], capsys)
+        one_line(code, err)
+        assert words in err and everything(models, tiny_models) == before, err
+    code, _, err = run_cli([*common, "--tree", "c.json", "--resume"], capsys)
+    assert code == 0 and "3 were already complete" in err, err
+    auto = [*common[:-1], "auto.jsonl", "--tree", "auto"]
+    code, _, err = run_cli([*auto, "--tree-budget", "4"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*auto, "--tree-budget", "8", "--resume"], capsys)
+    one_line(code, err)
+    assert "its tree_budget is 4, this run's is 8" in err
