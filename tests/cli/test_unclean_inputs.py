@@ -283,3 +283,43 @@ def test_resume_under_another_tree_is_refused_and_the_same_shape_resumes(models,
     code, _, err = run_cli([*auto, "--tree-budget", "8", "--resume"], capsys)
     one_line(code, err)
     assert "its tree_budget is 4, this run's is 8" in err
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--tree", "2,2", "--baseline"], "--tree needs a draft: target-only decoding (--baseline) drafts nothing"),
+        (["--tree", "auto", "--baseline"], "--tree needs a draft"),
+        (["--tree", "2,2", "--k-max", "4"], "--k-max bounds -k auto's K; --tree 2,2 fixes each round's depth"),
+        (["--tree", "nodes=8", "--config", "kmax.yaml"], "kmax.yaml: k_max bounds -k auto's K; --tree nodes=8"),
+    ],
+)
+def test_a_tree_flag_the_run_would_ignore_is_refused(models, tiny_models, capsys, extra, message):
+    (models / "kmax.yaml").write_text("k_max: 4\n")
+    before = everything(models, tiny_models)
+    code, out, err = run_cli(["generate", *GENERATE, *extra], capsys)
+    one_line(code, err)
+    assert message in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+def test_tree_auto_takes_k_max_and_python_refuses_what_the_command_line_does(models, tiny_models, capsys):
+    """--tree auto is -k auto choosing shapes, which --k-max bounds; from Python, a tree with baseline=True
+    or beside k_max is the same refusal (naming the keyword's flag)."""
+    import specd
+
+    code, _, err = run_cli(["generate", *GENERATE, "--tree", "auto", "--k-max", "4"], capsys)
+    assert code == 0, err
+    pair = specd.Pair.load(tiny_models[0], tiny_models[1], max_new_tokens=2)
+    for call, words in (
+        (lambda: pair.generate("hi", tree="2,2", baseline=True), r"--tree needs a draft: .*\(baseline=True\)"),
+        (lambda: pair.stream("hi", tree="2,2", baseline=True), r"--tree needs a draft"),
+        (lambda: pair.generate("hi", tree="2,2", k_max=4), r"--k-max bounds -k auto's K; --tree 2,2"),
+        (lambda: pair.generate("hi", tree="²,2"), r"--tree '²,2': '²' is not a digit here"),
+        (lambda: pair.generate("hi", tree="1000,1000,1000"), r"1001001000 nodes"),
+        (lambda: pair.generate("hi", tree=5), r"--tree must be a string, got 5"),
+        (lambda: specd.Pair.load(tiny_models[0], tiny_models[1], tree="2,2", k_max=4), r"--k-max bounds"),
+    ):
+        with pytest.raises(specd.UsageError, match=words):
+            call()
+    assert pair.generate("hi", baseline=True).mode == "target-only"  # the pair's own options stay usable
