@@ -20,6 +20,9 @@ DEFAULT_ALPHA = 0.8
 COST_FIELDS = ("draft_cost", "row_cost", "draft_row_cost", "state_cost", "queue_cost", "context_cost")
 MAX_SWEEP_K = 256
 MAX_SWEEP_BATCH = 65536
+# Rows of one sweep (a K or tree at a batch size): each is priced in well under a millisecond, but a range
+# is every value in it, and --k 1..256 --batch 1..65536 would be 16.8 million rows (hours, gigabytes).
+MAX_SWEEP_ROWS = 10_000
 
 
 def parse_ints(text, option: str, limit: int) -> list[int]:
@@ -127,6 +130,13 @@ def analytic(
         raise UsageError(f"--stop-probability must be in [0, 1), got {shown(stop_probability)}")
     if not (k_given or profile.constant):
         ks = [k for k in ks if k <= len(profile.alphas)]
+    rows = (len(ks) + len(trees.shapes if trees else ())) * len(batches)
+    if rows > MAX_SWEEP_ROWS:
+        raise UsageError(
+            f"{len(ks)} K values{' and trees' if trees and trees.shapes else ''} at {len(batches)} batch sizes make "
+            f"{rows} rows; a sweep prices at most {MAX_SWEEP_ROWS} (a range is every value in it: give fewer, or a "
+            "list like 1,4,16,64)"
+        )
     return sweep(profile, cost, ks, batches, context, float(stop_probability), shape, auto=True, trees=trees)
 
 
