@@ -95,8 +95,8 @@ Jobs = Annotated[
     int | None,
     typer.Option(
         "--jobs",
-        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on (default: the "
-        "usable cores, at most 4, on Linux; 1: one process). The report is the same.",
+        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on, 1..256 (default: "
+        "the usable cores, at most 4, on Linux; 1: one process). The report is the same.",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
