@@ -78,7 +78,7 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "k": 0 if baseline else (o.k if k is None else k),
         "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
         "draft_stop": None if baseline else o.draft_stop,
-        "k_schedule": None if baseline else o.k_schedule,
+        "k_schedule": None if baseline else schedule_record(o.k_schedule, pipe.k_schedules),
         "tree": None if baseline else tree_record(o.tree),
         "tree_budget": None if baseline else (o.auto_tree_budget or None),
         "seed": o.seed,
@@ -89,6 +89,15 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "event_space": {"real_vocab": pipe.space.real_vocab, "logit_width": pipe.space.width},
         "eos_ids": sorted(pipe.eos_ids),
     }
+
+
+def schedule_record(path: str | None, schedules: dict | None) -> dict | None:
+    """The K schedules a run replays (--k-schedule), as its output depends on them: the digest of every
+    request's schedule (whatever file, or spelling of its path, gave them), and the file, for the reader."""
+    if path is None or schedules is None:
+        return None
+    text = json.dumps(sorted((rid, [list(r) for r in rounds]) for rid, rounds in schedules.items()))
+    return {"file": path, "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
 def tree_record(spec: str | None) -> dict | None:

@@ -87,6 +87,8 @@ def _comparable(name: str, value):
         return [_source_kind(str(identity)) for identity in value]
     if name == "tree" and isinstance(value, dict):  # the shape, not how it was spelled (2,1 or a file of it)
         return {k: v for k, v in value.items() if k != "spec"}
+    if name == "k_schedule" and isinstance(value, dict):  # the schedules, not the file they came from
+        return value.get("sha256")
     return value
 
 
@@ -310,6 +312,8 @@ def _short(value, name: str = "", limit: int = 80) -> str:
     if name == "tree" and isinstance(value, dict):  # as the user spelled it, and how big it is
         nodes = f" ({len(value['choices'])} nodes)" if isinstance(value.get("choices"), list) else ""
         return json.dumps(value.get("spec"), default=str)[:limit] + nodes
+    if name == "k_schedule" and isinstance(value, dict):
+        return f"{json.dumps(value.get('file'), default=str)[:limit]} (schedules {str(value.get('sha256'))[:12]})"
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -323,3 +323,27 @@ def test_tree_auto_takes_k_max_and_python_refuses_what_the_command_line_does(mod
         with pytest.raises(specd.UsageError, match=words):
             call()
     assert pair.generate("hi", baseline=True).mode == "target-only"  # the pair's own options stay usable
+
+
+def test_resume_compares_the_k_schedules_replayed_not_the_files_name(models, tiny_models, capsys):
+    """--k-schedule decides every round's K (and so the sampled text under the maximal rule): a resume
+    replaying other schedules is refused, the same schedules from another spelling of the path resume."""
+    (models / "p.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c d"}\n')
+    common = ["generate", *GENERATE, "--temperature", "0.8", "--rule", "maximal"]
+    code, _, err = run_cli([*common, "--out", "rec.jsonl"], capsys)
+    assert code == 0, err
+    lines = (models / "rec.jsonl").read_text().splitlines()
+    other = [lines[0]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        record["acceptance"]["k_schedule"] = [1] * len(record["acceptance"]["k_schedule"])
+        other.append(json.dumps(record))
+    (models / "other.jsonl").write_text("\n".join(other) + "\n")
+    code, _, err = run_cli([*common, "--k-schedule", "rec.jsonl", "--out", "r.jsonl"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*common, "--k-schedule", "./rec.jsonl", "--out", "r.jsonl", "--resume"], capsys)
+    assert code == 0, err
+    before = everything(models, tiny_models)
+    code, _, err = run_cli([*common, "--k-schedule", "other.jsonl", "--out", "r.jsonl", "--resume"], capsys)
+    one_line(code, err)
+    assert 'its k_schedule is "rec.jsonl" (schedules ' in err and everything(models, tiny_models) == before
