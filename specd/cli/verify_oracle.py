@@ -144,7 +144,7 @@ def verify_oracle(
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
     for spec in tree or ():
-        if spec != "none":
+        if spec != "none" or sampler is not None:  # none: no tree checks of the engine's
             parse_tree(spec)  # named --tree here (the API names its keyword, tree)
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
