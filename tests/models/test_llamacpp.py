@@ -13,7 +13,8 @@ from specd.core.state import Request
 from specd.errors import BackendFailed, ModelLoadError
 from specd.models import llamacpp
 from specd.models.llamacpp import LlamaCppCache, LlamaCppLM
-from specd.models.llamacpp_lib import Context, GGUFModel, _whole
+from specd.models.llamacpp_lib import Context, GGUFModel
+from specd.models.numbers import digits_only
 from tests.llamacpp_helpers import gguf_tokenizer, needs_binding, tokenizer_fields, write_tiny_gguf
 
 pytestmark = needs_binding
@@ -235,4 +236,4 @@ def test_a_context_fills_one_kept_batch_that_grows_and_refuses_an_empty_call(pai
 @pytest.mark.parametrize("text,whole", [("64", True), ("²", False), ("٣", False), ("9" * 5000, False), ("", False)])
 def test_a_files_number_is_read_in_ascii_digits_only(text, whole):
     """A GGUF's metadata value, as llama.cpp writes it out: isdigit() takes '²', which int() refuses."""
-    assert _whole(text) is whole
+    assert digits_only(text, 9) is whole
