@@ -118,7 +118,7 @@ def best_trees(profile: TreeProfile, nodes: int, depth: int) -> list[Candidate]:
     scored under the profile itself)."""
     exact, orders = _search(profile, nodes, depth)
     if exact is not None:
-        return exact
+        return list(exact)  # the caller's: the search is kept for the next caller
     return [Candidate(_shape(order, n), total) for cap, order in orders for n, total in _prefixes(order, cap)]
 
 
