@@ -171,6 +171,7 @@ class SweepArgs:
 
 
 MODEL_OPTIONS = frozenset(MEASURED_ONLY) - {"repeats", "ray"}  # generate's declarations, shared
+CONFIG_KEYS = {"profile", "cost", "k", "batch", "context", "stop_probability"}  # a sweep config's
 MEASURED_DRAFT = "self:bf16"  # the draft measured mode times when none is given (one model source)
 
 
@@ -184,11 +185,11 @@ def _sweep_k(ctx: typer.Context) -> None:
     inputs = {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"]}
     for i, spec in enumerate(p["tree"] or ()):  # an EAGLE choices file is read like any input
         inputs["--tree" if i == 0 else f"--tree (#{i + 1})"] = tree_file(spec)
-    check_paths(
-        {**inputs, **model_files(folders)},
-        {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None},
-        folders,
-    )
+    outputs = {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None}
+    check_paths({**inputs, **model_files(folders)}, outputs, folders)
+    cfg = load_yaml_mapping(p["config"], CONFIG_KEYS, "a sweep config") if p["config"] else {}
+    if isinstance(cfg.get("profile"), dict) and isinstance(cfg["profile"].get("trace"), str):
+        check_paths({f"{p['config']}: profile: trace": cfg["profile"]["trace"]}, outputs)  # a log it reads
     for path, what in ((out, "CSV file"), (plot_path, "plot")):
         if path is not None:  # before any work
             check_output(path, what)
@@ -201,7 +202,7 @@ def _sweep_k(ctx: typer.Context) -> None:
     if measure_mode:
         result = _measured(p, ks, batches, shapes)
     else:
-        result = _analytic(p, ks, batches, shapes, given=_typed(ctx))
+        result = _analytic(p, ks, batches, shapes, _typed(ctx), cfg)
     records = ledger_records(result.rows, result.mode, result.measured, result.progress)
     if out is not None:
         write_csv(out, records)
@@ -269,17 +270,14 @@ def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
         raise UsageError(f"{flags}: only used with --measure")
 
 
-def _analytic(p: dict, ks: list[int], batches: list[int], shapes, given: set[str]) -> SweepResult:
+def _analytic(p: dict, ks: list[int], batches: list[int], shapes, given: set[str], cfg: dict) -> SweepResult:
     """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model
-    (its fields, or a --row-costs curve); the config file's keys fill what the flags leave at their
-    defaults."""
+    (its fields, or a --row-costs curve); the config file's keys (``cfg``, read once) fill what the flags
+    leave at their defaults."""
     cost_fields = {name: p[name] for name in COST_FIELDS}
     context, stop = p["context"], p["stop_probability"]
-    profile_spec, cfg = None, {}
+    profile_spec = None
     if p["config"]:
-        cfg = load_yaml_mapping(
-            p["config"], {"profile", "cost", "k", "batch", "context", "stop_probability"}, "a sweep config"
-        )
         profile_spec = cfg.get("profile")
         cost_cfg = cfg.get("cost") or {}
         if not isinstance(cost_cfg, dict):
