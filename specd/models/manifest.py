@@ -61,6 +61,7 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         }
 
     o = pipe.options
+    chosen = (o.k if k is None else k) == "auto" and o.tree in (None, AUTO_TREE)  # K chosen within --k-max
     return {
         "target": model_entry(pipe.target),
         "draft": None if baseline else draft_entry(draft_source(pipe)),
@@ -76,7 +77,7 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "backend": pipe.backend,
         "softmax": o.softmax,
         "k": 0 if baseline else (o.k if k is None else k),
-        "k_max": o.k_max if not baseline and (o.k if k is None else k) == "auto" else None,
+        "k_max": o.k_max if not baseline and chosen else None,  # a fixed tree's depth is its K
         "draft_stop": None if baseline else o.draft_stop,
         "k_schedule": None if baseline else schedule_record(o.k_schedule, pipe.k_schedules),
         "tree": None if baseline else tree_record(o.tree),
