@@ -181,15 +181,7 @@ def _sweep_k(ctx: typer.Context) -> None:
     out, plot_path, as_json, measure_mode = p["out"], p["plot"], p["json"], p["measure"]
     t0 = time.perf_counter()
     _refuse_other_mode_flags(ctx, measure_mode)
-    folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if measure_mode else {}
-    inputs = {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"]}
-    for i, spec in enumerate(p["tree"] or ()):  # an EAGLE choices file is read like any input
-        inputs["--tree" if i == 0 else f"--tree (#{i + 1})"] = tree_file(spec)
-    outputs = {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None}
-    check_paths({**inputs, **model_files(folders)}, outputs, folders)
-    cfg = load_yaml_mapping(p["config"], CONFIG_KEYS, "a sweep config") if p["config"] else {}
-    if isinstance(cfg.get("profile"), dict) and isinstance(cfg["profile"].get("trace"), str):
-        check_paths({f"{p['config']}: profile: trace": cfg["profile"]["trace"]}, outputs)  # a log it reads
+    cfg = _check_paths(p)
     for path, what in ((out, "CSV file"), (plot_path, "plot")):
         if path is not None:  # before any work
             check_output(path, what)
@@ -252,6 +244,22 @@ sweep_k = command(
         GenerateOptions, keep=MODEL_OPTIONS, defaults={"max_new_tokens": (32, "Measured mode: tokens per prompt.")}
     ),
 )
+
+
+def _check_paths(p: dict) -> dict:
+    """The path rule over every file sweep-k reads and writes (specd.files.check_paths), before any work:
+    -> the sweep config's keys (read once, after the rule has kept the outputs off it; the log its
+    ``profile: {trace: FILE}`` names is then an input too)."""
+    folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if p["measure"] else {}
+    inputs = {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"]}
+    for i, spec in enumerate(p["tree"] or ()):  # an EAGLE choices file is read like any input
+        inputs["--tree" if i == 0 else f"--tree (#{i + 1})"] = tree_file(spec)
+    outputs = {"--out": p["out"], "--plot": p["plot"], "--json": STDOUT if p["json"] else None}
+    check_paths({**inputs, **model_files(folders)}, outputs, folders)
+    cfg = load_yaml_mapping(p["config"], CONFIG_KEYS, "a sweep config") if p["config"] else {}
+    if isinstance(cfg.get("profile"), dict) and isinstance(cfg["profile"].get("trace"), str):
+        check_paths({f"{p['config']}: profile: trace": cfg["profile"]["trace"]}, outputs)
+    return cfg
 
 
 def _typed(ctx: typer.Context) -> set[str]:

@@ -26,44 +26,22 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
     the options')."""
     import transformers
 
-    def model_entry(lm) -> dict | None:
-        if lm is None:
-            return None
-        if isinstance(lm, LlamaCppLM):  # the file's bytes are its weights
-            return {
-                "name": lm.name,
-                "identity": lm.identity,
-                "weights_sha256": file_digest(lm.file),
-                "parameters": lm.file.facts.parameters,
-            }
-        if not isinstance(lm, HFCausalLM):
-            return {"name": lm.identity, "identity": lm.identity, "weights_sha256": None, "parameters": 0}
-        if lm.name not in pipe.digests:
-            pipe.digests[lm.name] = weights_digest(lm.model)
-        return {
-            "name": lm.name,
-            "identity": lm.identity,
-            "weights_sha256": pipe.digests[lm.name],
-            "parameters": sum(p.numel() for p in lm.model.parameters()),
-        }
-
     def draft_entry(source) -> dict | None:
         if not getattr(source, "shares_target_cache", False):
-            return model_entry(getattr(source, "model", source))
+            return model_entry(pipe, getattr(source, "model", source))
         columns = source.columns.tolist()
         vocabulary = {"tokens": len(columns), "sha256": hashlib.sha256(json.dumps(columns).encode()).hexdigest()}
         name = f"self:vocab={len(columns)}({pipe.target.name})"  # the target's body, a restricted head
         return {
-            **model_entry(pipe.target),
+            **(model_entry(pipe, pipe.target) or {}),
             "name": name,
             "identity": source.identity,
             "draft_vocabulary": vocabulary,
         }
 
     o = pipe.options
-    chosen = (o.k if k is None else k) == "auto" and o.tree in (None, AUTO_TREE)  # K chosen within --k-max
     return {
-        "target": model_entry(pipe.target),
+        "target": model_entry(pipe, pipe.target),
         "draft": None if baseline else draft_entry(draft_source(pipe)),
         "draft_sources": None if baseline else list(pipe.proposer.identities),
         "dtype": str(pipe.target.dtype).removeprefix("torch."),  # as loaded (--dtype auto resolved)
@@ -76,12 +54,7 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "layout": o.layout,
         "backend": pipe.backend,
         "softmax": o.softmax,
-        "k": 0 if baseline else (o.k if k is None else k),
-        "k_max": o.k_max if not baseline and chosen else None,  # a fixed tree's depth is its K
-        "draft_stop": None if baseline else o.draft_stop,
-        "k_schedule": None if baseline else schedule_record(o.k_schedule, pipe.k_schedules),
-        "tree": None if baseline else tree_record(o.tree),
-        "tree_budget": None if baseline else (o.auto_tree_budget or None),
+        **k_fields(pipe, o.k if k is None else k, baseline),
         "seed": o.seed,
         "rule": o.rule,
         "max_new_tokens": o.max_new_tokens,
@@ -89,6 +62,47 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "chat": bool(o.chat),
         "event_space": {"real_vocab": pipe.space.real_vocab, "logit_width": pipe.space.width},
         "eos_ids": sorted(pipe.eos_ids),
+    }
+
+
+def model_entry(pipe: Pipeline, lm) -> dict | None:
+    """A model as the manifest names it: its name, identity, weights' digest (kept per pipeline) and size."""
+    if lm is None:
+        return None
+    if isinstance(lm, LlamaCppLM):  # the file's bytes are its weights
+        return {
+            "name": lm.name,
+            "identity": lm.identity,
+            "weights_sha256": file_digest(lm.file),
+            "parameters": lm.file.facts.parameters,
+        }
+    if not isinstance(lm, HFCausalLM):
+        return {"name": lm.identity, "identity": lm.identity, "weights_sha256": None, "parameters": 0}
+    if lm.name not in pipe.digests:
+        pipe.digests[lm.name] = weights_digest(lm.model)
+    return {
+        "name": lm.name,
+        "identity": lm.identity,
+        "weights_sha256": pipe.digests[lm.name],
+        "parameters": sum(p.numel() for p in lm.model.parameters()),
+    }
+
+
+def k_fields(pipe: Pipeline, k, baseline: bool) -> dict:
+    """What decides a speculative run's drafts: K, the tree and its budget, K's bound (where -k auto
+    chooses K: a fixed tree's depth is its K), --draft-stop and the K schedules replayed (target-only:
+    K = 0, none of the others)."""
+    o = pipe.options
+    if baseline:
+        return {"k": 0, "tree": None, "tree_budget": None, "k_max": None, "draft_stop": None, "k_schedule": None}
+    chosen = k == "auto" and o.tree in (None, AUTO_TREE)
+    return {
+        "k": k,
+        "tree": tree_record(o.tree),
+        "tree_budget": o.auto_tree_budget or None,
+        "k_max": o.k_max if chosen else None,
+        "draft_stop": o.draft_stop,
+        "k_schedule": schedule_record(o.k_schedule, pipe.k_schedules),
     }
 
 
