@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specd.api import arguments as args
+from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, shown
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_oracle, run_sampler_oracle
@@ -151,6 +152,7 @@ def check_sampler(
         raise UsageError(f"timeout must be a number of seconds > 0, got {shown(limit)}")
     tree = arguments.pop("tree")
     if tree is not None:
+        parse_tree(tree, "tree")  # refused by name before the sampler's module is imported
         arguments["k"] = 1  # the tree's depth takes its place
     return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree, jobs))
 
@@ -165,11 +167,13 @@ def _trees(value) -> tuple[str, ...]:
     """``prove``'s ``tree``: one spec (a string), several (a list or tuple of strings), or None."""
     if value is None:
         return ()
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, (list, tuple)):
-        raise UsageError(f"tree must be a tree spec or a list of them, got {shown(value)}")
-    return tuple(args.text(spec, "tree") for spec in value)
+    specs = (value,) if isinstance(value, str) else value
+    if not isinstance(specs, (list, tuple)):
+        raise UsageError(f"tree must be a tree spec or a list of them, got {shown(value)} ({type(value).__name__})")
+    for spec in specs:
+        if spec != "none":
+            parse_tree(spec, "tree")  # its type and its size, by name, before any enumeration
+    return tuple(specs)
 
 
 def _config(arguments: dict) -> OracleConfig:

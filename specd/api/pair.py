@@ -29,6 +29,7 @@ from specd.models.generation import (
     speedup,
 )
 from specd.models.inputs import model_folders, run_inputs
+from specd.models.k_flags import check_k_flags
 from specd.models.loading import Loaded, in_memory, placement
 from specd.models.options import OPTION_FIELDS, GenerateOptions, batch_size_value
 from specd.models.pipeline import Pipeline
@@ -136,6 +137,7 @@ class Pair:
             given["draft"] = in_memory(draft_model, draft_tok, "draft")
         _refuse_unknown(options, OPTION_FIELDS - {"target", "draft"}, "Pair.load")
         opts = GenerateOptions(target=target, draft=spec, **options)  # type: ignore[arg-type]
+        check_k_flags(opts, set(options), False)
         folders = {f"the {role} object's folder": folder for role, lm in given.items() if (folder := _folder(lm))}
         return cls(Pipeline.build(opts, given=given), folders)
 
@@ -159,7 +161,7 @@ class Pair:
         results file and the acceptance log as ``--out`` and ``--trace`` do. ``options``: decoding
         options by name (k="auto" or an int, temperature, top_p, seed, rule, stop, max_new_tokens,
         ...)."""
-        pipe, items = self._with(options), _items(prompts)
+        pipe, items = self._with(options, baseline), _items(prompts)
         files = self._files(pipe, items, baseline, out, trace)
         try:
             run = pipe.run(
@@ -180,7 +182,10 @@ class Pair:
         """``generate`` as it happens: each request's new text (``TextDelta``: request_id, text) as
         its rounds publish it, stop strings applied. Joined per request, the texts are
         ``generate``'s."""
-        pipe, items = self._with(options), _items(prompts)  # bad arguments raise here, not at the first next()
+        pipe, items = (
+            self._with(options, baseline),
+            _items(prompts),
+        )  # bad arguments raise here, not at the first next()
         return pipe.stream(items, baseline=baseline, record_log=False, batch_size=_batch(batch_size))
 
     def compare(self, prompts: str | Sequence[str], *, batch_size: int | None = None, **options: object) -> Comparison:
@@ -207,7 +212,7 @@ class Pair:
     def manifest(self, *, baseline: bool = False, **options: object) -> dict:
         """What determines the output of a run under these options (models and their weights'
         sha256, policies, seed, K, budget, ...), as ``generate --json`` writes it."""
-        return self._with(options).manifest(baseline=baseline)
+        return self._with(options, baseline).manifest(baseline=baseline)
 
     def _files(
         self, pipe: Pipeline, items: list[PromptItem], baseline: bool, out: str | None, trace: str | None
@@ -227,8 +232,9 @@ class Pair:
         check_paths(run_inputs(o, folders), {"out": out, "trace": trace}, folders)
         return PromptSetFiles(items, pipe.manifest(baseline=baseline), out, trace, False, pipe.token_text)
 
-    def _with(self, options: Mapping[str, object]) -> Pipeline:
-        """The pipeline under these decoding options (the loaded models, new policies)."""
+    def _with(self, options: Mapping[str, object], baseline: bool = False) -> Pipeline:
+        """The pipeline under these decoding options (the loaded models, new policies); a K or tree
+        option this call gives that it would ignore (``baseline``: target-only) is refused by name."""
         if not options:
             return self._pipe
         fixed = sorted(set(options) & LOAD_OPTIONS)
@@ -236,7 +242,9 @@ class Pair:
             raise UsageError(f"{fixed[0]} is fixed when the models load: give it to Pair.load")
         _refuse_unknown(options, OPTION_FIELDS, "this call")
         current = {f.name: getattr(self._pipe.options, f.name) for f in dataclasses.fields(GenerateOptions)}
-        return self._pipe.with_options(GenerateOptions(**{**current, **options}))  # type: ignore[arg-type]
+        merged = GenerateOptions(**{**current, **options})  # type: ignore[arg-type]
+        check_k_flags(merged, set(options), baseline, "baseline=True")
+        return self._pipe.with_options(merged)
 
 
 def warm_up(pipe: Pipeline, items: Sequence[PromptItem]) -> None:

@@ -23,6 +23,7 @@ from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths
 from specd.models.inputs import model_folders, run_inputs
+from specd.models.k_flags import check_k_flags
 from specd.models.option_spec import option, specs, typed
 from specd.models.options import (
     BATCH_SIZE_CPU,
@@ -166,7 +167,7 @@ def read_run(ctx: typer.Context, fixed: dict | None = None) -> tuple[GenerateOpt
         if name in config and name not in typed_here and name not in (fixed or {}):
             value = typed(spec.kind, config[name], f"{config_path}: {name}")
         run[name] = value
-    _check_k_flags(options, typed_here | set(config), bool(run["baseline"]))
+    check_k_flags(options, typed_here | set(config), bool(run["baseline"]))
     run_args = RunArgs(**run)
     folders = model_folders(options.target, options.draft, options.target_gguf)
     inputs = {**run_inputs(options, folders), "--prompts-file": run_args.prompts_file, "--config": config_path}
@@ -177,22 +178,6 @@ def read_run(ctx: typer.Context, fixed: dict | None = None) -> tuple[GenerateOpt
 def run_outputs(run: RunArgs) -> dict[str, str | None]:
     """Every file a generation run writes, by flag; --json counts as one on standard output."""
     return {"--out": run.out, "--trace": run.trace, "--json": STDOUT if run.json else None}
-
-
-def _check_k_flags(options: GenerateOptions, given: set[str], baseline: bool) -> None:
-    """The K flags that make no sense together, named (``given``: typed, or in the config)."""
-    k_flags = [n for n in ("k", "k_max", "draft_stop", "k_schedule", "tree_budget") if n in given]
-    if baseline and k_flags:
-        raise UsageError(f"{options.where(k_flags[0])} needs a draft: target-only decoding (--baseline) drafts nothing")
-    if options.k_schedule is not None and "k" in given:
-        raise UsageError("give -k or --k-schedule, not both (the schedule says K for every round)")
-    if options.k_schedule is not None and "k_max" in given:
-        raise UsageError(
-            f"{options.where('k_max')} bounds -k auto; a --k-schedule replays the K of every round as recorded, "
-            "so it would have no effect"
-        )
-    if "k_max" in given and not options.auto_k:
-        raise UsageError(f"{options.where('k_max')} bounds -k auto; with a fixed -k {options.k} it has no effect")
 
 
 def _typed_here(ctx: typer.Context, name: str) -> bool:

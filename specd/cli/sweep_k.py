@@ -10,6 +10,7 @@ from rich.table import Table
 
 from specd.cli.common import load_yaml_mapping, print_json, stderr, stdout
 from specd.cli.options import command, parameters
+from specd.core.tree_shape import tree_file
 from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
 from specd.models.distributed import connect
@@ -170,6 +171,7 @@ class SweepArgs:
 
 
 MODEL_OPTIONS = frozenset(MEASURED_ONLY) - {"repeats", "ray"}  # generate's declarations, shared
+CONFIG_KEYS = {"profile", "cost", "k", "batch", "context", "stop_probability"}  # a sweep config's
 MEASURED_DRAFT = "self:bf16"  # the draft measured mode times when none is given (one model source)
 
 
@@ -179,12 +181,7 @@ def _sweep_k(ctx: typer.Context) -> None:
     out, plot_path, as_json, measure_mode = p["out"], p["plot"], p["json"], p["measure"]
     t0 = time.perf_counter()
     _refuse_other_mode_flags(ctx, measure_mode)
-    folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if measure_mode else {}
-    check_paths(
-        {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"], **model_files(folders)},
-        {"--out": out, "--plot": plot_path, "--json": STDOUT if as_json else None},
-        folders,
-    )
+    cfg = _check_paths(p)
     for path, what in ((out, "CSV file"), (plot_path, "plot")):
         if path is not None:  # before any work
             check_output(path, what)
@@ -197,7 +194,7 @@ def _sweep_k(ctx: typer.Context) -> None:
     if measure_mode:
         result = _measured(p, ks, batches, shapes)
     else:
-        result = _analytic(p, ks, batches, shapes, given=_typed(ctx))
+        result = _analytic(p, ks, batches, shapes, _typed(ctx), cfg)
     records = ledger_records(result.rows, result.mode, result.measured, result.progress)
     if out is not None:
         write_csv(out, records)
@@ -249,6 +246,22 @@ sweep_k = command(
 )
 
 
+def _check_paths(p: dict) -> dict:
+    """The path rule over every file sweep-k reads and writes (specd.files.check_paths), before any work:
+    -> the sweep config's keys (read once, after the rule has kept the outputs off it; the log its
+    ``profile: {trace: FILE}`` names is then an input too)."""
+    folders = model_folders(p["target"], p["draft"] or MEASURED_DRAFT) if p["measure"] else {}
+    inputs = {"--trace-log": p["trace_log"], "--config": p["config"], "--row-costs": p["row_costs"]}
+    for i, spec in enumerate(p["tree"] or ()):  # an EAGLE choices file is read like any input
+        inputs["--tree" if i == 0 else f"--tree (#{i + 1})"] = tree_file(spec)
+    outputs = {"--out": p["out"], "--plot": p["plot"], "--json": STDOUT if p["json"] else None}
+    check_paths({**inputs, **model_files(folders)}, outputs, folders)
+    cfg = load_yaml_mapping(p["config"], CONFIG_KEYS, "a sweep config") if p["config"] else {}
+    if isinstance(cfg.get("profile"), dict) and isinstance(cfg["profile"].get("trace"), str):
+        check_paths({f"{p['config']}: profile: trace": cfg["profile"]["trace"]}, outputs)
+    return cfg
+
+
 def _typed(ctx: typer.Context) -> set[str]:
     return {n for n in ctx.params if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
 
@@ -265,17 +278,14 @@ def _refuse_other_mode_flags(ctx: typer.Context, measure: bool) -> None:
         raise UsageError(f"{flags}: only used with --measure")
 
 
-def _analytic(p: dict, ks: list[int], batches: list[int], shapes, given: set[str]) -> SweepResult:
+def _analytic(p: dict, ks: list[int], batches: list[int], shapes, given: set[str], cfg: dict) -> SweepResult:
     """The ledger over a profile (constant, per position, a trace log or the config's) and a cost model
-    (its fields, or a --row-costs curve); the config file's keys fill what the flags leave at their
-    defaults."""
+    (its fields, or a --row-costs curve); the config file's keys (``cfg``, read once) fill what the flags
+    leave at their defaults."""
     cost_fields = {name: p[name] for name in COST_FIELDS}
     context, stop = p["context"], p["stop_probability"]
-    profile_spec, cfg = None, {}
+    profile_spec = None
     if p["config"]:
-        cfg = load_yaml_mapping(
-            p["config"], {"profile", "cost", "k", "batch", "context", "stop_probability"}, "a sweep config"
-        )
         profile_spec = cfg.get("profile")
         cost_cfg = cfg.get("cost") or {}
         if not isinstance(cost_cfg, dict):

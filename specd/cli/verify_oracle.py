@@ -10,6 +10,7 @@ from rich.table import Table
 
 from specd.api.oracle import check_sampler, prove
 from specd.cli.common import parse_bias, print_json, stdout
+from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
 from specd.oracles.sandbox import DEFAULT_TIMEOUT
@@ -94,8 +95,8 @@ Jobs = Annotated[
     int | None,
     typer.Option(
         "--jobs",
-        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on (default: the "
-        "usable cores, at most 4, on Linux; 1: one process). The report is the same.",
+        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on, 1..256 (default: "
+        "the usable cores, at most 4, on Linux; 1: one process). The report is the same.",
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
@@ -142,6 +143,9 @@ def verify_oracle(
         frequency_penalty=frequency_penalty,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    for spec in tree or ():
+        if spec != "none" or sampler is not None:  # none: no tree checks of the engine's
+            parse_tree(spec)  # named --tree here (the API names its keyword, tree)
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
     if sampler is not None:

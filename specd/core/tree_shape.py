@@ -24,15 +24,20 @@ A request's round drafts at most its K levels (its draft budget): the shape is c
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from specd.core.tree import CONSTRUCTIONS
-from specd.errors import UsageError
+from specd.errors import UsageError, shown
+from specd.files import loads_json, read_text
 
 MAX_TREE_NODES = 256  # a verification call's rows per request; past this no tree is worth its call
 MAX_TREE_DEPTH = 64
+# A choices file of MAX_TREE_NODES paths MAX_TREE_DEPTH deep, written out, is under 100 KB: a larger file is
+# refused before it is read (a file given by mistake may be gigabytes).
+MAX_CHOICES_BYTES = 1 << 20
+MAX_DIGITS = 6  # no width, node count or depth comes near a million: longer numbers are refused unconverted
 
 
 @dataclass(frozen=True)
@@ -104,66 +109,131 @@ class TreeShape:
 
 
 def parse_tree(spec: str, where: str = "--tree") -> TreeShape:
-    """``--tree SPEC`` (module docstring) -> its TreeShape; bad input is a UsageError naming ``where``."""
-    text = spec.strip()
-    drawn = None
-    head, sep, rest = text.partition(":")
-    if sep and head in CONSTRUCTIONS:
-        drawn, text = head, rest.strip()
+    """``--tree SPEC`` (module docstring) -> its TreeShape; bad input is a UsageError naming ``where``.
+    Every size is judged before anything is built from it: a branching spec's node count from its
+    widths, a choices file's size before it is read (MAX_CHOICES_BYTES), each number by its digits
+    (ASCII digits only: ``'²'`` is a digit to ``str.isdigit`` but not to ``int``)."""
+    if not isinstance(spec, str):
+        kind = type(spec).__name__
+        raise UsageError(f"{where} must be a tree spec (a string like 2,2,1), got {shown(spec)} ({kind})")
+    drawn, text = _construction(spec)
     if text.startswith("nodes="):
         shape = _dynamic(text, where, spec)
         if drawn == "sampled" or drawn == "iid":
-            raise UsageError(f"{where} {spec!r}: a dynamic tree keeps its likeliest nodes, so its children are ranked")
+            raise UsageError(
+                f"{where} {shown(spec)}: a dynamic tree keeps its likeliest nodes, so its children are ranked"
+            )
         return TreeShape(None, shape.nodes, shape.max_depth, shape.width, drawn, spec)
-    if text and all(part.strip().isdigit() for part in text.split(",")):
-        widths = [int(part) for part in text.split(",")]
-        if any(w < 1 for w in widths):
-            raise UsageError(f"{where} {spec!r}: every depth needs at least one child per node")
-        shape = TreeShape.branching(widths, drawn, spec)
+    if _is_branching(text):
+        shape = TreeShape.branching(_widths(text, where, spec), drawn, spec)
     else:
         shape = TreeShape(_choices_file(text, where), drawn=drawn, spec=spec)
     if not shape.choices:
-        raise UsageError(f"{where} {spec!r}: the tree has no node")
+        raise UsageError(f"{where} {shown(spec)}: the tree has no node")
     if len(shape.choices) > MAX_TREE_NODES or shape.depth > MAX_TREE_DEPTH:
-        raise UsageError(
-            f"{where} {spec!r}: {len(shape.choices)} nodes, depth {shape.depth}; at most "
-            f"{MAX_TREE_NODES} nodes and depth {MAX_TREE_DEPTH}"
-        )
+        raise _too_big(where, spec, len(shape.choices), shape.depth)
     return shape
 
 
+def tree_file(spec: object) -> str | None:
+    """The file a tree spec reads (an EAGLE choices file), or None: branching counts, ``nodes=N``, an
+    inline JSON list (or not a spec at all). The path rule (``specd.files.check_paths``) keeps every
+    output off it."""
+    if not isinstance(spec, str):
+        return None
+    _, text = _construction(spec)
+    if not text or text.startswith(("[", "nodes=")) or _is_branching(text):
+        return None
+    return str(Path(text).expanduser())
+
+
+def _construction(spec: str) -> tuple[str | None, str]:
+    """(the construction prefix or None, the rest of the spec), both stripped."""
+    text = spec.strip()
+    head, sep, rest = text.partition(":")
+    if sep and head in CONSTRUCTIONS:
+        return head, rest.strip()
+    return None, text
+
+
+def _is_branching(text: str) -> bool:
+    return bool(text) and all(_count(part) is not None for part in text.split(","))
+
+
+def _count(text: str) -> int | None:
+    """A whole number written in ASCII digits -> its value (-1 past MAX_DIGITS significant digits,
+    which no size here comes near), else None."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    significant = text.lstrip("0") or "0"
+    return int(significant) if len(significant) <= MAX_DIGITS else -1
+
+
+def _too_big(where: str, spec: str, nodes: int | str, depth: int) -> UsageError:
+    limits = f"at most {MAX_TREE_NODES} nodes and depth {MAX_TREE_DEPTH}"
+    return UsageError(f"{where} {shown(spec)}: {nodes} nodes, depth {depth}; {limits}")
+
+
+def _widths(text: str, where: str, spec: str) -> list[int]:
+    """Branching counts -> widths, refused by the size of the tree they make before any node is built."""
+    widths = [_count(part) or 0 for part in text.split(",")]  # every part is a count (_is_branching)
+    if 0 in widths:
+        raise UsageError(f"{where} {shown(spec)}: every depth needs at least one child per node")
+    if -1 in widths or len(widths) > MAX_TREE_DEPTH:
+        raise _too_big(where, spec, f"more than {MAX_TREE_NODES}", len(widths))
+    nodes = sum(math.prod(widths[: j + 1]) for j in range(len(widths)))  # at most 64 factors below 10^6
+    if nodes > MAX_TREE_NODES:
+        raise _too_big(where, spec, nodes, len(widths))
+    return widths
+
+
 def _dynamic(text: str, where: str, spec: str) -> TreeShape:
-    fields = {}
+    fields: dict[str, int] = {}
     for part in text.split(","):
         key, eq, value = part.partition("=")
-        if not eq or key.strip() not in ("nodes", "depth", "width") or not value.strip().isdigit():
-            raise UsageError(f"{where} {spec!r}: expected nodes=N[,depth=D][,width=W] with whole numbers")
-        fields[key.strip()] = int(value)
+        number = _count(value)
+        if not eq or key.strip() not in ("nodes", "depth", "width") or number is None:
+            raise UsageError(f"{where} {shown(spec)}: expected nodes=N[,depth=D][,width=W] with whole numbers")
+        fields[key.strip()] = number
     nodes, depth, width = fields["nodes"], fields.get("depth", 0), fields.get("width", 0)
     if not 1 <= nodes <= MAX_TREE_NODES or not 0 <= depth <= MAX_TREE_DEPTH or width < 0:
-        raise UsageError(f"{where} {spec!r}: nodes must be in 1..{MAX_TREE_NODES}, depth at most {MAX_TREE_DEPTH}")
+        raise UsageError(f"{where} {shown(spec)}: nodes must be in 1..{MAX_TREE_NODES}, depth at most {MAX_TREE_DEPTH}")
     return TreeShape(None, nodes, depth, width or min(nodes, 4))
 
 
 def _choices_file(text: str, where: str) -> tuple[tuple[int, ...], ...]:
-    """An EAGLE choices list, inline JSON or a JSON file: rank paths, each one's prefixes and lower
-    ranks present."""
+    """An EAGLE choices list, inline JSON or a JSON file (at most MAX_CHOICES_BYTES, judged before it
+    is read): rank paths, each one's prefixes and lower ranks present."""
     path = Path(text).expanduser()
     if not text.startswith("[") and not path.is_file():
-        raise UsageError(f"{where} {text!r}: not branching counts like 3,2,1, nodes=N, or a choices list or file")
-    try:
-        raw = json.loads(text if text.startswith("[") else path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UsageError(f"{where} {text!r}: cannot read a JSON choices list ({type(e).__name__})") from None
+        if odd := next((ch for ch in text if ch.isdigit() and not ch.isascii()), None):
+            raise UsageError(f"{where} {shown(text)}: {odd!r} is not a digit here; write numbers in 0-9")
+        raise UsageError(f"{where} {shown(text)}: not branching counts like 3,2,1, nodes=N, or a choices list or file")
+    if text.startswith("["):
+        if len(text) > MAX_CHOICES_BYTES:
+            raise UsageError(f"{where}: a choices list of {len(text)} characters; at most {MAX_CHOICES_BYTES}")
+        content = text
+    else:
+        content = read_text(path, f"{where} choices file", limit=MAX_CHOICES_BYTES)
+    raw = loads_json(content, f"{where} {shown(text)}", what="cannot read a JSON choices list")
     ok = isinstance(raw, list) and all(
-        isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in c)
+        isinstance(c, list)
+        and 0 < len(c) <= MAX_TREE_DEPTH
+        and all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < MAX_TREE_NODES for r in c)
         for c in raw
     )
     if not ok:
-        raise UsageError(f"{where} {text!r}: a choices file is a JSON list of rank paths like [[0], [1], [0, 0]]")
+        raise UsageError(
+            f"{where} {shown(text)}: a choices file is a JSON list of rank paths like [[0], [1], [0, 0]] (at most "
+            f"{MAX_TREE_DEPTH} ranks a path, each below {MAX_TREE_NODES})"
+        )
     choices = sorted({tuple(c) for c in raw}, key=lambda c: (len(c), c))
+    if len(choices) > MAX_TREE_NODES:
+        raise _too_big(where, text, len(choices), max(len(c) for c in choices))
     have = set(choices)
     for c in choices:
         if (len(c) > 1 and c[:-1] not in have) or (c[-1] > 0 and c[:-1] + (c[-1] - 1,) not in have):
-            raise UsageError(f"{where} {text!r}: node {list(c)} lacks its parent or an earlier sibling in the list")
+            missing = "lacks its parent or an earlier sibling in the list"
+            raise UsageError(f"{where} {shown(text)}: node {list(c)} {missing}")
     return tuple(choices)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from specd.errors import UsageError, shown
+from specd.models.numbers import digits_only
 from specd.models.pipeline import Pipeline
 from specd.models.results import manifest_difference
 
@@ -63,7 +64,7 @@ def connect(address: str, num_cpus: int | None = None):
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         return ray
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not (digits_only(port, 5) and int(port) <= 65535):
         raise UsageError(f"--ray takes HOST:PORT (a running cluster's address) or nothing; got {shown(address)}")
     try:
         socket.create_connection((host, int(port)), timeout=3).close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specd.core.tree_shape import tree_file
 from specd.files import folder_files
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import EMBEDDED, embedded_name
@@ -21,6 +22,7 @@ def run_inputs(options: GenerateOptions, folders: dict[str, str]) -> dict[str, s
         "--target-gguf": options.target_gguf,
         "--draft-gguf": options.draft_gguf,
         "--draft-vocab": options.draft_vocab,
+        "--tree": tree_file(options.tree),  # an EAGLE choices file (None: a shape typed inline, or auto)
     }
     return {**inputs, **model_files(folders)}
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from specd.errors import BackendFailed, BackendUnavailable, CellsExhausted, ModelLoadError, one_line
+from specd.models.numbers import digits_only
 
 PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"  # the version make install builds (pyproject's llamacpp extra pins it)
@@ -123,7 +124,7 @@ class GGUFModel:
             window=swa if swa > 0 else None,
             layers=int(lib.llama_model_n_layer(handle)),
             kv_heads=int(lib.llama_model_n_head_kv(handle)),
-            head_dim=int(key_length) if key_length.isdigit() else int(lib.llama_model_n_embd(handle)) // heads,
+            head_dim=int(key_length) if digits_only(key_length, 9) else int(lib.llama_model_n_embd(handle)) // heads,
             parameters=int(lib.llama_model_n_params(handle)),
             description=text.value.decode("utf-8", "replace"),
         )

@@ -1,4 +1,5 @@
-"""The one bounded reader of integers a user types (an option's value, the N of a draft source).
+"""The one bounded reader of integers a user types (an option's value, the N of a draft source, a
+GPU's index and a size in --max-memory).
 
 Python refuses to convert a decimal string of more than 4300 digits (a ValueError that
 would surface as an internal error), and no count specd takes comes near 2^64. So a
@@ -8,10 +9,18 @@ digit string is judged by its length before it is converted: anything at or abov
 
 from __future__ import annotations
 
+import re
+
 from specd.errors import UsageError, shown
 
 MAX_NUMBER = 2**64  # no option takes an integer this large (a seed is below it)
 _MAX_DIGITS = len(str(MAX_NUMBER))
+
+
+def digits_only(text: str, most: int = _MAX_DIGITS) -> bool:
+    """Is ``text`` a whole number in ASCII digits, at most ``most`` of them (short enough to convert)?
+    ``str.isdigit`` alone takes ``'²'`` and ``'٣'``, which ``int`` refuses or reads as another number."""
+    return text.isascii() and text.isdigit() and len(text) <= most
 
 
 def out_of_range(value: int, where: str) -> UsageError:
@@ -33,3 +42,16 @@ def integer(text: str, where: str) -> int:
     if abs(value) >= MAX_NUMBER:
         raise out_of_range(value, where)
     return value
+
+
+def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
+    """'cpu=30GiB,0=70GiB' -> {"cpu": "30GiB", 0: "70GiB"} (device: cpu, disk or a GPU index)."""
+    out: dict = {}
+    for part in text.split(","):
+        device, sep, size = part.strip().partition("=")
+        if not sep or not size or not (device in ("cpu", "disk", "mps") or digits_only(device, 4)):
+            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {shown(text)}")
+        if not re.fullmatch(r"[0-9]{1,15}(\.[0-9]{1,15})?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
+            raise UsageError(f"{where}: {shown(size)} is not a size like 512MiB or 30GiB")
+        out[int(device) if digits_only(device, 4) else device] = size.strip()
+    return out

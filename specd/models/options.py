@@ -11,7 +11,6 @@ it came from (the flag, or the config file and key); nothing downstream re-valid
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
 from specd.models.graphs import MODES as GRAPH_MODES
+from specd.models.numbers import parse_max_memory
 from specd.models.option_spec import Check, at_least_one, one_of, option, specs, typed
 from specd.policy.kpolicy import DEFAULT_K_MAX, DEFAULT_TREE_BUDGET, MAX_K, check_k, check_k_max, check_tree_budget
 
@@ -446,19 +446,6 @@ class GenerateOptions:
     def uses_default_model(self) -> bool:
         """An embedded model (specd.models.embedded), not a folder, hub id or GGUF of the user's."""
         return self.embedded is not None
-
-
-def parse_max_memory(text: str, where: str = "--max-memory") -> dict:
-    """'cpu=30GiB,0=70GiB' -> {"cpu": "30GiB", 0: "70GiB"} (device: cpu, disk or a GPU index)."""
-    out: dict = {}
-    for part in text.split(","):
-        device, sep, size = part.strip().partition("=")
-        if not sep or not size or not (device in ("cpu", "disk", "mps") or device.isdigit()):
-            raise UsageError(f"{where} takes DEVICE=SIZE,... (cpu=30GiB,0=70GiB), got {shown(text)}")
-        if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B)?", size.strip(), re.IGNORECASE):
-            raise UsageError(f"{where}: {shown(size)} is not a size like 512MiB or 30GiB")
-        out[int(device) if device.isdigit() else device] = size.strip()
-    return out
 
 
 OPTION_FIELDS = frozenset(specs(GenerateOptions))

@@ -57,6 +57,8 @@ OUTPUT_FIELDS = (
     "backend",
     "softmax",
     "k",
+    "tree",
+    "tree_budget",
     "k_max",
     "draft_stop",
     "k_schedule",
@@ -83,6 +85,10 @@ def _comparable(name: str, value):
         return {**{k: v for k, v in value.items() if k not in _SPELLING}, "config": config}
     if name == "draft_sources" and isinstance(value, list):
         return [_source_kind(str(identity)) for identity in value]
+    if name == "tree" and isinstance(value, dict):  # the shape, not how it was spelled (2,1 or a file of it)
+        return {k: v for k, v in value.items() if k != "spec"}
+    if name == "k_schedule" and isinstance(value, dict):  # the schedules, not the file they came from
+        return value.get("sha256")
     return value
 
 
@@ -183,8 +189,8 @@ class RequestLines:
         if difference is not None:
             name, was, now = difference
             raise ResumeMismatch(
-                f"--resume: {path} was written by another run: its {name} is {_short(was)}, this run's is "
-                f"{_short(now)}; resume with the same options, or write to a new file"
+                f"--resume: {path} was written by another run: its {name} is {_short(was, name)}, this run's is "
+                f"{_short(now, name)}; resume with the same options, or write to a new file"
             )
         group_lines: dict[str, list[str]] = {}
         finished: set[str] = set()
@@ -302,7 +308,12 @@ class RequestLines:
             write_text_atomic(self.path, json_line(self.header) + body, self.what)
 
 
-def _short(value, limit: int = 80) -> str:
+def _short(value, name: str = "", limit: int = 80) -> str:
+    if name == "tree" and isinstance(value, dict):  # as the user spelled it, and how big it is
+        nodes = f" ({len(value['choices'])} nodes)" if isinstance(value.get("choices"), list) else ""
+        return json.dumps(value.get("spec"), default=str)[:limit] + nodes
+    if name == "k_schedule" and isinstance(value, dict):
+        return f"{json.dumps(value.get('file'), default=str)[:limit]} (schedules {str(value.get('sha256'))[:12]})"
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

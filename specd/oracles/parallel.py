@@ -35,6 +35,9 @@ _parts: Sequence[Callable[[], object]] = ()  # a worker's parts, inherited at fo
 
 
 DEFAULT_JOBS_CAP = 4  # past four, the longest part (the Monte Carlo, or the auto-K proof) bounds a run
+# Each process is a fork of specd (a tree sampler's, two: the sampler's and its keeper): a --jobs past any
+# machine's cores is refused before the first fork, not met with thousands of them.
+MAX_JOBS = 256
 
 
 def usable_cores() -> int:
@@ -46,11 +49,11 @@ def usable_cores() -> int:
 
 
 def processes(jobs: int | None) -> int:
-    """``--jobs`` as given (at least 1, else UsageError), or ``usable_cores`` when not given."""
+    """``--jobs`` as given (1..MAX_JOBS, else UsageError), or ``usable_cores`` when not given."""
     if jobs is None:
         return usable_cores()
-    if jobs < 1:
-        raise UsageError(f"--jobs must be >= 1, got {jobs}")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be in 1..{MAX_JOBS}, got {jobs}")
     return jobs
 
 

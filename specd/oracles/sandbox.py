@@ -9,9 +9,12 @@ The child's standard output is its standard error, so the report is all standard
 The child is forked: it inherits the sampler (nothing of it is pickled), loads it there (the
 import of ``module:attr``, or building a class, runs the user's code there too), and answers
 each call's tensors, pickled to it, with plain data as JSON (this process never unpickles what
-the sampler's process writes). It runs in a process group of its own, killed whole at the end
-(any process the sampler left behind with it), and dies with this process (specd.oracles.lifeline).
-A copy of it the sampler forks never answers: it ends as soon as the sampler returns in it.
+the sampler's process writes). It runs under a keeper (specd.oracles.lifeline.keep): a process of
+specd's code between this one and the child, which ends the child and every process it started,
+in whatever session or group (``start_new_session=True``, a daemon's double fork), when the child
+ends, when this process asks, or when this process dies, and exits as the child did (this process
+reads the child's end from the keeper's). A copy of it the sampler forks never answers: it ends as
+soon as the sampler returns in it.
 
 Where a fork is not safe or not available (not Linux; a process that initialized CUDA, which
 does not survive a fork) the sampler runs in this process, isolated as far as Python allows
@@ -34,13 +37,14 @@ from multiprocessing.connection import Connection, wait
 import torch
 
 from specd.errors import SamplerAborted, SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError
-from specd.oracles.lifeline import die_with_parent
+from specd.oracles.lifeline import die_with_parent, keep
 from specd.oracles.samplers import SamplerResult, SamplerUnderTest, as_sampler, described, load_sampler
 from specd.oracles.tree_sampler_checks import round_law
 from specd.oracles.tree_samplers import as_tree_sampler, load_tree_sampler
 
 DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take before it is a finding
 LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
+ENDING = 5.0  # seconds a keeper may take to end what the child left, and itself
 REFUSALS = {e.__name__: e for e in (UsageError, SamplerUnavailable, SamplerUnloadable)}  # raised again here
 
 
@@ -159,18 +163,14 @@ class SamplerProcess:
         for stream in (sys.stdout, sys.stderr):  # what is buffered here is not the child's to write
             stream.flush()
         pid = os.fork()
-        if pid == 0:  # the child: it never returns into this process's code
+        if pid == 0:  # the keeper, then the child: neither returns into this process's code
             try:
                 ours.close()
-                serve(theirs, parent, self.spec, self.rounding, self.tree)
+                keep(parent, lambda keeper: serve(theirs, keeper, self.spec, self.rounding, self.tree), theirs.close)
             finally:
                 os._exit(0)
         theirs.close()
-        self.pid, self.conn = pid, ours
-        try:
-            os.setpgid(pid, pid)  # here too, so the group exists whoever runs first
-        except OSError:
-            pass
+        self.pid, self.conn = pid, ours  # the keeper's pid: it ends as the child did
         try:
             reply = self.answer("while it was loaded")
         except SamplerAborted as err:
@@ -253,8 +253,10 @@ class SamplerProcess:
         try:
             reply = json.loads(self.conn.recv_bytes())
         except (EOFError, OSError):  # it closed its end: it is ending, or broke the channel
-            time.sleep(LOOK)
-            ended = self.ended()
+            ended, wait_until = self.ended(), time.monotonic() + ENDING
+            while ended is None and time.monotonic() < wait_until:  # its keeper ends what it left, then itself
+                time.sleep(LOOK / 10)
+                ended = self.ended()
             if ended is None:
                 raise self.abort(f"sampler {self.name} closed specd's channel {doing}", "broke_the_channel") from None
             raise self.abort(*ended(doing)) from None
@@ -266,7 +268,7 @@ class SamplerProcess:
 
     def ended(self) -> Callable[[str], tuple[str, str]] | None:
         """How the child ended (a message maker and its finding), or None while it runs. The child is
-        not reaped here (``close`` does): its pid, its group's id, stays its own until then."""
+        not reaped here (``close`` does): the keeper's pid, which tells, stays its own until then."""
         state = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         if state is None or state.si_pid == 0:
             return None
@@ -284,25 +286,33 @@ class SamplerProcess:
         return lambda doing: (f"sampler {name} crashed its process ({signame}) {doing}", "crashed")
 
     def abort(self, message: str, finding: str) -> SamplerAborted:
-        """The child's end: its group killed, and every later call refused with the same finding."""
+        """The child's end: it and all it started ended, and every later call refused with the same finding."""
         self.kill()
         self.aborted = SamplerAborted(message, finding)
         return self.aborted
 
     def kill(self) -> None:
+        """Ask the keeper to end the child and anything it left running (specd.oracles.lifeline.keep)."""
         if self.pid is not None:
             try:
-                os.killpg(self.pid, signal.SIGKILL)  # the child and anything it left running
+                os.kill(self.pid, signal.SIGTERM)
             except OSError:
                 pass
 
     def close(self) -> None:
-        """End the child and whatever it left running; reap it."""
+        """End the child and whatever it left running; reap its keeper (killed if it does not end in
+        ENDING seconds; the child dies with it)."""
         if self.conn is not None:
             self.conn.close()
         if self.pid is not None:
             self.kill()
-            os.waitpid(self.pid, 0)
+            wait_until = time.monotonic() + ENDING
+            while os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+                if time.monotonic() >= wait_until:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    break
+                time.sleep(LOOK / 20)
             self.pid = None
 
 

@@ -114,12 +114,11 @@ def normalize_tree_result(name: str, out, tree: DraftTree, vocab: int) -> TreeOu
                 "path_not_in_tree",
             )
         at = n
-    if isinstance(terminal, torch.Tensor) and not terminal.is_floating_point() and terminal.numel() == 1:
-        terminal = int(terminal.reshape(-1)[0])
-    if isinstance(terminal, int) and not isinstance(terminal, bool):
-        if not 0 <= terminal < vocab:
-            _fail(name, f"terminal token {terminal} outside 0..{vocab - 1}", "token_out_of_range")
-        return TreeOutcome(nodes_list, terminal, None)
+    token = _integer_scalar(terminal)
+    if token is not None:
+        if not 0 <= token < vocab:
+            _fail(name, f"terminal token {token} outside 0..{vocab - 1}", "token_out_of_range")
+        return TreeOutcome(nodes_list, token, None)
     try:
         law = [float(x) for x in (terminal.reshape(-1).tolist() if isinstance(terminal, torch.Tensor) else terminal)]
     except (TypeError, ValueError, RuntimeError):
@@ -138,6 +137,20 @@ def normalize_tree_result(name: str, out, tree: DraftTree, vocab: int) -> TreeOu
     if not all(math.isfinite(x) and x >= 0 for x in law) or not total > 0:
         _fail(name, "a terminal law that is not finite, non-negative and of positive mass", "returned_non_finite_rows")
     return TreeOutcome(nodes_list, None, tuple(x / total for x in law))
+
+
+def _integer_scalar(value) -> int | None:
+    """A terminal given as one token: any integer scalar (an int, a numpy integer, an integer tensor or
+    array of one element), as the path's node indices may be; None for anything else (a bool is not a
+    token)."""
+    if isinstance(value, torch.Tensor):
+        integer = not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+        return int(value.reshape(-1)[0]) if integer and value.numel() == 1 and not value.is_meta else None
+    if isinstance(value, int):
+        return None if isinstance(value, bool) else value
+    if getattr(getattr(value, "dtype", None), "kind", None) in ("i", "u") and getattr(value, "size", 0) == 1:
+        return int(value.reshape(-1)[0])  # numpy's integer scalars and one-element arrays
+    return None
 
 
 def _node_list(name: str, path) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.errors import InvalidCost
+from specd.errors import InvalidCost, shown
 from specd.files import loads_json, read_text, write_text_atomic
 from specd.policy.costs import row_curve
 
@@ -137,8 +137,10 @@ def _read_points(raw, where: str) -> tuple[tuple[int, float], ...]:
         raise InvalidCost(f'{where} must be an object of row counts to costs, like {{"1": 1.0, "9": 2.3}}')
     out = []
     for key, value in raw.items():
-        if not (isinstance(key, str) and key.isdigit() and 1 <= int(key) <= MAX_ROWS):
-            raise InvalidCost(f"{where}: row count {key!r} is not a whole number in 1..{MAX_ROWS}")
+        # ASCII digits, judged by length before converting: isdigit() takes '²', which int() refuses
+        whole = isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= len(str(MAX_ROWS))
+        if not (whole and 1 <= int(key) <= MAX_ROWS):
+            raise InvalidCost(f"{where}: row count {shown(key)} is not a whole number in 1..{MAX_ROWS}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise InvalidCost(f"{where}: the cost at {key} rows must be a finite number above 0, got {value!r}")
         out.append((int(key), float(value)))

@@ -20,28 +20,40 @@ DEFAULT_ALPHA = 0.8
 COST_FIELDS = ("draft_cost", "row_cost", "draft_row_cost", "state_cost", "queue_cost", "context_cost")
 MAX_SWEEP_K = 256
 MAX_SWEEP_BATCH = 65536
+# Rows of one sweep (a K or tree at a batch size): each is priced in well under a millisecond, but a range
+# is every value in it, and --k 1..256 --batch 1..65536 would be 16.8 million rows (hours, gigabytes).
+MAX_SWEEP_ROWS = 10_000
 
 
 def parse_ints(text, option: str, limit: int) -> list[int]:
-    """'1..8', '1-8' or '1,4,16' (or a list of ints) -> ints in 1..limit (refused before any list is built)."""
+    """'1..8', '1-8' or '1,4,16' (or a list of ints) -> ints in 1..limit (refused before any list is built;
+    numbers in ASCII digits, judged by their length before they are converted)."""
     if isinstance(text, (list, tuple)):
         text = ",".join(str(v) for v in text)
     text = str(text).strip()
-    if m := re.fullmatch(r"(\d+)\s*(?:\.\.|-)\s*(\d+)", text):
-        lo, hi = int(m.group(1)), int(m.group(2))
+    if m := re.fullmatch(r"([0-9]+)\s*(?:\.\.|-)\s*([0-9]+)", text):
+        lo, hi = _bounded(m.group(1), limit), _bounded(m.group(2), limit)
         if lo > hi:
-            raise EmptyRange(f"{option} {text}: empty range")
+            raise EmptyRange(f"{option} {shown(text)}: empty range")
         values = [lo, hi]
     else:
-        try:
-            values = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {shown(text)}") from None
+        parts = [x.strip() for x in text.split(",") if x.strip()]
+        if not all(re.fullmatch(r"[+-]?[0-9]+", x) for x in parts):
+            raise UsageError(f"{option} takes a range like 1..8 or a list like 1,4,16; got {shown(text)}")
+        values = [_bounded(x, limit) for x in parts]
         if not values:
             raise EmptyRange(f"{option}: empty list")
     if min(values) < 1 or max(values) > limit:
         raise UsageError(f"{option} takes values in 1..{limit}; got {shown(text)}")
     return list(range(values[0], values[1] + 1)) if m else values
+
+
+def _bounded(digits: str, limit: int) -> int:
+    """A signed ASCII integer -> its value, or limit + 1 where it has more digits than ``limit`` (refused
+    then: int() would refuse more than 4300 of them)."""
+    sign = -1 if digits.startswith("-") else 1
+    significant = digits.lstrip("+-").lstrip("0") or "0"
+    return limit + 1 if len(significant) > len(str(limit)) else sign * int(significant)
 
 
 def choose_profile(
@@ -118,6 +130,13 @@ def analytic(
         raise UsageError(f"--stop-probability must be in [0, 1), got {shown(stop_probability)}")
     if not (k_given or profile.constant):
         ks = [k for k in ks if k <= len(profile.alphas)]
+    rows = (len(ks) + len(trees.shapes if trees else ())) * len(batches)
+    if rows > MAX_SWEEP_ROWS:
+        raise UsageError(
+            f"{len(ks)} K values{' and trees' if trees and trees.shapes else ''} at {len(batches)} batch sizes make "
+            f"{rows} rows; a sweep prices at most {MAX_SWEEP_ROWS} (a range is every value in it: give fewer, or a "
+            "list like 1,4,16,64)"
+        )
     return sweep(profile, cost, ks, batches, context, float(stop_probability), shape, auto=True, trees=trees)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 import specd
 from specd.oracles.samplers import rule_sampler
+from specd.testing import assert_sampler_exact
 from tests.helpers import run_cli
 
 
@@ -66,6 +67,16 @@ def test_a_wrong_sampler_fails_with_its_counterexample():
         (lambda: specd.check_sampler(rule_sampler(), rule="invariant"), "no sampler protocol"),
         (lambda: specd.check_sampler(42), "not callable"),
         (lambda: specd.check_sampler("nope"), "module:attr"),
+        # issue 61: a tree of the wrong type or size is the keyword's own one line, before any import
+        (lambda: specd.check_sampler("no_such_module:f", tree=5), r"^tree must be a tree spec .*got 5 \(int\)"),
+        (lambda: specd.check_sampler("specd", tree=b"2,2"), r"^tree must be a tree spec .*\(bytes\)"),
+        (lambda: assert_sampler_exact("specd", tree=5), r"^tree must be a tree spec"),
+        (lambda: specd.check_sampler("no_such_module:f", tree="²"), r"^tree '²': '²' is not a digit here"),
+        (lambda: specd.check_sampler("specd", tree="1000,1000,1000"), r"^tree '1000,1000,1000': 1001001000 nodes"),
+        (lambda: specd.prove(tree=["2,1", "²"]), r"^tree '²': '²' is not a digit"),
+        (lambda: specd.prove(tree="1000,1000,1000"), r"^tree '1000,1000,1000': 1001001000 nodes"),
+        (lambda: specd.prove(tree=b"2"), r"^tree must be a tree spec or a list of them, got b'2' \(bytes\)"),
+        (lambda: specd.prove(tree=[2]), r"^tree must be a tree spec \(a string"),
     ],
 )
 def test_bad_arguments_raise_one_typed_error(call, message):

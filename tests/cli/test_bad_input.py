@@ -275,8 +275,11 @@ def test_bad_draft_lists(capsys, draft, message, monkeypatch):
         (["verify-oracle", "--k", "1000000000"], "too large to enumerate"),
         (["verify-oracle", "--horizon", "1000000000"], "too large to enumerate"),
         (["verify-oracle", "--samples", "1000000000"], "--samples must be in 0..200000"),
-        (["verify-oracle", "--jobs", "0"], "--jobs must be >= 1"),
-        (["verify-oracle", "--sampler", "llamacpp", "--tree", "2", "--jobs", "0"], "--jobs must be >= 1"),
+        (["verify-oracle", "--jobs", "0"], "--jobs must be in 1..256"),
+        (["verify-oracle", "--sampler", "llamacpp", "--tree", "2", "--jobs", "0"], "--jobs must be in 1..256"),
+        # issue 61: thousands of forks of specd, each with a sampler loaded, are refused before the first
+        (["verify-oracle", "--sampler", "llamacpp", "--tree", "2", "--jobs", "100000"], "--jobs must be in 1..256"),
+        (["verify-oracle", "--jobs", "257"], "--jobs must be in 1..256"),
         (["verify-oracle", "--sampler", "specd", "--jobs", "2"], "a chain sampler is checked in one"),
         (["verify-oracle", "--tree", "3,0"], "every depth needs at least one child"),
         (["verify-oracle", "--tree", "nodes=8"], "static trees"),

@@ -117,6 +117,17 @@ def test_trace_and_sweep_outputs_never_name_their_inputs(files, log, capsys, arg
     assert message in err and unchanged(files) == before
 
 
+def test_a_sweep_configs_trace_log_is_an_input_too(files, log, capsys):
+    """A sweep config's ``profile: {trace: FILE}`` names a log sweep-k reads: its CSV must not replace it."""
+    (files / "sweep.yaml").write_text("profile:\n  trace: ./log.jsonl\n")
+    before = unchanged(files)
+    for args in (["--out", "log.jsonl"], ["--plot", "log.jsonl"]):
+        code, _, err = run_cli(["sweep-k", "--config", "sweep.yaml", *args], capsys)
+        one_line(code, err)
+        assert "is the same file as sweep.yaml: profile: trace ./log.jsonl" in err, err
+    assert unchanged(files) == before
+
+
 # -- 2. a refused run leaves an existing results file as it was -----------------------------------------
 def test_a_refused_run_does_not_replace_the_old_results_file(files, tiny_models, capsys):
     old = files / "results.jsonl"

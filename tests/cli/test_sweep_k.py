@@ -129,6 +129,10 @@ def test_a_row_cost_curve_prices_the_calls(tmp_path, capsys):
         (["--row-costs", "missing.json"], "not found"),
         (["--row-costs", "BAD"], "schema must be"),
         (["--measure", "--row-costs", "ROW"], "--row-costs: analytic-only"),
+        # issue 61: every size a user can type is checked before the work it asks for
+        (["--k", "1..256", "--batch", "1..65536"], "256 K values at 65536 batch sizes make 16777216 rows"),
+        (["--batch", "1..65536"], "at most 10000"),
+        (["--k", "1..100", "--batch", "1..100", "--tree", "2"], "100 K values and trees at 100 batch sizes"),
     ],
 )
 def test_bad_trees_and_row_costs_exit_2_with_one_line(args, message, capsys, tmp_path):
@@ -138,3 +142,21 @@ def test_bad_trees_and_row_costs_exit_2_with_one_line(args, message, capsys, tmp
     args = [str(row) if a == "ROW" else str(bad) if a == "BAD" else a for a in args]
     code, _, err = run(["sweep-k", *args], capsys)
     assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_the_largest_tree_budget_at_every_depth_is_priced_in_seconds(tmp_path, capsys):
+    """--tree-budget 256 with --k 1..64 (both documented ranges) searched every tree of up to 256 nodes and
+    64 levels by a dynamic program of 10^10 cells (hours, 2 GB); the best-first search finds the same best
+    trees (tests/policy/test_trees.py) in a fraction of a second. Where a call's rows are free, -k auto
+    takes a tree of the profile's, and the row reads back as --tree reads one."""
+    free = tmp_path / "free.json"
+    free.write_text(json.dumps({"schema": "specd.row-costs/v1", "target": {"1": 1.0, "256": 1.0}}))
+    args = ["--k", "1..64", "--batch", "1", "--alpha", "0.5", "--tree-budget", "256", "--json"]
+    for extra in ([], ["--row-costs", str(free), "--draft-cost", "0.01"]):
+        code, text, err = run(["sweep-k", *args, *extra], capsys)
+        assert code == 0, err
+    auto = [r for r in json.loads(text)["rows"] if r["policy"] == "auto"]
+    from specd.core.tree_shape import parse_tree
+
+    shape = parse_tree(auto[0]["shape"])
+    assert 2 < shape.size <= 256 and int(auto[0]["nodes"]) == shape.size and not shape.is_chain

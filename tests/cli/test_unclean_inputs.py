@@ -176,3 +176,174 @@ def test_no_output_inside_a_hub_models_cached_snapshot(models, tiny_models, caps
         one_line(code, err)
         assert message in err, err
     assert tree(hub) == before
+
+
+# -- issue 61: the tree and llama.cpp surface -------------------------------------------------------------
+@pytest.fixture
+def hostile(models, tmp_path_factory):
+    """Files a user may hand the tree options by mistake or on purpose: a choices file whose rank has
+    5000 digits, a row-costs file keyed by a superscript digit; and, outside the working folder (it is
+    never read, not even by the snapshot), a 3 GiB sparse file."""
+    (models / "digits.json").write_text("[[0], [1" + "0" * 5000 + "]]")
+    (models / "rc.json").write_text('{"schema": "specd.row-costs/v1", "target": {"1": 1.0, "²": 2.0}}')
+    huge = tmp_path_factory.mktemp("huge") / "huge.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(3 << 30)
+    return huge
+
+
+TREE_INPUTS = [
+    # (command, words the one line must hold): each refused before any model loads or any node is built
+    (["generate", *GENERATE, "--tree", "²,2"], "--tree '²,2': '²' is not a digit here"),
+    (["generate", *GENERATE, "--tree", "1000,1000,1000"], "--tree '1000,1000,1000': 1001001000 nodes"),
+    (["generate", *GENERATE, "--tree", "digits.json"], "a number with too many digits"),
+    (["generate", *GENERATE, "--tree", "HUGE"], "larger than 1 MiB"),
+    (["trace", "run", *GENERATE, "--tree", "nodes=²", "--trace", "t.jsonl"], "--tree 'nodes=²': expected nodes=N"),
+    (["verify-oracle", "--tree", "²"], "--tree '²': '²' is not a digit here"),
+    (["verify-oracle", "--tree", "1000,1000,1000"], "1001001000 nodes"),
+    (["verify-oracle", "--sampler", "specd", "--tree", "1000,1000,1000"], "1001001000 nodes"),
+    (["sweep-k", "--tree", "1000,1000,1000"], "1001001000 nodes"),
+    (["sweep-k", "--tree", "HUGE"], "larger than 1 MiB"),
+    (["sweep-k", "--row-costs", "rc.json"], "row count '²' is not a whole number"),
+    (["sweep-k", "--k", "1.." + "9" * 5000], "--k takes values in 1..256"),
+    (["sweep-k", "--batch", "٣"], "--batch takes a range like 1..8"),
+    (["generate", *GENERATE, "--device-map", "auto", "--max-memory", "²=1GiB"], "--max-memory takes DEVICE=SIZE"),
+    (["generate", *GENERATE, "--device-map", "auto", "--max-memory", "0=٣GiB"], "is not a size like 512MiB"),
+]
+
+
+@pytest.mark.parametrize("args,message", TREE_INPUTS, ids=[" ".join(a)[-40:] for a, _ in TREE_INPUTS])
+def test_a_tree_or_number_a_user_can_type_is_one_line(models, hostile, tiny_models, capsys, args, message):
+    before = everything(models, tiny_models)
+    code, out, err = run_cli([str(hostile) if a == "HUGE" else a for a in args], capsys)
+    one_line(code, err)
+    assert message in err and "internal error" not in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+CHOICES_AS_OUTPUT = [
+    # an EAGLE choices file is an input: no output may name it, however it is spelled
+    (["generate", *GENERATE, "--tree", "c.json", "--out", "c.json"], "--out c.json is the same file as --tree c.json"),
+    (["generate", *GENERATE, "--tree", "rank:./c.json", "--trace", "link.json"], "same file as --tree"),
+    (["generate", *GENERATE, "--config", "tree.yaml", "--out", "./c.json"], "same file as --tree"),
+    (["trace", "run", *GENERATE, "--tree", "c.json", "--trace", "c.json"], "same file as --tree c.json"),
+    (["sweep-k", "--tree", "c.json", "--out", "c.json"], "--out c.json is the same file as --tree c.json"),
+    (["sweep-k", "--tree", "2", "--tree", "iid:link.json", "--plot", "c.json"], "same file as --tree (#2)"),
+]
+
+
+@pytest.mark.parametrize("args,message", CHOICES_AS_OUTPUT, ids=[" ".join(a[-4:]) for a, _ in CHOICES_AS_OUTPUT])
+def test_no_output_names_the_tree_choices_file(models, tiny_models, capsys, args, message):
+    (models / "c.json").write_text("[[0], [1], [0, 0]]\n")
+    os.symlink(models / "c.json", models / "link.json")
+    (models / "tree.yaml").write_text("tree: c.json\n")
+    before = everything(models, tiny_models)
+    code, out, err = run_cli(args, capsys)
+    one_line(code, err)
+    assert message in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+def test_from_python_no_output_names_the_tree_choices_file(models, tiny_models):
+    import specd
+
+    (models / "c.json").write_text("[[0], [1], [0, 0]]\n")
+    pair = specd.Pair.load(tiny_models[0], tiny_models[1], max_new_tokens=2)
+    with pytest.raises(specd.UsageError, match="out c.json is the same file as --tree c.json"):
+        pair.generate("hi", tree="c.json", out="c.json")
+    assert (models / "c.json").read_text() == "[[0], [1], [0, 0]]\n"
+
+
+def test_resume_under_another_tree_is_refused_and_the_same_shape_resumes(models, tiny_models, capsys):
+    """Under the maximal rule the tree decides the sampled text: a file of --tree 2,1's results cannot be
+    resumed with --tree 3 (it would hold texts of two runs), nor without a tree, nor with another node
+    budget for --tree auto; the same shape from a choices file resumes."""
+    (models / "p.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c d"}\n{"prompt": "e f"}\n')
+    (models / "c.json").write_text("[[0], [1], [0, 0], [1, 0]]\n")
+    common = ["generate", *GENERATE, "--temperature", "0.8", "--rule", "maximal", "--seed", "3", "--out", "r.jsonl"]
+    code, _, err = run_cli([*common, "--tree", "2,1"], capsys)
+    assert code == 0, err
+    manifest = json.loads((models / "r.jsonl").read_text().splitlines()[0])["manifest"]
+    assert manifest["tree"] == {"spec": "2,1", "drawn": None, "choices": [[0], [1], [0, 0], [1, 0]]}
+    assert manifest["tree_budget"] is None
+    before = everything(models, tiny_models)
+    for other, words in (
+        (["--tree", "3"], 'its tree is "2,1" (4 nodes), this run\'s is "3" (3 nodes)'),
+        (["--tree", "rank:2,1"], "its tree is"),
+        ([], "this run's is null"),
+    ):
+        code, _, err = run_cli([*common, *other, "--resume"], capsys)
+        one_line(code, err)
+        assert words in err and everything(models, tiny_models) == before, err
+    code, _, err = run_cli([*common, "--tree", "c.json", "--resume"], capsys)
+    assert code == 0 and "3 were already complete" in err, err
+    auto = [*common[:-1], "auto.jsonl", "--tree", "auto"]
+    code, _, err = run_cli([*auto, "--tree-budget", "4"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*auto, "--tree-budget", "8", "--resume"], capsys)
+    one_line(code, err)
+    assert "its tree_budget is 4, this run's is 8" in err
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--tree", "2,2", "--baseline"], "--tree needs a draft: target-only decoding (--baseline) drafts nothing"),
+        (["--tree", "auto", "--baseline"], "--tree needs a draft"),
+        (["--tree", "2,2", "--k-max", "4"], "--k-max bounds -k auto's K; --tree 2,2 fixes each round's depth"),
+        (["--tree", "nodes=8", "--config", "kmax.yaml"], "kmax.yaml: k_max bounds -k auto's K; --tree nodes=8"),
+    ],
+)
+def test_a_tree_flag_the_run_would_ignore_is_refused(models, tiny_models, capsys, extra, message):
+    (models / "kmax.yaml").write_text("k_max: 4\n")
+    before = everything(models, tiny_models)
+    code, out, err = run_cli(["generate", *GENERATE, *extra], capsys)
+    one_line(code, err)
+    assert message in err and out == "", err
+    assert everything(models, tiny_models) == before
+
+
+def test_tree_auto_takes_k_max_and_python_refuses_what_the_command_line_does(models, tiny_models, capsys):
+    """--tree auto is -k auto choosing shapes, which --k-max bounds; from Python, a tree with baseline=True
+    or beside k_max is the same refusal (naming the keyword's flag)."""
+    import specd
+
+    code, _, err = run_cli(["generate", *GENERATE, "--tree", "auto", "--k-max", "4"], capsys)
+    assert code == 0, err
+    pair = specd.Pair.load(tiny_models[0], tiny_models[1], max_new_tokens=2)
+    for call, words in (
+        (lambda: pair.generate("hi", tree="2,2", baseline=True), r"--tree needs a draft: .*\(baseline=True\)"),
+        (lambda: pair.stream("hi", tree="2,2", baseline=True), r"--tree needs a draft"),
+        (lambda: pair.generate("hi", tree="2,2", k_max=4), r"--k-max bounds -k auto's K; --tree 2,2"),
+        (lambda: pair.generate("hi", tree="²,2"), r"--tree '²,2': '²' is not a digit here"),
+        (lambda: pair.generate("hi", tree="1000,1000,1000"), r"1001001000 nodes"),
+        (lambda: pair.generate("hi", tree=5), r"--tree must be a string, got 5"),
+        (lambda: specd.Pair.load(tiny_models[0], tiny_models[1], tree="2,2", k_max=4), r"--k-max bounds"),
+    ):
+        with pytest.raises(specd.UsageError, match=words):
+            call()
+    assert pair.generate("hi", baseline=True).mode == "target-only"  # the pair's own options stay usable
+
+
+def test_resume_compares_the_k_schedules_replayed_not_the_files_name(models, tiny_models, capsys):
+    """--k-schedule decides every round's K (and so the sampled text under the maximal rule): a resume
+    replaying other schedules is refused, the same schedules from another spelling of the path resume."""
+    (models / "p.jsonl").write_text('{"prompt": "a b"}\n{"prompt": "c d"}\n')
+    common = ["generate", *GENERATE, "--temperature", "0.8", "--rule", "maximal"]
+    code, _, err = run_cli([*common, "--out", "rec.jsonl"], capsys)
+    assert code == 0, err
+    lines = (models / "rec.jsonl").read_text().splitlines()
+    other = [lines[0]]
+    for line in lines[1:]:
+        record = json.loads(line)
+        record["acceptance"]["k_schedule"] = [1] * len(record["acceptance"]["k_schedule"])
+        other.append(json.dumps(record))
+    (models / "other.jsonl").write_text("\n".join(other) + "\n")
+    code, _, err = run_cli([*common, "--k-schedule", "rec.jsonl", "--out", "r.jsonl"], capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*common, "--k-schedule", "./rec.jsonl", "--out", "r.jsonl", "--resume"], capsys)
+    assert code == 0, err
+    before = everything(models, tiny_models)
+    code, _, err = run_cli([*common, "--k-schedule", "other.jsonl", "--out", "r.jsonl", "--resume"], capsys)
+    one_line(code, err)
+    assert 'its k_schedule is "rec.jsonl" (schedules ' in err and everything(models, tiny_models) == before

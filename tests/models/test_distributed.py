@@ -166,13 +166,15 @@ def test_an_unreachable_cluster_is_one_line_within_seconds(tiny_models, capsys, 
     assert "Ray" in err or "--ray" in err
 
 
-def test_the_connect_check_refuses_a_bad_address_shape():
+@pytest.mark.parametrize("address", ["nohostport", "host:²", "host:" + "9" * 5000, "host:65536", "host:"])
+def test_the_connect_check_refuses_a_bad_address_shape(address):
+    """A port is 0..65535 in ASCII digits: '²' passes isdigit() and fails int(); a longer one fails the socket."""
     from specd.models.distributed import connect
 
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed")
     with pytest.raises(UsageError, match="HOST:PORT"):
-        connect("nohostport")
+        connect(address)
 
 
 @needs_ray

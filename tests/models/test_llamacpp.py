@@ -14,6 +14,7 @@ from specd.errors import BackendFailed, ModelLoadError
 from specd.models import llamacpp
 from specd.models.llamacpp import LlamaCppCache, LlamaCppLM
 from specd.models.llamacpp_lib import Context, GGUFModel
+from specd.models.numbers import digits_only
 from tests.llamacpp_helpers import gguf_tokenizer, needs_binding, tokenizer_fields, write_tiny_gguf
 
 pytestmark = needs_binding
@@ -230,3 +231,9 @@ def test_a_context_fills_one_kept_batch_that_grows_and_refuses_an_empty_call(pai
     assert torch.equal(torch.cat([small, grown]), torch.stack(alone))
     with pytest.raises(BackendFailed):
         Context(model, cells=256, streams=1, threads=pair[0].threads).decode([], [], [], [])
+
+
+@pytest.mark.parametrize("text,whole", [("64", True), ("²", False), ("٣", False), ("9" * 5000, False), ("", False)])
+def test_a_files_number_is_read_in_ascii_digits_only(text, whole):
+    """A GGUF's metadata value, as llama.cpp writes it out: isdigit() takes '²', which int() refuses."""
+    assert digits_only(text, 9) is whole

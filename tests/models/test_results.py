@@ -9,7 +9,14 @@ import pytest
 from specd.errors import ResumeMismatch, UsageError
 from specd.models.results import RESULTS_SCHEMA, RequestLines, manifest_difference
 
-MANIFEST = {"target": {"identity": "t"}, "seed": 0, "k": 4, "target_policy": {"greedy": True}}
+MANIFEST = {
+    "target": {"identity": "t"},
+    "seed": 0,
+    "k": 4,
+    "target_policy": {"greedy": True},
+    "backend": "hf",
+    "tree": {"spec": "2,1", "drawn": None, "choices": [[0], [1], [0, 0], [1, 0]]},
+}
 ORDER = ["a", "b", "c", "d"]
 
 
@@ -79,6 +86,11 @@ def test_a_group_cut_off_before_its_last_line_is_dropped(tmp_path):
         ({"k": 8}, "k"),
         ({"target": {"identity": "other"}}, "target"),
         ({"target_policy": {"greedy": False}}, "target_policy"),
+        # issue 61: every option that decides the output, the tree and its construction among them
+        ({"tree": {"spec": "3", "drawn": None, "choices": [[0], [1], [2]]}}, "tree"),
+        ({"tree": {"spec": "rank:2,1", "drawn": "rank", "choices": [[0], [1], [0, 0], [1, 0]]}}, "tree"),
+        ({"tree": {"spec": "auto", "auto": True}, "tree_budget": 16}, "tree"),
+        ({"backend": "llama.cpp"}, "backend"),
     ],
 )
 def test_resuming_another_runs_file_is_refused_naming_the_field(tmp_path, change, field):
@@ -89,6 +101,8 @@ def test_resuming_another_runs_file_is_refused_naming_the_field(tmp_path, change
     with pytest.raises(ResumeMismatch, match=f"its {field} is"):
         RequestLines(str(path), "results file", RESULTS_SCHEMA, "result", {**MANIFEST, **change}, ORDER, resume=True)
     assert manifest_difference(MANIFEST, {**MANIFEST, "layout": "retained_frontier"}) is None  # not an output field
+    same_tree = {**MANIFEST["tree"], "spec": "choices.json"}  # another spelling of the same shape
+    assert manifest_difference(MANIFEST, {**MANIFEST, "tree": same_tree}) is None
 
 
 @pytest.mark.parametrize(

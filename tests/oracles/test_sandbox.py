@@ -297,3 +297,114 @@ def test_a_tree_samplers_report_is_the_same_on_one_process_or_several(tmp_path, 
 def test_jobs_with_a_chain_sampler_is_one_line_exit_2(capsys):
     code, _, err = run_cli(["verify-oracle", "--sampler", "specd", "--jobs", "2"], capsys)
     assert code == 2 and err.startswith("specd: error: --jobs with --sampler shares a tree sampler's rounds")
+
+
+# -- issue 61: what a sampler starts ends with it, whatever session it made ------------------------------
+ESCAPING = textwrap.dedent(
+    """
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from specd.oracles.samplers import rule_sampler
+    from specd.oracles.tree_samplers import tree_shipped
+
+    MARK = os.environ["SPECD_TEST_MARK"]  # on each process it starts, to find them by
+    tree_correct = tree_shipped()["specd"][0]()
+    chain_correct = rule_sampler()
+
+
+    def sleeper():
+        return [sys.executable, "-c", "import time; time.sleep(300)", MARK]
+
+
+    def new_session(*args):
+        subprocess.Popen(sleeper(), start_new_session=True)
+        return tree_correct(*args)
+
+
+    def daemon(*args):
+        if os.fork() == 0:  # a daemon's double fork: the grandchild in a session of its own, orphaned
+            os.setsid()
+            if os.fork() == 0:
+                os.execv(sys.executable, sleeper())
+            os._exit(0)
+        return tree_correct(*args)
+
+
+    def chain_new_session(*args):
+        subprocess.Popen(sleeper(), start_new_session=True)
+        return chain_correct(*args)
+
+
+    def new_session_then_hangs(*args):
+        subprocess.Popen(sleeper(), start_new_session=True)
+        time.sleep(300)
+    """
+)
+
+
+def marked(mark: str) -> list[int]:
+    """The live processes whose command line holds ``mark`` (those the escaping samplers started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark.encode() in (entry / "cmdline").read_bytes():
+                if (entry / "stat").read_bytes().rpartition(b")")[2].split()[0] != b"Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def escaping(tmp_path, monkeypatch):
+    mark = f"escape-{os.getpid()}-{time.monotonic_ns()}"
+    (tmp_path / "escaping.py").write_text(ESCAPING)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPECD_TEST_MARK", mark)
+    yield mark
+    sys.modules.pop("escaping", None)
+    for pid in marked(mark):  # a failed test leaves nothing running either
+        os.kill(pid, 9)
+
+
+def settled(mark: str, seconds: float = 2.0) -> list[int]:
+    """The marked processes still alive after up to ``seconds`` (a killed process takes a moment to go)."""
+    until = time.monotonic() + seconds
+    while (left := marked(mark)) and time.monotonic() < until:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.mark.parametrize(
+    "sampler, tree, jobs",
+    [("new_session", "2", "1"), ("new_session", "2", "2"), ("daemon", "2", "2"), ("chain_new_session", None, None)],
+)
+def test_every_process_a_sampler_starts_ends_with_the_run_whatever_session_it_made(
+    escaping, capsys, sampler, tree, jobs
+):
+    args = ["verify-oracle", "--sampler", f"escaping:{sampler}", "--vocab", "2", "--json"]
+    args += ["--tree", tree, "--jobs", jobs] if tree else ["--k", "1"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 1 and json.loads(out)["findings"] == ["forked"], err  # the verdict: it forked
+    assert settled(escaping) == []
+
+
+def test_a_sampler_hanging_in_a_new_session_ends_when_specd_is_killed(escaping):
+    """SIGKILL runs no clean-up in specd: the sampler's keeper, told by the kernel, ends what it started."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.getcwd()])}
+    args = ["verify-oracle", "--sampler", "escaping:new_session_then_hangs", "--tree", "2", "--vocab", "2"]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "specd.cli", *args, "--jobs", "2"], env=env, stdout=subprocess.DEVNULL
+    )
+    try:
+        until = time.monotonic() + 60
+        while len(marked(escaping)) < 2 and time.monotonic() < until:  # each of the two processes started one
+            time.sleep(0.1)
+        assert len(marked(escaping)) == 2
+    finally:
+        run.kill()
+        run.wait()
+    assert settled(escaping) == []

@@ -6,6 +6,7 @@ import textwrap
 import time
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,6 +119,17 @@ def test_an_independent_correct_sampler_passes_every_construction():
     assert [c["passed"] for c in report["checks"]] == [True] * 5
 
 
+def test_a_sampler_returning_numpy_integers_passes_as_itself():
+    """A tree sampler written with numpy returns numpy.int64 tokens: they are tokens (issue 61)."""
+
+    def with_numpy(*args):
+        path, terminal = exact_tree_sampler(*args)
+        return np.array(path, dtype=np.int64), np.int64(terminal) if isinstance(terminal, int) else terminal
+
+    report = run_tree("2,1", with_numpy, vocab=3)
+    assert report["passed"], report["checks"]
+
+
 def run_tree(spec, sampler, vocab=3, seed=0):
     from specd.oracles.tree_report import run_tree_sampler_oracle
 
@@ -209,6 +221,11 @@ def test_what_the_protocol_does_not_allow_is_named(out, finding):
 
 def test_the_protocol_takes_its_forms():
     assert normalize_tree_result("s", (torch.tensor([0, 1]), torch.tensor(2)), CHAIN, 3).terminal == 2
+    for token in (np.int64(2), np.uint8(2), np.array(2), np.array([2]), torch.tensor([2])):  # any integer scalar
+        assert normalize_tree_result("s", (np.array([0, 1]), token), CHAIN, 3).terminal == 2
+    for not_a_token in (True, np.bool_(True), torch.tensor(True), np.float64(2.0)):
+        with pytest.raises(SamplerFailed, match="terminal"):
+            normalize_tree_result("s", ([0], not_a_token), CHAIN, 3)
     got = normalize_tree_result("s", {"path": [], "terminal": torch.tensor([1.0, 3.0, 0.0])}, CHAIN, 3)
     assert got.path == () and got.law == (0.25, 0.75, 0.0)
 
