@@ -46,6 +46,8 @@ def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -
         "draft_sources": None if baseline else list(pipe.proposer.identities),
         "dtype": str(pipe.target.dtype).removeprefix("torch."),  # as loaded (--dtype auto resolved)
         "device": str(pipe.device),
+        # on CUDA, whether steps may be captured (a call padded to its bucket can round apart from an eager one)
+        **({"graphs": o.graphs} if pipe.device.type == "cuda" else {}),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "target_policy": pipe.target_policy.describe(),

@@ -50,6 +50,7 @@ OUTPUT_FIELDS = (
     "draft_sources",
     "dtype",
     "device",
+    "graphs",
     "torch",
     "transformers",
     "target_policy",
