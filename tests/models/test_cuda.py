@@ -136,3 +136,40 @@ def test_a_rounds_peak_memory_at_a_real_vocabulary_is_a_few_row_sets():
     torch.cuda.synchronize()
     row_set = batch * (k + 1) * vocab * 4
     assert torch.cuda.max_memory_allocated() - base <= 12 * row_set
+
+
+def test_launching_a_round_never_waits_for_the_device():
+    """``launch`` enqueues a round (its draft steps, verification and decision) without one operation
+    that waits for the device (torch's sync debug mode raises on any): a model draft's chain at K = 4
+    and target-only decoding, greedy and sampled, with graphs; the round's one wait is ``settle``'s."""
+    from specd.core.round import launch, settle
+
+    model = tiny_llama(256, seed=0)
+    draft = HFCausalLM(on_cuda(noisy_copy(model, 0.2, seed=1)), "d", graphs="on")
+    target = HFCausalLM(on_cuda(model), "t", graphs="on")
+    for temperature, proposer, k in ((0.0, None, 0), (0.8, "draft", 4), (0.0, "draft", 4)):
+        policy = SamplingPolicy.build(temperature=temperature)
+        source = ModelProposer(draft, policy) if proposer else None
+        config = EngineConfig(k=k, rule="invariant", record_log=False)
+        session = SpeculativeEngine(target, source, policy, config).start(
+            [Request(f"s{i}", (1, 2, 3 + i), 24, seed=i) for i in range(3)]
+        )
+        settle(session, launch(session))  # the first round captures the buckets' graphs
+        for _ in range(3):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                launched = launch(session)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            settle(session, launched)
+
+
+def test_running_ahead_on_cuda_gives_the_synchronous_tokens():
+    model = on_cuda(tiny_llama(256, seed=0))
+    policy = SamplingPolicy.build(temperature=0.8)
+    requests = [Request(f"a{i}", (1, 2, 3 + i), 20, seed=i) for i in range(5)]
+    runs = []
+    for ahead in (False, True):
+        engine = SpeculativeEngine(HFCausalLM(model, "t", graphs="on"), None, policy, EngineConfig(k=0, ahead=ahead))
+        runs.append(engine.run(requests, batch_size=3).new_tokens())
+    assert runs[0] == runs[1]
