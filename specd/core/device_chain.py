@@ -4,7 +4,8 @@ A chain is the tree with one child a level (specd.core.tree_draft); when every r
 drafts a chain whose shape does not depend on what is drawn (no ``--draft-stop``, no other
 source's tokens to avoid) under policies without a state of their own (a penalty's state advances
 over the drafts' tokens, on the host), the level's tokens
-need not come back to the host: d_i is drawn on the device from q_i (greedy: its argmax; the
+need not come back to the host: d_i is drawn on the device from q_i (greedy: the argmax of the
+processed logits, q the point mass on it, recorded as the token alone, as a lookup's; the
 invariant rule: the Gumbel-max under the request's noise; else the inverse CDF at the request's
 proposal uniform) and fed to the next draft step as it is (``RowInput.ids``). The rows a chain
 stages hold PENDING tokens (specd.core.kv) until the round reads the drafts, once, with its
@@ -24,7 +25,7 @@ import torch
 from specd.core import checks
 from specd.core.kv import PENDING
 from specd.core.model import RowInput
-from specd.core.probability import EMPTY_ROW, empty_rows
+from specd.core.probability import EMPTY_ROW, argmax_ids, empty_rows
 from specd.core.sampler import exact_redraw
 from specd.core.transfer import to_device
 from specd.errors import EmptyDistribution
@@ -50,18 +51,23 @@ def draft_chain(proposer, states, ks, live, cache, ctx, first: list[torch.Tensor
     k_max = max(ks[b] for b in live)
     device = first[0].device
     drafts = torch.full((len(states), k_max), PENDING, dtype=torch.int64, device=device)
-    q_rows: dict[int, list[torch.Tensor]] = {b: [] for b in live}
+    q_rows: dict[int, list[torch.Tensor | None]] = {b: [] for b in live}
     raw = torch.stack(first)
     here, fed = list(live), 0
     for i in range(k_max):
-        q = policy.probabilities(raw, [states[b].draft_proc for b in here], ctx.backend, ctx.dtype, check=False)
-        if not policy.greedy and checks.flagged(empty_rows(q)):
-            raise EmptyDistribution(EMPTY_ROW)
-        drawn = _draw(proposer, q, noise, [states[b] for b in here], i, [uniforms.get(b) for b in here])
-        at = to_device(here, torch.int64, device)
-        drafts[at, i] = drawn
-        for j, b in enumerate(here):
-            q_rows[b].append(q[j])
+        procs = [states[b].draft_proc for b in here]
+        if policy.greedy:  # q is the point mass on the processed argmax: recorded as the token alone
+            drawn = argmax_ids(policy.logits(raw, procs))
+            level: list[torch.Tensor | None] = [None] * len(here)
+        else:
+            q = policy.probabilities(raw, procs, ctx.backend, ctx.dtype, check=False)
+            if checks.flagged(empty_rows(q)):
+                raise EmptyDistribution(EMPTY_ROW)
+            drawn = _draw(proposer, q, noise, [states[b] for b in here], i, [uniforms.get(b) for b in here])
+            level = list(q.unbind(0))
+        drafts[to_device(here, torch.int64, device), i] = drawn
+        for b, row in zip(here, level):
+            q_rows[b].append(row)
         nxt = [(j, b) for j, b in enumerate(here) if ks[b] > i + 1]
         if not nxt:
             break
@@ -75,9 +81,7 @@ def draft_chain(proposer, states, ks, live, cache, ctx, first: list[torch.Tensor
 
 
 def _draw(proposer, q: torch.Tensor, noise, states, depth: int, uniforms: list) -> torch.Tensor:
-    """One level's drafts int64[N], drawn on the device (module docstring)."""
-    if proposer.policy.greedy:
-        return q.argmax(dim=-1)
+    """One level's sampled drafts int64[N], drawn on the device (module docstring)."""
     if noise is not None:
         return noise.race(states, depth, q)
     u = to_device([us[depth] for us in uniforms], torch.float64, q.device)

@@ -131,7 +131,10 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
     if device_chain.on_device(proposer, [states[b] for b in live], shapes, exclude):
         ids, q_rows, fed = device_chain.draft_chain(proposer, states, ks, live, cache, ctx, raws, uniforms, staged)
         rows_of = [q_rows.get(b, []) for b in range(len(states))]
-        q, q_index = packed(rows_of, proposer.vocab_size, ctx.dtype, device)
+        q, q_index = packed(
+            [[r for r in rows if r is not None] for rows in rows_of], proposer.vocab_size, ctx.dtype, device
+        )
+        q_index = tuple(_indices(rows, qi) for rows, qi in zip(rows_of, q_index))
         drafts = tuple((PENDING,) * len(r) for r in rows_of)
         draws = tuple(ks[b] if b in uniforms else 0 for b in range(len(states)))
         return Drafted(drafts, q, q_index, draws, staged, first_call, (), fed, ids)
