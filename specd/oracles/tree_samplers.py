@@ -167,36 +167,24 @@ def _node_list(name: str, path) -> tuple[int, ...]:
 
 
 # -- specd's own tree rule -----------------------------------------------------------------------
-class _StreamTests(RejectionSampler):
-    """RejectionSampler whose acceptance tests read the stream: down the walk only (a node the walk
-    never reaches reads no uniform), each node tested U_n < p'(d) / q(d) in exact arithmetic, p' and q
-    as ``decide`` computed them (the tested row, the node's law). ``tested``: the round's tested rows,
-    computed once for all the runs the oracle makes on one round (they read no uniform)."""
+class _GivenTests(RejectionSampler):
+    """RejectionSampler whose acceptance tests are given (``passed`` bool[B, N]) and whose tested rows
+    were computed already (they read no uniform): ``decide`` on every outcome of one round at once."""
 
-    def __init__(self, tree: DraftTree, u: Uniforms, tested: Tested):
-        self.tree, self.u, self.tested = tree, u, tested
+    def __init__(self, passed: torch.Tensor, tested: Tested):
+        self.passed, self.tested = passed, tested
 
     def tested_rows(self, rows: Rows) -> Tested:
         return self.tested
 
     def acceptance_tests(self, p_draft, q_draft, accept_u, valid):
-        passed = torch.zeros_like(valid)
-        at = ROOT
-        while True:
-            for child in self.tree.children.get(at, ()):
-                ratio = Fraction(float(p_draft[0, child])) / Fraction(float(q_draft[0, child]))
-                if self.u.node(child) < ratio:
-                    passed[0, child] = True
-                    at = child
-                    break
-            else:
-                return passed
+        return self.passed & valid
 
 
-def node_rows(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None) -> Rows:
-    """One request's Rows for a tree: p as given, each node's q row its law under ``tree.drawn``
-    (sampled: the parent's q without the earlier siblings, renormalized; iid: the parent's q; rank:
-    the point mass on the node's token)."""
+def node_rows(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None, copies: int = 1) -> Rows:
+    """The Rows of ``copies`` requests with one tree: p as given, each node's q row its law under
+    ``tree.drawn`` (sampled: the parent's q without the earlier siblings, renormalized; iid: the
+    parent's q; rank: the point mass on the node's token)."""
     n, vocab = len(tree), p.shape[-1]
     q_index = torch.full((1, n), -1, dtype=torch.int64)
     laws = []
@@ -212,19 +200,59 @@ def node_rows(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None) -> Rows:
             q_index[0, node] = len(laws)
             laws.append(row)
     q_rows = torch.stack(laws) if laws else torch.zeros(0, vocab, dtype=torch.float64)
-    draft = torch.tensor([tree.tokens], dtype=torch.int64).reshape(1, n)
-    structure = TreeBatch.of([tree], n, "cpu")
+    offsets = torch.arange(copies).unsqueeze(1) * len(laws)  # each copy's laws follow the one before's
+    q_index = torch.where(q_index >= 0, q_index + offsets, -1)
+    draft = torch.tensor([tree.tokens], dtype=torch.int64).reshape(1, n).repeat(copies, 1)
     return Rows(
-        p, torch.zeros(1, dtype=torch.int64), q_rows, q_index, draft, torch.tensor([n]), vocab, None, (n,), structure
+        p.repeat(copies, 1),
+        torch.arange(copies) * (n + 1),
+        q_rows.repeat(copies, 1),
+        q_index,
+        draft,
+        torch.full((copies,), n),
+        vocab,
+        None,
+        (n,) * copies,
+        TreeBatch.of([tree] * copies, n, "cpu"),
     )
 
 
-_ROUNDS: dict = {}  # a round's tree, Rows and tested rows, by its inputs (the oracle runs one round several times)
+@dataclass(frozen=True)
+class _Outcomes:
+    """specd's rule on one round, every outcome decided: each node's test ratio p'(d) / q'(d) (exact),
+    and for each last accepted node (ROOT: none) the accepted path and the terminal law."""
+
+    tree: DraftTree
+    ratios: tuple[Fraction, ...]
+    decided: dict[int, tuple[tuple[int, ...], torch.Tensor]]
+
+
+def _outcomes(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None) -> _Outcomes:
+    """``RejectionSampler.decide`` on every outcome of a round at once: the rule's walk accepts a path
+    (its tests passed, every sibling tried before it refused), so the outcomes are one per node that
+    can end it and one for none; a batch holds one request per outcome, its tests given."""
+    leaves = [ROOT, *range(len(tree))]
+    rows = node_rows(tree, p, q, copies=len(leaves))
+    tested = RejectionSampler().tested_rows(rows)
+    passed = torch.zeros(len(leaves), len(tree), dtype=torch.bool)
+    for b, leaf in enumerate(leaves):
+        passed[b, list(tree.path(leaf))] = True
+    decision = _GivenTests(passed, tested).decide(rows, torch.zeros(len(leaves), len(tree), dtype=torch.float64))
+    assert decision.leaf is not None and decision.leaf.tolist() == leaves  # each request ended where it was sent
+    p_draft, q_draft = tested.p_draft[0].tolist(), rows.q_draft(tested.p_draft.dtype)[0].tolist()
+    ratios = tuple(Fraction(a) / Fraction(b) for a, b in zip(p_draft, q_draft))
+    rows_out = decision.terminal_rows
+    return _Outcomes(tree, ratios, {leaf: (tree.path(leaf), rows_out[b]) for b, leaf in enumerate(leaves)})
+
+
+_ROUNDS: dict = {}  # a round's outcomes, by its inputs (the oracle runs one round several times)
 
 
 def specd_tree_sampler(tokens, parents, depths, p, q, drawn, u):
     """specd's tree rule (RejectionSampler.decide over the tree, as production runs it: tested rows,
-    walk, terminal law), each node's acceptance uniform read from the stream."""
+    walk, terminal law), each node's acceptance test U_n < p'(d) / q'(d) read from the stream, exactly:
+    the walk descends into the first child that passes; ``decide`` ran once per round on every outcome
+    the walk can reach (``_outcomes``)."""
     key = (
         tuple(tokens.tolist()),
         tuple(parents.tolist()),
@@ -235,13 +263,17 @@ def specd_tree_sampler(tokens, parents, depths, p, q, drawn, u):
     if key not in _ROUNDS:
         if len(_ROUNDS) > 64:
             _ROUNDS.clear()
-        tree = DraftTree(key[0], key[1], drawn)
-        rows = node_rows(tree, p, q)
-        _ROUNDS[key] = (tree, rows, RejectionSampler().tested_rows(rows))
-    tree, rows, tested = _ROUNDS[key]
-    decision = _StreamTests(tree, u, tested).decide(rows, torch.zeros(1, len(tree), dtype=torch.float64))
-    assert decision.leaf is not None
-    return tree.path(int(decision.leaf[0])), decision.terminal_rows[0]
+        _ROUNDS[key] = _outcomes(DraftTree(key[0], key[1], drawn), p, q)
+    found = _ROUNDS[key]
+    at = ROOT
+    while True:
+        for child in found.tree.children.get(at, ()):
+            if u.node(child) < found.ratios[child]:
+                at = child
+                break
+        else:
+            path, law = found.decided[at]
+            return path, law.clone()
 
 
 # -- loading --------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ import torch
 from specd.errors import SamplerFailed, SamplerNondeterministic, UniformAsNumber
 
 MAX_OUTCOMES = 20_000  # runs of the sampler on one round: past this it compares without end
-_UNIT = (Fraction(0), Fraction(1))
+_ZERO, _ONE = Fraction(0), Fraction(1)
+_UNIT = (_ZERO, _ONE)
 
 
 def _exact(x, what: str = "a uniform is compared with") -> Fraction | float:
@@ -45,19 +46,43 @@ def _exact(x, what: str = "a uniform is compared with") -> Fraction | float:
     raise TypeError(f"{what} a number, not {type(x).__name__}")
 
 
+def _integer_row(row) -> tuple[list[int], int]:
+    """A draw's row of weights (a sequence or a 1-D tensor) as integers over their common denominator
+    -> (the integers, the denominator), or ValueError where they are not finite, non-negative and of
+    positive sum."""
+    ratios = []
+    for w in row.tolist() if isinstance(row, torch.Tensor) else row:
+        if type(w) is float and math.isfinite(w):
+            ratios.append(w.as_integer_ratio())
+            continue
+        x = _exact(w, "a draw's row holds")
+        if isinstance(x, float):
+            raise ValueError("u.draw takes a row of finite, non-negative weights with a positive sum")
+        ratios.append((x.numerator, x.denominator))
+    common = math.lcm(*(d for _, d in ratios)) if ratios else 1
+    nums = [n * (common // d) for n, d in ratios]
+    if any(n < 0 for n in nums) or sum(nums) <= 0:
+        raise ValueError("u.draw takes a row of finite, non-negative weights with a positive sum")
+    return nums, common
+
+
 class Uniform:
     """One uniform of a round, scaled and shifted (``scale * U + shift``), seen only through
     comparisons (module docstring)."""
 
-    __slots__ = ("_stream", "_key", "_scale", "_shift")
+    __slots__ = ("_stream", "_key", "_scale", "_shift", "_plain")
 
-    def __init__(self, stream: Uniforms, key: Hashable, scale: Fraction = Fraction(1), shift: Fraction = Fraction(0)):
+    def __init__(self, stream: Uniforms, key: Hashable, scale: Fraction = _ONE, shift: Fraction = _ZERO):
         self._stream, self._key, self._scale, self._shift = stream, key, scale, shift
+        self._plain = scale is _ONE and shift is _ZERO  # U itself: compared without scaling
 
     def _less(self, x) -> bool:
         """scale * U + shift < x (or <=: the boundary has probability 0)."""
-        if type(x) is float and self._scale == 1 and self._shift == 0 and math.isfinite(x):
-            return self._stream.below_float(self._key, x)  # the common case, without building a Fraction
+        if self._plain:  # the common cases, without building a Fraction
+            if type(x) is float and math.isfinite(x):
+                return self._stream.below_float(self._key, x)
+            if type(x) is Fraction:
+                return self._stream.below(self._key, x)
         t = _exact(x)
         if isinstance(t, float):  # nan: every comparison false, as in IEEE arithmetic
             return t == math.inf
@@ -191,21 +216,24 @@ class Uniforms:
 
     def draw(self, row, key: Hashable = "terminal") -> int:
         """The token whose interval of the inverse CDF of ``row`` (weights, any scale; a sequence or a
-        1-D tensor) holds U_key: the first token whose cumulative weight exceeds U_key * total."""
-        weights = [_exact(w, "a draw's row holds") for w in (row.tolist() if isinstance(row, torch.Tensor) else row)]
-        if any(isinstance(w, float) or w < 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError("u.draw takes a row of finite, non-negative weights with a positive sum")
+        1-D tensor) holds U_key: the first token whose cumulative weight exceeds U_key * total. Decided
+        in integers: the weights over their common denominator, so every sum is exact and cheap."""
+        nums, common = _integer_row(row)
         self.uniform(key)
         lo, hi = self._cells[key]
-        total, below, hits = sum(weights), Fraction(0), []
-        for token, w in enumerate(weights):
-            a, b = below / total, (below + w) / total
+        total, below, hits = sum(nums), 0, []
+        for token, w in enumerate(nums):
+            # token's interval [below, below + w) / total meets the cell [lo, hi)
+            if (
+                w > 0
+                and below * hi.denominator < hi.numerator * total
+                and (below + w) * lo.denominator > lo.numerator * total
+            ):
+                hits.append((token, below, below + w))
             below += w
-            if w > 0 and a < hi and b > lo:
-                hits.append((token, max(a, lo), min(b, hi)))
-        side = self._choose(("draw", key, tuple(weights)), len(hits)) if len(hits) > 1 else 0
+        side = self._choose(("draw", key, tuple(nums), common), len(hits)) if len(hits) > 1 else 0
         token, a, b = hits[side]
-        self._set(key, (a, b))
+        self._set(key, (max(Fraction(a, total), lo), min(Fraction(b, total), hi)))
         return token
 
     def _choose(self, asked: tuple, sides: int) -> int:
@@ -224,10 +252,11 @@ class Uniforms:
 
     def mass(self) -> Fraction:
         """The probability of the box of uniforms this run's outcome holds on."""
-        out = Fraction(1)
+        num, den = 1, 1  # the product of the widths hi - lo, in integers (one Fraction at the end)
         for lo, hi in self._cells.values():
-            out *= hi - lo
-        return out
+            num *= hi.numerator * lo.denominator - lo.numerator * hi.denominator
+            den *= hi.denominator * lo.denominator
+        return Fraction(num, den)
 
 
 def explore(run: Callable[[Uniforms], object], limit: int = MAX_OUTCOMES) -> list[tuple[object, Fraction, Uniforms]]:
