@@ -1,15 +1,15 @@
-"""The smallest failing case of a sampler that fails its exact check: the first (V, K) in SEARCH
-and seed whose joint is not the target's, the sequence where they differ most, and the cell (rows,
-drafts, uniforms) where the sampler's decision differs from the rule's."""
+"""The smallest failing case of a sampler that fails its exact check: the first (V, K) in SEARCH and
+table (each seed's, then the adversarial ones) whose joint is not the target's, the sequence where
+they differ most, and the cell (rows, drafts, uniforms) where the sampler's decision differs from
+the rule's."""
 
 from __future__ import annotations
 
-import itertools
-
-from specd.oracles.exact import Reference, chain_joint
+from specd.oracles.exact import chain_joint
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.sampler_checks import sampler_joint
 from specd.oracles.samplers import SamplerUnderTest
+from specd.oracles.tables import search_tables
 
 SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
 
@@ -17,45 +17,44 @@ SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
 def minimal_counterexample(
     sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3), rule: str = "maximal"
 ) -> dict | None:
-    """The smallest (V, K) and seed where the joint is not the target's, with the cell that shows it."""
-    for (vocab, k), seed in itertools.product(SEARCH, seeds):
-        rig = build_rig(vocab, k, seed)
-        ref = Reference(rig)
-        joint, mismatches, _ = sampler_joint(sampler, ref, rig.prompt, vocab, k, tokens, rule=rule)
-        target = chain_joint(ref.p, rig.prompt, k + 1)
-        diff = max_abs_diff(target, joint)
-        if diff <= EXACT_TOLERANCE:
-            continue
-        worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
-        out = {
-            "vocab": vocab,
-            "k": k,
-            "seed": seed,
-            "sequence": list(worst),
-            "exact_mass": target.get(worst, 0.0),
-            "sampler_mass": joint.get(worst, 0.0),
-        }
-        if mismatches:
-            call, result = max(mismatches, key=lambda m: m[0].mass)
-            out["cell"] = {
-                "p_rows": [[round(x, 6) for x in row] for row in call.p],
-                "q_rows": [[round(x, 6) for x in row] for row in call.q],
-                "drafts": list(call.drafts),
-                "acceptance_uniforms": list(call.accept_u),
-                "terminal_uniform": call.terminal_u,
-                "cell_mass": float(call.mass),
-                "rule": {
-                    "accepted": call.accepted,
-                    "terminal": call.terminal,
-                    "law": [round(float(x), 6) for x in call.law],
-                },
-                "sampler": {
-                    "accepted": int(result.accepted[0]),
-                    "terminal": None if result.terminal is None else int(result.terminal[0]),
-                    "law": None
-                    if result.terminal_rows is None
-                    else [round(x, 6) for x in result.terminal_rows[0].tolist()],
-                },
-            }
-        return out
+    """The smallest (V, K) and table (each seed's, then the adversarial ones, specd.oracles.tables)
+    where the joint is not the target's, with the cell that shows it."""
+    for vocab, k in SEARCH:
+        for table in search_tables(build_rig, vocab, k, 1, seeds):
+            found = _counterexample(sampler, tokens, table, k, rule)
+            if found is not None:
+                return {"vocab": vocab, "k": k, "seed": table.seed, "table": table.name, **found}
     return None
+
+
+def _counterexample(sampler: SamplerUnderTest, tokens: bool, table, k: int, rule: str) -> dict | None:
+    """Where the sampler is not exact on one table: the sequence that moved most, and the cell."""
+    joint, mismatches, _ = sampler_joint(sampler, table, table.prompt, table.vocab, k, tokens, rule=rule)
+    target = chain_joint(table.p, table.prompt, k + 1)
+    if max_abs_diff(target, joint) <= EXACT_TOLERANCE:
+        return None
+    worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
+    out = {"sequence": list(worst), "exact_mass": target.get(worst, 0.0), "sampler_mass": joint.get(worst, 0.0)}
+    if mismatches:
+        call, result = max(mismatches, key=lambda m: m[0].mass)
+        out["cell"] = {
+            "p_rows": [[round(x, 6) for x in row] for row in call.p],
+            "q_rows": [[round(x, 6) for x in row] for row in call.q],
+            "drafts": list(call.drafts),
+            "acceptance_uniforms": list(call.accept_u),
+            "terminal_uniform": call.terminal_u,
+            "cell_mass": float(call.mass),
+            "rule": {
+                "accepted": call.accepted,
+                "terminal": call.terminal,
+                "law": [round(float(x), 6) for x in call.law],
+            },
+            "sampler": {
+                "accepted": int(result.accepted[0]),
+                "terminal": None if result.terminal is None else int(result.terminal[0]),
+                "law": None
+                if result.terminal_rows is None
+                else [round(x, 6) for x in result.terminal_rows[0].tolist()],
+            },
+        }
+    return out

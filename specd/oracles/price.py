@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from specd.errors import SamplerFailed
-from specd.oracles.exact import Reference, chain_joint
+from specd.oracles.exact import chain_joint
 from specd.oracles.sampler_checks import Call, call_batch
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+from specd.oracles.tables import as_table
 
 GRID = 2**53  # the streams' uniforms are multiples of 1/GRID in [0, 1)
 
@@ -68,10 +69,11 @@ def _bisect(items: list, passes, lows: list[int] | None = None) -> list[int]:
 
 
 def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
-    """The exact joint of a chain sampler over one round with K = k on the rig's tables (its own
-    cells, module docstring), priced: tv_figures, expected accepted length, whether every cell
-    held one outcome (``threshold_shaped``)."""
-    ref, prompt = Reference(rig), rig.prompt
+    """The exact joint of a chain sampler over one round with K = k on the rig's tables (or a Table,
+    specd.oracles.tables; its own cells, module docstring), priced: tv_figures, expected accepted
+    length, whether every cell held one outcome (``threshold_shaped``)."""
+    ref = as_table(rig)
+    prompt = ref.prompt
     batch = _Batches(sampler)
     paths = [((), 1.0)]
     for _ in range(k):

@@ -17,6 +17,7 @@ from specd.oracles import sampler_checks as sc
 from specd.oracles.block_checks import block_checks
 from specd.oracles.block_lab import run_block_lab
 from specd.oracles.counterexample import minimal_counterexample
+from specd.oracles.coverage import chain_cases, coverage
 from specd.oracles.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.exact import target_joint
@@ -199,12 +200,15 @@ def run_sampler_oracle(
     timeout: float = DEFAULT_TIMEOUT,
     tree: str | None = None,
     jobs: int | None = None,
+    exact_size: bool = False,
 ) -> dict:
     """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
     the callable itself, whose rows suffer ``input_rounding`` on their way in), run in a process of
     its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds a call may take)
-    -> one report. With ``tree`` (a --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report),
-    loaded in ``jobs`` processes that share its rounds (default: ``usable_cores``; the report is the same)."""
+    -> one report. The exact check covers the sizes where each class of slip shows, over several tables
+    (specd.oracles.coverage; ``exact_size``: the named size only, over those tables). With ``tree`` (a
+    --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report), loaded in ``jobs`` processes
+    that share its rounds (default: ``usable_cores``; the report is the same)."""
     if jobs is not None and tree is None:
         raise UsageError(
             "--jobs with --sampler shares a tree sampler's rounds among processes (give --tree); "
@@ -221,15 +225,17 @@ def run_sampler_oracle(
     rule = SAMPLER_RULES[cfg.rule]
     if tree is not None:
         with collector_paused(one_thread=True):
-            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout, processes(jobs))
+            return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout, processes(jobs), exact_size)
     with collector_paused(one_thread=True):
         t_start = time.perf_counter()
+        cases = chain_cases(cfg, exact_size)
         with sampler_session(spec, input_rounding, timeout) as sampler:
-            checks, tokens, counterexample, price = _sampler_checks(sampler, cfg, rule)
+            checks, tokens, counterexample, price = _sampler_checks(sampler, cfg, rule, cases)
+        passed = all(c.passed is not False for c in checks)
         return {
             "schema": SCHEMA,
             "mode": "sampler",
-            "passed": all(c.passed is not False for c in checks),
+            "passed": passed,
             "sampler": {
                 "spec": sampler.name,
                 "name": sampler.name,
@@ -243,25 +249,28 @@ def run_sampler_oracle(
                 for c in checks
             ],
             "findings": sorted({f for c in checks for f in c.findings}),
+            "coverage": coverage(cases, exact_size, passed),
             "counterexample": counterexample,
             "price": price,
             "elapsed_s": time.perf_counter() - t_start,
         }
 
 
-def _sampler_checks(sampler, cfg: OracleConfig, rule: str) -> tuple[list[Check], bool | None, dict | None, dict]:
+def _sampler_checks(
+    sampler, cfg: OracleConfig, rule: str, cases: list
+) -> tuple[list[Check], bool | None, dict | None, dict]:
     """-> (the checks, whether it returns tokens, the counterexample, what a sampler that is not exact
     costs). A sampler that raises or returns what the protocol does not allow on an ordinary round has
     nothing else checked; one whose process ends, forks or hangs (SamplerAborted) fails the check it
     was in, and nothing more is asked."""
     checks: list[Check] = []
-    tokens, counterexample, price, step = None, None, {}, "ordinary_round"
+    tokens, counterexample, price, step, failed_at = None, None, {}, "ordinary_round", None
     try:
         try:
             tokens = sc.returns_tokens(sampler)
-            rig = build_rig(cfg)
             step = "exact_joint"
-            checks.append(sc.check_exact(sampler, rig, cfg.k, tokens, rule))
+            exact, failed_at = sc.check_exact_cases(sampler, cases, tokens, rule)
+            checks.append(exact)
             step = "exact_rational"
             checks.append(sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule))
             step = "dtype_edges"
@@ -276,9 +285,10 @@ def _sampler_checks(sampler, cfg: OracleConfig, rule: str) -> tuple[list[Check],
         if checks[0].passed is False:
             build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
             counterexample = minimal_counterexample(sampler, tokens, build, rule=rule)
-            if rule == "maximal":
+            if rule == "maximal" and failed_at is not None and checks[0].findings == ["not_exact"]:
                 step = "price"
-                price = {"chain": priced(sampler, rig, cfg.k, tokens)}  # what the lossy sampler costs, exactly
+                case, table = failed_at  # what the lossy sampler costs, exactly, where it is not exact
+                price = {"chain": priced(sampler, table, case.k, tokens)}
                 checks[0].figures["tv_horizon"] = price["chain"].get("tv_horizon")
         elif checks[2].passed is False:
             counterexample = checks[2].counterexample

@@ -26,7 +26,6 @@ uniforms, what the rule does and what the sampler did, and the mass that moved.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -34,9 +33,10 @@ import torch
 
 from specd.core.sampler import first_index_above
 from specd.errors import SamplerFailed
-from specd.oracles.exact import PROBES, UNUSED, Reference, block_branch, branch, cells_of, chain_joint, probe
+from specd.oracles.exact import PROBES, UNUSED, block_branch, branch, cells_of, chain_joint, probe
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
 from specd.oracles.samplers import SamplerResult, SamplerUnderTest
+from specd.oracles.tables import DyadicTables, as_table
 
 TWO53 = 2**53
 U_MAX = 1 - 2.0**-53  # the largest uniform the streams produce
@@ -100,30 +100,6 @@ def returns_tokens(sampler: SamplerUnderTest) -> bool:
     return sampler(*call_tensors([call])).terminal is not None
 
 
-# -- rows of a fixture ----------------------------------------------------------------------
-class DyadicTables:
-    """Seeded rows whose probabilities are multiples of 1/32: exact in floats and in Fractions."""
-
-    def __init__(self, vocab: int, seed: int):
-        self.vocab, self.seed = vocab, seed
-        self._rows: dict = {}
-
-    def _row(self, kind: str, output: tuple[int, ...]) -> list[Fraction]:
-        key = (kind, output)
-        if key not in self._rows:
-            rng = random.Random(f"{self.seed}:{kind}:{output}")
-            cuts = sorted(rng.randint(0, 32) for _ in range(self.vocab - 1))
-            parts = [b - a for a, b in zip([0, *cuts], [*cuts, 32])]
-            self._rows[key] = [Fraction(x, 32) for x in parts]
-        return self._rows[key]
-
-    def p(self, output):
-        return self._row("p", output)
-
-    def q(self, output):
-        return self._row("q", output)
-
-
 # -- the exact joint of one round --------------------------------------------------------------
 def round_calls(rows, prompt, vocab: int, k: int, tokens: bool, exact: bool, rule: str = "maximal") -> list[Call]:
     """Every cell of one round with k drafts, at each probe: the calls that integrate the rule
@@ -185,6 +161,12 @@ def sampler_joint(sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact
     """-> (joint over k + 1 tokens, [(call, result)] where the sampler's outcome is not the rule's, batch refused)."""
     calls = round_calls(rows, prompt, vocab, k, tokens, exact, rule)
     results, refused = call_batch(sampler, calls)
+    return (*joint_of(calls, results, rows, prompt, k, exact), refused)
+
+
+def joint_of(calls: list[Call], results: list[SamplerResult], rows, prompt, k: int, exact: bool = False):
+    """The sampler's answers to one round's cells -> (joint over k + 1 tokens, each emission completed by
+    the target chain; [(call, result)] where its outcome is not the rule's)."""
     horizon = k + 1
     joint: dict = {}
     memo: dict = {}
@@ -219,21 +201,25 @@ def sampler_joint(sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact
             for x, px in enumerate(row):
                 if px > 0:
                     complete(head + (x,), call.mass * (Fraction(px) if exact else px))
-    return joint, mismatches, refused
+    return joint, mismatches
 
 
-def check_exact(sampler: SamplerUnderTest, rig, k: int, tokens: bool, rule: str = "maximal") -> Check:
-    ref = Reference(rig)
-    joint, mismatches, refused = sampler_joint(sampler, ref, rig.prompt, rig.vocab, k, tokens, rule=rule)
-    target = chain_joint(ref.p, rig.prompt, k + 1)
-    diff = max_abs_diff(target, joint)
-    mass = sum(joint.values())
-    passed = diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE
+def _verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
+    """(exact, max |diff|, total mass) of a round's joint against the target's on ``rows``."""
+    diff, mass = max_abs_diff(chain_joint(rows.p, rows.prompt, k + 1), joint), sum(joint.values())
+    return diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE, diff, mass
+
+
+def check_exact(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: str = "maximal") -> Check:
+    """``exact_joint`` on one table (a rig's, or a specd.oracles.tables Table)."""
+    table = as_table(rows)
+    joint, mismatches, refused = sampler_joint(sampler, table, table.prompt, table.vocab, k, tokens, rule=rule)
+    passed, diff, mass = _verdict(joint, table, k)
     check = Check(
         "exact_joint",
         passed,
         {
-            "vocab": rig.vocab,
+            "vocab": table.vocab,
             "k": k,
             "max_abs_diff": diff,
             "tolerance": EXACT_TOLERANCE,
@@ -246,6 +232,52 @@ def check_exact(sampler: SamplerUnderTest, rig, k: int, tokens: bool, rule: str 
     if not passed:
         check.findings.append("not_exact")
     return check
+
+
+def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal") -> tuple:
+    """``exact_joint`` over every case and table a check covers (specd.oracles.coverage): the named case's
+    first table as ``check_exact``, then, where it is exact there, every other table, each case's in one
+    batch. -> (the check, with ``tables`` checked and the largest difference of all; the (case, table)
+    where it is not exact, or None)."""
+    named = cases[0]
+    check = check_exact(sampler, named.tables[0], named.k, tokens, rule)
+    check.figures["tables"] = 1
+    if not check.passed:
+        return check, (named, named.tables[0])
+    for case in cases:
+        work = [t for t in case.tables if t is not named.tables[0]]
+        if not work:
+            continue
+        calls = [round_calls(t, t.prompt, case.vocab, case.k, tokens, False, rule) for t in work]
+        try:
+            results = call_batch(sampler, [c for cs in calls for c in cs])[0]
+        except SamplerFailed as err:  # it raised where it had not on the named table: which table, alone
+            table = next(t for t, cs in zip(work, calls) if _raises(sampler, cs))
+            check.passed, check.findings = False, [err.finding]
+            check.detail = f"{err} (at {case.label}, on the table {table.name})"
+            return check, (case, table)
+        at = 0
+        for table, cs in zip(work, calls):
+            joint, mismatches = joint_of(cs, results[at : at + len(cs)], table, table.prompt, case.k)
+            at += len(cs)
+            passed, diff, _ = _verdict(joint, table, case.k)
+            check.figures["tables"] += 1
+            check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], diff)
+            if not passed:
+                check.passed, check.findings = False, ["not_exact"]
+                check.figures["not_exact_at"] = {"case": case.label, "table": table.name, "max_abs_diff": diff}
+                check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
+                return check, (case, table)
+    check.detail += f", on {check.figures['tables']} tables"
+    return check, None
+
+
+def _raises(sampler, calls: list[Call]) -> bool:
+    try:
+        call_batch(sampler, calls)
+    except SamplerFailed:
+        return True
+    return False
 
 
 def check_rational(

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerAborted, UsageError
+from specd.oracles.coverage import Case, coverage, tree_cases
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import Check
 from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
 from specd.oracles.tree_rounds import DRAWINGS, count_rounds, shape_nodes
-from specd.oracles.tree_sampler_checks import SEARCH, check_drawing, check_no_nodes, tree_counterexample
+from specd.oracles.tree_sampler_checks import check_cases, check_no_nodes, tree_counterexample
 
 PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
 
@@ -25,13 +26,21 @@ def tree_drawings(shape) -> tuple[str, ...]:
 
 
 def run_tree_sampler_oracle(
-    cfg: OracleConfig, spec, tree: str, rule: str = "maximal", timeout: float = DEFAULT_TIMEOUT, jobs: int = 1
+    cfg: OracleConfig,
+    spec,
+    tree: str,
+    rule: str = "maximal",
+    timeout: float = DEFAULT_TIMEOUT,
+    jobs: int = 1,
+    exact_size: bool = False,
 ) -> dict:
     """Every tree-sampler check of the sampler ``spec`` (a shipped rule's name, module:attr, or the
-    callable) on the tree ``tree`` over the fixture of ``cfg`` (its K is the tree's depth), the sampler in
-    a process of its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds one round
-    may take; ``jobs``: how many such processes share the rounds; the report is the same). Bad input is
-    refused before the sampler's module is imported (importing runs its code)."""
+    callable) on the tree ``tree`` over the fixture of ``cfg`` (its K is the tree's depth) and, unless
+    ``exact_size``, at the smallest sizes where each class of slip shows, over several tables
+    (specd.oracles.coverage), the sampler in a process of its own where one can be forked
+    (specd.oracles.sandbox; ``timeout``: seconds one round may take; ``jobs``: how many such processes
+    share the rounds; the report is the same). Bad input is refused before the sampler's module is
+    imported (importing runs its code)."""
     if rule != "maximal":
         raise UsageError(f"--tree with --sampler checks the token-wise rule over trees; --rule {rule} has no tree form")
     shape = parse_tree(tree)
@@ -41,10 +50,12 @@ def run_tree_sampler_oracle(
     for drawing in drawings:
         count_rounds(shape, cfg.vocab, drawing)
     t_start = time.perf_counter()
+    cases = tree_cases(cfg, shape, exact_size)
     with sampler_session(spec, 0.0, timeout, tree=True, processes=jobs) as sampler:
-        checks, found = _tree_checks(sampler, cfg, shape, drawings)
+        checks, found = _tree_checks(sampler, cfg, cases, drawings)
     failed = [d for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
-    smallest = min(found.values(), key=lambda cx: (SEARCH.index((cx["vocab"], cx["tree"])), cx["seed"]), default=None)
+    smallest = min(found.values(), key=lambda cx: cx["search_order"], default=None)
+    passed = all(c.passed is not False for c in checks)
     price = {
         d: {key: c.figures[key] for key in PRICE_KEYS if key in c.figures}
         for d, c in zip(drawings, checks)
@@ -53,7 +64,7 @@ def run_tree_sampler_oracle(
     return {
         "schema": "specd.verify-oracle/v1",
         "mode": "sampler",
-        "passed": all(c.passed is not False for c in checks),
+        "passed": passed,
         "sampler": {
             "spec": sampler.name,
             "name": sampler.name,
@@ -64,6 +75,7 @@ def run_tree_sampler_oracle(
         "config": {"vocab": cfg.vocab, "k": shape.depth, "seed": cfg.seed, "rule": rule},
         "tree": {"spec": tree, "nodes": len(shape.choices or ()), "depth": shape.depth, "drawings": list(drawings)},
         "checks": [c.as_dict(with_findings=True) for c in checks],
+        "coverage": coverage(cases, exact_size, passed),
         "findings": sorted({f for c in checks for f in c.findings}),
         "counterexample": smallest,
         "counterexamples": found,
@@ -72,26 +84,36 @@ def run_tree_sampler_oracle(
     }
 
 
-def _tree_checks(sampler, cfg: OracleConfig, shape, drawings) -> tuple[list[Check], dict]:
+def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tuple[list[Check], dict]:
     """-> (the checks, each failed construction's smallest counterexample). A sampler whose process
     ends, forks or hangs (SamplerAborted) fails the check it was in, and nothing more is asked of it."""
-    rig = build_rig(cfg)
     checks: list[Check] = []
     step = drawings[0]
     try:
         for drawing in drawings:
             step = f"exact_joint_{drawing}"
-            checks.append(check_drawing(sampler, rig, shape, drawing, refusable=len(drawings) > 1)[0])
+            checks.append(check_cases(sampler, cases, drawing, refusable=len(drawings) > 1))
         if all(c.passed is None for c in checks):
             detail = "the sampler refused every construction asked"
             checks.append(Check("ordinary_round", False, {}, detail, ["refused_every_tree"]))
         step = "no_nodes"
         checks.append(check_no_nodes(sampler))
-        failed = [d for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
+        failed = [(d, c) for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
         build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
         step = "minimal_counterexample"
-        found = {d: tree_counterexample(sampler, [d], build) for d in failed}
+        found = {d: tree_counterexample(sampler, [d], build, sizes=_sizes(cases)) for d, _ in failed}
     except SamplerAborted as err:
         checks.append(Check(step, False, {}, f"{err}; nothing more was asked of it", [err.finding]))
         return checks, {}
     return checks, {d: cx for d, cx in found.items() if cx is not None}
+
+
+def _sizes(cases: list[Case]) -> list[tuple[int, str]]:
+    """The checked sizes as the counterexample search names them (V, branching), where the tree is one
+    it can name so (a choices file is searched through SEARCH's sizes only)."""
+    out = []
+    for case in cases:
+        widths = case.shape.spec.partition(":")[2] or case.shape.spec
+        if all(part.strip().isdigit() for part in widths.split(",")):
+            out.append((case.vocab, widths.replace(" ", "")))
+    return out

@@ -17,7 +17,6 @@ A failing check comes with the smallest counterexample (``tree_counterexample``)
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 
 import torch
@@ -25,9 +24,10 @@ import torch
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
-from specd.oracles.exact import Reference, chain_joint
+from specd.oracles.exact import chain_joint
 from specd.oracles.price import tv_figures
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.tables import Table, as_table, search_tables
 from specd.oracles.tree_rounds import TreeRound, draft_trees
 from specd.oracles.tree_samplers import TreeSamplerUnderTest, specd_tree_sampler
 from specd.oracles.tree_uniforms import explore
@@ -65,15 +65,16 @@ def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, floa
 
 
 class TreeJoint:
-    """A sampler's joint over the horizon for every draft tree of one construction, and its figures."""
+    """A sampler's joint over the horizon for every draft tree of one construction, and its figures
+    (``laws``: each round's ``round_law``, where they were computed already)."""
 
-    def __init__(self, sampler, rounds: list[TreeRound], p_of, prompt: tuple[int, ...], horizon: int):
+    def __init__(self, sampler, rounds: list[TreeRound], p_of, prompt: tuple[int, ...], horizon: int, laws=None):
         self.joint: dict[tuple[int, ...], float] = defaultdict(float)
         self.laws: list[dict] = []
         self.accepted = self.reads = 0.0
         self.runs = 0
         memo: dict = {}
-        for rnd, (law, accepted, reads, runs) in zip(rounds, round_laws(sampler, rounds)):
+        for rnd, (law, accepted, reads, runs) in zip(rounds, laws or round_laws(sampler, rounds)):
             self.laws.append(law)
             self.accepted += rnd.mass * accepted
             self.reads += rnd.mass * reads
@@ -86,24 +87,32 @@ class TreeJoint:
                     self.joint[head + tail] += rnd.mass * m * mt
 
 
-def check_drawing(sampler, rig, shape, drawing: str, refusable: bool) -> tuple[Check, TreeJoint | None]:
-    """``exact_joint_<drawing>`` on the rig's tables (module docstring)."""
-    ref = Reference(rig)
-    rounds = draft_trees(shape, drawing, ref.p, ref.q, rig.prompt)
-    horizon = shape.depth + 1
+def check_drawing(sampler, rows, shape, drawing: str, refusable: bool) -> tuple[Check, TreeJoint | None]:
+    """``exact_joint_<drawing>`` on one table (``rows``: a rig's, or a specd.oracles.tables Table; module
+    docstring)."""
+    table = as_table(rows)
+    rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
     name = f"exact_joint_{drawing}"
-    base = {"vocab": rig.vocab, "tree": shape.spec, "nodes": len(shape.choices), "draft_trees": len(rounds)}
+    base = {"vocab": table.vocab, "tree": shape.spec, "nodes": len(shape.choices), "draft_trees": len(rounds)}
     try:
-        tj = TreeJoint(sampler, rounds, ref.p, rig.prompt, horizon)
+        tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
     except SamplerFailed as err:
         if err.finding == "raised" and refusable:
             return Check(name, None, base, f"not applicable: the sampler refuses trees drawn {drawing} ({err})"), None
         return Check(name, False, base, f"{err} (on a tree drawn {drawing})", [err.finding]), None
-    target = chain_joint(ref.p, rig.prompt, horizon)
+    figures = {**base, **_joint_figures(tj, rounds, table, shape.depth + 1)}
+    passed = figures.pop("passed")
+    detail = f"every {drawing} draft tree of one round, every outcome over the sampler's uniforms, exactly"
+    return Check(name, passed, figures, detail, [] if passed else [f"not_exact_{drawing}"]), tj
+
+
+def _joint_figures(tj: TreeJoint, rounds: list[TreeRound], table, horizon: int) -> dict:
+    """A construction's joint on one table against the target's: passed, and its figures (with the price
+    where it is not exact)."""
+    target = chain_joint(table.p, table.prompt, horizon)
     diff, mass = max_abs_diff(target, tj.joint), sum(tj.joint.values())
-    passed = diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE
     figures = {
-        **base,
+        "passed": diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE,
         "sampler_runs": tj.runs,
         "max_abs_diff": diff,
         "tolerance": EXACT_TOLERANCE,
@@ -111,12 +120,66 @@ def check_drawing(sampler, rig, shape, drawing: str, refusable: bool) -> tuple[C
         "expected_accepted": tj.accepted,
         "uniforms_read": tj.reads,
     }
-    if not passed:
+    if not figures["passed"]:
         figures.update(tv_figures(tj.joint, target, horizon))
-        reference = TreeJoint(_specd(), rounds, ref.p, rig.prompt, horizon)
-        figures["exact_rule_expected_accepted"] = reference.accepted
-    detail = f"every {drawing} draft tree of one round, every outcome over the sampler's uniforms, exactly"
-    return Check(name, passed, figures, detail, [] if passed else [f"not_exact_{drawing}"]), tj
+        figures["exact_rule_expected_accepted"] = TreeJoint(_specd(), rounds, table.p, table.prompt, horizon).accepted
+    return figures
+
+
+def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
+    """``exact_joint_<drawing>`` over every case and table a check covers (specd.oracles.coverage): the
+    named case on its first table as ``check_drawing`` (a sampler that raises there refuses the
+    construction, where ``refusable``), then, where it is exact there, every other case and table, their
+    rounds in one batch. Its figures are the named table's, with ``tables`` (how many were checked),
+    the largest difference of all, and where it is not exact (``not_exact_at``, priced there)."""
+    named = cases[0]
+    check, _ = check_drawing(sampler, named.tables[0], named.shape, drawing, refusable)
+    check.figures["tables"] = 1
+    if not check.passed:
+        return check
+    work = [(c, t) for c in cases for t in c.tables][1:]
+    rounds = [draft_trees(c.shape, drawing, t.p, t.q, t.prompt) for c, t in work]
+    try:
+        laws = round_laws(sampler, [r for rs in rounds for r in rs])
+    except SamplerFailed:
+        return _first_refusal(sampler, check, work, rounds, drawing)
+    at = 0
+    for (case, table), rs in zip(work, rounds):
+        tj = TreeJoint(sampler, rs, table.p, table.prompt, case.shape.depth + 1, laws[at : at + len(rs)])
+        at += len(rs)
+        figures = _joint_figures(tj, rs, table, case.shape.depth + 1)
+        check.figures["tables"] += 1
+        check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], figures["max_abs_diff"])
+        if not figures.pop("passed"):
+            return _failed_at(check, case, table, figures, drawing)
+    check.detail += f", on {check.figures['tables']} tables"
+    return check
+
+
+def _failed_at(check: Check, case, table, figures: dict, drawing: str) -> Check:
+    """The covering check, failed at one case and table (its figures there, the price among them)."""
+    check.passed = False
+    check.findings = [f"not_exact_{drawing}"]
+    check.figures.update({k: figures[k] for k in PRICE_KEYS if k in figures})
+    check.figures["not_exact_at"] = {"case": case.label, "table": table.name, "max_abs_diff": figures["max_abs_diff"]}
+    check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
+    return check
+
+
+def _first_refusal(sampler, check: Check, work: list, rounds: list, drawing: str) -> Check:
+    """A sampler that raised on some round past the named table: the first case and table it raises on,
+    as a serial run finds it (a construction it took on the named table is not one it may refuse)."""
+    for (case, table), rs in zip(work, rounds):
+        try:
+            round_laws(sampler, rs)
+        except SamplerFailed as err:
+            check.passed, check.findings = False, [err.finding]
+            check.detail = f"{err} (on a tree drawn {drawing} at {case.label}, on the table {table.name})"
+            return check
+    raise AssertionError("the batch raised, but no round of it does alone")
+
+
+PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
 
 
 def _specd() -> TreeSamplerUnderTest:
@@ -153,48 +216,61 @@ SEARCH = [
     (2, "1"),
     (2, "2"),
     (2, "1,1"),
+    (3, "1"),
     (3, "2"),
     (2, "2,1"),
     (2, "1,2"),
     (3, "3"),
     (3, "2,1"),
+    (3, "1,2"),
+    (4, "2"),
     (2, "2,2"),
     (3, "2,2"),
+    (4, "1,2"),
+    (4, "3"),
+    (5, "3"),
+    (5, "1,3"),
 ]
 
 
-def tree_counterexample(sampler, drawings, build_rig, seeds=range(3)) -> dict | None:
-    """The smallest (V, tree) and seed, over ``drawings``, where the sampler's joint is not the
-    target's: the sequence whose mass moved most and by how much, and the draft tree (with its rows)
-    that moved it most against specd's exact rule on the same tree."""
-    for (vocab, spec), seed, drawing in itertools.product(SEARCH, seeds, drawings):
+def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=()) -> dict | None:
+    """The smallest (V, tree) and table (``search_tables``), over ``drawings``, where the sampler's joint
+    is not the target's: the sequence whose mass moved most and by how much, and the draft tree (with
+    its rows) that moved it most against specd's exact rule on the same tree. ``sizes``: (V, tree)
+    searched after SEARCH's; ``search_order``: the size's and the table's place in the search."""
+    for order, (vocab, spec) in enumerate(SEARCH + [s for s in sizes if s not in SEARCH]):
         shape = parse_tree(spec)
-        if drawing != "iid" and len(shape.choices) and max(c[-1] for c in shape.choices) >= vocab:
-            continue
-        rig = build_rig(vocab, shape.depth, seed)
-        ref = Reference(rig)
-        rounds = draft_trees(shape, drawing, ref.p, ref.q, rig.prompt)
-        try:
-            tj = TreeJoint(sampler, rounds, ref.p, rig.prompt, shape.depth + 1)
-        except SamplerFailed:
-            continue
-        target = chain_joint(ref.p, rig.prompt, shape.depth + 1)
-        if max_abs_diff(target, tj.joint) <= EXACT_TOLERANCE:
-            continue
-        worst = max(set(target) | set(tj.joint), key=lambda s: abs(target.get(s, 0.0) - tj.joint.get(s, 0.0)))
-        exact, got = target.get(worst, 0.0), tj.joint.get(worst, 0.0)
-        return {
-            "vocab": vocab,
-            "tree": spec,
-            "drawing": drawing,
-            "seed": seed,
-            "sequence": list(worst),
-            "exact_mass": exact,
-            "sampler_mass": got,
-            "moved": got - exact,
-            "round": _worst_round(rounds, tj, worst, ref, rig.prompt),
-        }
+        wide = max(c[-1] for c in shape.choices) + 1
+        for rank, table in enumerate(search_tables(build_rig, vocab, shape.depth, wide, seeds)):
+            for drawing in drawings:
+                if drawing == "iid" or wide <= vocab:
+                    found = _counterexample(sampler, shape, drawing, table)
+                    if found is not None:
+                        where = {"vocab": vocab, "tree": spec, "drawing": drawing, "seed": table.seed}
+                        return {**where, **found, "search_order": [order, rank]}
     return None
+
+
+def _counterexample(sampler, shape, drawing: str, table: Table) -> dict | None:
+    """Where the sampler is not exact on one size and table: the sequence that moved most, and the round."""
+    rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
+    try:
+        tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
+    except SamplerFailed:
+        return None
+    target = chain_joint(table.p, table.prompt, shape.depth + 1)
+    if max_abs_diff(target, tj.joint) <= EXACT_TOLERANCE:
+        return None
+    worst = max(set(target) | set(tj.joint), key=lambda s: abs(target.get(s, 0.0) - tj.joint.get(s, 0.0)))
+    exact, got = target.get(worst, 0.0), tj.joint.get(worst, 0.0)
+    return {
+        "table": table.name,
+        "sequence": list(worst),
+        "exact_mass": exact,
+        "sampler_mass": got,
+        "moved": got - exact,
+        "round": _worst_round(rounds, tj, worst, table, table.prompt),
+    }
 
 
 def _worst_round(rounds, tj: TreeJoint, worst: tuple[int, ...], ref, prompt) -> dict:

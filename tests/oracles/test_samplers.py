@@ -12,6 +12,7 @@ import torch
 from specd.core.sampler import RejectionSampler, exact_less, sample_categorical
 from specd.oracles import sampler_checks as sc
 from specd.oracles.broken import Float32UniformComparison
+from specd.oracles.exact import Reference
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
@@ -279,5 +280,5 @@ def test_an_adapter_whose_library_lacks_the_function_is_one_line(monkeypatch, ca
 
 def test_round_cells_integrate_to_one():
     rig = build_rig(OracleConfig(vocab=3, k=2))
-    calls = sc.round_calls(sc.Reference(rig), rig.prompt, 3, 2, tokens=True, exact=False)
+    calls = sc.round_calls(Reference(rig), rig.prompt, 3, 2, tokens=True, exact=False)
     assert abs(sum(c.mass for c in calls) - 1) < 1e-12

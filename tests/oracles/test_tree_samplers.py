@@ -108,7 +108,7 @@ def exact_tree_sampler(tokens, parents, depths, p, q, drawn, u):
             left = [x / sum(left) for x in left]
             if drawn == "sampled" and row is not None:
                 row[d] = Fraction(0)
-                row = [x / sum(row) for x in row]
+                row = [x / sum(row) for x in row] if sum(row) else row  # none left: d was the last child
         else:
             return path, u.draw(left)
 

@@ -1,0 +1,231 @@
+"""What a foreign sampler's check covers (``verify-oracle --sampler``): the sizes and tables it runs
+on, the classes of slip each size can show, and the verdict in words.
+
+A size can hide a slip. Where a node has V - 1 children, refusing them all leaves one token, so the
+correction is forced and a correction drawn wrongly gives the right token all the same; at V = 2 a
+second sibling's test is decided by the first's outcome; a tree of one level never reads a row past
+the root's; a chain round of one draft has no test after a refusal. So each class of slip
+(``SLIPS``, ``CHAIN_SLIPS``) states where it is hidden, and a check covers the classes:
+
+- by default, the size the user named (on the run's seed's table) and the smallest sizes where each
+  class can show, each over every table of ``specd.oracles.tables`` (the seed's, more seeds,
+  adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the tree
+  ``W'`` at V = W' + 2 (siblings, and every correction a real draw) and the tree ``2,1`` at V = 3 (a
+  second depth, whose nodes' corrections are real draws, and a path through a younger sibling into
+  its children). For a chain: V = 3, K = 2;
+- with ``exact_size``, the named size only, over every table: a class that size cannot show is
+  reported not applicable, with the reason and the size that would show it (never as passed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specd.core.tree_shape import TreeShape, parse_tree
+from specd.oracles.fixture import OracleConfig
+from specd.oracles.record import NOT_APPLICABLE
+from specd.oracles.tables import Table, seeded, tables
+
+
+@dataclass(frozen=True)
+class Case:
+    """One size a sampler is checked at, over ``tables`` of ``vocab`` tokens: a tree ``shape`` (None: a
+    chain round of ``k`` drafts; a tree's K is its depth); ``named``: the size the user named."""
+
+    vocab: int
+    k: int
+    shape: TreeShape | None
+    tables: tuple[Table, ...]
+    named: bool = False
+
+    @property
+    def label(self) -> str:
+        where = f"tree {self.shape.spec}" if self.shape is not None else f"K = {self.k}"
+        return f"V = {self.vocab}, {where}"
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A class of slip: ``hidden(vocab, shape or K)`` says why a size cannot show it (None: it can),
+    ``shown_at(widest)`` the flags of the smallest size that does, for a tree whose widest sibling
+    group has ``widest`` children."""
+
+    name: str
+    what: str
+    hidden: Callable[[int, object], str | None]
+    shown_at: Callable[[int], str]
+
+
+def widest(shape: TreeShape) -> int:
+    """The most children a node of the static shape has."""
+    return max((c[-1] + 1 for c in shape.choices or ()), default=0)
+
+
+def _siblings(vocab: int, shape) -> str | None:
+    if widest(shape) < 2:
+        return "no node of the tree has two children: nothing is tested on what an elder sibling left"
+    if vocab < 3:
+        return "at V = 2 a second sibling's test is decided by the first's outcome (what a refusal leaves is its token)"
+    return None
+
+
+def _correction(vocab: int, shape) -> str | None:
+    w = widest(shape)
+    if vocab <= w:
+        return (
+            f"at V = {vocab} a node's {w} children hold every token: the last is never refused, no correction follows"
+        )
+    if vocab == w + 1:
+        return (
+            f"at V = {vocab} a node's {w} children, all refused, leave one token: the correction is forced, and any "
+            "draw of it gives that token"
+        )
+    return None
+
+
+def _depth(vocab: int, shape) -> str | None:
+    if shape.depth < 2:
+        return "a tree of one level reads no row past the root's but the bonus's"
+    return None
+
+
+def _younger(vocab: int, shape) -> str | None:
+    if not any(c[-1] >= 1 and shape.children(c) for c in shape.choices or ()):
+        return "no younger sibling has children: no path goes down through a node tried after a refused one"
+    return None
+
+
+def _wide(w: int) -> int:
+    return max(w, 2)
+
+
+SLIPS = (
+    Slip(
+        "siblings",
+        "a sibling tested on what its elder siblings left",
+        _siblings,
+        lambda w: f"--tree {_wide(w)} --vocab {_wide(w) + 1}",
+    ),
+    Slip(
+        "correction_draw",
+        "a correction after every child is refused, drawn from two or more tokens",
+        _correction,
+        lambda w: f"--tree {_wide(w)} --vocab {_wide(w) + 2}",
+    ),
+    Slip(
+        "second_depth",
+        "rows past the root's: a child's test and bonus on its own row",
+        _depth,
+        lambda w: "--tree 2,1 --vocab 3",
+    ),
+    Slip(
+        "younger_sibling_subtree",
+        "a path through a younger sibling into its children",
+        _younger,
+        lambda w: "--tree 2,1 --vocab 3",
+    ),
+)
+
+
+def _chain_correction(vocab: int, k) -> str | None:
+    if vocab < 3:
+        return "at V = 2 a refused draft leaves one token: the correction is forced"
+    return None
+
+
+def _second_draft(vocab: int, k) -> str | None:
+    if k < 2:
+        return "a round of one draft has no test after the first and no row past p_2"
+    return None
+
+
+CHAIN_SLIPS = (
+    Slip("correction_draw", "a correction drawn from two or more tokens", _chain_correction, lambda w: "--vocab 3"),
+    Slip(
+        "second_draft",
+        "a round's second draft: its test, its row, what follows a refusal",
+        _second_draft,
+        lambda w: "--k 2",
+    ),
+)
+
+
+def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) -> list[Case]:
+    """The sizes a tree sampler is checked at (module docstring): the named one first."""
+    w = widest(shape)
+    if exact_size:
+        return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
+    wide = _wide(w)
+    smallest = [(wide + 2, f"{wide}"), (3, "2,1")]
+    named = Case(cfg.vocab, shape.depth, shape, (seeded(cfg, cfg.vocab, shape.depth, cfg.seed),), True)
+    out = [named]
+    for vocab, spec in smallest:
+        small = parse_tree(spec)
+        if (vocab, small.choices) == (cfg.vocab, shape.choices):  # the named size is one of them: every table
+            out[0] = Case(vocab, small.depth, shape, tuple(tables(cfg, vocab, small.depth, widest(small))), True)
+            continue
+        out.append(Case(vocab, small.depth, small, tuple(tables(cfg, vocab, small.depth, widest(small)))))
+    return out
+
+
+def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
+    """The sizes a chain sampler is checked at (module docstring): the named one first."""
+    if exact_size or (cfg.vocab, cfg.k) == (3, 2):
+        return [Case(cfg.vocab, cfg.k, None, tuple(tables(cfg, cfg.vocab, cfg.k, 1)), True)]
+    named = Case(cfg.vocab, cfg.k, None, (seeded(cfg, cfg.vocab, cfg.k, cfg.seed),), True)
+    return [named, Case(3, 2, None, tuple(tables(cfg, 3, 2, 1)))]
+
+
+def slips_covered(cases: list[Case], named_widest: int) -> list[dict]:
+    """Each class of slip: the cases that can show it, or (none can) not applicable at this size, with
+    the reason at the named size and the size that would show it."""
+    tree = cases[0].shape is not None
+    out = []
+    for slip in SLIPS if tree else CHAIN_SLIPS:
+        shown = [c.label for c in cases if slip.hidden(c.vocab, c.shape if tree else c.k) is None]
+        named = cases[0]
+        if shown:
+            out.append({"slip": slip.name, "what": slip.what, "shown": True, "at": shown, "detail": ""})
+            continue
+        reason = slip.hidden(named.vocab, named.shape if tree else named.k)
+        detail = f"{NOT_APPLICABLE}{reason}; shown at {slip.shown_at(named_widest)} (without --exact-size)"
+        out.append({"slip": slip.name, "what": slip.what, "shown": False, "at": [], "detail": detail})
+    return out
+
+
+def _listed(values: list) -> str:
+    seen = list(dict.fromkeys(values))
+    return ", ".join(str(v) for v in seen)
+
+
+def coverage(cases: list[Case], exact_size: bool, passed: bool = True) -> dict:
+    """What a check covers, as ``--json`` reports it: every case with its tables, each class of slip,
+    and the claim in words: what the sampler was proved exact on (None where it is not exact)."""
+    named = cases[0]
+    slips = slips_covered(cases, widest(named.shape) if named.shape is not None else 1)
+    count = sum(len(c.tables) for c in cases)
+    sizes = f"V = {_listed(sorted(c.vocab for c in cases))}"
+    if named.shape is not None:
+        sizes += "; trees " + ", ".join(f'"{spec}"' for spec in dict.fromkeys(c.shape.spec for c in cases if c.shape))
+    sizes += f"; K = {_listed(sorted(c.k for c in cases))}"
+    claim = f"exact on {count} tables at {sizes}"
+    hidden = [s["slip"] for s in slips if not s["shown"]]
+    if hidden:
+        claim += f"; not shown at this size (n/a): {', '.join(hidden)}"
+    return {
+        "exact_size": exact_size,
+        "tables": count,
+        "cases": [
+            {
+                "vocab": c.vocab,
+                "k": c.k,
+                **({"tree": c.shape.spec} if c.shape is not None else {}),
+                "named": c.named,
+                "tables": [t.name for t in c.tables],
+            }
+            for c in cases
+        ],
+        "slips": slips,
+        "claim": claim if passed else None,
+    }

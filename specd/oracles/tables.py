@@ -1,0 +1,158 @@
+"""The tables a foreign sampler is checked over (``verify-oracle --sampler``): the seed's, more seeds,
+and adversarial ones.
+
+A verdict on one table is true of that table only: a slip shows where the rows give it room, and a
+seeded table may give it none (at V = 4, seed 0, the target exceeds the draft on one token only, so
+every correction is that token and a correction drawn wrongly cannot show). So each size is checked
+over several tables, each a ``Table``: the target's row ``p(output)`` and the draft's ``q(output)``
+after any output (the prompt followed by tokens), float64 lists summing to 1.
+
+- ``seed S``: the fixture's tables at seed S (its policies, the oracle's ``Reference`` rows); the
+  run's seed and the two after it;
+- adversarial tables, each the run's seed's rows reshaped, row by row (its own choices seeded by the
+  output, so every row differs):
+
+  ``draft_misses_target``  the draft has no mass on one token the target has (q = 0 < p)
+  ``near_ties``            the draft within 1e-3 of the target, relatively, on every token
+  ``point_mass``           the target a point mass (a greedy target)
+  ``equal_rows``           the draft the target (p = q: every test passes)
+  ``draft_far_below``      the draft 1000 times below the target on half the tokens, so the target
+                           exceeds it on several (a correction with several tokens of mass)
+
+A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
+token the draft has).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from specd.oracles.exact import Reference
+from specd.oracles.fixture import OracleConfig, build_rig
+
+Row = list[float]
+Rows = Callable[[tuple[int, ...]], Row]
+MORE_SEEDS = 2  # seeded tables after the run's own
+ADVERSARIAL = {
+    "draft_misses_target": "the draft has no mass on a token the target has",
+    "near_ties": "the draft within 1e-3 of the target on every token",
+    "point_mass": "the target a point mass",
+    "equal_rows": "the draft equal to the target",
+    "draft_far_below": "the draft 1000 times below the target on half the tokens",
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table: ``p`` and ``q`` give the target's and the draft's row (float64 lists) after an output;
+    ``prompt``: the output a round starts from; ``name``: how the report names it; ``seed``: the seed
+    of the fixture's tables it is (or was made from)."""
+
+    name: str
+    vocab: int
+    prompt: tuple[int, ...]
+    p: Rows
+    q: Rows
+    seed: int = 0
+
+
+def as_table(rows, name: str = "the fixture's", seed: int = 0) -> Table:
+    """A Table as it is, or a rig's rows (the oracle's ``Reference`` of it) as one."""
+    if isinstance(rows, Table):
+        return rows
+    ref = Reference(rows)
+    return Table(name, rows.vocab, rows.prompt, ref.p, ref.q, seed)
+
+
+def seeded(cfg: OracleConfig, vocab: int, depth: int, seed: int) -> Table:
+    """The fixture's tables at ``seed`` over ``vocab`` tokens (its policies, its prompt)."""
+    rig = build_rig(replace(cfg, vocab=vocab, k=depth, seed=seed, horizon=None, tree=()))
+    ref = Reference(rig)
+    return Table(f"seed {seed}", vocab, rig.prompt, ref.p, ref.q, seed)
+
+
+def tables(cfg: OracleConfig, vocab: int, depth: int, widest: int, seeds: int = MORE_SEEDS) -> list[Table]:
+    """The run's seed's table, ``seeds`` more, and every adversarial table the size can hold (a round
+    of ``depth`` levels whose widest sibling group has ``widest`` children)."""
+    base = seeded(cfg, vocab, depth, cfg.seed)
+    out = [base] + [seeded(cfg, vocab, depth, cfg.seed + i) for i in range(1, seeds + 1)]
+    return out + [adversarial(base, kind, cfg.seed) for kind in ADVERSARIAL if holds(kind, vocab, widest)]
+
+
+def holds(kind: str, vocab: int, widest: int) -> bool:
+    """Whether a size can hold the table: a draft without one token must still have a token of
+    mass for each sibling drawn without replacement."""
+    return kind != "draft_misses_target" or vocab - 1 >= max(widest, 1)
+
+
+def adversarial(base: Table, kind: str, seed: int) -> Table:
+    """``base`` reshaped as ``kind`` says (module docstring), each row by choices seeded by its output."""
+    memo: dict[tuple[int, ...], tuple[Row, Row]] = {}
+
+    def rows(output: tuple[int, ...]) -> tuple[Row, Row]:
+        if output not in memo:
+            rng = random.Random(f"{seed}:{kind}:{output}")
+            memo[output] = reshape(kind, base.p(output), base.q(output), rng)
+        return memo[output]
+
+    return Table(f"{kind} (seed {seed})", base.vocab, base.prompt, lambda o: rows(o)[0], lambda o: rows(o)[1], seed)
+
+
+def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
+    """One output's rows (p, q) reshaped as ``kind`` (module docstring)."""
+    v = len(p)
+    if kind == "draft_misses_target":
+        gone = rng.randrange(v)
+        return p, _normalized([0.0 if x == gone else w for x, w in enumerate(q)])
+    if kind == "near_ties":
+        return p, _normalized([w * (1 + 1e-3 * rng.uniform(-1, 1)) for w in p])
+    if kind == "point_mass":
+        top = rng.randrange(v)
+        return [float(x == top) for x in range(v)], q
+    if kind == "equal_rows":
+        return p, list(p)
+    if kind == "draft_far_below":
+        low = set(rng.sample(range(v), max(1, v // 2)))
+        small = [w * 1e-3 for w in p]
+        rest = sum(w for x, w in enumerate(q) if x not in low)
+        spare = 1 - sum(small[x] for x in low)
+        return p, [small[x] if x in low else w * spare / rest for x, w in enumerate(q)]
+    raise ValueError(f"no adversarial table {kind!r}")
+
+
+def _normalized(row: Row) -> Row:
+    total = sum(row)
+    return [x / total for x in row]
+
+
+def search_tables(build_rig, vocab: int, depth: int, widest: int, seeds) -> list[Table]:
+    """The tables a smallest-counterexample search tries at one size, in order: each seed's
+    (``build_rig(vocab, depth, seed)``), then the adversarial ones made from the first seed's."""
+    seeded_ = [as_table(build_rig(vocab, depth, seed), f"seed {seed}", seed) for seed in seeds]
+    return seeded_ + [adversarial(seeded_[0], kind, min(seeds)) for kind in ADVERSARIAL if holds(kind, vocab, widest)]
+
+
+class DyadicTables:
+    """Seeded rows whose probabilities are multiples of 1/32: exact in floats and in Fractions."""
+
+    def __init__(self, vocab: int, seed: int):
+        self.vocab, self.seed = vocab, seed
+        self._rows: dict = {}
+
+    def _row(self, kind: str, output: tuple[int, ...]) -> list[Fraction]:
+        key = (kind, output)
+        if key not in self._rows:
+            rng = random.Random(f"{self.seed}:{kind}:{output}")
+            cuts = sorted(rng.randint(0, 32) for _ in range(self.vocab - 1))
+            parts = [b - a for a, b in zip([0, *cuts], [*cuts, 32])]
+            self._rows[key] = [Fraction(x, 32) for x in parts]
+        return self._rows[key]
+
+    def p(self, output):
+        return self._row("p", output)
+
+    def q(self, output):
+        return self._row("q", output)
