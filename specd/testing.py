@@ -30,16 +30,27 @@ def assert_sampler_exact(
     seed: int = 0,
     input_rounding: float = 0.0,
     timeout: float = DEFAULT_TIMEOUT,
+    exact_size: bool = False,
 ) -> OracleReport:
     """Check ``sampler`` against the exact law of ``rule`` (maximal: the token-wise rule; block: block
-    verification) on random tables with ``vocab`` tokens and K = ``k``; return the report if it
-    passes, else raise AssertionError naming each failed check and what it found, the minimal
-    counterexample, and the probability mass that moved there. ``input_rounding``, ``timeout`` (the
-    seconds a call may take in the sampler's own process): as in ``specd.check_sampler``. ``tree``: a
-    tree shape ("2,2", "iid:2,2"): check ``sampler`` as a tree sampler (the protocol of
-    specd.oracles.tree_samplers) over every draft tree of that shape."""
+    verification) on random tables with ``vocab`` tokens and K = ``k``, and at the smallest sizes where
+    each class of slip can show, over several tables (``exact_size``: the named size only); return the
+    report if it passes, else raise AssertionError naming each failed check and what it found, where,
+    the minimal counterexample, and the probability mass that moved there. ``input_rounding``,
+    ``timeout`` (the seconds a call may take in the sampler's own process): as in
+    ``specd.check_sampler``. ``tree``: a tree shape ("2,2", "iid:2,2"): check ``sampler`` as a tree
+    sampler (the protocol of specd.oracles.tree_samplers) over every draft tree of that shape.
+    ``report.document["coverage"]["claim"]`` says what a passing sampler was proved exact on."""
     report = check_sampler(
-        sampler, rule=rule, tree=tree, vocab=vocab, k=k, seed=seed, input_rounding=input_rounding, timeout=timeout
+        sampler,
+        rule=rule,
+        tree=tree,
+        vocab=vocab,
+        k=k,
+        seed=seed,
+        input_rounding=input_rounding,
+        timeout=timeout,
+        exact_size=exact_size,
     )
     if not report.passed:
         raise AssertionError(failure_message(report))
@@ -57,7 +68,7 @@ def failure_message(report: OracleReport) -> str:
     cx = report.counterexample
     if cx and "tree" in cx:
         lines.append(
-            f"  minimal counterexample: V={cx['vocab']}, tree {cx['tree']} drawn {cx['drawing']}, seed={cx['seed']}: "
+            f"  minimal counterexample: V={cx['vocab']}, tree {cx['tree']} drawn {cx['drawing']}, {_table(cx)}: "
             f"the sequence {cx['sequence']} has probability {cx['sampler_mass']:.6g} under the sampler, "
             f"{cx['exact_mass']:.6g} exactly ({cx['moved']:+.6g} of mass moved there)"
         )
@@ -69,7 +80,7 @@ def failure_message(report: OracleReport) -> str:
     elif cx and "sequence" in cx:
         moved = cx["sampler_mass"] - cx["exact_mass"]
         lines.append(
-            f"  minimal counterexample: V={cx['vocab']}, K={cx['k']}, seed={cx['seed']}: the sequence "
+            f"  minimal counterexample: V={cx['vocab']}, K={cx['k']}, {_table(cx)}: the sequence "
             f"{cx['sequence']} has probability {cx['sampler_mass']:.6g} under the sampler, {cx['exact_mass']:.6g} "
             f"exactly ({moved:+.6g} of mass moved there)"
         )
@@ -84,6 +95,12 @@ def failure_message(report: OracleReport) -> str:
     elif cx:
         lines.append(f"  counterexample: {cx}")
     return "\n".join(lines)
+
+
+def _table(cx: dict) -> str:
+    """Where a counterexample was found: its seed's table, or an adversarial one made from it."""
+    table = cx.get("table", f"seed {cx['seed']}")
+    return f"seed={cx['seed']}" if table == f"seed {cx['seed']}" else f"table {table}"
 
 
 def _evidence(check: CheckResult) -> str:

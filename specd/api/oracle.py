@@ -116,6 +116,7 @@ def check_sampler(
     input_rounding: float = 0.0,
     timeout: float = DEFAULT_TIMEOUT,
     jobs: int | None = None,
+    exact_size: bool = False,
     **controls: float | int | None,
 ) -> OracleReport:
     """Check a speculative sampler against the exact law (``specd verify-oracle --sampler``).
@@ -135,6 +136,12 @@ def check_sampler(
     every draft tree of the constructions the shape names (all four without a prefix); K is the
     tree's depth.
 
+    The exact check runs at the size named (``vocab``, ``k`` or ``tree``) and at the smallest sizes
+    where each class of slip can show, over several tables (the seed's, two more seeds, adversarial
+    ones); ``exact_size``: at the named size only, over those tables, each class of slip that size
+    cannot show reported not applicable. ``document["coverage"]`` says what was covered, and its
+    ``claim`` what an exact sampler was proved exact on.
+
     The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
     a call that ends that process (``os._exit``, a crash), forks it, or does not return within
     ``timeout`` seconds fails the check it was in, naming it (``exited``, ``crashed``, ``forked``,
@@ -151,10 +158,12 @@ def check_sampler(
     if limit <= 0:
         raise UsageError(f"timeout must be a number of seconds > 0, got {shown(limit)}")
     tree = arguments.pop("tree")
+    exact_size = args.flag(arguments.pop("exact_size"), "exact_size")
     if tree is not None:
         parse_tree(tree, "tree")  # refused by name before the sampler's module is imported
         arguments["k"] = 1  # the tree's depth takes its place
-    return OracleReport._of(run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree, jobs))
+    report = run_sampler_oracle(_config(arguments), sampler, rounding, limit, tree, jobs, exact_size)
+    return OracleReport._of(report)
 
 
 WHOLE = ("vocab", "k", "seed", "samples")  # the fixture's integers; its optional ones: horizon, jobs

@@ -6,6 +6,7 @@ import math
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from specd.api.oracle import check_sampler, prove
@@ -99,6 +100,15 @@ Jobs = Annotated[
         "the usable cores, at most 4, on Linux; 1: one process). The report is the same.",
     ),
 ]
+ExactSize = Annotated[
+    bool,
+    typer.Option(
+        "--exact-size",
+        help="Check --sampler's sampler at the named --vocab and --k (or --tree) only, over several tables; "
+        "without it the check also runs at the smallest sizes where each class of slip can show. A class this "
+        "size cannot show is reported n/a, with the size that would.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
 
@@ -125,6 +135,7 @@ def verify_oracle(
     sampler_timeout: SamplerTimeout = None,
     tree: Tree = None,
     jobs: Jobs = None,
+    exact_size: ExactSize = False,
     as_json: AsJson = False,
 ) -> None:
     """Prove that the emitted joint equals the target joint, exactly and by Monte Carlo;
@@ -148,8 +159,10 @@ def verify_oracle(
             parse_tree(spec)  # named --tree here (the API names its keyword, tree)
     if sampler_timeout is not None and sampler is None:
         raise UsageError("--sampler-timeout limits the calls of a --sampler; there is none")
+    if exact_size and sampler is None:
+        raise UsageError("--exact-size keeps a --sampler's check at the named size; there is none")
     if sampler is not None:
-        report = _check_sampler(sampler, rule, tree, sampler_timeout, jobs, fixture)
+        report = _check_sampler(sampler, rule, tree, sampler_timeout, jobs, exact_size, fixture)
     else:
         engine = dict(horizon=horizon, samples=samples, layout=layout, backend=backend, lab=lab, jobs=jobs)
         report = prove(rule=rule, tree=tree, **engine, **fixture)
@@ -161,16 +174,23 @@ def verify_oracle(
 
 
 def _check_sampler(
-    sampler: str, rule: str, tree: list[str] | None, timeout: float | None, jobs: int | None, fixture: dict
+    sampler: str,
+    rule: str,
+    tree: list[str] | None,
+    timeout: float | None,
+    jobs: int | None,
+    exact_size: bool,
+    fixture: dict,
 ):
     """``--sampler``'s report: a chain sampler, or with one --tree a tree sampler over that shape (its
-    rounds shared by ``jobs`` processes)."""
+    rounds shared by ``jobs`` processes); ``exact_size``: at the named size only."""
     limit = DEFAULT_TIMEOUT if timeout is None else timeout
     if not math.isfinite(limit) or limit <= 0:
         raise UsageError(f"--sampler-timeout must be a number of seconds > 0, got {limit:g}")
     if tree is not None and len(tree) > 1:
         raise UsageError("--sampler checks a tree sampler over one tree shape: give --tree once")
-    return check_sampler(sampler, rule=rule, tree=tree[0] if tree else None, timeout=limit, jobs=jobs, **fixture)
+    one = tree[0] if tree else None
+    return check_sampler(sampler, rule=rule, tree=one, timeout=limit, jobs=jobs, exact_size=exact_size, **fixture)
 
 
 VERDICT = {True: "[green]PASS[/]", False: "[red]FAIL[/]", None: "[dim]n/a[/]"}  # None: not applicable at this size
@@ -180,6 +200,8 @@ CAUGHT = {True: "[green]yes[/]", False: "[red]NO[/]", None: "[dim]n/a[/]"}
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
     if isinstance(value, list):
         return ", ".join(_fmt(v) for v in value)
     return str(value)
@@ -254,15 +276,35 @@ def render_sampler(report: dict) -> None:
     if report["counterexample"]:
         stdout.print("[bold]minimal counterexample[/]")
         for key, value in report["counterexample"].items():
+            if key == "search_order":
+                continue
             for line in (
                 [f"{key}:"] + [f"  {k}: {v}" for k, v in value.items()]
                 if isinstance(value, dict)
                 else [f"{key}: {value}"]
             ):
                 stdout.print(f"  {printable(line)}", markup=False, highlight=False)
-    verdict = "[green]PASSED[/]" if report["passed"] else "[red]FAILED[/]"
-    found = ", ".join(report["findings"]) or "nothing"
-    stdout.print(f"{verdict}; found: {found} ({report['elapsed_s']:.2f} s)")
+    render_coverage(report.get("coverage"))
+    claim = (report.get("coverage") or {}).get("claim")
+    if report["passed"]:
+        stdout.print(f"[green]PASSED[/]: {escape(claim or 'every check passed')} ({report['elapsed_s']:.2f} s)")
+    else:
+        found = ", ".join(report["findings"]) or "nothing"
+        stdout.print(f"[red]FAILED[/]; found: {found} ({report['elapsed_s']:.2f} s)")
+
+
+def render_coverage(coverage: dict | None) -> None:
+    """Each class of slip and where the check could show it (or why this size cannot, n/a)."""
+    if not coverage:
+        return
+    title = "Slips covered" + (" (--exact-size: the named size only)" if coverage["exact_size"] else "")
+    table = Table(title=title, title_justify="left")
+    for col in ("slip", "shown", "where"):
+        table.add_column(col)
+    for slip in coverage["slips"]:
+        where = "; ".join(slip["at"]) if slip["shown"] else slip["detail"]
+        table.add_row(slip["slip"], "[green]yes[/]" if slip["shown"] else "[dim]n/a[/]", printable(where))
+    stdout.print(table)
 
 
 def render_price(price: dict) -> None:
