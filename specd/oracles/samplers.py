@@ -272,16 +272,36 @@ SHIPPED = {
 
 
 def load_sampler(spec: str) -> SamplerUnderTest:
-    """A shipped adapter by name, or ``module:attr`` imported (importing runs that module's code)."""
+    """A shipped adapter by name, ``module:attr`` imported, or ``path/to/file.py:attr`` loaded from that
+    file (importing or loading runs its code)."""
     if spec in SHIPPED:
         build, description, rounding = SHIPPED[spec]
         if spec.startswith("hf"):
             version, _ = hf_function()
             description += f", transformers {version}"
         return SamplerUnderTest(spec, build(), description, rounding)
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"--sampler takes module:attr or one of {', '.join(SHIPPED)}; got {shown(spec)}")
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise UsageError(
+            f"--sampler takes module:attr, path/to/file.py:attr or one of {', '.join(SHIPPED)}; got {shown(spec)}"
+        )
+    module = _load_file(spec, where) if is_file_spec(spec) else _import(spec, where)
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"{shown(where)} has no attribute {shown(attr)}")
+        obj = getattr(obj, part)
+    return as_sampler(obj, spec)
+
+
+def is_file_spec(spec: str) -> bool:
+    """Whether ``--sampler`` names a file (``path/to/file.py:attr``) rather than a module to import."""
+    where = spec.rpartition(":")[0]
+    return where.endswith(".py") or "/" in where or os.sep in where
+
+
+def _import(spec: str, module_name: str):
+    """``module:attr``'s module, imported from beside the user or the Python path."""
     added = os.getcwd() not in sys.path  # a module beside the user, as `python -m` would find it
     if added:
         sys.path.insert(0, os.getcwd())
@@ -298,16 +318,39 @@ def load_sampler(spec: str) -> SamplerUnderTest:
                     f"cannot import the sampler module {shown(module_name)}: no such module (looked beside you and on "
                     "the Python path)"
                 )
-            module = importlib.import_module(module_name)
+            return importlib.import_module(module_name)
     finally:
         if added:
             sys.path.remove(os.getcwd())
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"module {shown(module_name)} has no attribute {shown(attr)}")
-        obj = getattr(obj, part)
-    return as_sampler(obj, spec)
+
+
+def _load_file(spec: str, path_text: str):
+    """``path/to/file.py:attr``'s file, loaded as a module of its own (its folder on the Python path while
+    it loads, as ``python path/to/file.py`` has it, so it can import what lies beside it)."""
+    path = os.path.abspath(os.path.expanduser(path_text))
+    if not os.path.isfile(path):
+        raise UsageError(f"--sampler {shown(spec)}: no such file {shown(path_text)}")
+    stem = re.sub(r"\W", "_", os.path.basename(path).removesuffix(".py"))
+    name = f"specd_sampler_{stem}"
+    found = importlib.util.spec_from_file_location(name, path)
+    if found is None or found.loader is None:
+        raise UsageError(f"--sampler {shown(spec)}: {shown(path_text)} is not a Python file")
+    module = importlib.util.module_from_spec(found)
+    folder = os.path.dirname(path)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    sys.modules[name] = module  # as an import would: what it defines can find its module
+    try:
+        with loading(f"the sampler file {shown(path_text)}, on loading,"):
+            found.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+    return module
 
 
 def as_sampler(obj, name: str | None = None, input_rounding: float = 0.0) -> SamplerUnderTest:

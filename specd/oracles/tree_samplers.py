@@ -46,7 +46,7 @@ from specd.core.sampler import RejectionSampler, Tested
 from specd.core.tree import ROOT, DraftTree, TreeBatch
 from specd.errors import SamplerFailed, UsageError
 from specd.oracles import tree_published as pub
-from specd.oracles.samplers import isolated, load_sampler, loading
+from specd.oracles.samplers import is_file_spec, isolated, load_sampler, loading
 from specd.oracles.tree_rounds import TreeRound
 from specd.oracles.tree_uniforms import Uniforms
 
@@ -294,7 +294,11 @@ def tree_shipped() -> dict[str, tuple[Callable[..., Callable], str, tuple[float,
 
 def load_tree_sampler(spec: str) -> TreeSamplerUnderTest:
     """A shipped tree rule by name (``NAME`` or ``NAME@a,b`` for its parameters: sglang@0.5,1 is
-    threshold_single 0.5, threshold_acc 1), or ``module:attr`` imported (its code runs)."""
+    threshold_single 0.5, threshold_acc 1), ``module:attr`` imported or ``path/to/file.py:attr`` loaded
+    (its code runs)."""
+    if is_file_spec(spec):
+        chain = load_sampler(spec)  # loads the file the one way (its checks, its errors)
+        return TreeSamplerUnderTest(chain.name, chain.fn, chain.description)
     name, at, args = spec.partition("@")
     shipped = tree_shipped()
     if name in shipped:
@@ -304,7 +308,10 @@ def load_tree_sampler(spec: str) -> TreeSamplerUnderTest:
             description += " at (" + ", ".join(f"{v:g}" for v in values) + ")"
         return TreeSamplerUnderTest(spec, build(*values), description)
     if at or ":" not in spec:
-        raise UsageError(f"--sampler with --tree takes module:attr or one of {', '.join(shipped)}; got {spec!r}")
+        raise UsageError(
+            f"--sampler with --tree takes module:attr, path/to/file.py:attr or one of {', '.join(shipped)}; "
+            f"got {spec!r}"
+        )
     chain = load_sampler(spec)  # imports module:attr the one way (its checks, its errors)
     return TreeSamplerUnderTest(chain.name, chain.fn, chain.description)
 

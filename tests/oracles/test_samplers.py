@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -186,6 +187,31 @@ def test_a_wrong_external_sampler_fails_with_a_minimal_counterexample(user_sampl
     assert code == 1 and "minimal counterexample" in out and "FAILED" in out
 
 
+def test_a_sampler_from_a_file_path_is_loaded_as_a_module_is_imported(user_samplers, tmp_path, capsys):
+    """--sampler path/to/file.py:attr: the file loaded in the sampler's own process (what it runs on loading
+    runs there, not in specd's), its folder on the path while it loads (it imports what lies beside it),
+    from a relative or an absolute path, for a chain and a tree sampler."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "beside.py").write_text("from specd.oracles.samplers import rule_sampler\n\ncorrect = rule_sampler()\n")
+    (folder / "mine.py").write_text(
+        "import os\n\nfrom beside import correct\n"
+        "from specd.oracles.tree_samplers import specd_tree_sampler as tree\n\n"
+        "with open(os.path.join(os.path.dirname(__file__), 'loaded_by.txt'), 'a') as out:\n"
+        "    out.write(f'{os.getpid()}\\n')\n"
+    )
+    for spec in ("elsewhere/mine.py:correct", f"{folder / 'mine.py'}:correct"):
+        code, out, err = run_cli(["verify-oracle", "--sampler", spec, "--json"], capsys)
+        assert code == 0 and json.loads(out)["passed"], err
+    code, out, err = run_cli(
+        ["verify-oracle", "--sampler", "elsewhere/mine.py:tree", "--tree", "2", "--vocab", "3"], capsys
+    )
+    assert code == 0 and "PASSED: exact on" in out, out + err
+    loaders = {int(pid) for pid in (folder / "loaded_by.txt").read_text().split()}
+    assert loaders and os.getpid() not in loaders  # loaded in the sandbox, never in specd's process
+    sys.modules.pop("beside", None)
+
+
 @pytest.fixture
 def broken_modules(user_samplers):
     """Modules beside the user that exit or raise on import, and a class that raises when built."""
@@ -208,6 +234,10 @@ def broken_modules(user_samplers):
         ("exits_on_import:sample", "on import, exited (SystemExit 0)"),
         ("raises_on_import:sample", "on import, raised ZeroDivisionError"),
         ("raises_in_init:Sampler", "building the sampler raises_in_init:Sampler with no arguments raised OSError"),
+        ("raises_on_import.py:sample", "the sampler file 'raises_on_import.py', on loading, raised ZeroDivisionError"),
+        ("exits_on_import.py:sample", "on loading, exited (SystemExit 0)"),
+        ("no/such/file.py:sample", "no such file 'no/such/file.py'"),
+        ("user_samplers.py:missing", "has no attribute 'missing'"),
     ],
 )
 def test_a_sampler_that_cannot_be_loaded_is_one_line_and_exit_2(broken_modules, capsys, spec, message):
