@@ -65,3 +65,20 @@ def test_every_known_wrong_sampler_of_the_lab_is_caught(rule, cls):
 def test_the_lab_has_sampler_variants_of_each_kind():
     ids = [p.id for p in sampler_variants()]
     assert len(ids) >= 12 and "correction_from_p" in ids and "block_stops_at_first_failure" in ids
+
+
+def test_a_slip_a_size_hides_is_caught_and_exact_size_keeps_the_size():
+    """A correction drawn at the refused draft's acceptance uniform: forced at V = 2 (one token left), so
+    exact there; the helper's default also runs V = 3 and fails it, naming where; exact_size=True keeps V = 2
+    (the degenerate cases at V = 3 still see it: they are fixed cases, not sizes)."""
+    from tests.oracles.slips import chain_continue_after_rejection, chain_correction_at_acceptance_uniform
+
+    with pytest.raises(AssertionError) as failed:
+        assert_sampler_exact(chain_correction_at_acceptance_uniform, vocab=2, k=3)
+    message = str(failed.value)
+    assert "exact_joint failed: not exact at V = 3, K = 2 on the table" in message
+    assert "minimal counterexample: V=3, K=1" in message
+    report = assert_sampler_exact(chain_continue_after_rejection, vocab=2, k=1, exact_size=True)
+    assert (
+        report.document["coverage"]["exact_size"] and "not shown at this size" in report.document["coverage"]["claim"]
+    )

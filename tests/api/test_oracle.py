@@ -57,6 +57,28 @@ def test_a_wrong_sampler_fails_with_its_counterexample():
     assert report.failed[0].name == "exact_joint" and report.counterexample["sequence"]
 
 
+def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size():
+    """A sampler that keeps testing after a refusal is exact at K = 1 (no test follows the first): the check
+    also runs at K = 2 and fails it there; with exact_size=True it stays at K = 1, and says what K = 1 cannot
+    show. The document's coverage is the command's."""
+    from tests.oracles.slips import chain_continue_after_rejection as slip
+
+    report = specd.check_sampler(slip, vocab=2, k=1)
+    assert not report.passed and report.failed[0].figures["not_exact_at"]["case"] == "V = 3, K = 2"
+    assert report.document["coverage"]["claim"] is None
+    exact = specd.check_sampler(slip, vocab=2, k=1, exact_size=True)
+    assert exact.passed and [s["slip"] for s in exact.document["coverage"]["slips"] if not s["shown"]] == [
+        "correction_draw",
+        "second_draft",
+    ]
+    assert exact.document["coverage"]["claim"].startswith("exact on 8 tables at V = 2; K = 1; not shown")
+    tree = specd.check_sampler("specd", tree="rank:2", vocab=3)
+    assert (
+        tree.passed
+        and tree.document["coverage"]["claim"] == 'exact on 17 tables at V = 3, 4; trees "rank:2", "2", "2,1"; K = 1, 2'
+    )
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
@@ -77,6 +99,7 @@ def test_a_wrong_sampler_fails_with_its_counterexample():
         (lambda: specd.prove(tree="1000,1000,1000"), r"^tree '1000,1000,1000': 1001001000 nodes"),
         (lambda: specd.prove(tree=b"2"), r"^tree must be a tree spec or a list of them, got b'2' \(bytes\)"),
         (lambda: specd.prove(tree=[2]), r"^tree must be a tree spec \(a string"),
+        (lambda: specd.check_sampler("specd", exact_size="yes"), "exact_size must be True or False"),
     ],
 )
 def test_bad_arguments_raise_one_typed_error(call, message):

@@ -1,0 +1,198 @@
+"""Samplers written here from the protocols of docs/oracle.md, apart from specd's own code: correct ones
+written in different ways, and each of a verifier author's slips. The oracle's default check must pass
+the first and fail every one of the second, whatever size the user names.
+
+Tree samplers: ``sampler(tokens, parents, depths, p, q, drawn, u) -> (path, terminal)``. Chain samplers:
+``sampler(p, q, drafts, k_lens, accept_u, terminal_u) -> (accepted, terminal)``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import torch
+
+
+def _children(parents) -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for n, parent in enumerate(parents.tolist()):
+        kids.setdefault(parent, []).append(n)
+    return kids
+
+
+def _normalized(row: list[float]) -> list[float]:
+    total = sum(row)
+    return [x / total for x in row]
+
+
+def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: bool = False):
+    """Recursive rejection sampling in floats: at each accepted node its children in order, child d kept
+    when U < p'(d) / q'(d) (p' what the elder siblings left, q' the law the child was drawn from: the
+    draft row, without the refused children when drawn without replacement; a point mass when ranked);
+    a refusal leaves p' = normalize([p' - q']_+); after the last refusal the correction is drawn from
+    p', after a node without children the bonus from its row. ``slip`` names one mistake to make."""
+    kids = _children(parents)
+    at, path = -1, []
+    while True:
+        left = p[at + 1].tolist()
+        unchanged = list(left)
+        row = q[at + 1].tolist() if q is not None and drawn != "rank" else None
+        order = kids.get(at, [])
+        if slip == "siblings_reordered":
+            order = order[::-1]
+        last = None
+        for c in order:
+            d = int(tokens[c])
+            law = row if row is not None else [float(x == d) for x in range(len(left))]
+            key = order[0] if slip == "shared_uniform" else c
+            if u.node(key) < left[d] / law[d]:
+                path.append(c)
+                at = c
+                break
+            last = c
+            if slip == "residual_abs":
+                left = _normalized([abs(a - b) for a, b in zip(left, law)])
+            else:
+                left = _normalized([max(0.0, a - b) for a, b in zip(left, law)])
+            if drawn == "sampled" and row is not None:
+                row[d] = 0.0
+                if slip != "no_renormalization" and sum(row) > 0:  # nothing left: there is no next child
+                    row = _normalized(row)
+        else:
+            if slip == "bonus_wrong_row" and last is None and path:
+                left = p[parents[path[-1]] + 1].tolist()  # the bonus from the parent's row, not the leaf's
+            if slip == "correction_unchanged_target" and last is not None:
+                left = unchanged
+            if law_out:
+                return path, left
+            if slip == "correction_at_last_uniform" and last is not None:
+                return path, u.draw(left, key=("node", last))
+            return path, u.draw(left)
+
+
+def exact_floats(tokens, parents, depths, p, q, drawn, u):
+    """Correct: recursive rejection sampling in floats, the terminal drawn with the terminal uniform."""
+    return _walk(tokens, parents, p, q, drawn, u)
+
+
+def exact_law(tokens, parents, depths, p, q, drawn, u):
+    """Correct: the same, returning the terminal's distribution instead of drawing it."""
+    return _walk(tokens, parents, p, q, drawn, u, law_out=True)
+
+
+def exact_one_coin(tokens, parents, depths, p, q, drawn, u):
+    """Correct: one coin per expansion, never reading q: the coin draws a token from what is left of the
+    target's row; a child holding it is descended into (a repeated token is the first holder's), any
+    other token is the terminal. Each step draws from the target, so the law is the target's."""
+    kids = _children(parents)
+    at, path = -1, []
+    while True:
+        left = p[at + 1].tolist()
+        coin = u.uniform(("expand", at))
+        below, token = 0.0, max(x for x, w in enumerate(left) if w > 0)
+        total = sum(left)
+        for x, w in enumerate(left):
+            below += w
+            if w > 0 and coin < below / total:
+                token = x
+                break
+        holders = [c for c in kids.get(at, []) if int(tokens[c]) == token]
+        if not holders:
+            return path, token
+        path.append(holders[0])
+        at = holders[0]
+
+
+def _slip(name: str, doc: str):
+    def sampler(tokens, parents, depths, p, q, drawn, u):
+        return _walk(tokens, parents, p, q, drawn, u, slip=name)
+
+    sampler.__name__ = sampler.__qualname__ = name
+    sampler.__doc__ = doc
+    return sampler
+
+
+TREE_SLIPS = {
+    "correction_at_last_uniform": "the correction drawn at the last refused child's own uniform (known to be large)",
+    "no_renormalization": "without replacement, q not renormalized after a refused child is removed",
+    "shared_uniform": "one uniform shared by all the siblings of a node",
+    "bonus_wrong_row": "the bonus after an accepted leaf drawn from its parent's row",
+    "residual_abs": "the residual |p' - q'| instead of [p' - q']_+",
+    "siblings_reordered": "siblings tried in the reverse of the order they were drawn in",
+    "correction_unchanged_target": "the correction drawn from the node's target row as it was, not what is left",
+}
+for _name, _doc in TREE_SLIPS.items():
+    globals()[_name] = _slip(_name, _doc)
+
+
+# -- chain samplers ---------------------------------------------------------------------------------
+def _draw(law: list[Fraction], u: float) -> int:
+    """The inverse-CDF draw from an unnormalized law at uniform u, exactly."""
+    target, below = Fraction(u) * sum(law), Fraction(0)
+    for token, weight in enumerate(law):
+        below += weight
+        if weight > 0 and below > target:
+            return token
+    return max(t for t, w in enumerate(law) if w > 0)
+
+
+def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None) -> bool:
+    """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) in Fractions."""
+    if rows_q[i][d] <= 0:
+        raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
+    row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
+    return Fraction(u) * rows_q[i][d] < row[d]
+
+
+def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
+    """The token-wise rule in exact arithmetic, one row at a time; ``slip`` names one mistake to make."""
+    accepted, terminal = [], []
+    for b in range(drafts.shape[0]):
+        k, n = int(k_lens[b]), 0
+        rows_p = [[Fraction(x) for x in row] for row in p[b].tolist()]
+        rows_q = [[Fraction(x) for x in row] for row in q[b].tolist()]
+        ds, us = drafts[b].tolist(), accept_u[b].tolist()
+        while n < k and _passes(rows_p, rows_q, ds[n], us[n], n, slip):
+            n += 1
+        if (
+            slip == "continue_after_rejection"
+            and n < k - 1
+            and _passes(rows_p, rows_q, ds[n + 1], us[n + 1], n + 1, slip)
+        ):
+            n += 2
+        law, u = rows_p[n], terminal_u[b].item()
+        if n < k:
+            law = [max(Fraction(0), a - c) for a, c in zip(law, rows_q[n])]
+            if slip == "correction_at_acceptance_uniform":
+                u = us[n]
+        elif slip == "bonus_wrong_row" and k:
+            law = rows_p[k - 1]
+        accepted.append(n)
+        terminal.append(_draw(law, u))
+    return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
+
+
+def chain_exact(p, q, drafts, k_lens, accept_u, terminal_u):
+    """Correct: the token-wise rule in floats."""
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+CHAIN_SLIPS = {
+    "correction_at_acceptance_uniform": "the correction drawn at the refused draft's acceptance uniform",
+    "test_against_previous_row": "each draft after the first tested against the row before its own",
+    "continue_after_rejection": "after a refusal the next draft is tested too, and kept if it passes",
+    "bonus_wrong_row": "the bonus drawn from the last draft's row instead of the row after it",
+}
+
+
+def _chain_slip(name: str, doc: str):
+    def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
+        return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=name)
+
+    sampler.__name__ = sampler.__qualname__ = "chain_" + name
+    sampler.__doc__ = doc
+    return sampler
+
+
+for _name, _doc in CHAIN_SLIPS.items():
+    globals()["chain_" + _name] = _chain_slip(_name, _doc)

@@ -1,0 +1,186 @@
+"""A foreign sampler's check covers the slips a size can hide (specd.oracles.coverage, specd.oracles.tables):
+each slip of tests/oracles/slips.py fails at the default size, at the sizes where it used to pass too;
+correct samplers written in other ways pass; --exact-size reports what the named size cannot show."""
+
+import json
+import random
+
+import pytest
+
+from specd.core.tree_shape import parse_tree
+from specd.oracles.coverage import chain_cases, tree_cases
+from specd.oracles.fixture import OracleConfig
+from specd.oracles.report import run_sampler_oracle
+from specd.oracles.sampler_checks import check_exact_cases, returns_tokens
+from specd.oracles.samplers import as_sampler
+from specd.oracles.tables import ADVERSARIAL, reshape, tables
+from specd.oracles.tree_sampler_checks import check_cases
+from specd.oracles.tree_samplers import TreeSamplerUnderTest
+from tests.helpers import run_cli
+from tests.oracles import slips
+
+DRAWINGS = ("sampled", "rank", "iid", "lookup")  # the cheapest first: a slip fails as soon as one does
+ISSUE_SIZES = [("2,2", 3), ("1,2", 2), ("3", 4)]  # where issue 60 found wrong samplers passing
+
+
+def tree(name: str) -> TreeSamplerUnderTest:
+    return TreeSamplerUnderTest(name, getattr(slips, name), name)
+
+
+def verdicts(sampler, spec: str, vocab: int, exact_size: bool = False, drawings=DRAWINGS, stop: bool = True):
+    """Each construction's exact check over the covered cases -> {drawing: passed}, in this process
+    (the command runs the same checks in the sampler's own); ``stop``: at the first failure."""
+    cases = tree_cases(OracleConfig(vocab=vocab), parse_tree(spec), exact_size)
+    out = {}
+    for drawing in drawings:
+        out[drawing] = check_cases(sampler, cases, drawing, refusable=False).passed
+        if stop and out[drawing] is False:
+            break
+    return out
+
+
+@pytest.mark.parametrize("spec, vocab", ISSUE_SIZES)
+@pytest.mark.parametrize("name", list(slips.TREE_SLIPS))
+def test_every_tree_slip_fails_at_the_default_size(name, spec, vocab):
+    assert False in verdicts(tree(name), spec, vocab).values()
+
+
+@pytest.mark.parametrize(
+    "name, spec, vocab, drawing",
+    [
+        ("correction_at_last_uniform", "2,2", 3, "sampled"),
+        ("correction_at_last_uniform", "1,2", 2, "rank"),
+        ("correction_at_last_uniform", "3", 4, "sampled"),
+        ("no_renormalization", "1,2", 2, "sampled"),
+        ("no_renormalization", "3", 4, "sampled"),
+        ("shared_uniform", "1,2", 2, "iid"),
+    ],
+)
+def test_the_issues_samplers_pass_their_size_on_its_seeds_table_and_fail_once_it_is_covered(name, spec, vocab, drawing):
+    """Issue 60's PASSes of wrong samplers: each is exact on the named size's seed-0 table (a correction
+    forced, a second sibling's test decided) and caught by the sizes and tables the check now adds."""
+    cases = tree_cases(OracleConfig(vocab=vocab), parse_tree(spec))
+    named_alone = [type(cases[0])(vocab, cases[0].k, cases[0].shape, cases[0].tables[:1], True)]
+    assert check_cases(tree(name), named_alone, drawing, refusable=False).passed
+    check = check_cases(tree(name), cases, drawing, refusable=False)
+    assert check.passed is False and check.findings == [f"not_exact_{drawing}"]
+    assert check.figures["not_exact_at"]["case"] != cases[0].label and check.figures["tv_horizon"] > 0
+
+
+@pytest.mark.parametrize("name", ["exact_floats", "exact_law", "exact_one_coin"])
+def test_correct_tree_samplers_written_differently_pass_every_construction(name):
+    assert verdicts(tree(name), "2,1", 3, stop=False) == dict.fromkeys(DRAWINGS, True)
+
+
+def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
+    """At --tree 1,2 --vocab 2 a correction after all of a node's children is forced and a second sibling's
+    test is decided: a sampler whose slips live there passes at that size, and the report says which
+    classes it could not show and where they show (never a plain pass of them); without --exact-size the
+    same sampler fails."""
+    cfg = OracleConfig(vocab=2, rule="maximal")
+    doc = run_sampler_oracle(cfg, slips.correction_at_last_uniform, tree="1,2", exact_size=True)
+    coverage = doc["coverage"]
+    assert doc["passed"] and coverage["exact_size"] and [c["vocab"] for c in coverage["cases"]] == [2]
+    hidden = {s["slip"]: s["detail"] for s in coverage["slips"] if not s["shown"]}
+    assert set(hidden) == {"siblings", "correction_draw", "younger_sibling_subtree"}
+    assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
+    assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
+    assert "not shown at this size (n/a): siblings, correction_draw, younger_sibling_subtree" in coverage["claim"]
+    assert coverage["tables"] == len(coverage["cases"][0]["tables"]) > 1  # every table, at the named size
+    assert not run_sampler_oracle(cfg, slips.correction_at_last_uniform, tree="1,2")["passed"]
+
+
+def test_exact_size_still_runs_every_table():
+    """The issue's no_renormalization at --tree 3 --vocab 4: exact on seed 0's tables, not on seed 1's."""
+    assert verdicts(tree("no_renormalization"), "sampled:3", 4, exact_size=True, drawings=("sampled",)) == {
+        "sampled": False
+    }
+
+
+def test_a_covered_failure_still_gives_the_smallest_counterexample():
+    doc = run_sampler_oracle(OracleConfig(vocab=4, rule="maximal"), slips.no_renormalization, tree="sampled:3")
+    cx = doc["counterexample"]
+    assert not doc["passed"] and doc["findings"] == ["not_exact_sampled"] and doc["coverage"]["claim"] is None
+    assert (cx["vocab"], cx["tree"], cx["drawing"]) == (3, "2", "sampled") and abs(cx["moved"]) > 1e-6
+
+
+# -- chains ---------------------------------------------------------------------------------------
+def chain_check(fn, vocab: int, k: int, exact_size: bool = False):
+    sampler = as_sampler(fn)
+    cases = chain_cases(OracleConfig(vocab=vocab, k=k), exact_size)
+    return check_exact_cases(sampler, cases, returns_tokens(sampler))[0]
+
+
+@pytest.mark.parametrize("name", list(slips.CHAIN_SLIPS))
+def test_every_chain_slip_fails_the_exact_check_at_the_default_size(name):
+    assert chain_check(getattr(slips, f"chain_{name}"), 2, 3).passed is False
+
+
+def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exact_size():
+    """A correction drawn at the refused draft's acceptance uniform: at V = 2 it is forced, so the named
+    size's joint is exact; V = 3 shows it. With --exact-size --vocab 2 --k 1, both classes are n/a."""
+    slip = slips.chain_correction_at_acceptance_uniform
+    check = chain_check(slip, 2, 3)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
+    assert chain_check(slip, 2, 1, exact_size=True).passed
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False, False]
+    assert "not shown at this size (n/a): correction_draw, second_draft" in doc["coverage"]["claim"]
+
+
+def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 9 tables at V = 2, 3; K = 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 9
+
+
+# -- the tables -----------------------------------------------------------------------------------
+def test_each_adversarial_table_has_its_property_on_every_row():
+    rng = random.Random(0)
+    p, q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
+    for kind in ADVERSARIAL:
+        for _ in range(20):
+            p2, q2 = reshape(kind, p, q, rng)
+            assert abs(sum(p2) - 1) < 1e-12 and abs(sum(q2) - 1) < 1e-12 and min(p2 + q2) >= 0, kind
+            if kind == "draft_misses_target":
+                assert any(b == 0 < a for a, b in zip(p2, q2))
+            if kind == "near_ties":
+                assert max(abs(b / a - 1) for a, b in zip(p2, q2)) < 3e-3
+            if kind == "point_mass":
+                assert sorted(p2) == [0, 0, 0, 1]
+            if kind == "equal_rows":
+                assert p2 == q2
+            if kind == "draft_far_below":
+                assert sum(a > 100 * b for a, b in zip(p2, q2)) >= 2  # a correction with two tokens of mass
+
+
+def test_the_tables_a_size_holds():
+    """The run's seed, two more and every adversarial table; without a token the draft could not fill a
+    node's children drawn without replacement, so that table is left out where it cannot."""
+    names = [t.name for t in tables(OracleConfig(vocab=3, seed=5), 3, 2, widest=2)]
+    assert names[:3] == ["seed 5", "seed 6", "seed 7"] and len(names) == 3 + len(ADVERSARIAL)
+    assert "draft_misses_target (seed 5)" not in [t.name for t in tables(OracleConfig(vocab=3), 3, 1, widest=3)]
+
+
+# -- the command ----------------------------------------------------------------------------------
+def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
+    code, out, _ = run_cli(
+        ["verify-oracle", "--sampler", "tests/oracles/slips.py:correction_at_last_uniform", "--tree", "2,2"]
+        + ["--vocab", "3", "--json"],
+        capsys,
+    )
+    doc = json.loads(out)
+    assert code == 1 and "not_exact_sampled" in doc["findings"] and doc["counterexample"]["vocab"] >= 3
+    cases = [(c["vocab"], c["tree"], len(c["tables"])) for c in doc["coverage"]["cases"]]
+    assert cases == [(3, "2,2", 1), (4, "2", 8), (3, "2,1", 8)]
+    assert all(s["shown"] for s in doc["coverage"]["slips"])
+
+
+def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
+    args = ["verify-oracle", "--sampler", "tests.oracles.slips:exact_floats", "--tree", "1,2", "--vocab", "2"]
+    code, out, _ = run_cli([*args, "--exact-size"], capsys)
+    assert code == 0 and "n/a" in out and "not applicable at this size" in out and "not shown at this size" in out
+    code, out, _ = run_cli(args, capsys)
+    assert code == 0 and 'PASSED: exact on 17 tables at V = 2, 3, 4; trees "1,2", "2", "2,1"; K = 1, 2' in out
+    code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)
+    assert code == 2 and "--exact-size" in err and len(err.strip().splitlines()) == 1
