@@ -31,6 +31,7 @@ without children) is emitted there.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -58,11 +59,12 @@ class DraftTree:
     def __post_init__(self):
         if len(self.tokens) != len(self.parents):
             raise UsageError(f"a draft tree needs one parent per node: {len(self.tokens)} tokens, {len(self.parents)}")
-        if any(not ROOT <= p < n for n, p in enumerate(self.parents)):
+        chain = self.parents == _chain_parents(len(self.parents))  # a round's usual tree: nothing more to check
+        if not chain and any(not ROOT <= p < n for n, p in enumerate(self.parents)):
             raise UsageError(f"a draft tree's parent must come before its child: parents {list(self.parents)}")
         if self.drawn not in CONSTRUCTIONS:
             raise UsageError(f"unknown tree construction {self.drawn!r}; choose one of {', '.join(CONSTRUCTIONS)}")
-        if self.drawn != "iid" and self.ids is None:
+        if self.drawn != "iid" and self.ids is None and not chain:
             for parent, kids in self.children.items():
                 tokens = [self.tokens[c] for c in kids]
                 if len(set(tokens)) != len(tokens):
@@ -74,10 +76,13 @@ class DraftTree:
     @classmethod
     def chain(cls, tokens: Sequence[int], drawn: str = "sampled", ids: torch.Tensor | None = None) -> DraftTree:
         """The tree with one branch: d_1..d_k, each the child of the one before (``ids``: their
-        tokens on the device, ``tokens`` PENDING until read)."""
+        tokens on the device, ``tokens`` PENDING until read). A known chain is one object per tokens:
+        a tree is immutable, and every request of every round builds one."""
         if not tokens and drawn == "sampled" and ids is None:
             return NO_DRAFTS  # most rounds of target-only or -k auto decoding
-        return cls(tuple(tokens), tuple(range(-1, len(tokens) - 1)), drawn, ids)
+        if ids is not None or cls is not DraftTree:
+            return cls(tuple(tokens), _chain_parents(len(tokens)), drawn, ids)
+        return _chain(tuple(tokens), drawn)
 
     def resolved(self, tokens: Sequence[int]) -> DraftTree:
         """This tree with its pending node tokens read (the same tree where none was pending)."""
@@ -137,6 +142,16 @@ class DraftTree:
         """The last child of ``node`` (ROOT: of the root), or -1 for a node without children."""
         kids = self.children.get(node)
         return kids[-1] if kids else -1
+
+
+@functools.lru_cache(maxsize=64)
+def _chain_parents(n: int) -> tuple[int, ...]:
+    return tuple(range(-1, n - 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _chain(tokens: tuple[int, ...], drawn: str) -> DraftTree:
+    return DraftTree(tokens, _chain_parents(len(tokens)), drawn)
 
 
 NO_DRAFTS = DraftTree((), ())  # the empty proposal

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from specd.core.tree import CONSTRUCTIONS
@@ -57,7 +58,7 @@ class TreeShape:
     def dynamic(self) -> bool:
         return self.choices is None
 
-    @property
+    @cached_property
     def depth(self) -> int:
         if self.choices is None:
             return self.max_depth or self.nodes
@@ -74,16 +75,32 @@ class TreeShape:
 
     def children(self, path: tuple[int, ...]) -> int:
         """How many children the node at rank path ``path`` gets (() is the root) in a static shape."""
+        return self._child_counts.get(tuple(path), 0)
+
+    @cached_property
+    def _child_counts(self) -> dict[tuple[int, ...], int]:
+        """A static shape's rank path -> its number of children (a drafted level asks it per node)."""
         assert self.choices is not None
-        return sum(1 for c in self.choices if len(c) == len(path) + 1 and c[:-1] == path)
+        out: dict[tuple[int, ...], int] = {}
+        for c in self.choices:
+            out[c[:-1]] = out.get(c[:-1], 0) + 1
+        return out
 
     def cut(self, depth: int) -> TreeShape:
-        """The shape within ``depth`` levels (a request's draft budget)."""
+        """The shape within ``depth`` levels (a request's draft budget); one object per depth."""
         if depth >= self.depth:
             return self
-        if self.choices is None:
-            return TreeShape(None, self.nodes, depth, self.width, self.drawn, self.spec)
-        return TreeShape(tuple(c for c in self.choices if len(c) <= depth), 0, 0, 0, self.drawn, self.spec)
+        if depth not in self._cuts:
+            if self.choices is None:
+                self._cuts[depth] = TreeShape(None, self.nodes, depth, self.width, self.drawn, self.spec)
+            else:
+                kept = tuple(c for c in self.choices if len(c) <= depth)
+                self._cuts[depth] = TreeShape(kept, 0, 0, 0, self.drawn, self.spec)
+        return self._cuts[depth]
+
+    @cached_property
+    def _cuts(self) -> dict[int, TreeShape]:
+        return {}
 
     def ranks_from(self, first: int) -> TreeShape | None:
         """A static shape's subtrees under the root's children of rank ``first`` on, renumbered from 0
