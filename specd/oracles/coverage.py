@@ -9,10 +9,10 @@ the root's; a chain round of one draft has no test after a refusal. So each clas
 
 - by default, the size the user named (on the run's seed's table) and the smallest sizes where each
   class can show, each over every table of ``specd.oracles.tables`` (the seed's, more seeds,
-  adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the tree
-  ``W'`` at V = W' + 2 (siblings, and every correction a real draw) and the tree ``2,1`` at V = 3 (a
-  second depth, whose nodes' corrections are real draws, and a path through a younger sibling into
-  its children). For a chain: V = 3, K = 2;
+  adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the trees
+  ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, a second depth, a node
+  below the root with siblings under it, so on two paths) and the tree ``2,1`` at V = 3 (a path
+  through a younger sibling into its children). For a chain: V = 3, K = 2;
 - with ``exact_size``, the named size only, over every table: a class that size cannot show is
   reported not applicable, with the reason and the size that would show it (never as passed).
 """
@@ -90,6 +90,14 @@ def _depth(vocab: int, shape) -> str | None:
     return None
 
 
+def _below(vocab: int, shape) -> str | None:
+    if not any(shape.children(c) >= 2 for c in shape.choices or ()):
+        return "no node below the root has two children: no sibling is tested on a later row, no node is on two paths"
+    if vocab < 3:
+        return "at V = 2 a second sibling's test is decided by the first's outcome (what a refusal leaves is its token)"
+    return None
+
+
 def _younger(vocab: int, shape) -> str | None:
     if not any(c[-1] >= 1 and shape.children(c) for c in shape.choices or ()):
         return "no younger sibling has children: no path goes down through a node tried after a refused one"
@@ -117,7 +125,13 @@ SLIPS = (
         "second_depth",
         "rows past the root's: a child's test and bonus on its own row",
         _depth,
-        lambda w: "--tree 2,1 --vocab 3",
+        lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
+    ),
+    Slip(
+        "siblings_below_the_root",
+        "siblings under a node below the root: tested on that node's row, the node on two paths",
+        _below,
+        lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
     ),
     Slip(
         "younger_sibling_subtree",
@@ -157,7 +171,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     if exact_size:
         return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
     wide = _wide(w)
-    smallest = [(wide + 2, f"{wide}"), (3, "2,1")]
+    smallest = [(wide + 2, f"{wide}"), (wide + 2, f"1,{wide}"), (3, "2,1")]
     named = Case(cfg.vocab, shape.depth, shape, (seeded(cfg, cfg.vocab, shape.depth, cfg.seed),), True)
     out = [named]
     for vocab, spec in smallest:
@@ -207,7 +221,10 @@ def coverage(cases: list[Case], exact_size: bool, passed: bool = True) -> dict:
     count = sum(len(c.tables) for c in cases)
     sizes = f"V = {_listed(sorted(c.vocab for c in cases))}"
     if named.shape is not None:
-        sizes += "; trees " + ", ".join(f'"{spec}"' for spec in dict.fromkeys(c.shape.spec for c in cases if c.shape))
+        at: dict[str, list[int]] = {}
+        for c in cases:
+            at.setdefault(c.shape.spec if c.shape else "", []).append(c.vocab)
+        sizes += "; trees " + ", ".join(f'"{spec}" (V = {_listed(sorted(vs))})' for spec, vs in at.items())
     sizes += f"; K = {_listed(sorted(c.k for c in cases))}"
     claim = f"exact on {count} tables at {sizes}"
     hidden = [s["slip"] for s in slips if not s["shown"]]

@@ -82,10 +82,11 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
     coverage = doc["coverage"]
     assert doc["passed"] and coverage["exact_size"] and [c["vocab"] for c in coverage["cases"]] == [2]
     hidden = {s["slip"]: s["detail"] for s in coverage["slips"] if not s["shown"]}
-    assert set(hidden) == {"siblings", "correction_draw", "younger_sibling_subtree"}
+    assert set(hidden) == {"siblings", "correction_draw", "siblings_below_the_root", "younger_sibling_subtree"}
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
-    assert "not shown at this size (n/a): siblings, correction_draw, younger_sibling_subtree" in coverage["claim"]
+    shown_not = "siblings, correction_draw, siblings_below_the_root, younger_sibling_subtree"
+    assert f"not shown at this size (n/a): {shown_not}" in coverage["claim"]
     assert coverage["tables"] == len(coverage["cases"][0]["tables"]) > 1  # every table, at the named size
     assert not run_sampler_oracle(cfg, slips.correction_at_last_uniform, tree="1,2")["passed"]
 
@@ -172,7 +173,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     doc = json.loads(out)
     assert code == 1 and "not_exact_sampled" in doc["findings"] and doc["counterexample"]["vocab"] >= 3
     cases = [(c["vocab"], c["tree"], len(c["tables"])) for c in doc["coverage"]["cases"]]
-    assert cases == [(3, "2,2", 1), (4, "2", 8), (3, "2,1", 8)]
+    assert cases == [(3, "2,2", 1), (4, "2", 8), (4, "1,2", 8), (3, "2,1", 8)]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
 
@@ -181,6 +182,10 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     code, out, _ = run_cli([*args, "--exact-size"], capsys)
     assert code == 0 and "n/a" in out and "not applicable at this size" in out and "not shown at this size" in out
     code, out, _ = run_cli(args, capsys)
-    assert code == 0 and 'PASSED: exact on 17 tables at V = 2, 3, 4; trees "1,2", "2", "2,1"; K = 1, 2' in out
+    assert (
+        code == 0
+        and 'PASSED: exact on 25 tables at V = 2, 3, 4; trees "1,2" (V = 2, 4), "2" (V = 4), "2,1" (V = 3); K = 1, 2'
+        in out
+    )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)
     assert code == 2 and "--exact-size" in err and len(err.strip().splitlines()) == 1
