@@ -50,10 +50,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 at = c
                 break
             last = c
-            if slip == "residual_abs":
-                left = _normalized([abs(a - b) for a, b in zip(left, law)])
-            else:
-                left = _normalized([max(0.0, a - b) for a, b in zip(left, law)])
+            residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
+            if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
+                left = _normalized(residual)
             if drawn == "sampled" and row is not None:
                 row[d] = 0.0
                 if slip != "no_renormalization" and sum(row) > 0:  # nothing left: there is no next child
