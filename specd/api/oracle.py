@@ -123,8 +123,8 @@ def check_sampler(
 
     ``sampler``: a callable under the sampler protocol ``sampler(p, q, drafts, k_lens, accept_u,
     terminal_u) -> (accepted, terminal)`` (specd.oracles.samplers states it), a class built with
-    no arguments, a shipped adapter's name ("specd", "specd-block", "hf", "hf-ensemble") or
-    "module:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
+    no arguments, a shipped adapter's name ("specd", "specd-block", "hf", "hf-ensemble"),
+    "module:attr" or "path/to/file.py:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
     options are ``prove``'s. ``input_rounding``: the relative change the sampler's own handling
     does to the rows before it decides (about 1e-15 for one that takes log p and softmaxes it
     back): decisions that close to a boundary are reported as inconclusive, not as wrong.
@@ -134,13 +134,9 @@ def check_sampler(
     (specd.oracles.tree_samplers states it; shipped: "specd", "specinfer", "rrs", "sglang",
     "sglang@0.5,1", "eagle", "trtllm", "trtllm-12588", "llamacpp", "medusa-typical"), checked over
     every draft tree of the constructions the shape names (all four without a prefix); K is the
-    tree's depth.
-
-    The exact check runs at the size named (``vocab``, ``k`` or ``tree``) and at the smallest sizes
-    where each class of slip can show, over several tables (the seed's, two more seeds, adversarial
-    ones); ``exact_size``: at the named size only, over those tables, each class of slip that size
-    cannot show reported not applicable. ``document["coverage"]`` says what was covered, and its
-    ``claim`` what an exact sampler was proved exact on.
+    tree's depth. The exact check runs at the size named and at the smallest sizes where each class
+    of slip can show, over eight tables (``exact_size``: the named size only, each class it cannot
+    show not applicable); ``document["coverage"]`` says what was covered, its ``claim`` what was proved.
 
     The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
     a call that ends that process (``os._exit``, a crash), forks it, or does not return within

@@ -231,29 +231,33 @@ def run_sampler_oracle(
         cases = chain_cases(cfg, exact_size)
         with sampler_session(spec, input_rounding, timeout) as sampler:
             checks, tokens, counterexample, price = _sampler_checks(sampler, cfg, rule, cases)
-        passed = all(c.passed is not False for c in checks)
-        return {
-            "schema": SCHEMA,
-            "mode": "sampler",
-            "passed": passed,
-            "sampler": {
-                "spec": sampler.name,
-                "name": sampler.name,
-                "description": sampler.description,
-                "returns": {True: "tokens", False: "distributions", None: None}[tokens],
-                "process": "its own" if isinstance(sampler, ChildSampler) else "specd's",
-            },
-            "config": {"vocab": cfg.vocab, "k": cfg.k, "seed": cfg.seed, "rule": rule},
-            "checks": [
-                {"name": c.name, "passed": c.passed, "figures": c.figures, "detail": c.detail, "findings": c.findings}
-                for c in checks
-            ],
-            "findings": sorted({f for c in checks for f in c.findings}),
-            "coverage": coverage(cases, exact_size, passed),
-            "counterexample": counterexample,
-            "price": price,
-            "elapsed_s": time.perf_counter() - t_start,
-        }
+        document = _sampler_document(sampler, cfg, rule, checks, tokens)
+        document["coverage"] = coverage(cases, exact_size, document["passed"])
+        document |= {"counterexample": counterexample, "price": price, "elapsed_s": time.perf_counter() - t_start}
+        return document
+
+
+def _sampler_document(sampler, cfg: OracleConfig, rule: str, checks: list[Check], tokens: bool | None) -> dict:
+    """A chain sampler's report, its checks and findings (the coverage, counterexample, price and time
+    follow)."""
+    return {
+        "schema": SCHEMA,
+        "mode": "sampler",
+        "passed": all(c.passed is not False for c in checks),
+        "sampler": {
+            "spec": sampler.name,
+            "name": sampler.name,
+            "description": sampler.description,
+            "returns": {True: "tokens", False: "distributions", None: None}[tokens],
+            "process": "its own" if isinstance(sampler, ChildSampler) else "specd's",
+        },
+        "config": {"vocab": cfg.vocab, "k": cfg.k, "seed": cfg.seed, "rule": rule},
+        "checks": [
+            {"name": c.name, "passed": c.passed, "figures": c.figures, "detail": c.detail, "findings": c.findings}
+            for c in checks
+        ],
+        "findings": sorted({f for c in checks for f in c.findings}),
+    }
 
 
 def _sampler_checks(
