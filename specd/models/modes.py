@@ -17,7 +17,6 @@ import torch
 
 from specd.models.products import ProductForms
 
-
 _TRAINING = attrgetter("training")
 
 
