@@ -30,20 +30,32 @@ class Readback:
     """A round's outcome on its way to the host (module docstring)."""
 
     def __init__(
-        self, decision, kept: Sequence[list[torch.Tensor]], log: bool, drafts: torch.Tensor | None = None
+        self,
+        decision,
+        kept: Sequence[list[torch.Tensor]],
+        log: bool,
+        drafts: torch.Tensor | None = None,
+        ks: Sequence[int] | None = None,
     ) -> None:
         """``kept``: lists of exactness flags, each read as one (an empty list is known unset, not sent);
-        ``log``: send the acceptance log's columns; ``drafts`` int64[B, K]: drafts never read."""
+        ``log``: send the acceptance log's columns; ``drafts`` int64[B, K]: drafts never read; ``ks``:
+        each request's drafts, where the round knows them: a round without any sends its terminal
+        tokens alone (A = 0, a bonus, no accepted node: known on the host)."""
         accepted = decision.accepted
         b, device = accepted.shape[0], accepted.device
-        leaf = decision.leaf if decision.leaf is not None else accepted - 1
+        self.known = ks is not None and not any(ks)  # A, bonus and leaf known: nothing was drafted
         columns = log_columns(decision) if log else []
         flags = [checks.any_set(k, device).reshape(1) for k in kept if k]
-        parts = [accepted, decision.terminal, decision.is_bonus, leaf, *flags]
+        if self.known:
+            parts = [decision.terminal, *flags]
+        else:
+            leaf = decision.leaf if decision.leaf is not None else accepted - 1
+            parts = [accepted, decision.terminal, decision.is_bonus, leaf, *flags]
         parts += [c.to(device=device, dtype=torch.float64).flatten() for c in columns]
         if drafts is not None:
             parts.append(drafts.to(device).flatten())
-        vector = torch.cat(parts).to(torch.float64)  # [A..., terminal..., is_bonus..., leaf..., flags..., ...]
+        # [A..., terminal..., is_bonus..., leaf..., flags..., columns..., drafts...] (A, bonus, leaf: if not known)
+        vector = (torch.cat(parts) if len(parts) > 1 else parts[0]).to(torch.float64)
         self.batch, self.kept = b, [bool(k) for k in kept]
         self.width = columns[0].shape[1] if columns else 0
         self.columns, self.drafts_width = len(columns), drafts.shape[1] if drafts is not None else None
@@ -71,10 +83,13 @@ class Readback:
             self.event.synchronize()
         values = self.host.tolist()
         b, n_flags = self.batch, sum(self.kept)
-        fours = [[int(values[j * b + i]) for j in range(4)] for i in range(b)]
-        read_flags = iter(values[4 * b : 4 * b + n_flags])
+        if self.known:
+            fours, start = [[0, int(values[i]), 1, -1] for i in range(b)], b
+        else:
+            fours, start = [[int(values[j * b + i]) for j in range(4)] for i in range(b)], 4 * b
+        read_flags = iter(values[start : start + n_flags])
         flags = tuple(bool(next(read_flags)) if k else False for k in self.kept)
-        rest, k = values[4 * b + n_flags :], self.width
+        rest, k = values[start + n_flags :], self.width
         read = [[rest[c * b * k + r * k : c * b * k + (r + 1) * k] for r in range(b)] for c in range(self.columns)]
         tokens = None
         if self.drafts_width is not None:

@@ -29,7 +29,7 @@ from specd.core.probability import argmax_ids
 from specd.core.proposer import DraftContext, Proposal
 from specd.core.readback import Readback, RoundClock
 from specd.core.records import RunResult, acceptance_rows, round_timing
-from specd.core.rows import Rows, joined, per_request, row_starts
+from specd.core.rows import Rows, constant, joined, per_request, row_starts
 from specd.core.rules import Rule
 from specd.core.sampler import Decision
 from specd.core.scratch import Scratch
@@ -107,7 +107,7 @@ def launch(
     except BaseException:
         session.discard_temporary(active)  # S_0 stays; the round's temporary rows go
         raise
-    readback = Readback(decision, (kept[:drawn], kept[drawn:]), eng.config.record_log, proposal.draft_ids)
+    readback = Readback(decision, (kept[:drawn], kept[drawn:]), eng.config.record_log, proposal.draft_ids, rows.ks())
     clock.pause()
     return Launched(active, plans, proposal, trees, verified, decision, readback, deferring, clock)
 
@@ -176,7 +176,7 @@ def taken_again(session: DecodeSession, launched: Launched, redraft: bool) -> La
     with checks.deferred(False):
         rows = round_rows(eng, active, launched.verified, launched.proposal, launched.trees, session.scratch)
         decision = eng.rule.decide(rows, active, session.draws)
-    readback = Readback(decision, ([], []), eng.config.record_log, launched.proposal.draft_ids)
+    readback = Readback(decision, ([], []), eng.config.record_log, launched.proposal.draft_ids, rows.ks())
     return replace(launched, decision=decision, readback=readback, deferred=False)
 
 
@@ -487,14 +487,14 @@ def round_rows(
     device = raw.device
     ks = [len(d) for d in drafts]
     k_max = max(ks, default=0)
-    k_lens = to_device(ks, torch.int64, device)
+    k_lens = to_device(ks, torch.int64, device) if k_max else constant(0, (len(ks),), torch.int64, device)
     p = argmax = None
     if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
         argmax = per_request(argmax_ids(policy.logits(raw, states, work)), ks, k_max)
     else:
         p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
     if not k_max:  # no request drafted: no draft, no q row
-        index = draft = torch.empty(len(ks), 0, dtype=torch.int64, device=device)
+        index = draft = constant(0, (len(ks), 0), torch.int64, device)
     else:
         index = to_device([list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index], torch.int64, device)
         if proposal.draft_ids is not None:  # drafts never read (specd.core.device_chain), -1 past a row's

@@ -20,6 +20,7 @@ Every rule (``specd.core.sampler``, ``specd.core.block``) reads them through ``R
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -47,6 +48,14 @@ def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
         at += p.shape[0] * row * p.element_size()
     rows = sum(p.shape[0] for p in parts)
     return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+
+
+@functools.lru_cache(maxsize=256)
+def constant(value, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """A tensor of ``shape`` filled with ``value``, made once per (value, shape, dtype, device) and
+    shared: never written (a round without drafts reads the same zeros, ones and -1s every round,
+    where making them is a few operations each, each slow right after a model call)."""
+    return torch.full(shape, value, dtype=dtype, device=device)
 
 
 def valid_positions(k_lens: torch.Tensor, k_max: int) -> torch.Tensor:

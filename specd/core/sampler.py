@@ -40,7 +40,7 @@ from specd.core import block
 from specd.core.checks import flagged
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
-from specd.core.rows import Rows, per_request
+from specd.core.rows import Rows, constant, per_request
 from specd.core.tree import ROOT, leaf_of, walk
 from specd.errors import ImpossibleProposal
 
@@ -359,17 +359,16 @@ class RejectionSampler:
         """``match_targets`` where no request drafted (K = 0): terminal int64[B], each request's decided
         token at its root, is its bonus; no node is accepted or tested."""
         b, device = len(terminal), terminal.device
-        none = torch.zeros(b, 0, dtype=rows.q.dtype, device=device)
-        accepted = torch.zeros(b, dtype=torch.int64, device=device)
+        none = constant(0.0, (b, 0), rows.q.dtype, device)
         return Decision(
-            accepted,
+            constant(0, (b,), torch.int64, device),  # A: none accepted
             None,
-            accepted == 0,
-            none.to(torch.float64),
+            constant(True, (b,), torch.bool, device),  # the root's token is a bonus
+            constant(0.0, (b, 0), torch.float64, device),
             none,
             none,
             terminal=terminal,
-            leaf=accepted - 1,
+            leaf=constant(-1, (b,), torch.int64, device),
             vocab=rows.vocab,
         )
 
