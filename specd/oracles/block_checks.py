@@ -20,9 +20,9 @@ from specd.oracles.engine_checks import (
     check_monte_carlo,
     check_rational,
 )
-from specd.oracles.exact import Reference, block_branch
 from specd.oracles.rational import RationalTable, rational_block_difference
 from specd.oracles.record import Check
+from specd.oracles.reference import Reference, block_branch
 from specd.oracles.rig import Rig
 
 # The token-wise rule's own checks, which say nothing of block verification.

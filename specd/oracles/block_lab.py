@@ -10,9 +10,9 @@ import torch
 
 from specd.core import block
 from specd.core.sampler import RejectionSampler
-from specd.oracles.exact import block_branch, block_thresholds
 from specd.oracles.fixture import LAB_MAX_K, LAB_MAX_VOCAB, OracleConfig, build_rig
 from specd.oracles.lab import lab_family
+from specd.oracles.reference import block_branch, block_thresholds
 from specd.oracles.rig import ngram_rig
 from specd.oracles.variant import LabCase, Variant, all_of, drafts, min_vocab, rejection
 

@@ -20,7 +20,7 @@ from specd.core.sampler import RejectionSampler
 from specd.core.shared_body import SharedBodyProposer
 from specd.core.sources import SourceSet
 from specd.core.transaction import RoundTransaction
-from specd.oracles.exact import Reference
+from specd.oracles.reference import Reference
 from specd.oracles.rig import Rig
 
 

@@ -5,8 +5,8 @@ the rule's."""
 
 from __future__ import annotations
 
-from specd.oracles.exact import chain_joint
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
+from specd.oracles.reference import chain_joint
 from specd.oracles.sampler_checks import sampler_joint
 from specd.oracles.samplers import SamplerUnderTest
 from specd.oracles.tables import search_tables

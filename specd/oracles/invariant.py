@@ -32,9 +32,9 @@ from specd.core.sampler import RejectionSampler
 from specd.core.sources import Plan, first_available
 from specd.core.state import Request
 from specd.errors import SpecdError
-from specd.oracles.exact import Reference, target_joint
 from specd.oracles.montecarlo import bernstein_bound
 from specd.oracles.record import NOT_APPLICABLE, Check
+from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import Rig
 from specd.oracles.variant import (
     LabCase,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from specd.errors import SamplerFailed
-from specd.oracles.exact import chain_joint
+from specd.oracles.reference import chain_joint
 from specd.oracles.sampler_checks import Call, call_batch
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
 from specd.oracles.tables import as_table

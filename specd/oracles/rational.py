@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from specd.oracles.exact import block_branch, chain_joint
+from specd.oracles.reference import block_branch, chain_joint
 
 Table = dict[tuple[int, ...], list[Fraction]]
 

@@ -20,7 +20,6 @@ from specd.oracles.counterexample import minimal_counterexample
 from specd.oracles.coverage import chain_cases, coverage
 from specd.oracles.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
-from specd.oracles.exact import target_joint
 from specd.oracles.fixture import LAB_MAX_K, OracleConfig, build_rig
 from specd.oracles.invariant import invariant_checks, invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
@@ -28,6 +27,7 @@ from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import processes, run_parts
 from specd.oracles.price import priced
 from specd.oracles.record import Check
+from specd.oracles.reference import target_joint
 from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
 from specd.oracles.tree_parts import tree_config, tree_parts
 from specd.oracles.tree_report import run_tree_sampler_oracle

@@ -33,8 +33,8 @@ import torch
 
 from specd.core.sampler import first_index_above
 from specd.errors import SamplerFailed
-from specd.oracles.exact import PROBES, UNUSED, block_branch, branch, cells_of, chain_joint, probe
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.reference import PROBES, UNUSED, block_branch, branch, cells_of, chain_joint, probe
 from specd.oracles.samplers import SamplerResult, SamplerUnderTest
 from specd.oracles.tables import DyadicTables, as_table
 

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from specd.oracles.exact import Reference
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.reference import Reference
 
 Row = list[float]
 Rows = Callable[[tuple[int, ...]], Row]

@@ -27,11 +27,11 @@ from fractions import Fraction
 from specd.core.layouts import LAYOUTS
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import UsageError
-from specd.oracles.exact import Reference, chain_joint
 from specd.oracles.fixture import MAX_SEQUENCES, OracleConfig, build_rig
 from specd.oracles.invariant import law, reference_texts, texts
 from specd.oracles.rational import RationalTable, completer
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.reference import Reference, chain_joint
 from specd.oracles.rig import Rig
 from specd.oracles.tree_exact import TreeEnumerator, draft_order, prompts_for, ragged_rig
 from specd.oracles.tree_reference import TreeWalk, construction

@@ -23,8 +23,9 @@ from specd.core.round import speculative_round
 from specd.core.sources import first_available
 from specd.core.state import Request, RequestState
 from specd.core.tree_shape import TreeShape
-from specd.oracles.exact import PROBES, UNUSED, Enumerator, Joint, Reference, target_joint
+from specd.oracles.exact import Enumerator
 from specd.oracles.montecarlo import audit_session
+from specd.oracles.reference import PROBES, UNUSED, Joint, Reference, target_joint
 from specd.oracles.rig import Rig, fold
 from specd.oracles.tree_reference import TreeWalk, construction
 from specd.policy.kpolicy import KPolicy

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from specd.core.sampler import first_index_above
 from specd.core.tree_shape import TreeShape
-from specd.oracles.exact import PROBES, UNUSED, cells_of, probe
+from specd.oracles.reference import PROBES, UNUSED, cells_of, probe
 
 Path = tuple[int, ...]  # a node's rank path: () the root, (0,) its first child, (0, 1) that node's second child
 Row = Callable[[tuple[int, ...]], list]  # context (output and the branch's tokens) -> a row of masses

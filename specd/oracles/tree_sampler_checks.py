@@ -24,9 +24,9 @@ import torch
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
-from specd.oracles.exact import chain_joint
 from specd.oracles.price import tv_figures
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.reference import chain_joint
 from specd.oracles.tables import Table, as_table, search_tables
 from specd.oracles.tree_rounds import TreeRound, draft_trees
 from specd.oracles.tree_samplers import TreeSamplerUnderTest, specd_tree_sampler

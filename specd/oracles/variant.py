@@ -27,8 +27,8 @@ from functools import cached_property
 import torch
 
 from specd.oracles.engine_checks import outputs_within
-from specd.oracles.exact import Reference
 from specd.oracles.record import NOT_APPLICABLE
+from specd.oracles.reference import Reference
 from specd.oracles.rig import Rig
 
 Condition = Callable[["LabCase"], "str | None"]  # None: the variant can be seen; else why it cannot

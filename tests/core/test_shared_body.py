@@ -18,8 +18,9 @@ from specd.core.transaction import CHECKPOINTS, RoundTransaction
 from specd.errors import UsageError
 from specd.models.hf import HFCausalLM
 from specd.oracles.engine_checks import AUTO_COSTS
-from specd.oracles.exact import Enumerator, target_joint
+from specd.oracles.exact import Enumerator
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
+from specd.oracles.reference import target_joint
 from specd.oracles.rig import shared_body_rig
 from specd.policy.autok import AutoK
 from tests.helpers import rig as oracle_rig

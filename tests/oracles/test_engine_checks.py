@@ -11,8 +11,8 @@ from specd.core.sources import Plan
 from specd.core.table_model import TableModel
 from specd.oracles import engine_checks
 from specd.oracles.engine_checks import Fixture, check_auto_k
-from specd.oracles.exact import target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.reference import target_joint
 from specd.policy.kpolicy import KPolicy
 
 

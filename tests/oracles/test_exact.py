@@ -1,10 +1,11 @@
 import pytest
 
 from specd.core.table_model import TableModel
-from specd.oracles.exact import Enumerator, speculative_joint, target_joint
+from specd.oracles.exact import Enumerator, speculative_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab import VARIANTS
 from specd.oracles.record import max_abs_diff
+from specd.oracles.reference import target_joint
 from tests.helpers import rig
 
 CASES = [(2, 1), (2, 3), (3, 2), (4, 3)]

@@ -17,9 +17,10 @@ from specd.oracles.engine_checks import (
     check_coupling,
     check_rounds,
 )
-from specd.oracles.exact import speculative_joint, target_joint
+from specd.oracles.exact import speculative_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import exact_check
+from specd.oracles.reference import target_joint
 from tests.llamacpp_helpers import needs_binding, plain_tokens, write_tiny_gguf
 
 pytestmark = needs_binding

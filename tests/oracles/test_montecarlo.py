@@ -1,7 +1,7 @@
 import math
 
-from specd.oracles.exact import target_joint
 from specd.oracles.montecarlo import bernstein_bound, run_monte_carlo
+from specd.oracles.reference import target_joint
 from tests.helpers import rig
 
 

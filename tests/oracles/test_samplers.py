@@ -13,8 +13,8 @@ import torch
 from specd.core.sampler import RejectionSampler, exact_less, sample_categorical
 from specd.oracles import sampler_checks as sc
 from specd.oracles.broken import Float32UniformComparison
-from specd.oracles.exact import Reference
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.reference import Reference
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers import SamplerUnderTest, rule_sampler
 from tests.helpers import run_cli

@@ -9,9 +9,9 @@ import pytest
 
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError
-from specd.oracles.exact import Reference, chain_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.rational import RationalTable, completer
+from specd.oracles.reference import Reference, chain_joint
 from specd.oracles.tree_checks import (
     check_tree_block,
     check_tree_exact,

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from specd.core.tree_shape import parse_tree
-from specd.oracles.exact import Reference, chain_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import bernstein_bound
 from specd.oracles.price import chain_price, tv_figures
+from specd.oracles.reference import Reference, chain_joint
 from specd.oracles.samplers import load_sampler
 from specd.oracles.tree_montecarlo import tree_montecarlo
 from specd.oracles.tree_rounds import draft_trees

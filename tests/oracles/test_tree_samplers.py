@@ -245,7 +245,7 @@ def test_the_sampler_gets_copies_of_the_rows():
 
 def test_draft_trees_have_their_probabilities():
     rig = build_rig(OracleConfig(vocab=3, k=2))
-    from specd.oracles.exact import Reference
+    from specd.oracles.reference import Reference
 
     ref = Reference(rig)
     for drawing, count in (("sampled", 6 * 3 * 3), ("iid", 9 * 3 * 3), ("rank", 1), ("lookup", 1)):

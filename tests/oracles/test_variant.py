@@ -6,10 +6,10 @@ import pytest
 from specd.core.processors import SamplingPolicy
 from specd.oracles import lab
 from specd.oracles.block_lab import BLOCK_VARIANTS
-from specd.oracles.exact import Reference, target_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.invariant import INVARIANT_VARIANTS
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
+from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import ngram_rig
 from specd.oracles.variant import (
     LabCase,
