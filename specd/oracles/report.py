@@ -21,7 +21,8 @@ from specd.oracles.coverage import chain_cases, coverage
 from specd.oracles.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.fixture import LAB_MAX_K, OracleConfig, build_rig
-from specd.oracles.invariant import invariant_checks, invariant_lab
+from specd.oracles.invariant import invariant_checks
+from specd.oracles.invariant_lab import invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import processes, run_parts

@@ -3,7 +3,8 @@
 import pytest
 
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.invariant import INVARIANT_VARIANTS, invariant_checks, invariant_lab
+from specd.oracles.invariant import invariant_checks
+from specd.oracles.invariant_lab import INVARIANT_VARIANTS, invariant_lab
 from specd.oracles.report import run_oracle
 
 

@@ -7,7 +7,7 @@ from specd.core.processors import SamplingPolicy
 from specd.oracles import lab
 from specd.oracles.block_lab import BLOCK_VARIANTS
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.invariant import INVARIANT_VARIANTS
+from specd.oracles.invariant_lab import INVARIANT_VARIANTS
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import ngram_rig
