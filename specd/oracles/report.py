@@ -1,5 +1,7 @@
 """``verify-oracle``: run the checks and put one JSON-able report together (the engine oracle with
-its failure lab, or the sampler oracle for ``--sampler``)."""
+its failure lab, chains and trees, or the sampler oracle for ``--sampler``). The one module above the
+oracle's three parts (specd.oracles.engine, .samplers, .lab): it chooses which of their parts a run
+runs, and assembles what they return."""
 
 from __future__ import annotations
 
@@ -30,7 +32,16 @@ from specd.oracles.price import priced
 from specd.oracles.record import Check
 from specd.oracles.reference import target_joint
 from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
-from specd.oracles.tree_parts import tree_config, tree_parts
+from specd.oracles.tree_checks import (
+    TreeCase,
+    check_tree_block,
+    check_tree_exact,
+    check_tree_greedy,
+    check_tree_invariant,
+    check_tree_rational,
+    tree_case,
+)
+from specd.oracles.tree_engine_lab import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
 from specd.oracles.tree_report import run_tree_sampler_oracle
 
 SCHEMA = "specd.verify-oracle/v1"
@@ -102,6 +113,44 @@ def _parts(cfg: OracleConfig, fx: Fixture, exact: Check) -> tuple[list[Part], li
         if cfg.lab:
             lab.append((0.2, partial(run_block_lab, cfg)))
     return checks, lab
+
+
+# -- the trees' share of the run: which tree checks run under which --rule --------------------------
+def tree_parts(cfg: OracleConfig, rules: tuple[str, ...]) -> tuple[TreeCase | None, list[Part], list[Part]]:
+    """(the case, the checks' parts, the lab's parts) for the rules run. The case is built here, in
+    the calling process, so that a tree too large to enumerate is refused before any work starts.
+    The greedy rule's checks and lab variant run with the maximal rule's."""
+    case = tree_case(cfg)
+    if case is None:
+        return None, [], []
+    checks: list[Part] = []
+    if "maximal" in rules:
+        checks.append((0.3, lambda: [check_tree_exact(case)]))
+        checks.append((0.05, lambda: [check_tree_greedy(case, cfg)]))
+        checks.append((0.01, lambda: [check_tree_rational(case)]))
+    if "invariant" in rules:
+        checks.append((0.1, lambda: [check_tree_invariant(case)]))
+    if "block" in rules:
+        checks.append((0.0, lambda: [check_tree_block(case)]))
+    ran = {"maximal", "greedy"} if "maximal" in rules else set()
+    ran |= {"invariant"} & set(rules)
+    variants = tuple(v for v in TREE_VARIANTS if v.rule in ran)
+    lab: list[Part] = [(0.2, partial(run_tree_lab, cfg, variants))] if cfg.lab and variants else []
+    return case, checks, lab
+
+
+def tree_config(cfg: OracleConfig, case: TreeCase | None) -> dict | None:
+    """The report's account of the trees checked (None: ``--tree none``)."""
+    if case is None:
+        return None
+    return {
+        "shapes": case.specs,
+        "constructions": list(case.constructions),
+        "prompts": [list(p) for p in case.prompts],
+        "horizon": case.horizon,
+        "lab_vocab": TREE_LAB_VOCAB,
+        "lab_shapes": [s.spec for s in lab_shapes(cfg)],
+    }
 
 
 def _as_list(check: Callable[[Fixture], Check], fx: Fixture) -> list[Check]:

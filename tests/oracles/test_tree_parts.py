@@ -4,7 +4,7 @@ report's account of the trees."""
 from dataclasses import replace
 
 from specd.oracles.fixture import OracleConfig
-from specd.oracles.tree_parts import tree_config, tree_parts
+from specd.oracles.report import tree_config, tree_parts
 
 
 def test_the_runs_parts_follow_the_rule_and_none_turns_them_off():
