@@ -223,7 +223,7 @@ class SamplerFailed(SpecdError):
 
 
 class SamplerAborted(SpecdError):
-    """A sampler under test in its own process (specd.oracles.sandbox) ended that process (exit,
+    """A sampler under test in its own process (specd.oracles.samplers.sandbox) ended that process (exit,
     crash), forked it, or did not answer within its time limit: nothing more can be asked of it.
     Never a refusal (a raised error is one): the check it was in fails, naming ``finding``
     (``exited``, ``crashed``, ``forked``, ``timed_out``, ``broke_the_channel``)."""
@@ -237,7 +237,7 @@ class SamplerAborted(SpecdError):
 
 class UniformAsNumber(SamplerFailed):
     """A tree sampler used one of the oracle's uniforms as a number (float(U)) instead of comparing it
-    or drawing with it (specd.oracles.tree_uniforms): the oracle cannot integrate over such a use."""
+    or drawing with it (specd.oracles.samplers.tree_uniforms): the oracle cannot integrate over such a use."""
 
     code = "uniform_used_as_a_number"
 

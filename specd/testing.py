@@ -7,7 +7,7 @@
     def test_my_sampler_is_exact(vocab, k):
         assert_sampler_exact(my_sampler, vocab=vocab, k=k)
 
-The sampler follows the protocol of ``specd verify-oracle --sampler`` (specd.oracles.samplers).
+The sampler follows the protocol of ``specd verify-oracle --sampler`` (specd.oracles.samplers.protocol).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specd.api.oracle import CheckResult, OracleReport, check_sampler
-from specd.oracles.sandbox import DEFAULT_TIMEOUT
+from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT
 
 __all__ = ["assert_sampler_exact"]
 
@@ -39,7 +39,7 @@ def assert_sampler_exact(
     the minimal counterexample, and the probability mass that moved there. ``input_rounding``,
     ``timeout`` (the seconds a call may take in the sampler's own process): as in
     ``specd.check_sampler``. ``tree``: a tree shape ("2,2", "iid:2,2"): check ``sampler`` as a tree
-    sampler (the protocol of specd.oracles.tree_samplers) over every draft tree of that shape.
+    sampler (the protocol of specd.oracles.samplers.tree_protocol) over every draft tree of that shape.
     ``report.document["coverage"]["claim"]`` says what a passing sampler was proved exact on."""
     report = check_sampler(
         sampler,

@@ -12,7 +12,7 @@ from specd.oracles.block_lab import BLOCK_VARIANTS
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab import VARIANTS
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
-from specd.oracles.samplers import rule_sampler
+from specd.oracles.samplers.protocol import rule_sampler
 from specd.testing import assert_sampler_exact
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "python.md"

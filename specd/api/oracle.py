@@ -13,7 +13,7 @@ from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, shown
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_oracle, run_sampler_oracle
-from specd.oracles.sandbox import DEFAULT_TIMEOUT
+from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def check_sampler(
     """Check a speculative sampler against the exact law (``specd verify-oracle --sampler``).
 
     ``sampler``: a callable under the sampler protocol ``sampler(p, q, drafts, k_lens, accept_u,
-    terminal_u) -> (accepted, terminal)`` (specd.oracles.samplers states it), a class built with
+    terminal_u) -> (accepted, terminal)`` (specd.oracles.samplers.protocol states it), a class built with
     no arguments, a shipped adapter's name ("specd", "specd-block", "hf", "hf-ensemble"),
     "module:attr" or "path/to/file.py:attr". ``rule``: the rule it claims, maximal (token-wise) or block; the fixture's
     options are ``prove``'s. ``input_rounding``: the relative change the sampler's own handling
@@ -131,7 +131,7 @@ def check_sampler(
 
     ``tree``: a tree shape, as ``--tree`` takes it ("2,2", "iid:2,2", a choices file): ``sampler`` is
     then a tree sampler, ``sampler(tokens, parents, depths, p, q, drawn, u) -> (path, terminal)``
-    (specd.oracles.tree_samplers states it; shipped: "specd", "specinfer", "rrs", "sglang",
+    (specd.oracles.samplers.tree_protocol states it; shipped: "specd", "specinfer", "rrs", "sglang",
     "sglang@0.5,1", "eagle", "trtllm", "trtllm-12588", "llamacpp", "medusa-typical"), checked over
     every draft tree of the constructions the shape names (all four without a prefix); K is the
     tree's depth. The exact check runs at the size named and at the smallest sizes where each class

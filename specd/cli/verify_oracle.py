@@ -14,7 +14,7 @@ from specd.cli.common import parse_bias, print_json, stdout
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
-from specd.oracles.sandbox import DEFAULT_TIMEOUT
+from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT
 
 # The flags, declared once each (typer reads them off the annotations).
 Vocab = Annotated[

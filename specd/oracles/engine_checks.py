@@ -20,7 +20,6 @@ from specd.core.proposer import ModelProposer
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.errors import UsageError
-from specd.oracles import sampler_checks as sc
 from specd.oracles.coupling import coupling_matrix
 from specd.oracles.exact import Enumerator, speculative_joint
 from specd.oracles.fixture import OracleConfig, build_rig
@@ -29,7 +28,8 @@ from specd.oracles.rational import rational_difference
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, exact_check, max_abs_diff
 from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
-from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+from specd.oracles.samplers import checks as sc
+from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from specd.policy.autok import AutoK
 from specd.policy.costs import FixedCosts
 from specd.policy.ledger import CostModel

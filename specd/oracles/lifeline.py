@@ -2,7 +2,7 @@
 ends everything a child started, whatever session or group it made.
 
 A worker of the oracle (specd.oracles.parallel) or a sampler under test in its own process
-(specd.oracles.sandbox) is forked from specd. Killed with SIGKILL, specd runs no clean-up,
+(specd.oracles.samplers.sandbox) is forked from specd. Killed with SIGKILL, specd runs no clean-up,
 and its children would live on with no one to read their results. On Linux the kernel's
 parent-death signal ends them: each asks for SIGKILL when its parent ends, then checks
 that the parent is still the one it was forked from (it may have ended between the fork

@@ -15,12 +15,8 @@ from functools import partial
 import torch
 
 from specd.errors import SamplerAborted, SamplerFailed, UsageError
-from specd.oracles import sampler_checks as sc
 from specd.oracles.block_checks import block_checks
 from specd.oracles.block_lab import run_block_lab
-from specd.oracles.counterexample import minimal_counterexample
-from specd.oracles.coverage import chain_cases, coverage
-from specd.oracles.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.engine_checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.fixture import LAB_MAX_K, OracleConfig, build_rig
 from specd.oracles.invariant import invariant_checks
@@ -28,10 +24,15 @@ from specd.oracles.invariant_lab import invariant_lab
 from specd.oracles.lab import LAB_FAMILIES, run_lab
 from specd.oracles.lab_shipped import SHIPPED_VARIANTS
 from specd.oracles.parallel import processes, run_parts
-from specd.oracles.price import priced
 from specd.oracles.record import Check
 from specd.oracles.reference import target_joint
-from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
+from specd.oracles.samplers import checks as sc
+from specd.oracles.samplers.counterexample import minimal_counterexample
+from specd.oracles.samplers.coverage import chain_cases, coverage
+from specd.oracles.samplers.degenerate import CASES as DEGENERATE_CASES
+from specd.oracles.samplers.price import priced
+from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
+from specd.oracles.samplers.tree_report import run_tree_sampler_oracle
 from specd.oracles.tree_checks import (
     TreeCase,
     check_tree_block,
@@ -42,7 +43,6 @@ from specd.oracles.tree_checks import (
     tree_case,
 )
 from specd.oracles.tree_engine_lab import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
-from specd.oracles.tree_report import run_tree_sampler_oracle
 
 SCHEMA = "specd.verify-oracle/v1"
 RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups
@@ -254,10 +254,10 @@ def run_sampler_oracle(
 ) -> dict:
     """Every sampler-level check on the sampler ``spec`` (a shipped adapter's name or module:attr, or
     the callable itself, whose rows suffer ``input_rounding`` on their way in), run in a process of
-    its own where one can be forked (specd.oracles.sandbox; ``timeout``: seconds a call may take)
+    its own where one can be forked (specd.oracles.samplers.sandbox; ``timeout``: seconds a call may take)
     -> one report. The exact check covers the sizes where each class of slip shows, over several tables
-    (specd.oracles.coverage; ``exact_size``: the named size only, over those tables). With ``tree`` (a
-    --tree SPEC), ``spec`` is a tree sampler (specd.oracles.tree_report), loaded in ``jobs`` processes
+    (specd.oracles.samplers.coverage; ``exact_size``: the named size only, over those tables). With ``tree`` (a
+    --tree SPEC), ``spec`` is a tree sampler (specd.oracles.samplers.tree_report), loaded in ``jobs`` processes
     that share its rounds (default: ``usable_cores``; the report is the same)."""
     if jobs is not None and tree is None:
         raise UsageError(

@@ -13,15 +13,15 @@ node, the row of a flattened layout: ``rows_by_flattened_index`` renders both.
 from __future__ import annotations
 
 from specd.core.tree import ROOT
-from specd.oracles.tree_published import (
+from specd.oracles.samplers.tree_checks import tree_counterexample
+from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
+from specd.oracles.samplers.tree_published import (
     llamacpp_branches,
     sglang_target_only,
     specinfer,
     trtllm_12588,
 )
-from specd.oracles.tree_rounds import children_of, path_to
-from specd.oracles.tree_sampler_checks import tree_counterexample
-from specd.oracles.tree_samplers import TreeSamplerUnderTest, specd_tree_sampler
+from specd.oracles.samplers.tree_rounds import children_of, path_to
 
 
 def target_sample_per_path(tokens, parents, depths, p, q, drawn, u):

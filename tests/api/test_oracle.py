@@ -6,7 +6,7 @@ import json
 import pytest
 
 import specd
-from specd.oracles.samplers import rule_sampler
+from specd.oracles.samplers.protocol import rule_sampler
 from specd.testing import assert_sampler_exact
 from tests.helpers import run_cli
 

@@ -36,10 +36,10 @@ def calls_of(names: set[str]) -> list[tuple[str, str]]:
 # is checked through (verify-oracle --sampler, dtype edges); it decides nothing for a run.
 # A lab variant that reads the rows at the wrong temperature wraps the rule's own decision.
 ORACLE_ADAPTER = [
-    ("oracles/samplers.py", "rule_sampler"),
-    ("oracles/samplers.py", "sampler"),
+    ("oracles/samplers/protocol.py", "rule_sampler"),
+    ("oracles/samplers/protocol.py", "sampler"),
     ("oracles/lab_shipped.py", "decide"),
-    ("oracles/tree_samplers.py", "specd_tree_sampler"),
+    ("oracles/samplers/tree_protocol.py", "specd_tree_sampler"),
 ]
 
 

@@ -68,10 +68,10 @@ def test_the_token_wise_residual_is_no_bug_for_a_lookup():
 
 
 def test_the_sampler_oracle_checks_a_block_sampler_against_the_block_rule():
-    from specd.oracles import sampler_checks as sc
     from specd.oracles.block_lab import BlockStopsAtFirstFailure
     from specd.oracles.report import run_sampler_oracle
-    from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+    from specd.oracles.samplers import checks as sc
+    from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 
     block_cfg = OracleConfig(vocab=3, k=3, rule="block")
     assert run_sampler_oracle(block_cfg, "specd-block")["passed"]

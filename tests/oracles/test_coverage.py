@@ -1,5 +1,5 @@
-"""A foreign sampler's check covers the slips a size can hide (specd.oracles.coverage, specd.oracles.tables):
-each slip of tests/oracles/slips.py fails at the default size, at the sizes where it used to pass too;
+"""A foreign sampler's check covers the slips a size can hide (specd.oracles.samplers.coverage and
+.tables): each slip of tests/oracles/slips.py fails at the default size, at the sizes where it used to pass too;
 correct samplers written in other ways pass; --exact-size reports what the named size cannot show."""
 
 import json
@@ -8,14 +8,14 @@ import random
 import pytest
 
 from specd.core.tree_shape import parse_tree
-from specd.oracles.coverage import chain_cases, tree_cases
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
-from specd.oracles.sampler_checks import check_exact_cases, returns_tokens
-from specd.oracles.samplers import as_sampler
-from specd.oracles.tables import ADVERSARIAL, reshape, tables
-from specd.oracles.tree_sampler_checks import check_cases
-from specd.oracles.tree_samplers import TreeSamplerUnderTest
+from specd.oracles.samplers.checks import check_exact_cases, returns_tokens
+from specd.oracles.samplers.coverage import chain_cases, tree_cases
+from specd.oracles.samplers.protocol import as_sampler
+from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
+from specd.oracles.samplers.tree_checks import check_cases
+from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
 from tests.helpers import run_cli
 from tests.oracles import slips
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from specd.core.sampler import RejectionSampler, exact_less, sample_categorical
-from specd.oracles import sampler_checks as sc
 from specd.oracles.broken import Float32UniformComparison
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.reference import Reference
 from specd.oracles.report import run_sampler_oracle
-from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+from specd.oracles.samplers import checks as sc
+from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from tests.helpers import run_cli
 
 ONE_MINUS_2_30 = 1 - 2.0**-30
@@ -109,7 +109,7 @@ SAMPLERS = textwrap.dedent(
     '''
     import torch
 
-    from specd.oracles.samplers import rule_sampler
+    from specd.oracles.samplers.protocol import rule_sampler
 
     correct = rule_sampler()
 
@@ -193,10 +193,12 @@ def test_a_sampler_from_a_file_path_is_loaded_as_a_module_is_imported(user_sampl
     from a relative or an absolute path, for a chain and a tree sampler."""
     folder = tmp_path / "elsewhere"
     folder.mkdir()
-    (folder / "beside.py").write_text("from specd.oracles.samplers import rule_sampler\n\ncorrect = rule_sampler()\n")
+    (folder / "beside.py").write_text(
+        "from specd.oracles.samplers.protocol import rule_sampler\n\ncorrect = rule_sampler()\n"
+    )
     (folder / "mine.py").write_text(
         "import os\n\nfrom beside import correct\n"
-        "from specd.oracles.tree_samplers import specd_tree_sampler as tree\n\n"
+        "from specd.oracles.samplers.tree_protocol import specd_tree_sampler as tree\n\n"
         "with open(os.path.join(os.path.dirname(__file__), 'loaded_by.txt'), 'a') as out:\n"
         "    out.write(f'{os.getpid()}\\n')\n"
     )

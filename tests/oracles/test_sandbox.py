@@ -1,5 +1,5 @@
 """A sampler run cannot pass by dying (issue 50): the sampler under test runs in a process of its own
-(specd.oracles.sandbox), so one that exits the process, crashes, forks, never returns, prints, or
+(specd.oracles.samplers.sandbox), so one that exits the process, crashes, forks, never returns, prints, or
 returns what cannot be read is a failed check naming what it did, exit 1, and exactly one report on
 standard output; never an internal error, never exit 0 with an empty report."""
 
@@ -15,7 +15,7 @@ import pytest
 
 import specd
 from specd.errors import SamplerUnloadable
-from specd.oracles.sandbox import can_fork
+from specd.oracles.samplers.sandbox import can_fork
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="the sampler's own process is forked on Linux")
@@ -29,7 +29,7 @@ HOSTILE = textwrap.dedent(
 
     import torch
 
-    from specd.oracles.samplers import rule_sampler
+    from specd.oracles.samplers.protocol import rule_sampler
 
     correct = rule_sampler()
 
@@ -208,7 +208,7 @@ TREE_HOSTILE = textwrap.dedent(
     import os
     import time
 
-    from specd.oracles.tree_samplers import tree_shipped
+    from specd.oracles.samplers.tree_protocol import tree_shipped
 
     correct = tree_shipped()["specd"][0]()
 
@@ -259,7 +259,7 @@ def test_a_tree_sampler_that_dies_or_hangs_is_a_failed_check_and_one_report(
 
 TREE_PICKY = textwrap.dedent(
     """
-    from specd.oracles.tree_samplers import tree_shipped
+    from specd.oracles.samplers.tree_protocol import tree_shipped
 
     correct = tree_shipped()["specd"][0]()
     llamacpp = tree_shipped()["llamacpp"][0]()
@@ -307,8 +307,8 @@ ESCAPING = textwrap.dedent(
     import sys
     import time
 
-    from specd.oracles.samplers import rule_sampler
-    from specd.oracles.tree_samplers import tree_shipped
+    from specd.oracles.samplers.protocol import rule_sampler
+    from specd.oracles.samplers.tree_protocol import tree_shipped
 
     MARK = os.environ["SPECD_TEST_MARK"]  # on each process it starts, to find them by
     tree_correct = tree_shipped()["specd"][0]()

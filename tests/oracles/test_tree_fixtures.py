@@ -16,9 +16,9 @@ from specd.core.rows import Rows, row_starts
 from specd.core.sampler import RejectionSampler
 from specd.core.tree import DraftTree, TreeBatch
 from specd.core.tree_shape import TreeShape
-from specd.oracles.tree_rounds import TreeRound, shape_nodes
-from specd.oracles.tree_samplers import load_tree_sampler
-from specd.oracles.tree_uniforms import explore
+from specd.oracles.samplers.tree_protocol import load_tree_sampler
+from specd.oracles.samplers.tree_rounds import TreeRound, shape_nodes
+from specd.oracles.samplers.tree_uniforms import explore
 
 GREEDY_RULES = ("specd", "sglang", "eagle", "trtllm", "trtllm-12588")
 

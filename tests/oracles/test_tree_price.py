@@ -12,13 +12,13 @@ import torch
 from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.montecarlo import bernstein_bound
-from specd.oracles.price import chain_price, tv_figures
 from specd.oracles.reference import Reference, chain_joint
-from specd.oracles.samplers import load_sampler
-from specd.oracles.tree_montecarlo import tree_montecarlo
-from specd.oracles.tree_rounds import draft_trees
-from specd.oracles.tree_sampler_checks import TreeJoint
-from specd.oracles.tree_samplers import load_tree_sampler
+from specd.oracles.samplers.price import chain_price, tv_figures
+from specd.oracles.samplers.protocol import load_sampler
+from specd.oracles.samplers.tree_checks import TreeJoint
+from specd.oracles.samplers.tree_montecarlo import tree_montecarlo
+from specd.oracles.samplers.tree_protocol import load_tree_sampler
+from specd.oracles.samplers.tree_rounds import draft_trees
 
 DOCS = (Path(__file__).resolve().parents[2] / "docs" / "oracle.md").read_text()
 # (sampler, tree, drawing) on --vocab 3, seed 0 -> the TV over the horizon docs/oracle.md states
@@ -125,7 +125,7 @@ def test_a_lossy_chain_sampler_is_priced_the_same_way():
 
 
 def test_an_exact_chain_sampler_costs_nothing():
-    from specd.oracles.samplers import SamplerUnderTest, rule_sampler
+    from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 
     rig = build_rig(OracleConfig(vocab=3, k=2, seed=0))
     price = chain_price(SamplerUnderTest("specd", rule_sampler(), ""), rig, 2, tokens=True)  # tokens: bisected too

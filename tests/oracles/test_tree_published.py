@@ -1,4 +1,4 @@
-"""The published tree rules do what their sources do (specd/oracles/tree_published.py names each file and
+"""The published tree rules do what their sources do (specd/oracles/samplers/tree_published.py names each file and
 commit): each test is a round on which following the source and following its intent differ, with the
 source's outcome computed by hand."""
 
@@ -7,9 +7,9 @@ import torch
 
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
-from specd.oracles.tree_rounds import TreeRound, shape_nodes
-from specd.oracles.tree_samplers import load_tree_sampler
-from specd.oracles.tree_uniforms import explore
+from specd.oracles.samplers.tree_protocol import load_tree_sampler
+from specd.oracles.samplers.tree_rounds import TreeRound, shape_nodes
+from specd.oracles.samplers.tree_uniforms import explore
 
 
 def outcomes(name: str, tree: DraftTree, p, q=None) -> dict:

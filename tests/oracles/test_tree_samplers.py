@@ -14,10 +14,10 @@ from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.samplers.tree_checks import check_drawing, round_law
+from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, load_tree_sampler, normalize_tree_result
+from specd.oracles.samplers.tree_rounds import TreeRound, draft_trees
 from specd.oracles.tree_lab import run_tree_lab
-from specd.oracles.tree_rounds import TreeRound, draft_trees
-from specd.oracles.tree_sampler_checks import check_drawing, round_law
-from specd.oracles.tree_samplers import TreeSamplerUnderTest, load_tree_sampler, normalize_tree_result
 from tests.helpers import run_cli
 
 T, F, NA = True, False, None
@@ -131,7 +131,7 @@ def test_a_sampler_returning_numpy_integers_passes_as_itself():
 
 
 def run_tree(spec, sampler, vocab=3, seed=0):
-    from specd.oracles.tree_report import run_tree_sampler_oracle
+    from specd.oracles.samplers.tree_report import run_tree_sampler_oracle
 
     return run_tree_sampler_oracle(OracleConfig(vocab=vocab, seed=seed), sampler, spec)
 
@@ -168,7 +168,7 @@ COUNTEREXAMPLES = {
 def test_the_smallest_counterexamples_are_the_docs(name, drawing):
     from pathlib import Path
 
-    from specd.oracles.tree_sampler_checks import tree_counterexample
+    from specd.oracles.samplers.tree_checks import tree_counterexample
 
     build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed))  # noqa: E731
     cx = tree_counterexample(load_tree_sampler(name), [drawing], build)

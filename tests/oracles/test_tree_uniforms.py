@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specd.errors import SamplerFailed, UniformAsNumber
-from specd.oracles.tree_uniforms import ConcreteUniforms, explore
+from specd.oracles.samplers.tree_uniforms import ConcreteUniforms, explore
 
 
 def law(run):

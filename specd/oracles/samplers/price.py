@@ -2,8 +2,8 @@
 emits and the target's, over the horizon and per position, beside its expected accepted length.
 
 ``tv_figures`` prices a joint. A tree sampler's joint is exact by construction (its uniforms are
-integrated where it compares them, ``specd.oracles.tree_uniforms``). A chain sampler takes its
-uniforms as tensors (``specd.oracles.samplers``), so ``chain_price`` finds its own cells: under the
+integrated where it compares them, ``specd.oracles.samplers.tree_uniforms``). A chain sampler takes its
+uniforms as tensors (``specd.oracles.samplers.protocol``), so ``chain_price`` finds its own cells: under the
 chain protocol draft i is kept for acceptance uniforms below a threshold and refused at or above
 it (U_i < t_i), and the terminal token is an inverse-CDF draw (non-decreasing in terminal_u); each
 threshold, and each terminal token's interval, is found exactly on the streams' grid (multiples of
@@ -18,9 +18,9 @@ from collections import defaultdict
 
 from specd.errors import SamplerFailed
 from specd.oracles.reference import chain_joint
-from specd.oracles.sampler_checks import Call, call_batch
-from specd.oracles.samplers import SamplerUnderTest, rule_sampler
-from specd.oracles.tables import as_table
+from specd.oracles.samplers.checks import Call, call_batch
+from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
+from specd.oracles.samplers.tables import as_table
 
 GRID = 2**53  # the streams' uniforms are multiples of 1/GRID in [0, 1)
 
@@ -70,7 +70,7 @@ def _bisect(items: list, passes, lows: list[int] | None = None) -> list[int]:
 
 def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
     """The exact joint of a chain sampler over one round with K = k on the rig's tables (or a Table,
-    specd.oracles.tables; its own cells, module docstring), priced: tv_figures, expected accepted
+    specd.oracles.samplers.tables; its own cells, module docstring), priced: tv_figures, expected accepted
     length, whether every cell held one outcome (``threshold_shaped``)."""
     ref = as_table(rig)
     prompt = ref.prompt

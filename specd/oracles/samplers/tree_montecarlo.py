@@ -1,5 +1,5 @@
 """Seeded Monte Carlo of a tree sampler over one round, completed by the target to the horizon: the
-independent estimate the exact enumeration (``specd.oracles.tree_sampler_checks``) and its prices
+independent estimate the exact enumeration (``specd.oracles.samplers.tree_checks``) and its prices
 are checked against. Each sample drafts a tree as its construction says, runs the sampler on real
 uniforms (``ConcreteUniforms``), and samples the target chain after what the round emitted."""
 
@@ -11,8 +11,8 @@ from collections import Counter
 import torch
 
 from specd.core.tree import DraftTree
-from specd.oracles.tree_rounds import TreeRound, shape_nodes
-from specd.oracles.tree_uniforms import ConcreteUniforms
+from specd.oracles.samplers.tree_rounds import TreeRound, shape_nodes
+from specd.oracles.samplers.tree_uniforms import ConcreteUniforms
 
 
 def _pick(row: list[float], u: float) -> int:
@@ -25,7 +25,7 @@ def _pick(row: list[float], u: float) -> int:
 
 
 def draft_one(shape, drawing: str, p_of, q_of, prompt, rng: random.Random) -> TreeRound:
-    """One tree drafted as ``drawing`` says (specd.oracles.tree_rounds), its rows read after ``prompt``."""
+    """One tree drafted as ``drawing`` says (specd.oracles.samplers.tree_rounds), its rows read after ``prompt``."""
     parents, ranks = shape_nodes(shape)
     tokens: list[int] = []
     for n, parent in enumerate(parents):

@@ -1,5 +1,5 @@
 """The published tree verifiers, written here in torch under the tree-sampler protocol
-(``specd.oracles.tree_samplers``: arguments, returns, the stream ``u``).
+(``specd.oracles.samplers.tree_protocol``: arguments, returns, the stream ``u``).
 
 Each docstring says what was implemented and the file (repository, path, commit) it follows, as
 the source store holds it, or that it was written from a description where no source was at hand.
@@ -26,7 +26,7 @@ from fractions import Fraction
 import torch
 
 from specd.core.tree import ROOT
-from specd.oracles.tree_rounds import children_of, path_to
+from specd.oracles.samplers.tree_rounds import children_of, path_to
 
 
 def _needs_q(q, who: str):

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerAborted, UsageError
-from specd.oracles.coverage import Case, coverage, tree_cases
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import Check
-from specd.oracles.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
-from specd.oracles.tree_rounds import DRAWINGS, count_rounds, shape_nodes
-from specd.oracles.tree_sampler_checks import check_cases, check_no_nodes, tree_counterexample
+from specd.oracles.samplers.coverage import Case, coverage, tree_cases
+from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
+from specd.oracles.samplers.tree_checks import check_cases, check_no_nodes, tree_counterexample
+from specd.oracles.samplers.tree_rounds import DRAWINGS, count_rounds, shape_nodes
 
 PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
 
@@ -37,8 +37,8 @@ def run_tree_sampler_oracle(
     """Every tree-sampler check of the sampler ``spec`` (a shipped rule's name, module:attr, or the
     callable) on the tree ``tree`` over the fixture of ``cfg`` (its K is the tree's depth) and, unless
     ``exact_size``, at the smallest sizes where each class of slip shows, over several tables
-    (specd.oracles.coverage), the sampler in a process of its own where one can be forked
-    (specd.oracles.sandbox; ``timeout``: seconds one round may take; ``jobs``: how many such processes
+    (specd.oracles.samplers.coverage), the sampler in a process of its own where one can be forked
+    (specd.oracles.samplers.sandbox; ``timeout``: seconds one round may take; ``jobs``: how many such processes
     share the rounds; the report is the same). Bad input is refused before the sampler's module is
     imported (importing runs its code)."""
     if rule != "maximal":

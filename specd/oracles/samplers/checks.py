@@ -35,8 +35,8 @@ from specd.core.sampler import first_index_above
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
 from specd.oracles.reference import PROBES, UNUSED, block_branch, branch, cells_of, chain_joint, probe
-from specd.oracles.samplers import SamplerResult, SamplerUnderTest
-from specd.oracles.tables import DyadicTables, as_table
+from specd.oracles.samplers.protocol import SamplerResult, SamplerUnderTest
+from specd.oracles.samplers.tables import DyadicTables, as_table
 
 TWO53 = 2**53
 U_MAX = 1 - 2.0**-53  # the largest uniform the streams produce
@@ -211,7 +211,7 @@ def _verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
 
 
 def check_exact(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: str = "maximal") -> Check:
-    """``exact_joint`` on one table (a rig's, or a specd.oracles.tables Table)."""
+    """``exact_joint`` on one table (a rig's, or a specd.oracles.samplers.tables Table)."""
     table = as_table(rows)
     joint, mismatches, refused = sampler_joint(sampler, table, table.prompt, table.vocab, k, tokens, rule=rule)
     passed, diff, mass = _verdict(joint, table, k)
@@ -235,7 +235,7 @@ def check_exact(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: str
 
 
 def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal") -> tuple:
-    """``exact_joint`` over every case and table a check covers (specd.oracles.coverage): the named case's
+    """``exact_joint`` over every case and table a check covers (specd.oracles.samplers.coverage): the named case's
     first table as ``check_exact``, then, where it is exact there, every other table, each case's in one
     batch. -> (the check, with ``tables`` checked and the largest difference of all; the (case, table)
     where it is not exact, or None)."""

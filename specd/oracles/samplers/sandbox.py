@@ -38,9 +38,9 @@ import torch
 
 from specd.errors import SamplerAborted, SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError
 from specd.oracles.lifeline import die_with_parent, keep
-from specd.oracles.samplers import SamplerResult, SamplerUnderTest, as_sampler, described, load_sampler
-from specd.oracles.tree_sampler_checks import round_law
-from specd.oracles.tree_samplers import as_tree_sampler, load_tree_sampler
+from specd.oracles.samplers.protocol import SamplerResult, SamplerUnderTest, as_sampler, described, load_sampler
+from specd.oracles.samplers.tree_checks import round_law
+from specd.oracles.samplers.tree_protocol import as_tree_sampler, load_tree_sampler
 
 DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take before it is a finding
 LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
@@ -54,7 +54,7 @@ def can_fork() -> bool:
 
 def load(spec, input_rounding: float = 0.0, tree: bool = False):
     """A shipped adapter's name or ``module:attr`` (imported), or a callable (a class is built); with
-    ``tree``, under the tree-sampler protocol (specd.oracles.tree_samplers)."""
+    ``tree``, under the tree-sampler protocol (specd.oracles.samplers.tree_protocol)."""
     if tree:
         return load_tree_sampler(spec) if isinstance(spec, str) else as_tree_sampler(spec)
     return load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
@@ -100,7 +100,7 @@ class ChildTreeSampler:
         self.name, self.description = processes[0].name, processes[0].description  # each loaded the same
 
     def round_law(self, rnd) -> tuple[dict, float, float, int]:
-        """specd.oracles.tree_sampler_checks.round_law, run in the sampler's process."""
+        """specd.oracles.samplers.tree_checks.round_law, run in the sampler's process."""
         return self.round_laws([rnd])[0]
 
     def round_laws(self, rounds: list) -> list[tuple[dict, float, float, int]]:

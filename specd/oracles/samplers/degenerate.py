@@ -10,8 +10,8 @@ import torch
 
 from specd.errors import SamplerFailed
 from specd.oracles.record import Check
-from specd.oracles.sampler_checks import U_MAX, Call, call_tensors, exact_token
-from specd.oracles.samplers import SamplerUnderTest
+from specd.oracles.samplers.checks import U_MAX, Call, call_tensors, exact_token
+from specd.oracles.samplers.protocol import SamplerUnderTest
 
 
 def _single(sampler, p, q, drafts, accept_u, terminal_u):

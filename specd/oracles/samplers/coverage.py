@@ -8,7 +8,7 @@ the root's; a chain round of one draft has no test after a refusal. So each clas
 (``SLIPS``, ``CHAIN_SLIPS``) states where it is hidden, and a check covers the classes:
 
 - by default, the size the user named (on the run's seed's table) and the smallest sizes where each
-  class can show, each over every table of ``specd.oracles.tables`` (the seed's, more seeds,
+  class can show, each over every table of ``specd.oracles.samplers.tables`` (the seed's, more seeds,
   adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the trees
   ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, a second depth, a node
   below the root with siblings under it, so on two paths) and the tree ``2,1`` at V = 3 (a path
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
-from specd.oracles.tables import Table, seeded, tables
+from specd.oracles.samplers.tables import Table, seeded, tables
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """The checks a tree sampler is put through (``verify-oracle --sampler ... --tree SPEC``).
 
 - ``exact_joint_<drawing>``, one per construction asked (sampled, iid, rank, lookup;
-  ``specd.oracles.tree_rounds``): every draft tree of one round over the fixture's tables, each
+  ``specd.oracles.samplers.tree_rounds``): every draft tree of one round over the fixture's tables, each
   with its probability, and for each every outcome of the sampler over its uniforms with its exact
-  probability (``specd.oracles.tree_uniforms.explore``); the emitted tokens (the accepted path's,
+  probability (``specd.oracles.samplers.tree_uniforms.explore``); the emitted tokens (the accepted path's,
   then the terminal), completed by the target chain to the tree's depth + 1, must have the
   target's joint (float64, 1e-12). A sampler that raises on a construction refuses it (n/a, the
   reason shown) where several were asked; where only one was, or all are refused, it fails. A
-  sampler that is not exact is priced beside the failure (``specd.oracles.price``): the exact total
+  sampler that is not exact is priced beside the failure (``specd.oracles.samplers.price``): the exact total
   variation between its joint and the target's over the horizon and per position, its expected
   accepted length, and specd's exact rule's on the same trees.
 - ``no_nodes``: a round without drafts: no path, and the terminal drawn from the root's row.
@@ -24,19 +24,19 @@ import torch
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
-from specd.oracles.price import tv_figures
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
 from specd.oracles.reference import chain_joint
-from specd.oracles.tables import Table, as_table, search_tables
-from specd.oracles.tree_rounds import TreeRound, draft_trees
-from specd.oracles.tree_samplers import TreeSamplerUnderTest, specd_tree_sampler
-from specd.oracles.tree_uniforms import explore
+from specd.oracles.samplers.price import tv_figures
+from specd.oracles.samplers.tables import Table, as_table, search_tables
+from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
+from specd.oracles.samplers.tree_rounds import TreeRound, draft_trees
+from specd.oracles.samplers.tree_uniforms import explore
 
 
 def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, float, float, int]:
     """The sampler's law of what one round emits -> ({emitted tokens: probability}, expected accepted
     nodes, expected uniforms read, runs of the sampler); a sampler in a process of its own
-    (specd.oracles.sandbox) computes it there."""
+    (specd.oracles.samplers.sandbox) computes it there."""
     if hasattr(sampler, "round_law"):
         return sampler.round_law(rnd)
     law: dict[tuple[int, ...], float] = defaultdict(float)
@@ -88,7 +88,7 @@ class TreeJoint:
 
 
 def check_drawing(sampler, rows, shape, drawing: str, refusable: bool) -> tuple[Check, TreeJoint | None]:
-    """``exact_joint_<drawing>`` on one table (``rows``: a rig's, or a specd.oracles.tables Table; module
+    """``exact_joint_<drawing>`` on one table (``rows``: a rig's, or a specd.oracles.samplers.tables Table; module
     docstring)."""
     table = as_table(rows)
     rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
@@ -127,7 +127,7 @@ def _joint_figures(tj: TreeJoint, rounds: list[TreeRound], table, horizon: int) 
 
 
 def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
-    """``exact_joint_<drawing>`` over every case and table a check covers (specd.oracles.coverage): the
+    """``exact_joint_<drawing>`` over every case and table a check covers (specd.oracles.samplers.coverage): the
     named case on its first table as ``check_drawing`` (a sampler that raises there refuses the
     construction, where ``refusable``), then, where it is exact there, every other case and table, their
     rounds in one batch. Its figures are the named table's, with ``tables`` (how many were checked),

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import chain_joint
-from specd.oracles.sampler_checks import sampler_joint
-from specd.oracles.samplers import SamplerUnderTest
-from specd.oracles.tables import search_tables
+from specd.oracles.samplers.checks import sampler_joint
+from specd.oracles.samplers.protocol import SamplerUnderTest
+from specd.oracles.samplers.tables import search_tables
 
 SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
 
@@ -17,7 +17,7 @@ SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
 def minimal_counterexample(
     sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3), rule: str = "maximal"
 ) -> dict | None:
-    """The smallest (V, K) and table (each seed's, then the adversarial ones, specd.oracles.tables)
+    """The smallest (V, K) and table (each seed's, then the adversarial ones, specd.oracles.samplers.tables)
     where the joint is not the target's, with the cell that shows it."""
     for vocab, k in SEARCH:
         for table in search_tables(build_rig, vocab, k, 1, seeds):

@@ -19,7 +19,7 @@ instances are callable) deciding one round over a token tree of N nodes and V to
                                  with its r earlier siblings removed, renormalized), "iid" (each
                                  from its parent's q; siblings may repeat), "rank" (the parent's
                                  q's top tokens in rank order, or a lookup's: chosen, not drawn)
-    u        Uniforms            the round's uniforms (specd.oracles.tree_uniforms): u.node(n),
+    u        Uniforms            the round's uniforms (specd.oracles.samplers.tree_uniforms): u.node(n),
                                  u.terminal(), u.uniform(key), u.draw(row)
 
 It returns ``(path, terminal)``: the accepted nodes from a child of the root down (a sequence or
@@ -45,10 +45,10 @@ from specd.core.rows import Rows
 from specd.core.sampler import RejectionSampler, Tested
 from specd.core.tree import ROOT, DraftTree, TreeBatch
 from specd.errors import SamplerFailed, UsageError
-from specd.oracles import tree_published as pub
-from specd.oracles.samplers import is_file_spec, isolated, load_sampler, loading
-from specd.oracles.tree_rounds import TreeRound
-from specd.oracles.tree_uniforms import Uniforms
+from specd.oracles.samplers import tree_published as pub
+from specd.oracles.samplers.protocol import is_file_spec, isolated, load_sampler, loading
+from specd.oracles.samplers.tree_rounds import TreeRound
+from specd.oracles.samplers.tree_uniforms import Uniforms
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class SamplerUnderTest:
         self.input_rounding = input_rounding
 
     def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u) -> SamplerResult:
-        """Call the sampler on one batch, in this process (specd.oracles.sandbox calls it in a child
+        """Call the sampler on one batch, in this process (specd.oracles.samplers.sandbox calls it in a child
         process of its own). Whatever it raises comes back as SamplerFailed (the checks decide what
         a refusal means), as does a result that cannot even be read (an object whose attributes
         raise), so a fault of the harness is never blamed on it, nor one of the sampler on specd."""
