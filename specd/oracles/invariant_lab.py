@@ -1,4 +1,4 @@
-"""The failure lab of the invariant rule (proved in specd.oracles.invariant): its known-wrong
+"""The failure lab of the invariant rule (proved in specd.oracles.engine.invariant): its known-wrong
 variants, each a ``RejectionSampler`` with one method replaced, put to the rule's own checks."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from specd.core.gumbel import request_key, uniforms_at
 from specd.core.proposer import NgramProposer
 from specd.core.sampler import RejectionSampler
 from specd.errors import SpecdError
-from specd.oracles.invariant import INVARIANT_SEEDS, each_invariant_check, reference_texts
+from specd.oracles.engine.invariant import INVARIANT_SEEDS, each_invariant_check, reference_texts
 from specd.oracles.reference import Reference
 from specd.oracles.rig import Rig
 from specd.oracles.variant import (

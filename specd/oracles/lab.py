@@ -37,10 +37,10 @@ from specd.oracles.broken import (
     commit_rejected,
     off_by_one,
 )
-from specd.oracles.engine_checks import batch_difference, dtype_edges_of
-from specd.oracles.exact import speculative_joint
+from specd.oracles.engine.checks import batch_difference, dtype_edges_of
+from specd.oracles.engine.exact import speculative_joint
+from specd.oracles.engine.montecarlo import run_monte_carlo
 from specd.oracles.fixture import LAB_MC_SAMPLES, OracleConfig, build_rig
-from specd.oracles.montecarlo import run_monte_carlo
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import NGRAM_N, Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig

@@ -29,11 +29,11 @@ from specd.core.table_model import TableModel
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import SpecdError
+from specd.oracles.engine.tree_checks import TreeCase, check_tree_invariant, proved, tree_joints
+from specd.oracles.engine.tree_exact import prompts_for
 from specd.oracles.fixture import LAB_MAX_VOCAB, OracleConfig, build_rig
 from specd.oracles.record import EXACT_TOLERANCE, Check
 from specd.oracles.rig import Rig, fold
-from specd.oracles.tree_checks import TreeCase, check_tree_invariant, proved, tree_joints
-from specd.oracles.tree_exact import prompts_for
 from specd.oracles.variant import lab_row, not_applicable_row
 
 TREE_LAB_VOCAB = LAB_MAX_VOCAB

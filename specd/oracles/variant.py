@@ -26,7 +26,7 @@ from functools import cached_property
 
 import torch
 
-from specd.oracles.engine_checks import outputs_within
+from specd.oracles.engine.checks import outputs_within
 from specd.oracles.record import NOT_APPLICABLE
 from specd.oracles.reference import Reference
 from specd.oracles.rig import Rig

@@ -10,7 +10,7 @@ from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.state import Request
 from specd.core.table_model import TableModel
-from specd.oracles.exact import speculative_joint
+from specd.oracles.engine.exact import speculative_joint
 from specd.oracles.record import max_abs_diff
 from specd.oracles.reference import target_joint
 from specd.oracles.rig import Rig

@@ -6,7 +6,7 @@ from specd.core.processors import SamplingPolicy
 from specd.core.round import speculative_round
 from specd.core.state import Request
 from specd.errors import UsageError
-from specd.oracles.montecarlo import rng_accounting_error
+from specd.oracles.engine.montecarlo import rng_accounting_error
 from tests.helpers import table_engine
 
 BATCH = [Request("a", (0,), 10, seed=1), Request("b", (1, 2, 3, 0), 10, seed=2), Request("c", (2, 2), 7, seed=3)]

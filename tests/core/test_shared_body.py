@@ -17,8 +17,8 @@ from specd.core.table_model import TableModel
 from specd.core.transaction import CHECKPOINTS, RoundTransaction
 from specd.errors import UsageError
 from specd.models.hf import HFCausalLM
-from specd.oracles.engine_checks import AUTO_COSTS
-from specd.oracles.exact import Enumerator
+from specd.oracles.engine.checks import AUTO_COSTS
+from specd.oracles.engine.exact import Enumerator
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import target_joint
 from specd.oracles.rig import shared_body_rig

@@ -14,7 +14,7 @@ from specd.core.rows import Rows
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.models.hf import HFCausalLM
-from specd.oracles.montecarlo import bernstein_bound, rng_accounting_error
+from specd.oracles.engine.montecarlo import bernstein_bound, rng_accounting_error
 from tests.hf_helpers import noisy_copy, tiny_llama
 
 pytestmark = [

@@ -68,7 +68,7 @@ def test_ngram_lookup_and_point_mass_q():
 @pytest.mark.slow
 def test_ngram_under_sampling_matches_the_target_law(target):
     """Point-mass q: the joint of the first tokens through the real adapter equals the target's."""
-    from specd.oracles.montecarlo import bernstein_bound
+    from specd.oracles.engine.montecarlo import bernstein_bound
     from tests.hf_helpers import exact_joint
 
     small = HFCausalLM(tiny_llama(6, seed=5, hidden=32), "t6")

@@ -10,7 +10,7 @@ import torch
 from specd.models.options import GenerateOptions
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem
-from specd.oracles.montecarlo import bernstein_bound
+from specd.oracles.engine.montecarlo import bernstein_bound
 from tests.helpers import run_cli
 
 SAMPLING = {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.3}  # top_k unset: 50

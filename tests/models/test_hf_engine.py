@@ -9,7 +9,7 @@ from specd.core.proposer import ModelProposer
 from specd.core.round import decode, speculative_round
 from specd.core.state import Request
 from specd.models.hf import HFCausalLM
-from specd.oracles.montecarlo import bernstein_bound, rng_accounting_error
+from specd.oracles.engine.montecarlo import bernstein_bound, rng_accounting_error
 from tests.hf_helpers import committed_kv, exact_joint, noisy_copy, tiny_llama
 
 GREEDY = SamplingPolicy.build(temperature=0)
@@ -94,7 +94,7 @@ def test_sampled_joint_through_the_adapter_matches_the_target(layout):
     """Mixed policies (draft colder than target) through real caches stay exact.
 
     Bound: per sequence, Bernstein at failure probability 1e-6 with a union bound
-    over the V^H cells (see specd.oracles.montecarlo).
+    over the V^H cells (see specd.oracles.engine.montecarlo).
     """
     vocab, horizon, n = 8, 3, 4000
     target_model = tiny_llama(vocab, seed=3, hidden=32)

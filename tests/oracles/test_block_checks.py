@@ -5,11 +5,11 @@ from fractions import Fraction
 
 import pytest
 
-from specd.oracles.block_checks import acceptance_margin
 from specd.oracles.block_lab import run_block_lab
-from specd.oracles.exact import speculative_joint
+from specd.oracles.engine.block_checks import acceptance_margin
+from specd.oracles.engine.exact import speculative_joint
+from specd.oracles.engine.rational import rational_block_difference
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.rational import rational_block_difference
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import target_joint
 from specd.oracles.report import run_oracle

@@ -3,8 +3,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from specd.oracles.coupling import coupling_matrix
-from specd.oracles.rational import rational_difference
+from specd.oracles.engine.coupling import coupling_matrix
+from specd.oracles.engine.rational import rational_difference
 
 
 def test_the_articles_three_token_example():

@@ -1,4 +1,4 @@
-"""exact_joint_auto_k (specd.oracles.engine_checks): K must vary, where the rows say it can. The
+"""exact_joint_auto_k (specd.oracles.engine.checks): K must vary, where the rows say it can. The
 check's draft-stop is read as --draft-stop reads it and never cuts the first round's first draft;
 where the rows prove that K cannot depend on the data, the check is not applicable, with the reason;
 where they do not, a K that never varied still fails."""
@@ -9,8 +9,8 @@ import pytest
 
 from specd.core.sources import Plan
 from specd.core.table_model import TableModel
-from specd.oracles import engine_checks
-from specd.oracles.engine_checks import Fixture, check_auto_k
+from specd.oracles.engine import checks as engine_checks
+from specd.oracles.engine.checks import Fixture, check_auto_k
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.reference import target_joint
 from specd.policy.kpolicy import KPolicy

@@ -1,7 +1,7 @@
 import pytest
 
 from specd.core.table_model import TableModel
-from specd.oracles.exact import Enumerator, speculative_joint
+from specd.oracles.engine.exact import Enumerator, speculative_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab import VARIANTS
 from specd.oracles.record import max_abs_diff

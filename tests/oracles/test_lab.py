@@ -1,6 +1,6 @@
 import pytest
 
-from specd.oracles.engine_checks import cell_batch_difference
+from specd.oracles.engine.checks import cell_batch_difference
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, SHARED_BODY_VARIANTS, VARIANTS, run_lab
 from specd.oracles.rig import ngram_rig

@@ -10,14 +10,14 @@ import pytest
 from specd.core.model import RowInput
 from specd.models.llamacpp import LlamaCppLM
 from specd.models.llamacpp_lib import GGUFModel
-from specd.oracles.engine_checks import (
+from specd.oracles.engine.checks import (
     Fixture,
     _ngram_exact,
     check_batch_invariance,
     check_coupling,
     check_rounds,
 )
-from specd.oracles.exact import speculative_joint
+from specd.oracles.engine.exact import speculative_joint
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import exact_check
 from specd.oracles.reference import target_joint

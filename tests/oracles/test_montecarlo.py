@@ -1,6 +1,6 @@
 import math
 
-from specd.oracles.montecarlo import bernstein_bound, run_monte_carlo
+from specd.oracles.engine.montecarlo import bernstein_bound, run_monte_carlo
 from specd.oracles.reference import target_joint
 from tests.helpers import rig
 

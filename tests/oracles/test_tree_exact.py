@@ -9,10 +9,8 @@ import pytest
 
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError
-from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.rational import RationalTable, completer
-from specd.oracles.reference import Reference, chain_joint
-from specd.oracles.tree_checks import (
+from specd.oracles.engine.rational import RationalTable, completer
+from specd.oracles.engine.tree_checks import (
     check_tree_block,
     check_tree_exact,
     check_tree_greedy,
@@ -20,8 +18,10 @@ from specd.oracles.tree_checks import (
     check_tree_rational,
     tree_case,
 )
-from specd.oracles.tree_exact import TreeEnumerator, prompts_for, ragged_rig
-from specd.oracles.tree_reference import TreeWalk
+from specd.oracles.engine.tree_exact import TreeEnumerator, prompts_for, ragged_rig
+from specd.oracles.engine.tree_reference import TreeWalk
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.reference import Reference, chain_joint
 
 
 @pytest.mark.parametrize("vocab", [2, 3])

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specd.core.tree_shape import parse_tree
+from specd.oracles.engine.montecarlo import bernstein_bound
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.montecarlo import bernstein_bound
 from specd.oracles.reference import Reference, chain_joint
 from specd.oracles.samplers.price import chain_price, tv_figures
 from specd.oracles.samplers.protocol import load_sampler

@@ -14,7 +14,7 @@ from specd.core.sources import Offer, Plan
 from specd.core.state import History, Request, RequestState
 from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError
-from specd.oracles.exact import Enumerator
+from specd.oracles.engine.exact import Enumerator
 from specd.oracles.record import max_abs_diff
 from specd.oracles.reference import target_joint
 from specd.policy import autok

@@ -1,7 +1,7 @@
 """The checks any sampler under test is put through (``verify-oracle --sampler``).
 
 - ``exact_joint``: one round over seeded tables (the fixture's target and draft
-  rows), enumerated cell by cell as in ``specd.oracles.exact``: every draft path,
+  rows), enumerated cell by cell as in ``specd.oracles.engine.exact``: every draft path,
   every first rejection or all accepted, every terminal token (or the sampler's
   own terminal distribution), each cell at its centre and just inside both ends;
   the emitted block, completed by the target chain, must have the target's joint

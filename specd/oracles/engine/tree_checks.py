@@ -27,14 +27,14 @@ from fractions import Fraction
 from specd.core.layouts import LAYOUTS
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import UsageError
+from specd.oracles.engine.invariant import law, reference_texts, texts
+from specd.oracles.engine.rational import RationalTable, completer
+from specd.oracles.engine.tree_exact import TreeEnumerator, draft_order, prompts_for, ragged_rig
+from specd.oracles.engine.tree_reference import TreeWalk, construction
 from specd.oracles.fixture import MAX_SEQUENCES, OracleConfig, build_rig
-from specd.oracles.invariant import law, reference_texts, texts
-from specd.oracles.rational import RationalTable, completer
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
 from specd.oracles.reference import Reference, chain_joint
 from specd.oracles.rig import Rig
-from specd.oracles.tree_exact import TreeEnumerator, draft_order, prompts_for, ragged_rig
-from specd.oracles.tree_reference import TreeWalk, construction
 
 CONSTRUCTIONS = ("sampled", "rank", "iid")
 TREE_SEEDS = 128  # noise draws of the invariant rule's text identity (one request each, per configuration)

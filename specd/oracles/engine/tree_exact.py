@@ -1,4 +1,4 @@
-"""Exact enumeration of the joint production emits over tree rounds (``specd.oracles.exact``'s method
+"""Exact enumeration of the joint production emits over tree rounds (``specd.oracles.engine.exact``'s method
 for chains, carried to trees).
 
 Every cell of a round's uniforms comes from the oracle's own rule (``tree_reference.TreeWalk``,
@@ -23,11 +23,11 @@ from specd.core.round import speculative_round
 from specd.core.sources import first_available
 from specd.core.state import Request, RequestState
 from specd.core.tree_shape import TreeShape
-from specd.oracles.exact import Enumerator
-from specd.oracles.montecarlo import audit_session
+from specd.oracles.engine.exact import Enumerator
+from specd.oracles.engine.montecarlo import audit_session
+from specd.oracles.engine.tree_reference import TreeWalk, construction
 from specd.oracles.reference import PROBES, UNUSED, Joint, Reference, target_joint
 from specd.oracles.rig import Rig, fold
-from specd.oracles.tree_reference import TreeWalk, construction
 from specd.policy.kpolicy import KPolicy
 
 MAX_BATCH = 8192  # requests per production round: the enumeration's memory stays bounded

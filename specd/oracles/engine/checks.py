@@ -20,11 +20,11 @@ from specd.core.proposer import ModelProposer
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.errors import UsageError
-from specd.oracles.coupling import coupling_matrix
-from specd.oracles.exact import Enumerator, speculative_joint
+from specd.oracles.engine.coupling import coupling_matrix
+from specd.oracles.engine.exact import Enumerator, speculative_joint
+from specd.oracles.engine.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
+from specd.oracles.engine.rational import rational_difference
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
-from specd.oracles.rational import rational_difference
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, exact_check, max_abs_diff
 from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig

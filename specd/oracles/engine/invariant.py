@@ -31,7 +31,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.proposer import ModelProposer, NgramProposer
 from specd.core.sources import Plan, first_available
 from specd.core.state import Request
-from specd.oracles.montecarlo import bernstein_bound
+from specd.oracles.engine.montecarlo import bernstein_bound
 from specd.oracles.record import NOT_APPLICABLE, Check
 from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import Rig

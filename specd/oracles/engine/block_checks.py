@@ -10,7 +10,7 @@ from dataclasses import replace
 from fractions import Fraction
 from itertools import product
 
-from specd.oracles.engine_checks import (
+from specd.oracles.engine.checks import (
     CHECKS,
     Fixture,
     _exact,
@@ -20,7 +20,7 @@ from specd.oracles.engine_checks import (
     check_monte_carlo,
     check_rational,
 )
-from specd.oracles.rational import RationalTable, rational_block_difference
+from specd.oracles.engine.rational import RationalTable, rational_block_difference
 from specd.oracles.record import Check
 from specd.oracles.reference import Reference, block_branch
 from specd.oracles.rig import Rig
