@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from specd.core.sampler import RejectionSampler
-from specd.oracles.block_lab import BLOCK_VARIANTS
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.lab import VARIANTS
-from specd.oracles.lab_shipped import SHIPPED_VARIANTS
+from specd.oracles.lab.blocks import BLOCK_VARIANTS
+from specd.oracles.lab.chains import VARIANTS
+from specd.oracles.lab.shipped import SHIPPED_VARIANTS
 from specd.oracles.samplers.protocol import rule_sampler
 from specd.testing import assert_sampler_exact
 

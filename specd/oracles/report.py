@@ -15,7 +15,6 @@ from functools import partial
 import torch
 
 from specd.errors import SamplerAborted, SamplerFailed, UsageError
-from specd.oracles.block_lab import run_block_lab
 from specd.oracles.engine.block_checks import block_checks
 from specd.oracles.engine.checks import CHECKS, Fixture, _backend_parity, _exact, _ngram_exact, check_monte_carlo
 from specd.oracles.engine.invariant import invariant_checks
@@ -29,9 +28,11 @@ from specd.oracles.engine.tree_checks import (
     tree_case,
 )
 from specd.oracles.fixture import LAB_MAX_K, OracleConfig, build_rig
-from specd.oracles.invariant_lab import invariant_lab
-from specd.oracles.lab import LAB_FAMILIES, run_lab
-from specd.oracles.lab_shipped import SHIPPED_VARIANTS
+from specd.oracles.lab.blocks import run_block_lab
+from specd.oracles.lab.chains import LAB_FAMILIES, run_lab
+from specd.oracles.lab.invariant import invariant_lab
+from specd.oracles.lab.shipped import SHIPPED_VARIANTS
+from specd.oracles.lab.trees import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
 from specd.oracles.parallel import processes, run_parts
 from specd.oracles.record import Check
 from specd.oracles.reference import target_joint
@@ -42,7 +43,6 @@ from specd.oracles.samplers.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.samplers.price import priced
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
 from specd.oracles.samplers.tree_report import run_tree_sampler_oracle
-from specd.oracles.tree_engine_lab import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
 
 SCHEMA = "specd.verify-oracle/v1"
 RULE_SETS = {"both": ("maximal", "invariant"), "all": ("maximal", "invariant", "block")}  # --rule's groups

@@ -50,7 +50,7 @@ def test_check_sampler_takes_a_callable_a_class_or_a_name(capsys):
 
 
 def test_a_wrong_sampler_fails_with_its_counterexample():
-    from specd.oracles.broken import CorrectionFromP
+    from specd.oracles.lab.broken import CorrectionFromP
 
     report = specd.check_sampler(rule_sampler(CorrectionFromP()))
     assert not report.passed and "not_exact" in report.findings

@@ -38,7 +38,7 @@ def calls_of(names: set[str]) -> list[tuple[str, str]]:
 ORACLE_ADAPTER = [
     ("oracles/samplers/protocol.py", "rule_sampler"),
     ("oracles/samplers/protocol.py", "sampler"),
-    ("oracles/lab_shipped.py", "decide"),
+    ("oracles/lab/shipped.py", "decide"),
     ("oracles/samplers/tree_protocol.py", "specd_tree_sampler"),
 ]
 

@@ -5,11 +5,11 @@ from fractions import Fraction
 
 import pytest
 
-from specd.oracles.block_lab import run_block_lab
 from specd.oracles.engine.block_checks import acceptance_margin
 from specd.oracles.engine.exact import speculative_joint
 from specd.oracles.engine.rational import rational_block_difference
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.lab.blocks import run_block_lab
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import target_joint
 from specd.oracles.report import run_oracle
@@ -68,7 +68,7 @@ def test_the_token_wise_residual_is_no_bug_for_a_lookup():
 
 
 def test_the_sampler_oracle_checks_a_block_sampler_against_the_block_rule():
-    from specd.oracles.block_lab import BlockStopsAtFirstFailure
+    from specd.oracles.lab.blocks import BlockStopsAtFirstFailure
     from specd.oracles.report import run_sampler_oracle
     from specd.oracles.samplers import checks as sc
     from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler

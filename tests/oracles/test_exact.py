@@ -3,7 +3,7 @@ import pytest
 from specd.core.table_model import TableModel
 from specd.oracles.engine.exact import Enumerator, speculative_joint
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.lab import VARIANTS
+from specd.oracles.lab.chains import VARIANTS
 from specd.oracles.record import max_abs_diff
 from specd.oracles.reference import target_joint
 from tests.helpers import rig

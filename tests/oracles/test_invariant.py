@@ -4,7 +4,7 @@ import pytest
 
 from specd.oracles.engine.invariant import invariant_checks
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.invariant_lab import INVARIANT_VARIANTS, invariant_lab
+from specd.oracles.lab.invariant import INVARIANT_VARIANTS, invariant_lab
 from specd.oracles.report import run_oracle
 
 

@@ -2,7 +2,7 @@ import pytest
 
 from specd.oracles.engine.checks import cell_batch_difference
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.lab import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, SHARED_BODY_VARIANTS, VARIANTS, run_lab
+from specd.oracles.lab.chains import MULTI_SOURCE_VARIANTS, NGRAM_VARIANTS, SHARED_BODY_VARIANTS, VARIANTS, run_lab
 from specd.oracles.rig import ngram_rig
 
 
@@ -55,7 +55,7 @@ def test_the_bugs_other_engines_shipped_are_caught_by_name():
 def test_this_years_shipped_sampler_bugs_are_caught_by_name(vocab, k):
     """vllm#47386, vllm#40149, mistral.rs#2424, lattice#243 and lattice#388, rebuilt on specd's engine
     (DeepSpec#31 is q_recorded_in_bfloat16 above), each one component replaced."""
-    from specd.oracles.lab_shipped import SHIPPED_VARIANTS
+    from specd.oracles.lab.shipped import SHIPPED_VARIANTS
 
     results = {r["variant"]: r for r in run_lab(OracleConfig(vocab=vocab, k=k), SHIPPED_VARIANTS, families=("",))}
     assert list(results) == [v.name for v in SHIPPED_VARIANTS]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from specd.core.sampler import RejectionSampler, exact_less, sample_categorical
-from specd.oracles.broken import Float32UniformComparison
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.lab.broken import Float32UniformComparison
 from specd.oracles.reference import Reference
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers import checks as sc

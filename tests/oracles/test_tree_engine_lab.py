@@ -9,8 +9,8 @@ import pytest
 from specd.oracles.engine.tree_checks import TreeCase, check_tree_invariant, proved, tree_joints
 from specd.oracles.engine.tree_exact import prompts_for
 from specd.oracles.fixture import OracleConfig
+from specd.oracles.lab.trees import TREE_VARIANTS, lab_rig, lab_shapes, run_tree_lab
 from specd.oracles.report import run_oracle
-from specd.oracles.tree_engine_lab import TREE_VARIANTS, lab_rig, lab_shapes, run_tree_lab
 
 CAUGHT_BY = {
     "specinfer_residual_without_replacement": "tree_exact_joint",

@@ -14,10 +14,10 @@ from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.lab.tree_samplers import run_tree_lab
 from specd.oracles.samplers.tree_checks import check_drawing, round_law
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, load_tree_sampler, normalize_tree_result
 from specd.oracles.samplers.tree_rounds import TreeRound, draft_trees
-from specd.oracles.tree_lab import run_tree_lab
 from tests.helpers import run_cli
 
 T, F, NA = True, False, None

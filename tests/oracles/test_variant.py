@@ -1,17 +1,15 @@
-"""When a failure-lab variant can be seen (specd.oracles.variant): each condition gives its reason
+"""When a failure-lab variant can be seen (specd.oracles.lab.variant): each condition gives its reason
 exactly where it is unmet, and a variant the lab calls not applicable is one no check catches."""
 
 import pytest
 
 from specd.core.processors import SamplingPolicy
-from specd.oracles import lab
-from specd.oracles.block_lab import BLOCK_VARIANTS
 from specd.oracles.fixture import OracleConfig, build_rig
-from specd.oracles.invariant_lab import INVARIANT_VARIANTS
-from specd.oracles.lab_shipped import SHIPPED_VARIANTS
-from specd.oracles.reference import Reference, target_joint
-from specd.oracles.rig import ngram_rig
-from specd.oracles.variant import (
+from specd.oracles.lab import chains as lab
+from specd.oracles.lab.blocks import BLOCK_VARIANTS
+from specd.oracles.lab.invariant import INVARIANT_VARIANTS
+from specd.oracles.lab.shipped import SHIPPED_VARIANTS
+from specd.oracles.lab.variant import (
     LabCase,
     Variant,
     all_of,
@@ -25,6 +23,8 @@ from specd.oracles.variant import (
     soft_target,
     stateful_target,
 )
+from specd.oracles.reference import Reference, target_joint
+from specd.oracles.rig import ngram_rig
 
 GREEDY = SamplingPolicy(greedy=True)
 

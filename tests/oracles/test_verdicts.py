@@ -91,7 +91,7 @@ def test_a_broken_engine_still_fails(monkeypatch, capsys):
     """The verdicts are true the other way too: at the size the issue named first, an engine whose
     correction is drawn from p (the lab's correction_from_p, patched into production) exits 1."""
     from specd.core import sampler
-    from specd.oracles.broken import CorrectionFromP
+    from specd.oracles.lab.broken import CorrectionFromP
 
     monkeypatch.setattr(sampler.RejectionSampler, "correction_rows", CorrectionFromP.correction_rows)
     code, out, _ = run_cli(["verify-oracle", "--json", "--vocab", "2", "--k", "1", "--rule", "maximal"], capsys)

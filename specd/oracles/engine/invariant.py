@@ -1,5 +1,5 @@
 """The oracle's proof of the invariant rule (specd.core.gumbel); its failure lab is
-specd.oracles.invariant_lab.
+specd.oracles.lab.invariant.
 
 The rule's claim is pointwise: for every noise draw, speculative decoding emits exactly the
 tokens target-only decoding emits with the same noise, whatever the draft and K. With that,

@@ -11,10 +11,10 @@ import torch
 from specd.core import block
 from specd.core.sampler import RejectionSampler
 from specd.oracles.fixture import LAB_MAX_K, LAB_MAX_VOCAB, OracleConfig, build_rig
-from specd.oracles.lab import lab_family
+from specd.oracles.lab.chains import lab_family
+from specd.oracles.lab.variant import LabCase, Variant, all_of, drafts, min_vocab, rejection
 from specd.oracles.reference import block_branch, block_thresholds
 from specd.oracles.rig import ngram_rig
-from specd.oracles.variant import LabCase, Variant, all_of, drafts, min_vocab, rejection
 
 
 class BlockStopsAtFirstFailure(RejectionSampler):

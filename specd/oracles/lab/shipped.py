@@ -12,7 +12,7 @@ import torch
 from specd.core.processors import Temperature
 from specd.core.proposer import ModelProposer
 from specd.core.sampler import RejectionSampler, Rows
-from specd.oracles.variant import Variant, all_of, drafts, rejection, soft_draft, soft_target
+from specd.oracles.lab.variant import Variant, all_of, drafts, rejection, soft_draft, soft_target
 
 
 class DraftReadsAcceptanceUniforms(ModelProposer):

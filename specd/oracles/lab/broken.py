@@ -1,4 +1,4 @@
-"""The broken components the failure lab's variants are built from (specd.oracles.lab lists the
+"""The broken components the failure lab's variants are built from (specd.oracles.lab.chains lists the
 variants): each a subclass of one production component, replacing one method through the engine's
 extension points (``specd/core/engine.py``): a sampler method, a layout method, the proposer, the
 draft sources, or the transaction's processor staging. Production code carries no switches for them.

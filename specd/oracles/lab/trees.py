@@ -32,9 +32,9 @@ from specd.errors import SpecdError
 from specd.oracles.engine.tree_checks import TreeCase, check_tree_invariant, proved, tree_joints
 from specd.oracles.engine.tree_exact import prompts_for
 from specd.oracles.fixture import LAB_MAX_VOCAB, OracleConfig, build_rig
+from specd.oracles.lab.variant import lab_row, not_applicable_row
 from specd.oracles.record import EXACT_TOLERANCE, Check
 from specd.oracles.rig import Rig, fold
-from specd.oracles.variant import lab_row, not_applicable_row
 
 TREE_LAB_VOCAB = LAB_MAX_VOCAB
 TREE_LAB_DEPTH = 2  # every tree bug shows within two levels (a node's children, and a later sibling's own row)

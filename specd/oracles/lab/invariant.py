@@ -10,9 +10,7 @@ from specd.core.proposer import NgramProposer
 from specd.core.sampler import RejectionSampler
 from specd.errors import SpecdError
 from specd.oracles.engine.invariant import INVARIANT_SEEDS, each_invariant_check, reference_texts
-from specd.oracles.reference import Reference
-from specd.oracles.rig import Rig
-from specd.oracles.variant import (
+from specd.oracles.lab.variant import (
     LabCase,
     Variant,
     all_of,
@@ -22,6 +20,8 @@ from specd.oracles.variant import (
     rejection,
     soft_target,
 )
+from specd.oracles.reference import Reference
+from specd.oracles.rig import Rig
 
 
 class NoiseByRound(RejectionSampler):

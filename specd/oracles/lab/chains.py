@@ -1,7 +1,7 @@
 """The failure lab: known-wrong variants the oracle must catch.
 
 Each variant is the production engine with exactly one component replaced by a broken subclass
-(``specd.oracles.broken``), and declares what it needs to be seen (``specd.oracles.variant``: a
+(``specd.oracles.lab.broken``), and declares what it needs to be seen (``specd.oracles.lab.variant``: a
 condition on the case, with the reason where it is unmet). ``run_lab`` (in ``report``) runs the
 oracle's checks on each variant that can be seen in the lab's case and reports which check caught
 it and with what figure; a variant that cannot be seen there is reported as not applicable, with
@@ -16,7 +16,11 @@ from specd.core.layouts import make_layout
 from specd.core.proposer import NgramProposer
 from specd.core.sampler import RejectionSampler
 from specd.errors import SpecdError
-from specd.oracles.broken import (
+from specd.oracles.engine.checks import batch_difference, dtype_edges_of
+from specd.oracles.engine.exact import speculative_joint
+from specd.oracles.engine.montecarlo import run_monte_carlo
+from specd.oracles.fixture import LAB_MC_SAMPLES, OracleConfig, build_rig
+from specd.oracles.lab.broken import (
     AdvanceOverRejected,
     ArgmaxDraftsSoftQ,
     BFloat16RecordedQ,
@@ -37,14 +41,7 @@ from specd.oracles.broken import (
     commit_rejected,
     off_by_one,
 )
-from specd.oracles.engine.checks import batch_difference, dtype_edges_of
-from specd.oracles.engine.exact import speculative_joint
-from specd.oracles.engine.montecarlo import run_monte_carlo
-from specd.oracles.fixture import LAB_MC_SAMPLES, OracleConfig, build_rig
-from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
-from specd.oracles.reference import Reference, target_joint
-from specd.oracles.rig import NGRAM_N, Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
-from specd.oracles.variant import (
+from specd.oracles.lab.variant import (
     LabCase,
     Variant,
     all_of,
@@ -56,6 +53,9 @@ from specd.oracles.variant import (
     soft_draft,
     stateful_target,
 )
+from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
+from specd.oracles.reference import Reference, target_joint
+from specd.oracles.rig import NGRAM_N, Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
 from specd.policy.kpolicy import FixedK
 
 
