@@ -226,7 +226,7 @@ def synchronizing(device, seen: list):
 
 
 def lm(model, name: str, graphs: str):
-    from specd.models.hf import HFCausalLM
+    from specd.models.hf.model import HFCausalLM
 
     return HFCausalLM(model, name, graphs=graphs)
 

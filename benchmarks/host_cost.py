@@ -73,9 +73,9 @@ class ModelClock:
 
 
 def time_specd_head(clock: ModelClock) -> None:
-    """specd's own output head (``specd.models.head.OutputHead``, over the model's lm_head weight):
+    """specd's own output head (``specd.models.hf.head.OutputHead``, over the model's lm_head weight):
     its calls count as model time, as Hugging Face's ``lm_head`` calls do."""
-    from specd.models.head import OutputHead
+    from specd.models.hf.head import OutputHead
 
     plain = OutputHead.__call__
 

@@ -1,4 +1,4 @@
-"""A linear product's CPU form (specd.models.products), measured side by side in one process.
+"""A linear product's CPU form (specd.models.hf.products), measured side by side in one process.
 
     python benchmarks/products.py [--threads 1,2] [--repeats 9] [--context 150]
 

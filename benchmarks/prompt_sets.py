@@ -52,7 +52,7 @@ class FinishClock:
     """Time spent in the HF caches' close and compact (the cost of requests leaving a batch)."""
 
     def __init__(self):
-        from specd.models import hf
+        from specd.models.hf import model as hf
 
         self.seconds = 0.0
         for name in ("close", "compact"):

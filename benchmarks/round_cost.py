@@ -41,7 +41,7 @@ def child(vocab: int, batch: int, k: int, mode: str, ragged: bool = False) -> di
     from specd.core.proposer import NgramProposer
     from specd.core.round import speculative_round
     from specd.core.state import Request
-    from specd.models.hf import HFCausalLM
+    from specd.models.hf.model import HFCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(

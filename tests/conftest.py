@@ -90,7 +90,7 @@ def tiny_models(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hf_pair():
     """(target, draft) HFCausalLM: a 64-token tiny Llama and a noisy copy of it."""
-    from specd.models.hf import HFCausalLM
+    from specd.models.hf.model import HFCausalLM
     from tests.hf_helpers import noisy_copy, tiny_llama
 
     target = tiny_llama(64, seed=0)

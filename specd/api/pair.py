@@ -28,9 +28,9 @@ from specd.models.generation import (
     identical,
     speedup,
 )
+from specd.models.hf.loading import Loaded, in_memory, placement
 from specd.models.inputs import model_folders, run_inputs
 from specd.models.k_flags import check_k_flags
-from specd.models.loading import Loaded, in_memory, placement
 from specd.models.options import OPTION_FIELDS, GenerateOptions, batch_size_value
 from specd.models.pipeline import Pipeline
 from specd.models.prompts import PromptItem, prompt_items

@@ -20,10 +20,10 @@ from specd.errors import ModelLoadError, UsageError, one_line
 from specd.models.admission import EventSpace, admit
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import EMBEDDED, cache_root, exclusive, make_folder
-from specd.models.hf import HFCausalLM, logit_width
+from specd.models.hf.loading import Loaded, load, one_gguf_parse
+from specd.models.hf.model import HFCausalLM, logit_width
 from specd.models.llamacpp import LLAMA_CPP_CHAINS, LlamaCppLM
 from specd.models.llamacpp_lib import GGUFModel, available
-from specd.models.loading import Loaded, load, one_gguf_parse
 
 HF, LLAMA_CPP = "hf", "llama.cpp"
 BACKENDS = (HF, LLAMA_CPP)
@@ -160,7 +160,7 @@ def load_models(opts, specs, dtype, device, given, tokenizer, backend: str, cach
 def adapters(target: Loaded, draft: Loaded | None, graphs: str = "off") -> tuple:
     """The loaded target (and draft model) as specd's causal LMs, each on its backend, over one
     admitted event space -> (target LM, draft LM or None, EventSpace). ``graphs``: --graphs, for the
-    Hugging Face models (specd.models.graphs)."""
+    Hugging Face models (specd.models.hf.graphs)."""
     tok = target.tokenizer
     t_width = width(target.model)
     d_width = width(draft.model) if draft else t_width

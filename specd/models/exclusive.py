@@ -1,8 +1,8 @@
 """One call at a time on a model: every specd call on a model holds its lock.
 
 Calls on one model share state beyond its weights: the product forms being timed
-(specd.models.products), the call counters a round's statistics are read from, and the
-eval mode a call switches a training model to (specd.models.modes). Two threads on one
+(specd.models.hf.products), the call counters a round's statistics are read from, and the
+eval mode a call switches a training model to (specd.models.hf.modes). Two threads on one
 ``Pair``, or two pairs on one model object, therefore take turns: a pipeline holds the
 locks of all its models for each round (``Pipeline.stream``) and for each call that runs
 them outside a round, so the threads' requests interleave round by round and each decodes

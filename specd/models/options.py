@@ -35,7 +35,7 @@ from specd.models.backends import check as check_backend_options
 from specd.models.drafts import parse_drafts
 from specd.models.embedded import embedded_name
 from specd.models.generation_config import check_mode
-from specd.models.graphs import MODES as GRAPH_MODES
+from specd.models.hf.graphs import MODES as GRAPH_MODES
 from specd.models.numbers import parse_max_memory
 from specd.models.option_spec import Check, at_least_one, one_of, option, specs, typed
 from specd.policy.kpolicy import DEFAULT_K_MAX, DEFAULT_TREE_BUDGET, MAX_K, check_k, check_k_max, check_tree_budget

@@ -108,7 +108,7 @@ class OnlineCosts:
         self.aside = 0.0  # seconds of draft timing done inside the round being timed: not the round's cost
         self.version = 0
         self._read: dict = {}
-        # The shapes captured calls are padded to (specd.models.graphs.Buckets: ``priced(batch, rows)``),
+        # The shapes captured calls are padded to (specd.models.hf.graphs.Buckets: ``priced(batch, rows)``),
         # or None: a call costs its own rows. With them every call is timed and priced as its bucket.
         self.buckets = None
 

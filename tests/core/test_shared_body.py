@@ -16,7 +16,7 @@ from specd.core.state import Request
 from specd.core.table_model import TableModel
 from specd.core.transaction import CHECKPOINTS, RoundTransaction
 from specd.errors import UsageError
-from specd.models.hf import HFCausalLM
+from specd.models.hf.model import HFCausalLM
 from specd.oracles.engine.checks import AUTO_COSTS
 from specd.oracles.engine.exact import Enumerator
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff

@@ -6,7 +6,7 @@ import torch
 from specd.core.processors import SamplingPolicy
 from specd.errors import ModelLoadError, OutOfMemory, TokenizerMismatch, UsageError
 from specd.models.admission import admit
-from specd.models.loading import load, resolve_device, resolve_dtype
+from specd.models.hf.loading import load, resolve_device, resolve_dtype
 from tests.hf_helpers import tiny_tokenizer
 
 
@@ -90,7 +90,7 @@ def test_the_plain_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path):
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
-    from specd.models.loading import one_gguf_parse
+    from specd.models.hf.loading import one_gguf_parse
 
     path = tmp_path / "small.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -138,7 +138,7 @@ def test_the_weights_digest_reads_host_weights_in_place_and_other_weights_from_t
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from specd.models.loading import weights_digest
+    from specd.models.hf.loading import weights_digest
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models[0])
     for dtype in (torch.float32, torch.bfloat16):

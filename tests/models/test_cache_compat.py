@@ -1,6 +1,6 @@
 import inspect
 
-from specd.models import cache_compat
+from specd.models.hf import cache_compat
 from tests.hf_helpers import tiny_gemma3, tiny_llama
 
 

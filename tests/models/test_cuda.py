@@ -13,7 +13,7 @@ from specd.core.round import speculative_round
 from specd.core.rows import Rows
 from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
-from specd.models.hf import HFCausalLM
+from specd.models.hf.model import HFCausalLM
 from specd.oracles.engine.montecarlo import bernstein_bound, rng_accounting_error
 from tests.hf_helpers import noisy_copy, tiny_llama
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specd.errors import UsageError
-from specd.models.loading import resolve_dtype
+from specd.models.hf.loading import resolve_dtype
 from tests.helpers import run_cli
 
 

@@ -1,4 +1,4 @@
-"""Captured steps (specd.models.graphs): what a CPU can check of them (buckets, padding, the static
+"""Captured steps (specd.models.hf.graphs): what a CPU can check of them (buckets, padding, the static
 inputs, pricing by bucket, --graphs refused where it cannot run) through the same padded,
 static-buffer path without CUDA graphs, and on CUDA the captured graphs themselves."""
 
@@ -12,8 +12,8 @@ from specd.core.records import RoundTiming
 from specd.core.state import Request
 from specd.core.tree_shape import parse_tree
 from specd.errors import GraphsUnavailable
-from specd.models.graphs import Buckets, StepGraphs
-from specd.models.hf import HFCausalLM
+from specd.models.hf.graphs import Buckets, StepGraphs
+from specd.models.hf.model import HFCausalLM
 from specd.policy.costs import OnlineCosts
 from tests.helpers import run_cli
 from tests.hf_helpers import noisy_copy, tiny_llama

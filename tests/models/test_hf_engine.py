@@ -8,7 +8,7 @@ from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.round import decode, speculative_round
 from specd.core.state import Request
-from specd.models.hf import HFCausalLM
+from specd.models.hf.model import HFCausalLM
 from specd.oracles.engine.montecarlo import bernstein_bound, rng_accounting_error
 from tests.hf_helpers import committed_kv, exact_joint, noisy_copy, tiny_llama
 
@@ -153,7 +153,7 @@ def test_requests_joining_a_running_batch_get_exact_caches(pair):
 
 
 def test_a_finished_request_frees_its_row_without_copying_the_cache(pair, monkeypatch):
-    from specd.models.slot_cache import SlotStore
+    from specd.models.hf.slot_cache import SlotStore
 
     calls = []
     real = SlotStore.move_row

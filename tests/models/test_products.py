@@ -12,7 +12,7 @@ from specd.core.engine import EngineConfig, SpeculativeEngine
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.state import Request
-from specd.models.products import (
+from specd.models.hf.products import (
     MAX_ROWS,
     PLAIN,
     SAMPLES,
@@ -43,7 +43,7 @@ def timed_forms(plain_seconds: float, transposed_seconds: float, monkeypatch) ->
     """ProductForms whose products take the given seconds on its clock."""
     clock = Clock(plain_seconds, transposed_seconds)
     forms = ProductForms(clock=clock)
-    from specd.models import products
+    from specd.models.hf import products
 
     for form, fn in list(products.FORMS.items()):
 

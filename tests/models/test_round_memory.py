@@ -40,7 +40,7 @@ def run(k_first: int, rule: str, record: bool = False) -> int:
     from specd.core.processors import SamplingPolicy
     from specd.core.proposer import ModelProposer
     from specd.core.state import Request
-    from specd.models.hf import HFCausalLM
+    from specd.models.hf.model import HFCausalLM
     from tests.hf_helpers import tiny_llama
 
     target = tiny_llama(VOCAB, seed=0, layers=1, hidden=16)

@@ -7,8 +7,8 @@ import pytest
 
 from specd.core.model import RowInput
 from specd.errors import CacheIdentityError
-from specd.models import cache_compat
-from specd.models.hf import HFCausalLM
+from specd.models.hf import cache_compat
+from specd.models.hf.model import HFCausalLM
 from specd.policy.kpolicy import MAX_K
 from tests.helpers import run_cli
 from tests.hf_helpers import tiny_gemma3, tiny_tokenizer

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specd.core.model import RowInput
-from specd.models.hf import HFCausalLM
+from specd.models.hf.model import HFCausalLM
 from tests.helpers import run_cli
 from tests.hf_helpers import tiny_gemma3, tiny_llama
 

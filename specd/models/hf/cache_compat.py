@@ -1,6 +1,6 @@
 """The one place that knows how transformers' versions name what specd's cache relies on.
 
-specd keeps every model's K/V in its own slot cache (specd.models.slot_cache), a transformers
+specd keeps every model's K/V in its own slot cache (specd.models.hf.slot_cache), a transformers
 ``Cache`` whose ``update`` writes each row at its column; this module only reads, from a model,
 the forward keyword that takes a cache (``cache`` in recent 5.x releases, ``past_key_values``
 before) and the attention window of a model with sliding-window layers. Such a model's layers all

@@ -15,7 +15,7 @@ from operator import attrgetter
 
 import torch
 
-from specd.models.products import ProductForms
+from specd.models.hf.products import ProductForms
 
 _TRAINING = attrgetter("training")
 
@@ -40,6 +40,6 @@ def evaluating(modules: Sequence[torch.nn.Module]) -> Iterator[None]:
 @contextmanager
 def own_call(modules: Sequence[torch.nn.Module], forms: ProductForms | None) -> Iterator[None]:
     """The context of each of specd's calls on a model: in eval mode, and (on a CPU, ``forms``
-    given) its products in their chosen forms (specd.models.products)."""
+    given) its products in their chosen forms (specd.models.hf.products)."""
     with evaluating(modules), forms.engaged() if forms is not None else nullcontext():
         yield

@@ -1,9 +1,9 @@
 """A Hugging Face causal LM behind the core's CausalLM protocol.
 
-Its K/V live in a slot cache (specd.models.slot_cache): preallocated, one batch row per request,
+Its K/V live in a slot cache (specd.models.hf.slot_cache): preallocated, one batch row per request,
 each slot's committed rows first and the round's temporary rows after them; a commit moves a
 length (a tree's path: copies its columns down first) and a rejected row costs nothing. A step's
-inputs are tensors (specd.models.step_call): token ids, logical positions (``position_ids``, so
+inputs are tensors (specd.models.hf.step_call): token ids, logical positions (``position_ids``, so
 rotary embeddings see each row's true positions), the column each row is written at, and a 4D
 attention mask. The model's body runs apart from its head where its logits are exactly the head of
 its hidden states, so only the rows whose logits are needed go through the head.
@@ -20,13 +20,13 @@ import torch
 
 from specd.core.model import RowInput, StepOutput
 from specd.errors import GraphsUnavailable, UsageError
-from specd.models import cache_compat
-from specd.models.graphs import StepGraphs, graphs_for, refusal
-from specd.models.head import OutputHead
-from specd.models.modes import own_call
-from specd.models.products import forms_of
-from specd.models.slot_cache import SlotCache
-from specd.models.step_call import attention_as, attention_of, plan_call, subset
+from specd.models.hf import cache_compat
+from specd.models.hf.graphs import StepGraphs, graphs_for, refusal
+from specd.models.hf.head import OutputHead
+from specd.models.hf.modes import own_call
+from specd.models.hf.products import forms_of
+from specd.models.hf.slot_cache import SlotCache
+from specd.models.hf.step_call import attention_as, attention_of, plan_call, subset
 
 SPLIT_HEAD_MODEL_TYPES = {
     "llama",
@@ -78,7 +78,7 @@ class HFCausalLM:
 
     def __init__(self, model, name: str, width: int | None = None, pad_id: int = 0, graphs: str = "off"):
         """``graphs``: --graphs (auto, on, off): capture the model's steps as CUDA graphs
-        (specd.models.graphs) where it runs on CUDA."""
+        (specd.models.hf.graphs) where it runs on CUDA."""
         self.model = model
         self.name = name
         self.device = input_device(model)
@@ -97,7 +97,7 @@ class HFCausalLM:
         self._cache_kw = cache_compat.cache_argument(model)
         self.attention = attention_of(model)
         # On a CPU every linear product runs in the form timed fastest for its row count
-        # (specd.models.products); a model spread by a device map keeps accelerate's hooks.
+        # (specd.models.hf.products); a model spread by a device map keeps accelerate's hooks.
         plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
         self.forms = forms_of(model) if plain_cpu else None
         self.head = self._split_head(model)
@@ -257,7 +257,7 @@ class HFCausalLM:
         return StepOutput(logits, kv, states_out if hidden else None)
 
     def _bucket(self, cache: SlotCache, rows: Sequence[RowInput]) -> tuple[int, int] | None:
-        """The bucket a call is padded to and replayed in (specd.models.graphs), or None: eager."""
+        """The bucket a call is padded to and replayed in (specd.models.hf.graphs), or None: eager."""
         if self.graphs is None or subset(cache, rows):
             return None
         return self.graphs.usable(len(cache.rows), max(len(r.tokens) for r in rows))

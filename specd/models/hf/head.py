@@ -1,17 +1,17 @@
-"""A Hugging Face causal LM's output head, run apart from its body (specd.models.hf): on a CPU in the
-product form its model's ``ProductForms`` chose for the row count (specd.models.products), and only
+"""A Hugging Face causal LM's output head, run apart from its body (specd.models.hf.model): on a CPU in the
+product form its model's ``ProductForms`` chose for the row count (specd.models.hf.products), and only
 on the rows whose logits are needed."""
 
 from __future__ import annotations
 
 import torch
 
-from specd.models.products import ProductForms
+from specd.models.hf.products import ProductForms
 
 
 class OutputHead:
     """The LM head, applied only to the rows whose logits are needed, in the product form its
-    model's ``ProductForms`` chose for that row count (specd.models.products; None: the plain
+    model's ``ProductForms`` chose for that row count (specd.models.hf.products; None: the plain
     linear, as on CUDA)."""
 
     def __init__(

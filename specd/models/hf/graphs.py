@@ -6,7 +6,7 @@ A graph's shapes are fixed, so a call is padded up to a bucket: its batch rows t
 ``Buckets.batch`` and its rows per request to the next of ``Buckets.rows`` (a draft step's one or
 two tokens, a verification's k + 1); a call past the largest bucket, or over a subset of the
 cache's rows (joiners' prompts), runs eagerly. Padding is harmless by construction
-(specd.models.step_call): a padded row's K/V goes to a column after its slot's rows, which the
+(specd.models.hf.step_call): a padded row's K/V goes to a column after its slot's rows, which the
 next step writes over, and its query sees only what it may.
 
 A graph reads its inputs from static tensors (token ids, positions, the write columns, the 4D

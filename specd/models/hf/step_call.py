@@ -1,4 +1,4 @@
-"""What one call of a Hugging Face model is fed over a slot cache (specd.models.slot_cache).
+"""What one call of a Hugging Face model is fed over a slot cache (specd.models.hf.slot_cache).
 
 A call runs over batch rows of the cache: every row in use (each request's rows right-padded
 to the call's longest, a row with no input all padding), or, for requests that have just joined
@@ -24,8 +24,8 @@ import torch
 from specd.core.model import RowInput
 from specd.core.rows import joined
 from specd.core.transfer import to_device
-from specd.models.graphs import SPARE
-from specd.models.slot_cache import SlotCache
+from specd.models.hf.graphs import SPARE
+from specd.models.hf.slot_cache import SlotCache
 
 # Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
 # untouched). A model configured for another (flash attention takes 2D masks only) runs with SDPA.
@@ -84,7 +84,7 @@ def plan_call(
 ) -> Call:
     """The call's inputs (module docstring); the cache's store is reserved for it. ``bucket`` (batch
     rows, rows per request): padded to that shape, attention over the store's whole capacity, which
-    keeps SPARE columns past every slot's rows (a captured step's, specd.models.graphs). Reads
+    keeps SPARE columns past every slot's rows (a captured step's, specd.models.hf.graphs). Reads
     nothing from the device: what a slot holds is the ledger's."""
     if subset(cache, rows):  # joiners' prompts: only their rows run
         slots: list[int | None] = [r.slot for r in rows]
