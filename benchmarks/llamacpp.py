@@ -60,7 +60,7 @@ from heldout import GROUNDED, OPEN, TARGETS, batches, check, load_half, refuse_o
 
 from specd.files import write_text_atomic  # noqa: E402
 from specd.models.divergence import Divergence, last_row  # noqa: E402
-from specd.models.llamacpp_lib import binding  # noqa: E402
+from specd.models.llamacpp.lib import binding  # noqa: E402
 from specd.models.options import GenerateOptions  # noqa: E402
 from specd.models.pipeline import Pipeline  # noqa: E402
 from specd.models.prompts import PromptItem  # noqa: E402

@@ -2,7 +2,7 @@
 
     python benchmarks/llamacpp_batch_shapes.py [--model smollm] [--context 200] [--repeats 9] [--threads 2]
 
-specd's llama.cpp context (a K/V stream per request, q8_0 keys: specd.models.llamacpp_lib.Context)
+specd's llama.cpp context (a K/V stream per request, q8_0 keys: specd.models.llamacpp.lib.Context)
 holds 8 sequences of ``--context`` cached tokens; one call then feeds each sequence the number of
 rows a SHAPE gives it (in sequence order: 1 = a request at K = 0, K + 1 = one drafting K), every
 row asking for logits, and the rows are removed again. The shapes are interleaved within each
@@ -33,7 +33,7 @@ from arguments import positive  # noqa: E402
 from llamacpp_invariance import FILES  # noqa: E402
 
 from specd.models.embedded import EMBEDDED  # noqa: E402
-from specd.models.llamacpp_lib import Context, GGUFModel  # noqa: E402
+from specd.models.llamacpp.lib import Context, GGUFModel  # noqa: E402
 
 # name -> rows per sequence, in sequence order (8 sequences unless it says otherwise)
 SHAPES = {

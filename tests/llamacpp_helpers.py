@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specd.models import llamacpp_lib
+from specd.models.llamacpp import lib as llamacpp_lib
 
 needs_binding = pytest.mark.skipif(
     not llamacpp_lib.available(), reason="llama-cpp-python not installed (pip install 'specd[llamacpp]')"

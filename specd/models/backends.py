@@ -2,7 +2,7 @@
 
 Two backends. ``hf``: transformers; a GGUF file is dequantized to float32 and run as a Hugging Face
 model (model folders and hub ids always run here). ``llama.cpp``: the GGUF file as it is, on the
-CPU (specd.models.llamacpp); the target is then llama.cpp's computation on the file. ``--backend``
+CPU (specd.models.llamacpp.model); the target is then llama.cpp's computation on the file. ``--backend``
 names the backend of a run's GGUF models (``--target-gguf``, ``--draft-gguf``, ``embedded:NAME``).
 Without it, an embedded model runs on its ``cpu_backend`` (specd.models.embedded: llama.cpp where
 it was measured exact and faster) on a CPU where llama-cpp-python is installed and the run asks for
@@ -22,8 +22,8 @@ from specd.models.drafts import parse_drafts
 from specd.models.embedded import EMBEDDED, cache_root, exclusive, make_folder
 from specd.models.hf.loading import Loaded, load, one_gguf_parse
 from specd.models.hf.model import HFCausalLM, logit_width
-from specd.models.llamacpp import LLAMA_CPP_CHAINS, LlamaCppLM
-from specd.models.llamacpp_lib import GGUFModel, available
+from specd.models.llamacpp.lib import GGUFModel, available
+from specd.models.llamacpp.model import LLAMA_CPP_CHAINS, LlamaCppLM
 
 HF, LLAMA_CPP = "hf", "llama.cpp"
 BACKENDS = (HF, LLAMA_CPP)

@@ -14,7 +14,7 @@ from specd.core.proposer import ModelProposer
 from specd.core.tree_shape import parse_tree
 from specd.models.hf.loading import weights_digest
 from specd.models.hf.model import HFCausalLM
-from specd.models.llamacpp import LlamaCppLM, file_digest
+from specd.models.llamacpp.model import LlamaCppLM, file_digest
 from specd.models.options import AUTO_TREE
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from specd.models.generation_config import GenerationDefaults, from_model, read_
 from specd.models.hf.graphs import refusal as graph_refusal
 from specd.models.hf.loading import Loaded, resolve_device, resolve_dtype
 from specd.models.hf.model import HFCausalLM
-from specd.models.llamacpp import LlamaCppLM
+from specd.models.llamacpp.model import LlamaCppLM
 from specd.models.manifest import run_manifest
 from specd.models.model_facts import context_length, eos_ids, kv_layout, within_window
 from specd.models.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specd.errors import BackendUnavailable
-from specd.models import backends, llamacpp_lib
+from specd.models import backends
+from specd.models.llamacpp import lib as llamacpp_lib
 from specd.models.options import GenerateOptions
 from tests.helpers import run_cli
 from tests.hf_helpers import tiny_llama
@@ -122,8 +123,8 @@ def test_a_tree_with_a_llama_cpp_model_is_refused_by_the_engine_in_one_line(file
     from specd.core.processors import SamplingPolicy
     from specd.core.tree_shape import parse_tree
     from specd.errors import UsageError
-    from specd.models.llamacpp import LlamaCppLM
-    from specd.models.llamacpp_lib import GGUFModel
+    from specd.models.llamacpp.lib import GGUFModel
+    from specd.models.llamacpp.model import LlamaCppLM
 
     lm = LlamaCppLM(GGUFModel(files[0]), "tiny")
     with pytest.raises(UsageError, match="verifies chains only"):

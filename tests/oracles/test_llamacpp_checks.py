@@ -8,8 +8,8 @@ table models; these are the ones a model backend can break."""
 import pytest
 
 from specd.core.model import RowInput
-from specd.models.llamacpp import LlamaCppLM
-from specd.models.llamacpp_lib import GGUFModel
+from specd.models.llamacpp.lib import GGUFModel
+from specd.models.llamacpp.model import LlamaCppLM
 from specd.oracles.engine.checks import (
     Fixture,
     _ngram_exact,

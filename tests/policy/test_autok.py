@@ -492,7 +492,7 @@ def test_a_target_whose_rows_are_dear_is_priced_by_its_own_fixed_part_past_the_r
     """A call's cost past the row counts timed is anchored with the target's ``fixed_rows_prior``
     (llama.cpp's quantized products: about 1.4 rows), not the float32 prior of 16: with one and two
     rows timed at 1.0 and 1.3, 33 rows are priced at 14.4 one-row calls, not at 2.8."""
-    from specd.models.llamacpp import LlamaCppLM
+    from specd.models.llamacpp.model import LlamaCppLM
     from specd.policy.costs import FIXED_ROWS_PRIOR, row_curve
 
     samples = [(1, 1.0), (2, 1.3)]

@@ -35,7 +35,7 @@ import torch
 from specd.core.kv import KVCache, KVRows
 from specd.core.model import RowInput, StepOutput
 from specd.errors import CacheIdentityError, CellsExhausted, UsageError
-from specd.models.llamacpp_lib import Context, GGUFModel
+from specd.models.llamacpp.lib import Context, GGUFModel
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: the sequences (streams) of one context
 FIRST_CELLS = 512  # a new context's rows per sequence; it doubles when a sequence needs more
