@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--target", default="embedded:smollm2-135m")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    from specd.models.embedded import embedded_name, ensure_embedded
+    from specd.models.run.embedded import embedded_name, ensure_embedded
 
     folder = str(ensure_embedded(embedded_name(args.target, None)))
     growth: dict[str, list[float]] = {"object": [], "name": []}

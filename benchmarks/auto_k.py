@@ -35,9 +35,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 from specd.policy.ledger import CostModel, progress_rate  # noqa: E402
 from specd.policy.profile import AcceptanceProfile  # noqa: E402

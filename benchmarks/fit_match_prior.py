@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arguments import copy_pair, positive  # noqa: E402
 from heldout import TARGETS, load_half  # noqa: E402
 
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 from specd.policy.autok import COPY_CEILING, COPY_MEMORY, MATCH_PRIOR_ODDS, MATCH_PRIOR_POWER  # noqa: E402
 
 TIERS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 16), (17, 10**9))

@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specd.errors import SpecdError  # noqa: E402
 from specd.files import check_output, check_paths, loads_json, read_text, write_text_atomic  # noqa: E402
-from specd.models.inputs import model_folders  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem  # noqa: E402
+from specd.models.run.inputs import model_folders  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 
 PASSAGE = (

@@ -41,10 +41,10 @@ from specd.core.model import RowInput  # noqa: E402
 from specd.core.shared_body import SharedBodyProposer  # noqa: E402
 from specd.core.sources import SourceSet  # noqa: E402
 from specd.core.suffix import SuffixProposer  # noqa: E402
-from specd.models.embedded import EMBEDDED  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem  # noqa: E402
+from specd.models.run.embedded import EMBEDDED  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem  # noqa: E402
 from specd.models.vocab_table import DATA, read_table, tokenizer_digest  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 

@@ -51,11 +51,11 @@ from specd.core.shared_body import SharedBodyProposer  # noqa: E402
 from specd.core.sources import SourceSet  # noqa: E402
 from specd.errors import SpecdError  # noqa: E402
 from specd.files import check_output, check_paths, loads_json, read_text, write_text_atomic  # noqa: E402
-from specd.models.embedded import EMBEDDED  # noqa: E402
-from specd.models.inputs import model_folders  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem, prompt_items  # noqa: E402
+from specd.models.run.embedded import EMBEDDED  # noqa: E402
+from specd.models.run.inputs import model_folders  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem, prompt_items  # noqa: E402
 from specd.models.vocab_table import DATA, read_table, tokenizer_digest  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 

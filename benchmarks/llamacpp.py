@@ -59,11 +59,11 @@ from arguments import positive  # noqa: E402
 from heldout import GROUNDED, OPEN, TARGETS, batches, check, load_half, refuse_outputs  # noqa: E402
 
 from specd.files import write_text_atomic  # noqa: E402
-from specd.models.divergence import Divergence, last_row  # noqa: E402
 from specd.models.llamacpp.lib import binding  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem  # noqa: E402
+from specd.models.run.divergence import Divergence, last_row  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 
 SYSTEMS = (

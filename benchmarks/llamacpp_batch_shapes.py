@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arguments import positive  # noqa: E402
 from llamacpp_invariance import FILES  # noqa: E402
 
-from specd.models.embedded import EMBEDDED  # noqa: E402
 from specd.models.llamacpp.lib import Context, GGUFModel  # noqa: E402
+from specd.models.run.embedded import EMBEDDED  # noqa: E402
 
 # name -> rows per sequence, in sequence order (8 sequences unless it says otherwise)
 SHAPES = {

@@ -66,8 +66,8 @@ from specd.core.sources import Offer  # noqa: E402
 from specd.core.state import MATCH_TIERS, match_tier  # noqa: E402
 from specd.core.suffix import SuffixIndex  # noqa: E402
 from specd.files import write_text_atomic  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 from specd.policy.autok import AutoK  # noqa: E402
 from specd.policy.costs import FixedCosts, row_curve  # noqa: E402
 from specd.policy.kpolicy import DEFAULT_K_MAX  # noqa: E402

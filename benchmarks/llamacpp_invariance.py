@@ -40,8 +40,8 @@ from arguments import positive  # noqa: E402
 from heldout import refuse_outputs  # noqa: E402
 
 from specd.files import write_text_atomic  # noqa: E402
-from specd.models.embedded import EMBEDDED  # noqa: E402
 from specd.models.llamacpp.lib import Context, GGUFModel, binding  # noqa: E402
+from specd.models.run.embedded import EMBEDDED  # noqa: E402
 
 FILES = {"smollm": "smollm2-135m", "gemma": "gemma-3-270m"}
 # name -> Context keywords: llama.cpp's defaults (flash attention on, off), a shared pool with q8_0

@@ -37,8 +37,8 @@ from llamacpp import llama, plain_tokens  # noqa: E402
 from model_time import time_calls  # noqa: E402
 
 import specd.models.llamacpp.lib as llamacpp_lib  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 
 
 def take(spent: list[float]) -> float:

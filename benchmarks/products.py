@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from grounded import CATEGORIES, hf_generate  # noqa: E402
 
 from specd.core.model import RowInput  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem  # noqa: E402
 
 ROWS = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 25, 33)
 

@@ -42,7 +42,7 @@ def build_models(folder: Path) -> tuple[str, str]:
 
 
 def prompt_items(n: int):
-    from specd.models.prompts import PromptItem
+    from specd.models.run.prompts import PromptItem
 
     words = "the quick brown fox jumps over the lazy dog while a cheap draft proposes".split()
     return [PromptItem(f"q{i}", " ".join(words[(i + j) % len(words)] for j in range(2 + i % 11))) for i in range(n)]
@@ -77,8 +77,8 @@ def main() -> int:
 
     import torch
 
-    from specd.models.options import GenerateOptions
-    from specd.models.pipeline import Pipeline
+    from specd.models.run.options import GenerateOptions
+    from specd.models.run.pipeline import Pipeline
 
     clock = FinishClock()
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +116,7 @@ def main() -> int:
             )
 
         if not args.no_ray:
-            from specd.models.distributed import connect, run_on_ray
+            from specd.models.run.distributed import connect, run_on_ray
 
             ray = connect("local", num_cpus=2)
             t = time.perf_counter()

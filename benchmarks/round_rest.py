@@ -31,8 +31,8 @@ from arguments import positive  # noqa: E402
 from heldout import TARGETS, load_half  # noqa: E402
 
 from specd.core.state import MATCH_TIERS, match_tier  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 
 

@@ -31,8 +31,8 @@ from arguments import positive, positives  # noqa: E402
 from heldout import refuse_outputs  # noqa: E402
 
 from specd.core.model import RowInput, device_sync  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 from specd.policy.row_costs import RowCosts, read_row_costs, write_row_costs  # noqa: E402
 from specd.sweeps.measure import scratch_cache  # noqa: E402
 

@@ -35,9 +35,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specd.core.gumbel import gumbel, race, request_key  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import PromptItem  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import PromptItem  # noqa: E402
 from specd.oracles.rig import fold  # noqa: E402
 
 PROMPTS = [

@@ -60,8 +60,8 @@ from specd.core.sources import Offer  # noqa: E402
 from specd.core.state import History  # noqa: E402
 from specd.core.tree_shape import TreeShape, parse_tree  # noqa: E402
 from specd.files import write_text_atomic  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 from specd.policy.autok import SIBLING_FIRST, SIBLING_POWER, AutoK  # noqa: E402
 from specd.policy.costs import FixedCosts  # noqa: E402
 from specd.policy.ledger import CostModel  # noqa: E402

@@ -39,8 +39,8 @@ from arguments import positive  # noqa: E402
 from heldout import TARGETS, load_half, refuse_outputs  # noqa: E402
 
 from specd.files import write_text_atomic  # noqa: E402
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
 from specd.policy.costs import OnlineCosts  # noqa: E402
 
 PAIRS = {"default": ("smollm", None), "weak": ("smollm", "self:layers=26"), "gemma": ("gemma", "self:layers=12")}

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arguments import positive  # noqa: E402
 from grounded import hf_generate  # noqa: E402
 
-from specd.models.options import GenerateOptions  # noqa: E402
-from specd.models.pipeline import Pipeline  # noqa: E402
-from specd.models.prompts import prompt_items  # noqa: E402
+from specd.models.run.options import GenerateOptions  # noqa: E402
+from specd.models.run.pipeline import Pipeline  # noqa: E402
+from specd.models.run.prompts import prompt_items  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 TARGETS = {"smollm": "embedded:smollm2-135m", "gemma": "embedded:gemma-3-270m"}

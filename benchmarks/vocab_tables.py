@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.hf.loading import load
+from specd.models.run.embedded import EMBEDDED, ensure_embedded
 from specd.models.vocab_table import DATA, build_table, write_table
 
 NEW_TOKENS = 96

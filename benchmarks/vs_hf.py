@@ -21,9 +21,9 @@ from collections import defaultdict
 
 import torch
 
-from specd.models.options import GenerateOptions
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import PromptItem
+from specd.models.run.options import GenerateOptions
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import PromptItem
 
 PROMPTS = [
     ("chat", "What are three good habits for staying healthy?"),

@@ -18,9 +18,9 @@ PUBLIC = {
     "Pair": "specd.api.pair",
     "Generation": "specd.api.pair",
     "Comparison": "specd.api.pair",
-    "Divergence": "specd.models.divergence",
-    "RequestResult": "specd.models.generation",
-    "TextDelta": "specd.models.generation",
+    "Divergence": "specd.models.run.divergence",
+    "RequestResult": "specd.models.run.generation",
+    "TextDelta": "specd.models.run.generation",
     "prove": "specd.api.oracle",
     "check_sampler": "specd.api.oracle",
     "OracleReport": "specd.api.oracle",
@@ -48,9 +48,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports eac
     from specd.api.tables import sweep as sweep
     from specd.errors import SpecdError as SpecdError
     from specd.errors import UsageError as UsageError
-    from specd.models.divergence import Divergence as Divergence
-    from specd.models.generation import RequestResult as RequestResult
-    from specd.models.generation import TextDelta as TextDelta
+    from specd.models.run.divergence import Divergence as Divergence
+    from specd.models.run.generation import RequestResult as RequestResult
+    from specd.models.run.generation import TextDelta as TextDelta
 
 
 def __getattr__(name: str):

@@ -86,7 +86,7 @@ class ContractViolation(SpecdError):
 
 class OutputsDiffer(ContractViolation):
     """Greedy target-only and speculative decoding of one target emitted different tokens where the
-    target's two best were not within its dtype's rounding of each other (specd.models.divergence)."""
+    target's two best were not within its dtype's rounding of each other (specd.models.run.divergence)."""
 
     code = "outputs_differ"
 

@@ -117,7 +117,7 @@ def test_the_groups_run_every_page_once():
 def test_every_readme_command_runs_as_written(tmp_path, tiny_models, monkeypatch, capsys, group):
     """In-process through the console script's entry point (specd.cli:main), in a scratch folder."""
     from specd.cli import main
-    from specd.models.embedded import package_gguf
+    from specd.models.run.embedded import package_gguf
 
     if group == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed (make install builds it)")

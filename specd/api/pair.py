@@ -18,8 +18,9 @@ from pathlib import Path
 from specd.api import arguments as args
 from specd.errors import UsageError, shown
 from specd.files import check_output, check_paths
-from specd.models.divergence import Divergence, divergences
-from specd.models.generation import (
+from specd.models.hf.loading import Loaded, in_memory, placement
+from specd.models.run.divergence import Divergence, divergences
+from specd.models.run.generation import (
     SPECULATIVE,
     TARGET_ONLY,
     GenerationRun,
@@ -28,13 +29,12 @@ from specd.models.generation import (
     identical,
     speedup,
 )
-from specd.models.hf.loading import Loaded, in_memory, placement
-from specd.models.inputs import model_folders, run_inputs
-from specd.models.k_flags import check_k_flags
-from specd.models.options import OPTION_FIELDS, GenerateOptions, batch_size_value
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import PromptItem, prompt_items
-from specd.models.results import PromptSetFiles
+from specd.models.run.inputs import model_folders, run_inputs
+from specd.models.run.k_flags import check_k_flags
+from specd.models.run.options import OPTION_FIELDS, GenerateOptions, batch_size_value
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import PromptItem, prompt_items
+from specd.models.run.results import PromptSetFiles
 
 # Options fixed when the models load; every other option of GenerateOptions may change per call.
 LOAD_OPTIONS = frozenset(

@@ -18,14 +18,14 @@ from specd.core.records import RunResult
 from specd.core.stats import RunStats
 from specd.errors import printable
 from specd.files import is_stdout
-from specd.models.backends import describe
-from specd.models.distributed import connect, run_on_ray
-from specd.models.divergence import divergences, refuse_bugs
-from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, identical, speedup
-from specd.models.options import GenerateOptions
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import prompt_items
-from specd.models.results import PromptSetFiles
+from specd.models.run.backends import describe
+from specd.models.run.distributed import connect, run_on_ray
+from specd.models.run.divergence import divergences, refuse_bugs
+from specd.models.run.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, identical, speedup
+from specd.models.run.options import GenerateOptions
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import prompt_items
+from specd.models.run.results import PromptSetFiles
 
 SCHEMA = "specd.generate/v1"
 

@@ -1,6 +1,6 @@
 """The parameters of the generation commands, derived from the one declaration of each option.
 
-``GenerateOptions`` (specd.models.options) declares every option of a generation run and
+``GenerateOptions`` (specd.models.run.options) declares every option of a generation run and
 ``RunArgs`` below every argument of the command itself (prompts, outputs, mode), each
 with ``option(...)``: name, default, flags, kind, help and check. ``parameters`` turns
 those declarations into a Typer signature, so ``generate`` and ``trace run`` (its alias
@@ -22,10 +22,10 @@ import typer
 from specd.cli.common import load_yaml_mapping
 from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths
-from specd.models.inputs import model_folders, run_inputs
-from specd.models.k_flags import check_k_flags
-from specd.models.option_spec import option, specs, typed
-from specd.models.options import (
+from specd.models.run.inputs import model_folders, run_inputs
+from specd.models.run.k_flags import check_k_flags
+from specd.models.run.option_spec import option, specs, typed
+from specd.models.run.options import (
     BATCH_SIZE_CPU,
     BATCH_SIZE_CUDA_MAX,
     MAX_BATCH_SIZE,

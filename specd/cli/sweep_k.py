@@ -13,11 +13,11 @@ from specd.cli.options import command, parameters
 from specd.core.tree_shape import tree_file
 from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout
-from specd.models.distributed import connect
-from specd.models.inputs import model_files, model_folders
-from specd.models.option_spec import option
-from specd.models.options import GenerateOptions
-from specd.models.pipeline import Pipeline
+from specd.models.run.distributed import connect
+from specd.models.run.inputs import model_files, model_folders
+from specd.models.run.option_spec import option
+from specd.models.run.options import GenerateOptions
+from specd.models.run.pipeline import Pipeline
 from specd.policy.kpolicy import MAX_K
 from specd.policy.ledger import CostModel
 from specd.sweeps.analytic import (

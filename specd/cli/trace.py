@@ -13,7 +13,7 @@ from specd.cli.options import RunArgs, command, parameters, read_run
 from specd.cli.render import policy_table
 from specd.errors import UsageError, printable, shown
 from specd.files import STDOUT, check_output, check_paths, image_format, is_stdout, write_text_atomic
-from specd.models.options import GenerateOptions
+from specd.models.run.options import GenerateOptions
 from specd.traces.log import read_trace
 from specd.traces.plot import plot_summary
 from specd.traces.summary import summarize, to_table

@@ -19,10 +19,10 @@ from specd.core.model import RowInput, device_sync
 from specd.core.state import History
 from specd.core.tree_shape import TreeShape
 from specd.errors import UsageError, shown
-from specd.models.distributed import actors, connect
 from specd.models.model_facts import cache_shape
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import PromptItem
+from specd.models.run.distributed import actors, connect
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import PromptItem
 from specd.policy.autok import request_tree_profile
 from specd.policy.ledger import MeasuredCosts
 from specd.policy.profile import AcceptanceProfile, profile_from_rates

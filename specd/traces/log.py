@@ -2,7 +2,7 @@
 
 A header line first, then one group of lines per request: its ``proposal`` and
 ``round`` lines, then its ``request`` line (written as the request finishes; see
-specd/models/results.py). Line types:
+specd/models/run/results.py). Line types:
 
 - ``header`` (first line): {"type": "header", "schema": "specd.trace/v1", "manifest": {...}}
   where manifest carries the run coordinate: model names and weight digests,

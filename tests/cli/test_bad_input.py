@@ -251,7 +251,7 @@ def test_sweep_config_values(tmp_path, capsys, yaml_text, message):
 )
 def test_bad_draft_lists(capsys, draft, message, monkeypatch):
     loaded = []
-    monkeypatch.setattr("specd.models.backends.load", lambda *a, **k: loaded.append(a) or 1 / 0)
+    monkeypatch.setattr("specd.models.run.backends.load", lambda *a, **k: loaded.append(a) or 1 / 0)
     code, _, err = run_cli(["generate", "--target", "./some-target", "--draft", draft, *TINY], capsys)
     one_line(code, err)
     assert message in err and not loaded

@@ -324,7 +324,7 @@ def test_stdout_on_a_full_device_is_one_line():
 
 
 def test_a_disk_that_fills_mid_run_says_so_and_keeps_what_was_written(files, tiny_models, capsys, monkeypatch):
-    from specd.models.results import RequestLines
+    from specd.models.run.results import RequestLines
 
     class Filling:
         """The results file, on a disk that is full after its first request."""

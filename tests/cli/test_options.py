@@ -7,8 +7,8 @@ from specd.cli.generate import generate
 from specd.cli.options import RunArgs
 from specd.cli.sweep_k import MODEL_OPTIONS, sweep_k
 from specd.cli.trace import app as trace_app
-from specd.models.option_spec import specs
-from specd.models.options import GenerateOptions
+from specd.models.run.option_spec import specs
+from specd.models.run.options import GenerateOptions
 from tests.helpers import run_cli
 
 

@@ -67,7 +67,7 @@ def test_no_output_inside_the_embedded_models_cache(models, tiny_models, capsys,
     """The embedded target's folders in specd's cache are model folders too (the converted copy, the
     assembled GGUF), and so are the packages its GGUF comes from: a results file there is refused,
     with or without --target embedded:NAME."""
-    from specd.models.embedded import EMBEDDED
+    from specd.models.run.embedded import EMBEDDED
 
     for name, extra in (("smollm2-135m", []), ("gemma-3-270m", ["--target", "embedded:gemma-3-270m"])):
         for folder in EMBEDDED[name].cache_folders():

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from specd.errors import BackendUnavailable
-from specd.models import backends
 from specd.models.llamacpp import lib as llamacpp_lib
-from specd.models.options import GenerateOptions
+from specd.models.run import backends
+from specd.models.run.options import GenerateOptions
 from tests.helpers import run_cli
 from tests.hf_helpers import tiny_llama
 from tests.llamacpp_helpers import gguf_tokenizer, needs_binding, tokenizer_fields, write_tiny_gguf

@@ -16,7 +16,7 @@ PROMPTS = [f"the quick brown fox {word}" for word in ("jumps", "sleeps", "runs",
 
 @pytest.fixture(scope="module")
 def ray_local():
-    from specd.models.distributed import connect
+    from specd.models.run.distributed import connect
 
     ray = connect("local", num_cpus=2)
     yield ray
@@ -76,10 +76,10 @@ def test_a_prompt_set_on_ray_writes_the_local_runs_results(ray_local, tiny_model
 @needs_ray
 @pytest.mark.slow
 def test_a_killed_actor_loses_nothing_and_duplicates_nothing(ray_local, tiny_models, prompt_set, tmp_path, capsys):
-    from specd.models.distributed import run_on_ray
-    from specd.models.options import GenerateOptions
-    from specd.models.pipeline import Pipeline
-    from specd.models.prompts import prompt_items
+    from specd.models.run.distributed import run_on_ray
+    from specd.models.run.options import GenerateOptions
+    from specd.models.run.pipeline import Pipeline
+    from specd.models.run.prompts import prompt_items
 
     options = GenerateOptions(target=tiny_models[0], draft=tiny_models[1], max_new_tokens=16, temperature=0.9, k=3)
     pipe = Pipeline.build(options)
@@ -145,7 +145,7 @@ def test_sweep_cells_run_on_ray_actors(ray_local, tiny_models, capsys):
 
 
 def test_without_ray_the_flag_says_how_to_get_it(monkeypatch, tiny_models, capsys):
-    import specd.models.distributed as distributed
+    import specd.models.run.distributed as distributed
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -169,7 +169,7 @@ def test_an_unreachable_cluster_is_one_line_within_seconds(tiny_models, capsys, 
 @pytest.mark.parametrize("address", ["nohostport", "host:²", "host:" + "9" * 5000, "host:65536", "host:"])
 def test_the_connect_check_refuses_a_bad_address_shape(address):
     """A port is 0..65535 in ASCII digits: '²' passes isdigit() and fails int(); a longer one fails the socket."""
-    from specd.models.distributed import connect
+    from specd.models.run.distributed import connect
 
     if importlib.util.find_spec("ray") is None:
         pytest.skip("ray is not installed")
@@ -194,7 +194,7 @@ def test_a_cluster_with_gpus_gets_one_actor_per_gpu_each_reserving_it():
     """Ray hides every GPU from an actor that reserves none: a GPU node's actors ask for one each
     and run on their own (cuda, which Ray maps to that GPU); a CPU-only run keeps one per CPU."""
     from specd.errors import UsageError
-    from specd.models.distributed import actor_plan
+    from specd.models.run.distributed import actor_plan
 
     gpu_node = {"CPU": 16.0, "GPU": 2.0}
     for device in ("auto", "cuda", "cuda:1"):
@@ -214,8 +214,8 @@ def test_a_cluster_with_gpus_gets_one_actor_per_gpu_each_reserving_it():
 def test_gpu_actors_reserve_a_gpu_each_and_run_on_cuda():
     """``actors`` on a cluster that reports two GPUs (a stand-in for Ray: its accounting is Ray's):
     two actors, each created reserving one GPU, each building its pipeline with --device cuda."""
-    from specd.models.distributed import actors
-    from specd.models.options import GenerateOptions
+    from specd.models.run.distributed import actors
+    from specd.models.run.options import GenerateOptions
 
     created = []
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from specd.errors import OutputsDiffer
-from specd.models.divergence import divergences, refuse_bugs
-from specd.models.options import GenerateOptions
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import PromptItem
+from specd.models.run.divergence import divergences, refuse_bugs
+from specd.models.run.options import GenerateOptions
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import PromptItem
 from tests.helpers import run_cli
 
 
@@ -54,7 +54,7 @@ def test_a_part_that_rounding_does_not_explain_is_a_bug(tied):
 
 
 def test_compare_prints_the_document_then_exits_1_on_a_bug(tiny_models, capsys, monkeypatch):
-    from specd.models import divergence
+    from specd.models.run import divergence
 
     bug = divergence.Divergence("p", 3, (5, 9), (5, 6), 2.5, 1e-6, "float32")
     monkeypatch.setattr("specd.cli.generate.divergences", lambda *args: [bug])

@@ -8,8 +8,8 @@ from specd.core.processors import SamplingPolicy
 from specd.core.proposer import DraftContext, NgramProposer
 from specd.core.state import Request
 from specd.errors import UsageError
-from specd.models.drafts import build_proposer, early_exit_model, parse_draft, parse_drafts
 from specd.models.hf.model import HFCausalLM
+from specd.models.run.drafts import build_proposer, early_exit_model, parse_draft, parse_drafts
 from tests.hf_helpers import tiny_llama
 
 GREEDY = SamplingPolicy.build(temperature=0)

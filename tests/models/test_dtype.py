@@ -51,7 +51,7 @@ BF16, FP16, F32 = torch.bfloat16, torch.float16, torch.float32
     ],
 )
 def test_a_default_list_leaves_out_a_copy_of_the_target_in_its_own_dtype(default, dtype, expected):
-    from specd.models.drafts import fit_default, parse_drafts
+    from specd.models.run.drafts import fit_default, parse_drafts
 
     draft, specs, note = fit_default(default, parse_drafts(default), dtype)
     assert draft == expected and [s.text for s in specs] == expected.split(",")
@@ -74,7 +74,7 @@ def test_the_default_draft_list_of_a_bfloat16_target_runs_and_says_so_once(
     """`specd generate --dtype bfloat16` on the embedded SmolLM2 (default suffix,self:bf16) was refused
     for a draft the user never named. A tiny target given the embedded model's default list stands in
     for it here (the same code path, without loading 135M parameters)."""
-    from specd.models import pipeline
+    from specd.models.run import pipeline
 
     monkeypatch.setattr(pipeline, "DEFAULT_OWN_TARGET_DRAFT", "suffix,self:bf16")
     args = ["generate", "--target", tiny_models[0], "-p", "hi", "--max-new-tokens", "2", *flags]

@@ -45,13 +45,13 @@ def test_generate_with_no_model_flags_runs_the_embedded_default(capsys, specd_ca
         assert doc["stats"]["speculative"]["mean_accepted_length"] > 1.5
     assert doc["identical_outputs"] is True
     assert len(doc["results"][0]["text"]) > 10
-    from specd.models.embedded import converted_folder
+    from specd.models.run.embedded import converted_folder
 
     assert converted_folder().is_relative_to(specd_cache_dir)  # the test session's cache, never ~/.cache
 
 
 def test_missing_package_is_one_line(monkeypatch, capsys):
-    from specd.models import embedded
+    from specd.models.run import embedded
 
     monkeypatch.setattr(embedded, "MODULE", "no_such_package_xyz")
     monkeypatch.setenv("SPECD_CACHE_DIR", "/nonexistent-specd-cache")
@@ -64,7 +64,7 @@ def test_missing_package_is_one_line(monkeypatch, capsys):
 @needs_package
 @pytest.mark.slow
 def test_target_from_the_packaged_gguf_file(capsys):
-    from specd.models.embedded import package_gguf
+    from specd.models.run.embedded import package_gguf
 
     with pytest.raises(SystemExit) as exit_:
         main(
@@ -103,7 +103,7 @@ def test_an_unknown_embedded_name_is_one_line_before_anything_loads(capsys):
 
 
 def test_embedded_names_resolve_and_a_missing_package_is_one_line(capsys, monkeypatch, tmp_path):
-    from specd.models import embedded
+    from specd.models.run import embedded
     from tests.helpers import run_cli
 
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))  # nothing converted yet: the package is needed
@@ -131,7 +131,7 @@ def test_embedded_gemma_greedy_is_hugging_faces(capsys, specd_cache_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import specd
-    from specd.models.embedded import EMBEDDED, converted_folder
+    from specd.models.run.embedded import EMBEDDED, converted_folder
     from specd.models.vocab_table import DATA
     from tests.helpers import run_cli
 
@@ -176,7 +176,7 @@ def test_the_shipped_draft_vocabulary_tables_are_the_embedded_tokenizers(name, s
         pytest.skip(f"{module} not installed")
     from transformers import AutoTokenizer
 
-    from specd.models.embedded import EMBEDDED, ensure_embedded
+    from specd.models.run.embedded import EMBEDDED, ensure_embedded
     from specd.models.vocab_table import DATA, MAX_RANKED, PROMPTS, read_table, tokenizer_digest
 
     tok = AutoTokenizer.from_pretrained(ensure_embedded(name))

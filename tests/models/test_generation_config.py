@@ -7,9 +7,9 @@ import shutil
 import pytest
 import torch
 
-from specd.models.options import GenerateOptions
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import PromptItem
+from specd.models.run.options import GenerateOptions
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import PromptItem
 from specd.oracles.engine.montecarlo import bernstein_bound
 from tests.helpers import run_cli
 

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from specd.errors import UsageError
-from specd.models.options import GenerateOptions, from_sources
+from specd.models.run.options import GenerateOptions, from_sources
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from specd.models.options import GenerateOptions
-from specd.models.pipeline import Pipeline
-from specd.models.prompts import PromptItem
+from specd.models.run.options import GenerateOptions
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.prompts import PromptItem
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,8 @@ def test_other_sampling_options_give_a_new_pipeline_sharing_the_models(pipe):
 
 
 def test_the_cuda_batch_default_is_what_half_the_free_memory_holds(tiny_models):
-    from specd.models.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA_MAX, GenerateOptions, batch_for_memory
-    from specd.models.pipeline import Pipeline
+    from specd.models.run.options import BATCH_SIZE_CPU, BATCH_SIZE_CUDA_MAX, GenerateOptions, batch_for_memory
+    from specd.models.run.pipeline import Pipeline
 
     assert batch_for_memory(100 << 30, 1 << 30) == 50  # 100 GiB free, 1 GiB a request
     assert batch_for_memory(1 << 20, 1 << 30) == 1 and batch_for_memory(1 << 50, 1) == BATCH_SIZE_CUDA_MAX

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specd.errors import ResumeMismatch, UsageError
-from specd.models.results import RESULTS_SCHEMA, RequestLines, manifest_difference
+from specd.models.run.results import RESULTS_SCHEMA, RequestLines, manifest_difference
 
 MANIFEST = {
     "target": {"identity": "t"},
@@ -144,7 +144,7 @@ class SmallDisk(io.FileIO):
 @pytest.fixture
 def full_disk(monkeypatch, tmp_path):
     """Results files opened for appending land on a small disk: the header and a request or two fit."""
-    from specd.models import results
+    from specd.models.run import results
 
     def small_open(path, mode="r", encoding=None):
         assert mode == "a", mode

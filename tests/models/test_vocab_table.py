@@ -122,7 +122,7 @@ def test_bad_self_vocab_input_is_one_line_before_any_weights_load(
     cut.write_text(other.read_text()[:30])
     names = {"MISSING": str(tmp_path / "missing.json"), "OTHER": str(other), "CUT": str(cut)}
     extra = [names.get(a, a) for a in extra]
-    monkeypatch.setattr("specd.models.backends.load", never_load)
+    monkeypatch.setattr("specd.models.run.backends.load", never_load)
     code, out, err = run_cli(["generate", "--target", target, "--draft", draft, "-p", "hi", *extra], capsys)
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith("specd: error:"), err

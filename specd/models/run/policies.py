@@ -7,8 +7,8 @@ from __future__ import annotations
 from specd.core.processors import SamplingPolicy
 from specd.errors import UsageError, shown
 from specd.models.admission import EventSpace
-from specd.models.generation_config import FIELDS, GenerationDefaults, resolve, resolve_draft
-from specd.models.options import GenerateOptions
+from specd.models.run.generation_config import FIELDS, GenerationDefaults, resolve, resolve_draft
+from specd.models.run.options import GenerateOptions
 
 
 def controls(opts: GenerateOptions, tokenizer, eos: frozenset[int]) -> dict:
@@ -37,7 +37,7 @@ def policies(
     opts: GenerateOptions, space: EventSpace, generation: GenerationDefaults, extra: dict | None = None
 ) -> tuple[SamplingPolicy, SamplingPolicy, dict]:
     """The target's and the draft's sampling policies, and every effective value with its source
-    (specd.models.generation_config: the user's values, else the generation config's, else defaults;
+    (specd.models.run.generation_config: the user's values, else the generation config's, else defaults;
     the draft's default to the target's). ``extra``: the target's further controls (``controls``);
     the draft has none of them (as it has no repetition penalty): q stays the draft's own row."""
     mask = space.real_vocab if space.width > space.real_vocab else None

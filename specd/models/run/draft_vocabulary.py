@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from specd.core.shared_body import check_size
 from specd.files import read_text
-from specd.models.drafts import DraftSpec
-from specd.models.embedded import cache_root
 from specd.models.hf.model import HFCausalLM
+from specd.models.run.drafts import DraftSpec
+from specd.models.run.embedded import cache_root
 from specd.models.vocab_table import build_table, read_table, tokenizer_digest, write_table
 
 

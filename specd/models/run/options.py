@@ -30,14 +30,14 @@ from specd.core.rules import RULES
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, shown
 from specd.files import check_path_name
-from specd.models.backends import BACKENDS as MODEL_BACKENDS
-from specd.models.backends import check as check_backend_options
-from specd.models.drafts import parse_drafts
-from specd.models.embedded import embedded_name
-from specd.models.generation_config import check_mode
 from specd.models.hf.graphs import MODES as GRAPH_MODES
 from specd.models.numbers import parse_max_memory
-from specd.models.option_spec import Check, at_least_one, one_of, option, specs, typed
+from specd.models.run.backends import BACKENDS as MODEL_BACKENDS
+from specd.models.run.backends import check as check_backend_options
+from specd.models.run.drafts import parse_drafts
+from specd.models.run.embedded import embedded_name
+from specd.models.run.generation_config import check_mode
+from specd.models.run.option_spec import Check, at_least_one, one_of, option, specs, typed
 from specd.policy.kpolicy import DEFAULT_K_MAX, DEFAULT_TREE_BUDGET, MAX_K, check_k, check_k_max, check_tree_budget
 
 BATCH_SIZE_CPU = 64  # requests decoding together on a CPU when the user does not say
@@ -444,7 +444,7 @@ class GenerateOptions:
 
     @property
     def uses_default_model(self) -> bool:
-        """An embedded model (specd.models.embedded), not a folder, hub id or GGUF of the user's."""
+        """An embedded model (specd.models.run.embedded), not a folder, hub id or GGUF of the user's."""
         return self.embedded is not None
 
 

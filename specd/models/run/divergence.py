@@ -68,7 +68,7 @@ class Divergence:
 
 def divergences(pipe, items, target_only, speculative) -> list[Divergence]:
     """The first parting of each request whose tokens differ between the two runs (``GenerationRun``s of
-    ``items`` on ``pipe``, a specd.models.pipeline.Pipeline)."""
+    ``items`` on ``pipe``, a specd.models.run.pipeline.Pipeline)."""
     out = []
     for item, a, b in zip(items, target_only.results, speculative.results):
         if a.tokens == b.tokens:

@@ -4,7 +4,7 @@ Two backends. ``hf``: transformers; a GGUF file is dequantized to float32 and ru
 model (model folders and hub ids always run here). ``llama.cpp``: the GGUF file as it is, on the
 CPU (specd.models.llamacpp.model); the target is then llama.cpp's computation on the file. ``--backend``
 names the backend of a run's GGUF models (``--target-gguf``, ``--draft-gguf``, ``embedded:NAME``).
-Without it, an embedded model runs on its ``cpu_backend`` (specd.models.embedded: llama.cpp where
+Without it, an embedded model runs on its ``cpu_backend`` (specd.models.run.embedded: llama.cpp where
 it was measured exact and faster) on a CPU where llama-cpp-python is installed and the run asks for
 nothing only Hugging Face runs (a ``self:`` draft, a dtype, a device map, a token tree); everything
 else runs on hf.
@@ -18,12 +18,12 @@ import torch
 
 from specd.errors import ModelLoadError, UsageError, one_line
 from specd.models.admission import EventSpace, admit
-from specd.models.drafts import parse_drafts
-from specd.models.embedded import EMBEDDED, cache_root, exclusive, make_folder
 from specd.models.hf.loading import Loaded, load, one_gguf_parse
 from specd.models.hf.model import HFCausalLM, logit_width
 from specd.models.llamacpp.lib import GGUFModel, available
 from specd.models.llamacpp.model import LLAMA_CPP_CHAINS, LlamaCppLM
+from specd.models.run.drafts import parse_drafts
+from specd.models.run.embedded import EMBEDDED, cache_root, exclusive, make_folder
 
 HF, LLAMA_CPP = "hf", "llama.cpp"
 BACKENDS = (HF, LLAMA_CPP)

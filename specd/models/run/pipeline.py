@@ -27,25 +27,25 @@ from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.tree_shape import parse_tree
 from specd.errors import GraphsUnavailable, UsageError, shown
-from specd.models import backends
 from specd.models.admission import EventSpace
-from specd.models.backends import LLAMA_CPP
-from specd.models.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
-from specd.models.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
-from specd.models.embedded import EMBEDDED, ensure_embedded
 from specd.models.exclusive import Holding, exclusive, locks_of
-from specd.models.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
-from specd.models.generation_config import GenerationDefaults, from_model, read_folder
 from specd.models.hf.graphs import refusal as graph_refusal
 from specd.models.hf.loading import Loaded, resolve_device, resolve_dtype
 from specd.models.hf.model import HFCausalLM
 from specd.models.llamacpp.model import LlamaCppLM
-from specd.models.manifest import run_manifest
 from specd.models.model_facts import context_length, eos_ids, kv_layout, within_window
-from specd.models.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
-from specd.models.policies import controls, policies
-from specd.models.prompts import PromptItem
-from specd.models.results import load_k_schedules
+from specd.models.run import backends
+from specd.models.run.backends import LLAMA_CPP
+from specd.models.run.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
+from specd.models.run.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
+from specd.models.run.embedded import EMBEDDED, ensure_embedded
+from specd.models.run.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
+from specd.models.run.generation_config import GenerationDefaults, from_model, read_folder
+from specd.models.run.manifest import run_manifest
+from specd.models.run.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
+from specd.models.run.policies import controls, policies
+from specd.models.run.prompts import PromptItem
+from specd.models.run.results import load_k_schedules
 from specd.models.vocab_table import DATA
 from specd.policy.autok import auto_k_over
 from specd.policy.costs import OnlineCosts
@@ -75,7 +75,7 @@ class Pipeline:
     # This machine's measured costs (target call, draft step), shared by every -k auto run of these models.
     costs: OnlineCosts = field(default_factory=OnlineCosts, compare=False, repr=False)
     digests: dict = field(default_factory=dict, compare=False, repr=False)  # weights sha256 by model name (manifest)
-    backend: str = backends.HF  # what ran the GGUF models (specd.models.backends)
+    backend: str = backends.HF  # what ran the GGUF models (specd.models.run.backends)
 
     @classmethod
     def build(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from specd.core.tree_shape import tree_file
 from specd.files import folder_files
-from specd.models.drafts import parse_drafts
-from specd.models.embedded import EMBEDDED, embedded_name
-from specd.models.options import GenerateOptions
+from specd.models.run.drafts import parse_drafts
+from specd.models.run.embedded import EMBEDDED, embedded_name
+from specd.models.run.options import GenerateOptions
 
 
 def run_inputs(options: GenerateOptions, folders: dict[str, str]) -> dict[str, str | None]:

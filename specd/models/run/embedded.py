@@ -57,7 +57,7 @@ class EmbeddedModel:
     vocab_table: str | None = None  # its shipped self:vocab=N table, in specd/models/data
     gguf_cache: str | None = None  # the folder of specd's cache its GGUF is assembled in, if any
     llama_draft: str = "suffix"  # the draft sources on llama.cpp (its self: drafts are Hugging Face models)
-    # Its backend on a CPU without --backend (specd.models.backends.choose): llama.cpp only where specd's
+    # Its backend on a CPU without --backend (specd.models.run.backends.choose): llama.cpp only where specd's
     # greedy text there was measured to be llama.cpp's own decoding of the file (docs/llamacpp.md).
     cpu_backend: str = "llama.cpp"
     packages: tuple[str, ...] = ()  # the installed packages its GGUF is read from

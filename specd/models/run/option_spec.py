@@ -1,7 +1,7 @@
 """How an option is declared, typed and checked: ``option(...)`` declares a dataclass field with
 its flags, kind, help and range check (a ``Spec``); ``typed`` reads a value of a kind, or refuses
 it naming where it came from; ``specs`` lists a dataclass's declared options. The options of a
-generation run (specd.models.options) and sweep-k's own are declared this way."""
+generation run (specd.models.run.options) and sweep-k's own are declared this way."""
 
 from __future__ import annotations
 

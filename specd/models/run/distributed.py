@@ -2,7 +2,7 @@
 
 The driver cuts the prompt set into chunks and keeps every actor busy with one
 chunk at a time; each result comes back to the driver, which writes the same
-files as a local run (in input order, see ``specd.models.results``). A request's
+files as a local run (in input order, see ``specd.models.run.results``). A request's
 output depends only on its own random streams (seed, request id) and prompt, so
 it is the same whichever actor, batch or machine ran it. If an actor dies, its
 unfinished chunk goes to another actor (a replacement is started in its place):
@@ -24,8 +24,8 @@ import torch
 
 from specd.errors import UsageError, shown
 from specd.models.numbers import digits_only
-from specd.models.pipeline import Pipeline
-from specd.models.results import manifest_difference
+from specd.models.run.pipeline import Pipeline
+from specd.models.run.results import manifest_difference
 
 CHUNK = 8  # requests per task: small enough to spread the load, large enough to batch
 INSTALL_HINT = "--ray needs Ray: pip install 'specd[ray]' (make install includes it)"
