@@ -29,7 +29,7 @@ SIGNATURES = {
     "RequestResult.as_dict": "(self) -> 'dict'",
     "TextDelta": "fields: request_id: str, text: str",
     "prove": "(vocab: 'int' = 2, k: 'int' = 3, *, rule: 'str' = 'both', seed: 'int' = 0, horizon: 'int | None' = None, samples: 'int' = 2000, lab: 'bool' = True, target_temperature: 'float' = 1.0, draft_temperature: 'float' = 0.7, target_bias: 'Mapping[int, float] | None' = None, draft_bias: 'Mapping[int, float] | None' = None, repetition_penalty: 'float | None' = None, layout: 'str' = 'replay_frontier', backend: 'str' = 'max_shift', jobs: 'int | None' = None, tree: 'str | Sequence[str] | None' = None, **controls: 'float | int | None') -> 'OracleReport'",
-    "check_sampler": "(sampler: 'Callable | str', *, rule: 'str' = 'maximal', tree: 'str | None' = None, vocab: 'int' = 2, k: 'int' = 3, seed: 'int' = 0, target_temperature: 'float' = 1.0, draft_temperature: 'float' = 0.7, target_bias: 'Mapping[int, float] | None' = None, draft_bias: 'Mapping[int, float] | None' = None, repetition_penalty: 'float | None' = None, input_rounding: 'float' = 0.0, timeout: 'float' = 60.0, jobs: 'int | None' = None, **controls: 'float | int | None') -> 'OracleReport'",
+    "check_sampler": "(sampler: 'Callable | str', *, rule: 'str' = 'maximal', tree: 'str | None' = None, vocab: 'int' = 2, k: 'int' = 3, seed: 'int' = 0, target_temperature: 'float' = 1.0, draft_temperature: 'float' = 0.7, target_bias: 'Mapping[int, float] | None' = None, draft_bias: 'Mapping[int, float] | None' = None, repetition_penalty: 'float | None' = None, input_rounding: 'float' = 0.0, timeout: 'float' = 60.0, jobs: 'int | None' = None, exact_size: 'bool' = False, **controls: 'float | int | None') -> 'OracleReport'",
     "OracleReport": "fields: passed: bool, checks: tuple[CheckResult, ...], findings: tuple[str, ...], counterexample: dict | None, failure_lab: tuple[dict, ...], document: dict",
     "OracleReport.failed": "property",
     "CheckResult": "fields: name: str, passed: bool | None, figures: dict, detail: str, findings: tuple[str, ...]",
@@ -39,7 +39,7 @@ SIGNATURES = {
     "summarize_log": "(path: 'str', by: 'str | None' = None) -> 'pd.DataFrame'",
     "SpecdError": "class",
     "UsageError": "class",
-    "testing.assert_sampler_exact": "(sampler: 'Callable | str', *, rule: 'str' = 'maximal', tree: 'str | None' = None, vocab: 'int' = 2, k: 'int' = 3, seed: 'int' = 0, input_rounding: 'float' = 0.0, timeout: 'float' = 60.0) -> 'OracleReport'",
+    "testing.assert_sampler_exact": "(sampler: 'Callable | str', *, rule: 'str' = 'maximal', tree: 'str | None' = None, vocab: 'int' = 2, k: 'int' = 3, seed: 'int' = 0, input_rounding: 'float' = 0.0, timeout: 'float' = 60.0, exact_size: 'bool' = False) -> 'OracleReport'",
 }
 
 
