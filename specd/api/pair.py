@@ -31,7 +31,8 @@ from specd.models.run.generation import (
 )
 from specd.models.run.inputs import model_folders, run_inputs
 from specd.models.run.k_flags import check_k_flags
-from specd.models.run.options import OPTION_FIELDS, GenerateOptions, batch_size_value
+from specd.models.run.option_checks import batch_size_value
+from specd.models.run.options import OPTION_FIELDS, GenerateOptions
 from specd.models.run.pipeline import Pipeline
 from specd.models.run.prompts import PromptItem, prompt_items
 from specd.models.run.results import PromptSetFiles

@@ -24,14 +24,13 @@ from specd.errors import UsageError
 from specd.files import STDOUT, check_output, check_paths
 from specd.models.run.inputs import model_folders, run_inputs
 from specd.models.run.k_flags import check_k_flags
+from specd.models.run.option_checks import MAX_BATCH_SIZE, batch_size_value
 from specd.models.run.option_spec import option, specs, typed
 from specd.models.run.options import (
     BATCH_SIZE_CPU,
     BATCH_SIZE_CUDA_MAX,
-    MAX_BATCH_SIZE,
     OPTION_FIELDS,
     GenerateOptions,
-    batch_size_value,
     from_sources,
 )
 

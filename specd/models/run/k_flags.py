@@ -7,7 +7,8 @@ the config file) and ``specd.Pair`` (the keywords of a call) check the same."""
 from __future__ import annotations
 
 from specd.errors import UsageError
-from specd.models.run.options import AUTO_TREE, GenerateOptions
+from specd.models.run.option_checks import AUTO_TREE
+from specd.models.run.options import GenerateOptions
 
 K_FLAGS = ("k", "k_max", "draft_stop", "k_schedule", "tree", "tree_budget")
 

@@ -15,7 +15,7 @@ from specd.core.tree_shape import parse_tree
 from specd.models.hf.loading import weights_digest
 from specd.models.hf.model import HFCausalLM
 from specd.models.llamacpp.model import LlamaCppLM, file_digest
-from specd.models.run.options import AUTO_TREE
+from specd.models.run.option_checks import AUTO_TREE
 
 if TYPE_CHECKING:
     from specd.models.run.pipeline import Pipeline

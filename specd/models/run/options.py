@@ -11,7 +11,7 @@ it came from (the flag, or the config file and key); nothing downstream re-valid
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specd.core.controls import (
@@ -28,8 +28,7 @@ from specd.core.probability import BACKENDS
 from specd.core.proposer import check_draft_stop
 from specd.core.rules import RULES
 from specd.core.tree_shape import parse_tree
-from specd.errors import UsageError, shown
-from specd.files import check_path_name
+from specd.errors import UsageError
 from specd.models.hf.graphs import MODES as GRAPH_MODES
 from specd.models.numbers import parse_max_memory
 from specd.models.run.backends import BACKENDS as MODEL_BACKENDS
@@ -37,60 +36,29 @@ from specd.models.run.backends import check as check_backend_options
 from specd.models.run.drafts import parse_drafts
 from specd.models.run.embedded import embedded_name
 from specd.models.run.generation_config import check_mode
-from specd.models.run.option_spec import Check, at_least_one, one_of, option, specs, typed
+from specd.models.run.option_checks import (
+    AUTO_TREE,
+    device_map_value,
+    draft_value,
+    path_value,
+    sampling,
+    stop_strings,
+    tree_value,
+)
+from specd.models.run.option_spec import at_least_one, one_of, option, specs, typed
 from specd.policy.kpolicy import DEFAULT_K_MAX, DEFAULT_TREE_BUDGET, MAX_K, check_k, check_k_max, check_tree_budget
 
 BATCH_SIZE_CPU = 64  # requests decoding together on a CPU when the user does not say
 BATCH_SIZE_CUDA_MAX = 256  # on CUDA: as many as half the free memory holds (batch_for_memory), at most this
-MAX_BATCH_SIZE = 4096
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 DEFAULT_RULE = "invariant"
-AUTO_TREE = "auto"  # --tree auto: -k auto chooses each round's shape, a chain or a tree within --tree-budget
 
 
-# -- range checks of this command's own options ---------------------------------------------
 def batch_for_memory(free_bytes: int, per_request_bytes: int, cap: int = BATCH_SIZE_CUDA_MAX) -> int:
     """The requests that fit half of ``free_bytes`` (the other half for activations and the
     allocator's slack) at ``per_request_bytes`` each: at least 1, at most ``cap``."""
     return max(1, min(cap, free_bytes // 2 // max(per_request_bytes, 1)))
-
-
-def batch_size_value(value, where):
-    """--batch-size (a run argument, not an option: outputs do not depend on it)."""
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE
-    ):
-        raise UsageError(f"{where} must be in 1..{MAX_BATCH_SIZE} (an integer), got {shown(value)}")
-
-
-def stop_strings(value, where):
-    if any(not s for s in value):
-        raise UsageError(f"{where}: a stop string must not be empty")
-
-
-def device_map_value(value, where):
-    if value not in (None, "auto"):
-        raise UsageError(f"{where} takes auto, got {shown(value)}")
-
-
-def path_value(value, where):
-    if value is not None:
-        check_path_name(value, where)  # a folder, a hub id or a file
-
-
-def draft_value(value, where):
-    parse_drafts(value)  # an unknown, repeated or empty source is refused by name
-
-
-def tree_value(value, where):
-    if value is not None and value != AUTO_TREE:
-        parse_tree(value, where)
-
-
-def sampling(check: Callable) -> Check:
-    """A core sampling check (temperature, top-k, top-p, penalty) for an optional value."""
-    return lambda value, where: value is None or check(value, where)
 
 
 @dataclass(frozen=True)
