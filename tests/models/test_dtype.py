@@ -74,9 +74,9 @@ def test_the_default_draft_list_of_a_bfloat16_target_runs_and_says_so_once(
     """`specd generate --dtype bfloat16` on the embedded SmolLM2 (default suffix,self:bf16) was refused
     for a draft the user never named. A tiny target given the embedded model's default list stands in
     for it here (the same code path, without loading 135M parameters)."""
-    from specd.models.run import pipeline
+    from specd.models.run import load
 
-    monkeypatch.setattr(pipeline, "DEFAULT_OWN_TARGET_DRAFT", "suffix,self:bf16")
+    monkeypatch.setattr(load, "DEFAULT_OWN_TARGET_DRAFT", "suffix,self:bf16")
     args = ["generate", "--target", tiny_models[0], "-p", "hi", "--max-new-tokens", "2", *flags]
     got, out, err = run_cli([*args, "--json"], capsys)
     assert got == code, err

@@ -1,6 +1,6 @@
-"""From options to generated text on Hugging Face models.
+"""From options to generated text, on either backend.
 
-``Pipeline.build`` loads and admits the models and builds both sampling
+``Pipeline.build`` loads (specd.models.run.load) and admits the models and builds both sampling
 policies once; the pipeline is immutable after that. ``run`` takes what changes
 from run to run (the prompts, speculative or target-only, K, the token budget)
 as arguments, drives the engine, and returns the text of every request with its
@@ -26,34 +26,29 @@ from specd.core.sources import SourceSet
 from specd.core.state import Request, RequestState
 from specd.core.stops import StopStrings
 from specd.core.tree_shape import parse_tree
-from specd.errors import GraphsUnavailable, UsageError, shown
+from specd.errors import UsageError, shown
 from specd.models.admission import EventSpace
 from specd.models.exclusive import Holding, exclusive, locks_of
-from specd.models.hf.graphs import refusal as graph_refusal
-from specd.models.hf.loading import Loaded, resolve_device, resolve_dtype
+from specd.models.hf.loading import Loaded
 from specd.models.hf.model import HFCausalLM
 from specd.models.llamacpp.model import LlamaCppLM
-from specd.models.model_facts import context_length, eos_ids, kv_layout, within_window
+from specd.models.model_facts import eos_ids, kv_layout
 from specd.models.run import backends
-from specd.models.run.backends import LLAMA_CPP
-from specd.models.run.draft_vocabulary import draft_vocabulary, precheck_draft_vocabulary
-from specd.models.run.drafts import DraftSpec, build_proposer, fit_default, parse_drafts
-from specd.models.run.embedded import EMBEDDED, ensure_embedded
+from specd.models.run.draft_vocabulary import draft_vocabulary
 from specd.models.run.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
-from specd.models.run.generation_config import GenerationDefaults, from_model, read_folder
+from specd.models.run.generation_config import GenerationDefaults
+from specd.models.run.load import build_source, load_run, positions
 from specd.models.run.manifest import run_manifest
-from specd.models.run.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory, parse_max_memory
+from specd.models.run.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory
 from specd.models.run.policies import controls, policies
 from specd.models.run.prompts import PromptItem
 from specd.models.run.results import load_k_schedules
-from specd.models.vocab_table import DATA
 from specd.policy.autok import auto_k_over
 from specd.policy.costs import OnlineCosts
 from specd.policy.kpolicy import FixedK, KPolicy, ScheduleK
 
 T = TypeVar("T")
 _DONE = object()  # the end of a stream of events
-DEFAULT_OWN_TARGET_DRAFT = "suffix"  # your own target without --draft: the lookup alone
 
 
 @dataclass(frozen=True)
@@ -87,53 +82,21 @@ class Pipeline:
     ) -> Pipeline:
         """Load target (and draft), admit their tokenizers, build both policies. ``given``: "target"
         and/or "draft" already in memory (``loading.in_memory``), used instead of loading them."""
-        given = given or {}
-        device = resolve_device(opts.device)
-        backend = backends.choose(opts, device, given_target="target" in given)
-        if backend == LLAMA_CPP:
-            device = resolve_device("cpu")  # llama.cpp runs on the CPU here, and so does a Hugging Face draft beside it
-        dtype = resolve_dtype(opts.dtype, device)
-        refused = graph_refusal(opts.graphs, device, backend)  # --graphs on where it cannot be: before any load
-        if refused is not None:
-            raise GraphsUnavailable(refused)
-        schedules = load_k_schedules(opts.k_schedule) if opts.k_schedule else None  # refused before any load
-        t0 = time.perf_counter()
-        embedded = EMBEDDED[opts.embedded] if opts.embedded else None
-        defaulted = with_draft and not (opts.draft or opts.draft_gguf)
-        opts, specs = draft_specs(opts, embedded, with_draft, report, backend)
-        # A local folder's generation_config.json is read (and refused if broken) before anything loads.
-        generation = read_folder(opts.generation_config, opts.target) if opts.target else None
-        shared = [spec for spec in specs if spec.kind == "self-vocab"]
-        table_path = opts.draft_vocab or (
-            str(DATA / embedded.vocab_table) if embedded and embedded.vocab_table else None
-        )
-        checked, tokenizer = None, None  # N against the vocabulary, the table against the tokenizer: before the weights
-        if shared:
-            checked, tokenizer = precheck_draft_vocabulary(shared, opts.target, table_path, opts.trust_remote_code)
-        placement = dict(
-            trust_remote_code=opts.trust_remote_code,
-            device_map=opts.device_map,
-            max_memory=parse_max_memory(opts.max_memory) if opts.max_memory else None,
-            read_generation_config=opts.generation_config == "auto",
-        )
-        key = embedded.cache_key if embedded is not None else None
-        target, loaded_draft = backends.load_models(
-            opts, specs, dtype, device, given, tokenizer, backend, key, placement
-        )
-        if defaulted and backend != LLAMA_CPP:  # never a copy of the target in its own dtype (self:bf16 on bf16)
-            opts, specs = default_fitted(opts, specs, target.model, report)
-        if generation is None:
-            generation = from_model(opts.generation_config, target.model, target.name)
-        if embedded is not None:
-            target.name = embedded.label
-        target_lm, draft_lm, space = backends.adapters(target, loaded_draft, opts.graphs)
-        tok = target.tokenizer
-        eos = eos_ids(target.model, tok)
-        target_policy, draft_policy, sampling = policies(opts, space, generation, controls(opts, tok, eos))
+        run = load_run(opts, with_draft, report, given or {})
+        opts = run.options
+        target_lm, draft_lm, space = backends.adapters(run.target, run.draft, opts.graphs)
+        tok = run.target.tokenizer
+        eos = eos_ids(run.target.model, tok)
+        target_policy, draft_policy, sampling = policies(opts, space, run.generation, controls(opts, tok, eos))
         proposer = None
         if with_draft:
-            table = checked or (draft_vocabulary(target_lm, tok, table_path, opts.chat, report) if shared else None)
-            proposer = SourceSet([build_source(spec, opts, target_lm, draft_lm, draft_policy, table) for spec in specs])
+            shared = any(spec.kind == "self-vocab" for spec in run.specs)
+            table = run.table or (
+                draft_vocabulary(target_lm, tok, run.table_path, opts.chat, report) if shared else None
+            )
+            proposer = SourceSet(
+                [build_source(spec, opts, target_lm, draft_lm, draft_policy, table) for spec in run.specs]
+            )
         contexts = (positions(lm) for lm in (target_lm, draft_lm) if lm is not None)
         pipe = cls(
             opts,
@@ -144,13 +107,13 @@ class Pipeline:
             target_policy,
             draft_policy if with_draft else None,
             eos,
-            device,
-            time.perf_counter() - t0,
+            run.device,
+            time.perf_counter() - run.started,
             min((c for c in contexts if c), default=None),
-            generation,
+            run.generation,
             sampling if with_draft else {"target": sampling["target"]},
-            schedules,
-            backend=backend,
+            run.schedules,
+            backend=run.backend,
         )
         graphs = getattr(target_lm, "graphs", None)
         if graphs is not None:  # -k auto prices a call as the bucket it is padded to
@@ -434,45 +397,3 @@ class Deltas:
             return None
         self.sent[request_id] = text
         return TextDelta(request_id, text[len(sent) :])
-
-
-def draft_specs(
-    opts: GenerateOptions, embedded, with_draft: bool, report, backend: str
-) -> tuple[GenerateOptions, tuple]:
-    """The options with an embedded target's file filled in (for hf its folder, converted on first
-    use) and its default draft on that backend, and the draft sources they name (none without
-    ``with_draft``)."""
-    if embedded is not None:
-        chat = embedded.chat if opts.chat is None else opts.chat
-        if backend == LLAMA_CPP:
-            opts = dataclasses.replace(opts, target=None, target_gguf=str(embedded.gguf()), chat=chat)
-        else:
-            opts = dataclasses.replace(opts, target=str(ensure_embedded(embedded.name, report)), chat=chat)
-    if with_draft and not (opts.draft or opts.draft_gguf):  # a lookup costs nothing: always worth offering
-        default = (embedded.llama_draft if backend == LLAMA_CPP else embedded.draft) if embedded else None
-        opts = dataclasses.replace(opts, draft=default or DEFAULT_OWN_TARGET_DRAFT)
-    specs = parse_drafts(opts.draft) if with_draft else ()
-    if with_draft and opts.draft_gguf:
-        specs = (*specs, DraftSpec("model", None, opts.draft_gguf))
-    return opts, specs
-
-
-def default_fitted(opts: GenerateOptions, specs: tuple, model, report) -> tuple[GenerateOptions, tuple]:
-    """The default draft list fitted to the loaded target's dtype (``fit_default``), said once."""
-    draft, specs, note = fit_default(opts.draft, specs, next(model.parameters()).dtype)
-    if note and report is not None:
-        report(note)
-    return dataclasses.replace(opts, draft=draft), specs
-
-
-def positions(lm) -> int | None:
-    """Positions a causal LM can read (its attention window's limit included)."""
-    if isinstance(lm, LlamaCppLM):
-        return within_window(lm.window, lm.file.facts.n_ctx_train)
-    return context_length(lm.model, lm.window)
-
-
-def build_source(spec: DraftSpec, opts: GenerateOptions, target_lm, draft_lm, draft_policy, table):
-    """One draft source of the run (a shared-body draft reads its N columns from ``table``)."""
-    columns = table.columns(spec.value, f"--draft {spec.text}") if spec.kind == "self-vocab" else None
-    return build_proposer(spec, target_lm, draft_policy, draft_lm, opts.draft_stop, columns)
