@@ -77,6 +77,7 @@ def main() -> int:
 
     import torch
 
+    from specd.models.run.manifest import run_manifest
     from specd.models.run.options import GenerateOptions
     from specd.models.run.pipeline import Pipeline
 
@@ -129,7 +130,7 @@ def main() -> int:
                 max_new_tokens=None,
                 record_log=False,
                 batch_size=16,
-                manifest=pipe.manifest(),
+                manifest=run_manifest(pipe),
             )
             wall = time.perf_counter() - t
             same = [r.tokens for r in out.results] == reference

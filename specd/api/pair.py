@@ -31,6 +31,7 @@ from specd.models.run.generation import (
 )
 from specd.models.run.inputs import model_folders, run_inputs
 from specd.models.run.k_flags import check_k_flags
+from specd.models.run.manifest import run_manifest
 from specd.models.run.option_checks import batch_size_value
 from specd.models.run.options import OPTION_FIELDS, GenerateOptions
 from specd.models.run.pipeline import Pipeline
@@ -213,7 +214,7 @@ class Pair:
     def manifest(self, *, baseline: bool = False, **options: object) -> dict:
         """What determines the output of a run under these options (models and their weights'
         sha256, policies, seed, K, budget, ...), as ``generate --json`` writes it."""
-        return self._with(options, baseline).manifest(baseline=baseline)
+        return run_manifest(self._with(options, baseline), baseline=baseline)
 
     def _files(
         self, pipe: Pipeline, items: list[PromptItem], baseline: bool, out: str | None, trace: str | None
@@ -231,7 +232,7 @@ class Pair:
         o = pipe.options
         folders = {**model_folders(o.target, o.draft, o.target_gguf), **self._folders}
         check_paths(run_inputs(o, folders), {"out": out, "trace": trace}, folders)
-        return PromptSetFiles(items, pipe.manifest(baseline=baseline), out, trace, False, pipe.token_text)
+        return PromptSetFiles(items, run_manifest(pipe, baseline=baseline), out, trace, False, pipe.token_text)
 
     def _with(self, options: Mapping[str, object], baseline: bool = False) -> Pipeline:
         """The pipeline under these decoding options (the loaded models, new policies); a K or tree

@@ -22,6 +22,7 @@ from specd.models.run.backends import describe
 from specd.models.run.distributed import connect, run_on_ray
 from specd.models.run.divergence import divergences, refuse_bugs
 from specd.models.run.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, identical, speedup
+from specd.models.run.manifest import run_manifest
 from specd.models.run.options import GenerateOptions
 from specd.models.run.pipeline import Pipeline
 from specd.models.run.prompts import prompt_items
@@ -52,7 +53,7 @@ def execute(options, run: RunArgs) -> None:
     files = None
     if run.out is not None or run.trace is not None:
         files = PromptSetFiles(
-            items, pipe.manifest(baseline=run.baseline), run.out, run.trace, run.resume, pipe.token_text
+            items, run_manifest(pipe, baseline=run.baseline), run.out, run.trace, run.resume, pipe.token_text
         )
         for note in files.notes:
             stderr.print(f"[dim]note: {escape(printable(note))}[/]")
@@ -172,7 +173,7 @@ def _run_on_ray(pipe: Pipeline, options, items, run: RunArgs, files) -> Generati
         max_new_tokens=None,
         record_log=run.trace is not None,
         batch_size=run.batch_size,
-        manifest=pipe.manifest(baseline=run.baseline),
+        manifest=run_manifest(pipe, baseline=run.baseline),
         on_finish=files.on_finish if files is not None else None,
     )
     if out.retried_chunks:
@@ -187,7 +188,7 @@ def _document(pipe: Pipeline, runs: dict[str, GenerationRun], run: RunArgs, alre
     doc = {
         "schema": SCHEMA,
         "mode": "compare" if len(runs) == 2 else main_name,
-        "manifest": pipe.manifest(baseline=main_name == TARGET_ONLY),
+        "manifest": run_manifest(pipe, baseline=main_name == TARGET_ONLY),
         "load_time_s": pipe.load_time,
         "results": [r.as_dict() for r in runs[main_name].results],
         "already_complete": already,

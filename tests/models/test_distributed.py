@@ -77,6 +77,7 @@ def test_a_prompt_set_on_ray_writes_the_local_runs_results(ray_local, tiny_model
 @pytest.mark.slow
 def test_a_killed_actor_loses_nothing_and_duplicates_nothing(ray_local, tiny_models, prompt_set, tmp_path, capsys):
     from specd.models.run.distributed import run_on_ray
+    from specd.models.run.manifest import run_manifest
     from specd.models.run.options import GenerateOptions
     from specd.models.run.pipeline import Pipeline
     from specd.models.run.prompts import prompt_items
@@ -103,7 +104,7 @@ def test_a_killed_actor_loses_nothing_and_duplicates_nothing(ray_local, tiny_mod
             max_new_tokens=None,
             record_log=False,
             batch_size=None,
-            manifest=pipe.manifest(),
+            manifest=run_manifest(pipe),
             on_finish=lambda result, log, finished=finished: finished.append(result.request_id),
             after_chunk=kill_one,
         )

@@ -24,6 +24,7 @@ import torch
 
 from specd.errors import UsageError, shown
 from specd.models.numbers import digits_only
+from specd.models.run.manifest import run_manifest
 from specd.models.run.pipeline import Pipeline
 from specd.models.run.results import manifest_difference
 
@@ -95,7 +96,7 @@ class Worker:
         self.baseline = baseline
 
     def manifest(self) -> dict:
-        return self.pipe.manifest(baseline=self.baseline)
+        return run_manifest(self.pipe, baseline=self.baseline)
 
     def generate(self, items, k, max_new_tokens, record_log: bool, batch_size: int | None):
         finished = []

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,9 +15,7 @@ from specd.models.hf.loading import weights_digest
 from specd.models.hf.model import HFCausalLM
 from specd.models.llamacpp.model import LlamaCppLM, file_digest
 from specd.models.run.option_checks import AUTO_TREE
-
-if TYPE_CHECKING:
-    from specd.models.run.pipeline import Pipeline
+from specd.models.run.pipeline import Pipeline
 
 
 def run_manifest(pipe: Pipeline, baseline: bool = False, k: int | None = None) -> dict:

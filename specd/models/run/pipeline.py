@@ -38,7 +38,6 @@ from specd.models.run.draft_vocabulary import draft_vocabulary
 from specd.models.run.generation import SPECULATIVE, TARGET_ONLY, GenerationRun, RequestResult, TextDelta
 from specd.models.run.generation_config import GenerationDefaults
 from specd.models.run.load import build_source, load_run, positions
-from specd.models.run.manifest import run_manifest
 from specd.models.run.options import BATCH_SIZE_CPU, GenerateOptions, batch_for_memory
 from specd.models.run.policies import controls, policies
 from specd.models.run.prompts import PromptItem
@@ -378,10 +377,6 @@ class Pipeline:
         roles = ("target",) if baseline or "draft" not in self.sampling else ("target", "draft")
         doc = {role: {k: s.as_dict() for k, s in self.sampling[role].items()} for role in roles}
         return {**doc, "generation_config": self.generation.describe()}
-
-    def manifest(self, baseline: bool = False, k: int | None = None) -> dict:
-        """What determines a run's output: models, policies, seed, K, budget, stops (trace headers, --json)."""
-        return run_manifest(self, baseline, k)
 
 
 class Deltas:
