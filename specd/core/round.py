@@ -8,42 +8,38 @@ its stream counters), the compare-and-swap publication, and the caches following
 what was published. Every command (generate, trace, sweep-k --measure, the
 oracle's enumeration and Monte Carlo) runs ``speculative_round``.
 
-The helpers below it only read: the verification call's rows and the round's
-packed rows for the rule.
+The helpers below it only read: the verification call's rows. What a round launched and
+not read yet holds, and what running ahead reads of it, are specd.core.launched's; the
+round's packed rows for the rule, specd.core.round_rows'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import cast
 
 import torch
 
 from specd.core import checks
 from specd.core.kv import PENDING, KVRows, same_tokens
+from specd.core.launched import Launched, only_live, provisional
 from specd.core.layouts import Verified
 from specd.core.model import RowInput
 from specd.core.outcome import RoundOutcome
-from specd.core.probability import argmax_ids
-from specd.core.proposer import DraftContext, Proposal
+from specd.core.proposer import DraftContext
 from specd.core.readback import Readback, RoundClock
 from specd.core.records import RunResult, acceptance_rows, round_timing
-from specd.core.rows import Rows, constant, joined, per_request, row_starts
+from specd.core.round_rows import round_rows
 from specd.core.rules import Rule
-from specd.core.sampler import Decision
-from specd.core.scratch import Scratch
 from specd.core.session import DecodeSession
-from specd.core.sources import Plan
 from specd.core.state import RequestState
 from specd.core.stops import StopStrings, apply_stops
 from specd.core.transaction import RoundTransaction
-from specd.core.transfer import to_device
-from specd.core.tree import DraftTree, TreeBatch
+from specd.core.tree import DraftTree
 from specd.errors import CacheIdentityError
 
 PublishCallback = Callable[[RequestState, tuple[int, ...]], None]
-HALF = (torch.float16, torch.bfloat16)
 
 
 def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
@@ -54,21 +50,6 @@ def speculative_round(session: DecodeSession) -> list[RoundOutcome]:
     dropped); a retry re-reads the same draws (stream counters move only at publication)."""
     launched = launch(session)
     return settle(session, launched) if launched is not None else []
-
-
-@dataclass
-class Launched:
-    """A round enqueued on the device and not read yet: what ``settle`` needs of it."""
-
-    active: list[RequestState]  # the states it was launched from (provisional: ``provisional``)
-    plans: list[Plan]
-    proposal: Proposal
-    trees: list[DraftTree]
-    verified: list[Verified]
-    decision: Decision
-    readback: Readback  # the round's one read, on its way to the host
-    deferred: bool  # its exactness checks kept their flags (specd.core.checks)
-    clock: RoundClock
 
 
 def launch(
@@ -325,24 +306,6 @@ def launch_ahead(session: DecodeSession, launched: Launched) -> Launched | None:
     return launch(session, states, plans=plans)
 
 
-def provisional(session: DecodeSession, state: RequestState, launched: Launched) -> RequestState:
-    """``state``'s successor after a round in flight that drafts nothing (one token, a bonus), as far as it
-    is known before that round is read: its output ends with that token PENDING (``pending_ids``: its
-    value on the device); counters, history and generation as the round's staging will make them."""
-    b = next(i for i, s in enumerate(launched.active) if s.request_id == state.request_id)
-    rng = state.rng.advance_all(0, 0, 1 if session.engine.rule.reads_streams else 0)
-    return state.evolve(
-        output=state.output + (PENDING,),
-        cache_tokens=state.output,
-        rng=rng,
-        generation=state.generation + 1,
-        rounds=state.rounds + 1,
-        history=state.history.after(0, 0),
-        pending_ids=cast(torch.Tensor, launched.decision.terminal)[b : b + 1],  # a decision's terminal tokens
-        retained_logits=None,
-    )
-
-
 # -- what a round reads ---------------------------------------------------------------------
 def materialize_frontiers(session: DecodeSession, clock: RoundClock) -> list[RequestState]:
     """The live requests at round start. A layout that keeps the frontier cached (retained) gets
@@ -435,81 +398,3 @@ def resolve(session: DecodeSession, txns, trees: list[DraftTree], verified: list
         out_trees.append(tree)
         out_verified.append(v)
     return out_trees, out_verified
-
-
-def only_live(launched: Launched, live: list[bool], decided: list, logged: list, drafts):
-    """A round launched ahead, without the requests that ended before it was read (their rows are gone
-    with their slots) -> (the round, its decisions, log columns and drafts, for the rest)."""
-    keep = [b for b, alive in enumerate(live) if alive]
-
-    def pick(values):
-        return [values[b] for b in keep]
-
-    proposal = replace(
-        launched.proposal, draws=tuple(pick(launched.proposal.draws)), sources=tuple(pick(launched.proposal.sources))
-    )
-    kept = replace(
-        launched,
-        active=pick(launched.active),
-        plans=pick(launched.plans),
-        proposal=proposal,
-        trees=pick(launched.trees),
-        verified=pick(launched.verified),
-    )
-    return kept, pick(decided), [pick(column) for column in logged], pick(drafts) if drafts is not None else None
-
-
-def round_rows(
-    engine,
-    active: Sequence[RequestState],
-    verified: Sequence[Verified],
-    proposal: Proposal,
-    trees: Sequence[DraftTree],
-    scratch: Scratch,
-) -> Rows:
-    """The round's rows for the rule (specd.core.rows.Rows), packed: the target's processed rows
-    (request b's k_b + 1 rows: the root's, then each node's, each at its own logical prefix: the
-    target policy's processor state advanced over the node's branch), or when the target policy is
-    greedy only their argmax ids; q as the draft models drew it (a lookup's drafts are ids); the
-    drafts and their q rows by request, and the trees' structure where one is not a chain. The
-    target's rows are processed in ``scratch`` (p lives there until the next round)."""
-    policy, cfg, drafts = engine.target_policy, engine.config, proposal.drafts
-    states = []
-    for s, tree in zip(active, trees):
-        at = [s.target_proc]  # the root's, then each node's: its parent's advanced over its token
-        for token, parent in zip(tree.tokens, tree.parents):
-            at.append(at[parent + 1].advance(token))
-        states.extend(at)
-    raw = joined([v.p_raw for v in verified])
-    work = None  # where the rows are processed: greedy without processors reads raw's argmax as it is
-    if policy.processors or not policy.greedy:  # half-precision logits are processed in float32
-        work = scratch.rows(tuple(raw.shape), torch.float32 if raw.dtype in HALF else raw.dtype, raw.device)
-    device = raw.device
-    ks = [len(d) for d in drafts]
-    k_max = max(ks, default=0)
-    k_lens = to_device(ks, torch.int64, device) if k_max else constant(0, (len(ks),), torch.int64, device)
-    p = argmax = None
-    if policy.greedy:  # p_i is the point mass on the argmax: its id stands for the row
-        argmax = per_request(argmax_ids(policy.logits(raw, states, work)), ks, k_max)
-    else:
-        p = policy.probabilities(raw, states, cfg.backend, cfg.prob_dtype, work)
-    if not k_max:  # no request drafted: no draft, no q row
-        index = draft = constant(0, (len(ks), 0), torch.int64, device)
-    else:
-        index = to_device([list(i) + [-1] * (k_max - len(i)) for i in proposal.q_index], torch.int64, device)
-        if proposal.draft_ids is not None:  # drafts never read (specd.core.device_chain), -1 past a row's
-            draft = proposal.draft_ids[:, :k_max].to(device)
-        else:
-            draft = to_device([list(d) + [-1] * (k_max - len(d)) for d in drafts], torch.int64, device)
-    return Rows(
-        p,
-        None if p is None else row_starts(k_lens),
-        proposal.q.to(device),
-        index,  # each draft's row of q, int64[B, K]
-        draft,
-        k_lens,
-        proposal.q.shape[-1],
-        argmax,
-        tuple(ks),
-        None if all(t.is_chain for t in trees) else TreeBatch.of(trees, k_max, device),
-    )
