@@ -129,15 +129,7 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
     raws = proposer.forward(cache, rows, staged)
     first_call = (max(len(r.tokens) for r in rows), time.perf_counter() - started)
     if device_chain.on_device(proposer, [states[b] for b in live], shapes, exclude):
-        ids, q_rows, fed = device_chain.draft_chain(proposer, states, ks, live, cache, ctx, raws, uniforms, staged)
-        rows_of = [q_rows.get(b, []) for b in range(len(states))]
-        q, q_index = packed(
-            [[r for r in rows if r is not None] for rows in rows_of], proposer.vocab_size, ctx.dtype, device
-        )
-        q_index = tuple(_indices(rows, qi) for rows, qi in zip(rows_of, q_index))
-        drafts = tuple((PENDING,) * len(r) for r in rows_of)
-        draws = tuple(ks[b] if b in uniforms else 0 for b in range(len(states)))
-        return Drafted(drafts, q, q_index, draws, staged, first_call, (), fed, ids)
+        return _drafted_on_device(proposer, states, ks, live, cache, ctx, raws, uniforms, staged, first_call)
     level = [
         Expansion(b, -1, raw, states[b].draft_proc, (), 0, exclude=tuple(exclude[b]) if exclude else ())
         for b, raw in zip(live, raws)
@@ -166,6 +158,19 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
         tree_of if any(t is not None for t in tree_of) else (),
         fed,
     )
+
+
+def _drafted_on_device(proposer, states, ks, live, cache, ctx, raws, uniforms, staged, first_call) -> Drafted:
+    """Chains drafted on the device (specd.core.device_chain): their tokens stay there, PENDING here."""
+    ids, q_rows, fed = device_chain.draft_chain(proposer, states, ks, live, cache, ctx, raws, uniforms, staged)
+    rows_of = [q_rows.get(b, []) for b in range(len(states))]
+    device = getattr(proposer.model, "device", "cpu")
+    kept = [[r for r in rows if r is not None] for rows in rows_of]
+    q, q_index = packed(kept, proposer.vocab_size, ctx.dtype, device)
+    q_index = tuple(_indices(rows, qi) for rows, qi in zip(rows_of, q_index))
+    drafts = tuple((PENDING,) * len(r) for r in rows_of)
+    draws = tuple(ks[b] if b in uniforms else 0 for b in range(len(states)))
+    return Drafted(drafts, q, q_index, draws, staged, first_call, (), fed, ids)
 
 
 def _indices(q_rows: list, packed_index: tuple[int, ...]) -> tuple[int, ...]:

@@ -95,29 +95,7 @@ def plan_call(
     if bucket is not None:
         slots += [None] * (bucket[0] - len(slots))  # padded batch rows: free rows of the store
         n_new = bucket[1]
-    by_slot = {r.slot: r for r in rows}
-    ids, pos, write, trees = [], [], [], []
-    pending: list[tuple[int, int, torch.Tensor]] = []  # (batch row, first column, ids): tokens on the device
-    span = 0
-    for b, slot in enumerate(slots):
-        row = by_slot.get(slot) if slot is not None else None
-        committed = len(cache._committed[slot]) if slot is not None else 0
-        base = cache.length(slot) if slot is not None else 0
-        n = len(row.tokens) if row is not None else 0
-        if row is not None:
-            cache.check_window(slot, n)
-            if row.parents is not None or cache.branching(slot):
-                trees.append((b, row, committed, base))
-        cols = list(range(base, base + n_new))
-        known = list(row.tokens) if n else []
-        if row is not None and row.ids is not None:
-            first = n - len(row.ids)
-            known[first:] = [pad_id] * len(row.ids)
-            pending.append((b, first, row.ids))
-        ids.append(known + [pad_id] * (n_new - n))
-        pos.append(list(row.positions) + cols[n:] if n else cols)
-        write.append(cols)
-        span = max(span, base + n_new)
+    ids, pos, write, trees, pending, span = _lay_out(cache, rows, slots, n_new, pad_id)
     if bucket is not None:
         cache.store.reserve(len(slots), span + SPARE)
         span = cache.store.capacity
@@ -147,6 +125,36 @@ def plan_call(
     batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
     return Call(token_ids, positions, columns_at, mask, span, batch, at)
+
+
+def _lay_out(cache: SlotCache, rows: Sequence[RowInput], slots: list[int | None], n_new: int, pad_id: int):
+    """Each batch row's host-side inputs over ``n_new`` columns -> (token ids, positions, the columns
+    it writes, its tree rows' facts (batch row, row, committed, base) where it branches, the tokens
+    still on the device (batch row, first column, ids), the columns the call spans)."""
+    by_slot = {r.slot: r for r in rows}
+    ids, pos, write, trees = [], [], [], []
+    pending: list[tuple[int, int, torch.Tensor]] = []  # (batch row, first column, ids): tokens on the device
+    span = 0
+    for b, slot in enumerate(slots):
+        row = by_slot.get(slot) if slot is not None else None
+        committed = len(cache._committed[slot]) if slot is not None else 0
+        base = cache.length(slot) if slot is not None else 0
+        n = len(row.tokens) if row is not None else 0
+        if row is not None:
+            cache.check_window(slot, n)
+            if row.parents is not None or cache.branching(slot):
+                trees.append((b, row, committed, base))
+        cols = list(range(base, base + n_new))
+        known = list(row.tokens) if n else []
+        if row is not None and row.ids is not None:
+            first = n - len(row.ids)
+            known[first:] = [pad_id] * len(row.ids)
+            pending.append((b, first, row.ids))
+        ids.append(known + [pad_id] * (n_new - n))
+        pos.append(list(row.positions) + cols[n:] if n else cols)
+        write.append(cols)
+        span = max(span, base + n_new)
+    return ids, pos, write, trees, pending, span
 
 
 def _tree_rows(cache: SlotCache, row: RowInput, committed: int, base: int, n_new: int, span: int) -> torch.Tensor:
