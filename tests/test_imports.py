@@ -1,5 +1,6 @@
-"""The import graph of the package: no circle between modules, no package importing one above it,
-and no specd import hidden inside a function to dodge a circle."""
+"""The import graph of the package: no circle between modules (imports for type checkers included),
+no package importing one above it, no part of a divided package importing a part above it, and no
+specd import hidden inside a function to dodge a circle."""
 
 import ast
 from pathlib import Path
@@ -20,6 +21,18 @@ LAYERS = [
     ("cli",),
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+# The packages divided into parts, each part's order, lowest first: a part is a subpackage, or a module
+# of the package's root; the rest of the root is the part named after the package. A part may import its
+# own modules and those of lower parts only. models: what both backends and the run read, the two
+# backends, the run over them. oracles: the shared fixture, rig, records and the oracle's own rule; what
+# judges a sampler; what judges the engine (its dtype check is the sampler oracle's, on its own rule);
+# the failure lab; the report, which assembles a run of them. Other packages are one part each (core's
+# rules/ is a folder of core, importing and imported by the rest of it).
+PARTS = {
+    "models": [("models",), ("models.hf", "models.llamacpp"), ("models.run",)],
+    "oracles": [("oracles",), ("oracles.samplers",), ("oracles.engine",), ("oracles.lab",), ("oracles.report",)],
+}
+PART_LAYER = {name: i for parts in PARTS.values() for i, names in enumerate(parts) for name in names}
 # The console entry point imports the app under its Ctrl-C handler (torch takes seconds to import).
 LAZY_ALLOWED = {("specd.cli", "specd.cli.app")}
 
@@ -58,14 +71,30 @@ def imports(path: Path, known: set[str], type_checking: bool = False) -> list[tu
     return found
 
 
-def graph() -> dict[str, set[str]]:
+def graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """module -> the specd modules it imports when it runs (with ``type_checking``: and those it imports
+    for type checkers, but the package root's, which only name the modules of the public names)."""
     mods = modules()
-    return {name: {t for t, _ in imports(path, set(mods)) if t != name} for name, path in mods.items()}
+    edges = {name: {t for t, _ in imports(path, set(mods)) if t != name} for name, path in mods.items()}
+    if type_checking:
+        for name, path in mods.items():
+            if name != "specd":
+                edges[name] |= {t for t, _ in imports(path, set(mods), type_checking=True) if t != name}
+    return edges
 
 
 def package(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "specd"
+
+
+def part(module: str) -> str:
+    """The part of its package a module belongs to (``PARTS``): the longest part naming it."""
+    names = module.split(".")[1:]
+    for n in range(len(names), 0, -1):
+        if ".".join(names[:n]) in PART_LAYER:
+            return ".".join(names[:n])
+    return package(module)
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -107,7 +136,17 @@ def test_the_scan_sees_the_package():
 
 
 def test_no_import_circle_between_modules():
-    assert cycles(graph()) == []
+    assert cycles(graph(type_checking=True)) == []
+
+
+def test_the_scan_sees_imports_for_type_checkers(tmp_path):
+    """Guard against a vacuous circle check: an import under ``if TYPE_CHECKING:`` is an edge."""
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from specd.core.round import decode\n"
+    )
+    assert imports(source, set(modules())) == []
+    assert imports(source, set(modules()), type_checking=True) == [("specd.core.round", False)]
 
 
 def test_the_cycle_finder_finds_a_circle():
@@ -122,6 +161,28 @@ def test_no_package_imports_a_package_above_it_or_beside_it():
             if mine != theirs and theirs not in ("specd", "errors", "files") and LAYER[theirs] >= LAYER[mine]:
                 upward.append((module, target))
     assert upward == []
+
+
+def test_no_part_of_a_divided_package_imports_a_part_above_it_or_beside_it():
+    upward = []
+    for module, targets in graph().items():
+        for target in targets:
+            if package(module) == package(target) in PARTS and part(module) != part(target):
+                if PART_LAYER[part(target)] >= PART_LAYER[part(module)]:
+                    upward.append((module, target))
+    assert upward == []
+
+
+def test_every_subpackage_of_a_divided_package_has_its_place():
+    """A new subpackage of models or oracles is placed in ``PARTS`` (and every part named exists)."""
+    mods = modules()
+    subpackages = {m.split(".", 1)[1] for m, path in mods.items() if path.name == "__init__.py" and m.count(".") == 2}
+    divided = {s for s in subpackages if s.split(".")[0] in PARTS}
+    named = {name for parts in PARTS.values() for names in parts for name in names}
+    assert divided <= named
+    assert all(f"specd.{name}" in mods for name in named)
+    assert {part(m) for m in mods if package(m) == "oracles"} == {n for names in PARTS["oracles"] for n in names}
+    assert part("specd.oracles.engine.exact") == "oracles.engine" and part("specd.oracles.rig") == "oracles"
 
 
 def test_the_package_root_imports_nothing_and_names_the_modules_of_its_public_names():
