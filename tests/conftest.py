@@ -7,7 +7,7 @@ thread (two processes of two threads each on two cores collapse) and the oracle 
 tests/oracles/test_parallel.py runs the forked path on purpose), the workers share one
 specd cache (the embedded models are converted once, under specd's own lock), and the
 longest tests start first, shared among the workers, so no worker is left with one of them at
-the end."""
+the end; the tests that start Ray run on one worker, which starts it once."""
 
 import os
 
@@ -36,6 +36,15 @@ LONGEST = (  # measured on the 2-core machine: 74, 70, 62, 61 and 45 s
 )
 
 
+# The README group whose commands run --ray: Ray, started in a worker, stays up there; every test that
+# starts Ray (the ray_local fixture) is dealt to that worker, where it finds Ray running.
+RAY_GROUP = "tests/test_readme.py::test_every_readme_command_runs_as_written[choosing-k-prompt-sets-oracle]"
+
+
+def starts_ray(item) -> bool:
+    return item.nodeid == RAY_GROUP or "ray_local" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item):
         if item.nodeid in LONGEST:
@@ -44,7 +53,15 @@ def pytest_collection_modifyitems(config, items):
 
     ranked = sorted(items, key=rank)  # stable: within a rank, the collection order
     n = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    items[:] = [item for i in range(n) for item in ranked[i::n]]
+    shares = [ranked[i::n] for i in range(n)]
+    home = next((i for i, share in enumerate(shares) if any(item.nodeid == RAY_GROUP for item in share)), 0)
+    for i, share in enumerate(shares):  # a Ray test of another share swaps places with one of the Ray share's
+        for j, item in enumerate(share):
+            if i != home and starts_ray(item):
+                m = next((m for m in range(j, len(shares[home])) if not starts_ray(shares[home][m])), None)
+                if m is not None:
+                    share[j], shares[home][m] = shares[home][m], item
+    items[:] = [item for share in shares for item in share]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,6 +3,7 @@ no package importing one above it, no part of a divided package importing a part
 specd import hidden inside a function to dodge a circle."""
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import specd
@@ -46,10 +47,16 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+@cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per test session (every test of the graph reads them all)."""
+    return ast.parse(path.read_text())
+
+
 def imports(path: Path, known: set[str], type_checking: bool = False) -> list[tuple[str, bool]]:
     """(imported specd module, inside a function) for every import statement of a module that runs:
     those under ``if TYPE_CHECKING:`` only with ``type_checking`` (then only those)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     found = []
     in_function, for_checkers = set(), set()
     for node in ast.walk(tree):
@@ -71,6 +78,7 @@ def imports(path: Path, known: set[str], type_checking: bool = False) -> list[tu
     return found
 
 
+@cache
 def graph(type_checking: bool = False) -> dict[str, set[str]]:
     """module -> the specd modules it imports when it runs (with ``type_checking``: and those it imports
     for type checkers, but the package root's, which only name the modules of the public names)."""

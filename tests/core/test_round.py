@@ -3,6 +3,7 @@ one module, the only place the rule's decision is taken."""
 
 import ast
 import inspect
+from functools import cache
 from pathlib import Path
 
 import specd
@@ -18,8 +19,9 @@ SAMPLER_DECISIONS = {"decide", "decide_greedy", "decide_invariant", "decide_bloc
 RULE_FILES = {"core/rules/greedy.py", "core/rules/maximal.py", "core/rules/invariant.py", "core/rules/block.py"}
 
 
-def calls_of(names: set[str]) -> list[tuple[str, str]]:
-    """(module path, enclosing function) of every call of a method named in ``names`` in the package."""
+@cache
+def method_calls() -> tuple[tuple[str, str, str], ...]:
+    """(module path, enclosing function, method name) of every method call in the package, read once."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
@@ -27,9 +29,14 @@ def calls_of(names: set[str]) -> list[tuple[str, str]]:
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(func):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names:
-                    found.append((str(path.relative_to(PACKAGE)), func.name))
-    return sorted(set(found))
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    found.append((str(path.relative_to(PACKAGE)), func.name, node.func.attr))
+    return tuple(found)
+
+
+def calls_of(names: set[str]) -> list[tuple[str, str]]:
+    """(module path, enclosing function) of every call of a method named in ``names`` in the package."""
+    return sorted({(path, func) for path, func, method in method_calls() if method in names})
 
 
 # Besides the rules, the oracle's adapter puts a RejectionSampler under the protocol every sampler

@@ -14,8 +14,10 @@ needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="
 PROMPTS = [f"the quick brown fox {word}" for word in ("jumps", "sleeps", "runs", "waits", "hides", "eats")] * 3
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_local():
+    """One local Ray instance for the session's Ray tests (its start takes seconds; tests/conftest.py
+    gives every test that starts Ray to one worker). A README command's ``--ray`` may have started it."""
     from specd.models.run.distributed import connect
 
     ray = connect("local", num_cpus=2)
