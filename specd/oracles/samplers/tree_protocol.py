@@ -69,7 +69,7 @@ class TreeSamplerUnderTest:
         """Run the sampler on one round with the stream ``u``: the one place the oracle calls a tree
         sampler's code. Whatever it raises comes back as SamplerFailed; a uniform used as a number is
         named as such. A runner that isolates the sampler in a child process (a time limit per call)
-        runs ``tree_sampler_checks.round_law(sampler, rnd)`` there, a round in and a dict of floats
+        runs ``tree_checks.round_law(sampler, rnd)`` there, a round in and a dict of floats
         out: the stream calls back into the oracle on every comparison, so it must live beside the
         sampler."""
         tree = rnd.tree
