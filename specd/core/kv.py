@@ -27,6 +27,7 @@ from specd.errors import CacheIdentityError
 # A row's token while it lives on the device only: a model draft's drafts are read once, with the
 # round's decision; until then the ledger holds PENDING in their place (``KVCache.resolve``).
 PENDING = -1
+TAIL = 16  # rows compared to tell that a slot's committed rows are an output's prefix (``prefix_held``)
 
 
 def same_tokens(a: Sequence[int], b: Sequence[int]) -> bool:
@@ -121,6 +122,21 @@ class KVCache:
 
     def temporary(self, slot: int) -> tuple[int, ...]:
         return tuple(self._temporary[slot])
+
+    def committed_length(self, slot: int) -> int:
+        return len(self._committed[slot])
+
+    def prefix_held(self, slot: int, tokens: Sequence[int]) -> int:
+        """How many of ``tokens`` the slot's committed rows hold: all of its rows where they are a prefix
+        of ``tokens``, else 0. A slot's rows only ever grow along one output (a commit appends the rows
+        of what was published), so they are that output's prefix where their count fits and their last
+        rows match: compared by those (TAIL of them), not token by token each round."""
+        rows = self._committed[slot]
+        n = len(rows)
+        if n > len(tokens):
+            return 0
+        tail = min(n, TAIL)
+        return n if rows[n - tail :] == list(tokens[n - tail : n]) else 0
 
     def temporary_parents(self, slot: int) -> tuple[int, ...]:
         """Each temporary row's parent (-1: the committed history)."""

@@ -195,8 +195,8 @@ class PresenceFrequencyPenalty(Processor):
         if not rows:
             return logits
         tokens = [token for state in states for token, _ in state.counts]
-        counts = torch.tensor([count for state in states for _, count in state.counts], dtype=torch.float64)
-        values = (self.frequency * counts + self.presence).to(device=logits.device, dtype=logits.dtype)
+        counts = to_device([count for state in states for _, count in state.counts], torch.float64, logits.device)
+        values = (self.frequency * counts + self.presence).to(dtype=logits.dtype)
         at = (to_device(rows, torch.int64, logits.device), to_device(tokens, torch.int64, logits.device))
         logits[at] = logits[at] - values  # one gather and one scatter for the whole batch; (row, token) unique
         return logits

@@ -228,13 +228,12 @@ class ModelProposer(Proposer):
     def held(self, cache: KVCache, state: RequestState) -> int:
         """How many of the output's tokens the draft cache holds: its committed rows when they are a
         prefix of the output, else 0 (it diverged and must start again)."""
-        committed = cache.committed(state.slot)
-        return len(committed) if state.output[: len(committed)] == committed else 0
+        return cache.prefix_held(state.slot, state.output)
 
     def pending(self, cache: KVCache, state: RequestState) -> tuple[int, ...]:
         """Output tokens the draft cache does not hold yet (all of them if it diverged)."""
         held = self.held(cache, state)
-        if held < len(cache.committed(state.slot)):
+        if held < cache.committed_length(state.slot):
             cache.reset(state.slot)
         return state.output[held:]
 

@@ -64,7 +64,7 @@ def round_rows(
     return Rows(
         p,
         None if p is None else row_starts(k_lens),
-        proposal.q.to(device),
+        proposal.q.to(device, non_blocking=True),  # a lookup's empty rows are made on the host
         index,  # each draft's row of q, int64[B, K]
         draft,
         k_lens,

@@ -85,7 +85,12 @@ class SharedBodyProposer(ModelProposer):
 
     def pending(self, cache: KVCache, state) -> tuple[int, ...]:
         """The frontier F: the target's cache must hold the output minus F, nothing temporary."""
-        if cache.committed(state.slot) != state.output[:-1] or cache.temporary(state.slot):
+        held = cache.prefix_held(state.slot, state.output)
+        if (
+            held != len(state.output) - 1
+            or held != cache.committed_length(state.slot)
+            or cache.length(state.slot) > held
+        ):
             raise CacheIdentityError(
                 f"{state.request_id}: self:vocab=N drafts from the target's cache holding the output minus its "
                 "frontier (the replay_frontier layout), which this round's cache is not"

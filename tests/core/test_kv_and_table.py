@@ -57,3 +57,33 @@ def test_slots_open_once_and_close():
     assert not cache.is_open(3)
     cache.open(3)  # a closed slot id may be opened again, empty
     assert cache.committed(3) == ()
+
+
+def test_a_slots_rows_are_an_outputs_prefix_by_their_count_and_last_rows():
+    from specd.core.kv import TAIL
+
+    cache = KVCache()
+    cache.open(0)
+    tokens = tuple(range(40))
+    cache.stage(KVRows(0, tokens[:30], tuple(range(30))))
+    cache.commit(0, 30)
+    assert cache.prefix_held(0, tokens) == 30 and cache.committed_length(0) == 30
+    assert cache.prefix_held(0, tokens[:29]) == 0  # more rows than the output has
+    assert cache.prefix_held(0, tokens[:29] + (99,) + tokens[30:]) == 0  # its last row is not the output's
+    shifted = tokens[1:] + (40,)
+    assert cache.prefix_held(0, shifted) == 0 and TAIL >= 2
+
+
+def test_a_round_start_cache_whose_last_row_is_not_the_outputs_is_refused():
+    from specd.core.layouts import make_layout
+    from specd.core.state import Request
+    from specd.core.tree import DraftTree
+    from tests.helpers import table_engine
+
+    session = table_engine().start([Request("r", (0, 1, 2, 3), 4, seed=0)])
+    state = session.store.get("r")
+    layout = make_layout("replay_frontier")
+    assert layout.verification_input(state, DraftTree.chain(())).tokens == (3,)
+    bad = state.evolve(cache_tokens=(0, 1, 3))  # the right count, a wrong last row
+    with pytest.raises(CacheIdentityError, match="round-start cache"):
+        layout.verification_input(bad, DraftTree.chain(()))

@@ -118,7 +118,7 @@ def plan_call(
     if trees:
         mask[to_device([b for b, *_ in trees], torch.int64, device)] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
-        ).to(device)
+        ).to(device, non_blocking=True)
     mask = mask.unsqueeze(1)
     if attention == "eager":
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
