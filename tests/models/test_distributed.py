@@ -66,6 +66,8 @@ def request_events(path):
 @needs_ray
 @pytest.mark.slow
 def test_a_prompt_set_on_ray_writes_the_local_runs_results(ray_local, tiny_models, prompt_set, tmp_path, capsys):
+    """The same bytes as a local run at the same K; and, the default rule being the invariant one, the
+    same texts as the target alone sampling locally (the seed decides the text, wherever it runs)."""
     local = (tmp_path / "local.jsonl", tmp_path / "local-trace.jsonl")
     assert run_cli(args(tiny_models, prompt_set, *local, "--batch-size", "4"), capsys)[0] == 0
     on_ray = (tmp_path / "ray.jsonl", tmp_path / "ray-trace.jsonl")
@@ -73,6 +75,17 @@ def test_a_prompt_set_on_ray_writes_the_local_runs_results(ray_local, tiny_model
     assert code == 0, err
     assert on_ray[0].read_bytes() == local[0].read_bytes()
     assert request_events(on_ray[1]) == request_events(local[1])
+    alone = (tmp_path / "alone.jsonl", tmp_path / "alone-trace.jsonl")
+    baseline = args(tiny_models, prompt_set, *alone, "--baseline")
+    for flag in ("-k", "--trace"):  # --baseline drafts nothing: no K, no acceptance log
+        del baseline[baseline.index(flag) : baseline.index(flag) + 2]
+    code, _, err = run_cli(baseline, capsys)
+    assert code == 0, err
+    assert texts(alone[0]) == texts(on_ray[0]) and len(texts(on_ray[0])) == len(PROMPTS)
+
+
+def texts(path):
+    return [x["text"] for x in map(json.loads, path.read_text().splitlines()) if x.get("type") == "result"]
 
 
 @needs_ray
@@ -178,19 +191,6 @@ def test_the_connect_check_refuses_a_bad_address_shape(address):
         pytest.skip("ray is not installed")
     with pytest.raises(UsageError, match="HOST:PORT"):
         connect(address)
-
-
-@needs_ray
-@pytest.mark.slow
-def test_a_sampled_text_on_ray_is_the_local_text_under_the_invariant_rule(ray_local, tiny_models, capsys):
-    base = ["generate", "--target", tiny_models[0], "--draft", tiny_models[1], "--json", "--max-new-tokens", "12"]
-    base += ["--temperature", "0.7", "--seed", "3", "--rule", "invariant", "-p", "the quick brown fox", "-p", "hello"]
-    runs = []
-    for extra in (["--baseline"], ["-k", "4", "--ray"]):
-        code, out, err = run_cli([*base, *extra], capsys)
-        assert code == 0, err
-        runs.append([r["text"] for r in json.loads(out)["results"]])
-    assert runs[0] == runs[1]
 
 
 def test_a_cluster_with_gpus_gets_one_actor_per_gpu_each_reserving_it():
