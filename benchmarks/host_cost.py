@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.hf_helpers
 
 from arguments import positive  # noqa: E402
 
@@ -103,25 +104,10 @@ def tiny_tokenizer(vocab: int):
 
 
 def tiny_llama(vocab: int, layers: int, hidden: int):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The suite's tiny random Llama (tests/hf_helpers.py), generating to its budget: no EOS."""
+    from tests.hf_helpers import tiny_llama as suite_llama
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        eos_token_id=None,
-        bos_token_id=None,
-        pad_token_id=0,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)  # sharper rows: greedy is not decided by rounding
+    model = suite_llama(vocab, layers=layers, hidden=hidden)
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
