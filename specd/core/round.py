@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import cast
 
 import torch
 
@@ -107,7 +106,8 @@ def settle(
     decided, (draft_flag, rule_flag), logged, drafts = launched.readback.values()  # the one read
     clock.read()
     if draft_flag or rule_flag:
-        return settle(session, taken_again(session, launched, draft_flag or redraft))
+        again = taken_again(session, launched, draft_flag or redraft)
+        return [] if again is None else settle(session, again)
     live = [session.is_live(s.request_id) for s in launched.active]
     if not all(live):
         launched, decided, logged, drafts = only_live(launched, live, decided, logged, drafts)
@@ -145,14 +145,16 @@ def settle(
     return outcomes
 
 
-def taken_again(session: DecodeSession, launched: Launched, redraft: bool) -> Launched:
+def taken_again(session: DecodeSession, launched: Launched, redraft: bool) -> Launched | None:
     """A round whose read showed a set exactness flag, taken again with every check reading at once:
-    launched again from its states where a draft drawn on the device was flagged (its rows dropped
-    first), else decided again over the same verification. The draws are the same."""
+    launched again where a draft drawn on the device was flagged or its rows are gone (its rows
+    dropped first), from its requests' published states (a round launched ahead was launched from
+    provisional ones) and without those that ended since (None: none left), else decided again over
+    the same verification. The draws are the same."""
     if redraft:
         session.discard_temporary(launched.active)
-        again = launch(session, launched.active, deferring=False)
-        return cast(Launched, again)
+        live = [session.store.get(s.request_id) for s in launched.active if session.is_live(s.request_id)]
+        return launch(session, live, deferring=False) if live else None
     eng, active = session.engine, launched.active
     with checks.deferred(False):
         rows = round_rows(eng, active, launched.verified, launched.proposal, launched.trees, session.scratch)

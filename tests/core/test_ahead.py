@@ -126,3 +126,24 @@ def test_a_hugging_face_model_run_ahead_gives_the_synchronous_tokens(hf_pair, te
         for ahead in (False, True)
     ]
     assert outcomes(runs[0]) == outcomes(runs[1])
+
+
+def test_a_round_run_ahead_taken_again_leaves_out_a_request_that_ended_before_it():
+    """Round 1 is read unflagged and ends "ends" (token 0, the end of sequence); round 2, launched ahead
+    for both requests, is flagged (a terminal uniform on the boundary): it is taken again for "goes"
+    alone, from its published state, as a synchronous run takes it (it raised KeyError on the ended slot)."""
+    target = TableModel(2, scale=0.0, name="t")
+
+    def draws(state, stream, n):
+        if state.request_id == "ends":
+            return [0.1] * n  # token 0 in its first round
+        return [0.9 if state.rounds == 0 else 0.5] * n  # token 1; from its second round on the boundary
+
+    runs = []
+    for ahead in (False, True):
+        config = EngineConfig(k=0, rule="maximal", ahead=ahead, eos_ids=frozenset({0}))
+        eng = SpeculativeEngine(target, None, SamplingPolicy.build(temperature=1.0), config)
+        requests = [Request("ends", (0, 1), 5, seed=0), Request("goes", (0, 1), 5, seed=1)]
+        runs.append(outcomes(decode(eng.start(requests, draws=draws))))
+    assert runs[0] == runs[1]
+    assert [r[4] for r in runs[1] if r[0] == "ends"] == ["eos"] and len([r for r in runs[1] if r[0] == "goes"]) == 5
