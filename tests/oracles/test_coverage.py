@@ -189,3 +189,49 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)
     assert code == 2 and "--exact-size" in err and len(err.strip().splitlines()) == 1
+
+
+# -- a greedy draft (--draft-temperature 0): every q row a point mass -------------------------------------
+def test_the_adversarial_tables_of_a_greedy_draft_are_laws():
+    """A point-mass q has no token to lose and may have all its mass in the low half: the tables keep
+    it a law (they divided by zero: the command was a traceback)."""
+    for vocab in (2, 3, 4):
+        for seed in range(6):
+            cfg = OracleConfig(vocab=vocab, k=2, seed=seed, draft_temperature=0.0)
+            for table in tables(cfg, vocab, 2, 1):
+                for output in [(0, 1), (0, 1, 0), (0, 1, 1), (0, 1, 1, 0)]:
+                    q = table.q(output)
+                    assert abs(sum(q) - 1) <= 1e-12 and min(q) >= 0, (table.name, q)
+
+
+@pytest.mark.parametrize("spec", ["2,1", "1,2", "iid:2"])
+def test_a_correct_tree_sampler_passes_under_a_greedy_draft_and_a_slip_still_fails(spec, capsys):
+    """Sampled children drawn without replacement from a point mass cannot fill a sibling group: those
+    tables say nothing (each sampler's joint would miss the missing trees' mass) and are left out, said
+    in the check and the claim (specd's own rule FAILED there); every other construction runs on all."""
+    args = ["verify-oracle", "--tree", spec, "--vocab", "3", "--draft-temperature", "0", "--json", "--sampler"]
+    code, out, err = run_cli([*args, "specd"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"], err
+    if spec != "iid:2":  # a tree of i.i.d. children is drawn with replacement: every table draws it
+        sampled = next(c for c in doc["checks"] if c["name"] == "exact_joint_sampled")
+        assert sampled["figures"]["undrawable_tables"] > 0 and "left out" in sampled["detail"]
+        assert f"exact_joint_sampled on {sampled['figures']['tables']}" in doc["coverage"]["claim"]
+    assert any(c["passed"] for c in doc["checks"] if c["name"] != "no_nodes")
+    assert False in verdicts_greedy(tree("correction_at_last_uniform"), spec).values()
+
+
+def verdicts_greedy(sampler, spec: str):
+    cases = tree_cases(OracleConfig(vocab=3, draft_temperature=0.0), parse_tree(spec), False)
+    return {d: check_cases(sampler, cases, d, refusable=False).passed for d in DRAWINGS}
+
+
+def test_the_engines_tree_checks_pass_under_a_greedy_draft(capsys):
+    """A greedy draft ranks its children whatever the construction (specd.core.tree_draft.construction):
+    the invariant rule has no i.i.d. children to refuse (tree_invariant FAILED the engine there)."""
+    for seed in range(2):
+        args = ["verify-oracle", "--tree", "2,1", "--vocab", "3", "--k", "2", "--draft-temperature", "0"]
+        code, out, _ = run_cli([*args, "--seed", str(seed), "--json", "--samples", "500"], capsys)
+        doc = json.loads(out)
+        invariant = next(c for c in doc["checks"] if c["name"] == "tree_invariant")
+        assert code == 0 and doc["passed"] and invariant["figures"]["iid_refused"] is None

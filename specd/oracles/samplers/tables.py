@@ -106,7 +106,8 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
     v = len(p)
     if kind == "draft_misses_target":
         gone = rng.randrange(v)
-        return p, _normalized([0.0 if x == gone else w for x, w in enumerate(q)])
+        missing = [0.0 if x == gone else w for x, w in enumerate(q)]
+        return p, _normalized(missing) if sum(missing) > 0 else q  # a point-mass draft (greedy) has no token to lose
     if kind == "near_ties":
         return p, _normalized([w * (1 + 1e-3 * rng.uniform(-1, 1)) for w in p])
     if kind == "point_mass":
@@ -119,6 +120,8 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
         small = [w * 1e-3 for w in p]
         rest = sum(w for x, w in enumerate(q) if x not in low)
         spare = 1 - sum(small[x] for x in low)
+        if rest == 0:  # the draft's mass all in ``low`` (a greedy draft's point mass): the rest shared evenly
+            return p, [small[x] if x in low else spare / (v - len(low)) for x in range(v)]
         return p, [small[x] if x in low else w * spare / rest for x, w in enumerate(q)]
     raise ValueError(f"no adversarial table {kind!r}")
 
