@@ -212,8 +212,10 @@ def check_tree_invariant(case: TreeCase, seeds: int = TREE_SEEDS) -> Check:
     figures = {"shapes": case.specs, "seeds": seeds, "configurations": configurations, "texts_compared": compared}
     figures |= {"differ": 0 if first is None else 1, "target_only_not_the_gumbel_max_chain": anchored}
     figures["worst_gap_over_bound"] = in_law.figures["worst_gap_over_bound"]
-    # a greedy target decides by the greedy rule, which reads no noise: i.i.d. children are its to take
-    figures["iid_refused"] = None if rig.target_policy.greedy else iid_refused(rig, case)
+    # a greedy target decides by the greedy rule, which reads no noise: i.i.d. children are its to take;
+    # a greedy draft ranks its children whatever the construction asked (none is drawn): nothing to refuse
+    greedy = rig.target_policy.greedy or rig.draft_policy.greedy
+    figures["iid_refused"] = None if greedy else iid_refused(rig, case)
     return Check(
         "tree_invariant",
         first is None and anchored == 0 and bool(in_law.passed) and figures["iid_refused"] is not False,

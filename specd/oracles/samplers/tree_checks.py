@@ -24,7 +24,7 @@ import torch
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
-from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
 from specd.oracles.reference import chain_joint
 from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.tables import Table, as_table, search_tables
@@ -87,13 +87,27 @@ class TreeJoint:
                     self.joint[head + tail] += rnd.mass * m * mt
 
 
-def check_drawing(sampler, rows, shape, drawing: str, refusable: bool) -> tuple[Check, TreeJoint | None]:
+def drawable(rounds: list[TreeRound]) -> bool:
+    """Whether a construction draws a whole tree every round on a table: its trees' masses sum to 1. A
+    sibling group drawn without replacement wider than its draft row's tokens of mass (a greedy
+    draft's point mass) cannot be drawn, and those rounds are missing: no sampler's joint can be
+    the target's there, so such a table says nothing of the sampler."""
+    return abs(sum(r.mass for r in rounds) - 1) <= EXACT_TOLERANCE
+
+
+def check_drawing(
+    sampler, rows, shape, drawing: str, refusable: bool, rounds: list[TreeRound] | None = None
+) -> tuple[Check, TreeJoint | None]:
     """``exact_joint_<drawing>`` on one table (``rows``: a rig's, or a specd.oracles.samplers.tables Table; module
-    docstring)."""
+    docstring); not applicable where the table cannot draw every tree (``drawable``). ``rounds``: its
+    draft trees, where they were enumerated already."""
     table = as_table(rows)
-    rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
+    if rounds is None:
+        rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
     name = f"exact_joint_{drawing}"
     base = {"vocab": table.vocab, "tree": shape.spec, "nodes": len(shape.choices), "draft_trees": len(rounds)}
+    if not drawable(rounds):
+        return Check(name, None, base, f"{NOT_APPLICABLE}{UNDRAWABLE.format(drawing=drawing)}"), None
     try:
         tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
     except SamplerFailed as err:
@@ -132,13 +146,19 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
     construction, where ``refusable``), then, where it is exact there, every other case and table, their
     rounds in one batch. Its figures are the named table's, with ``tables`` (how many were checked),
     the largest difference of all, and where it is not exact (``not_exact_at``, priced there)."""
-    named = cases[0]
-    check, _ = check_drawing(sampler, named.tables[0], named.shape, drawing, refusable)
+    pairs = [(c, t) for c in cases for t in c.tables]
+    every = [draft_trees(c.shape, drawing, t.p, t.q, t.prompt) for c, t in pairs]
+    kept = [i for i, rs in enumerate(every) if drawable(rs)]  # a table that cannot draw every tree says nothing
+    if not kept:  # the named case's own, not applicable, with its reason
+        return check_drawing(sampler, pairs[0][1], pairs[0][0].shape, drawing, refusable, every[0])[0]
+    (named, first), rest = pairs[kept[0]], kept[1:]
+    check, _ = check_drawing(sampler, first, named.shape, drawing, refusable, every[kept[0]])
     check.figures["tables"] = 1
+    if len(kept) < len(pairs):
+        check.figures["undrawable_tables"] = len(pairs) - len(kept)
     if not check.passed:
         return check
-    work = [(c, t) for c in cases for t in c.tables][1:]
-    rounds = [draft_trees(c.shape, drawing, t.p, t.q, t.prompt) for c, t in work]
+    work, rounds = [pairs[i] for i in rest], [every[i] for i in rest]
     try:
         laws = round_laws(sampler, [r for rs in rounds for r in rs])
     except SamplerFailed:
@@ -153,6 +173,8 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
         if not figures.pop("passed"):
             return _failed_at(check, case, table, figures, drawing)
     check.detail += f", on {check.figures['tables']} tables"
+    if "undrawable_tables" in check.figures:
+        check.detail += f" ({check.figures['undrawable_tables']} left out: {UNDRAWABLE.format(drawing=drawing)})"
     return check
 
 
@@ -179,6 +201,9 @@ def _first_refusal(sampler, check: Check, work: list, rounds: list, drawing: str
     raise AssertionError("the batch raised, but no round of it does alone")
 
 
+UNDRAWABLE = (
+    "the draft cannot draw every {drawing} tree of this shape (a sibling group wider than its row's tokens of mass)"
+)
 PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
 
 
@@ -254,6 +279,8 @@ def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=()) 
 def _counterexample(sampler, shape, drawing: str, table: Table) -> dict | None:
     """Where the sampler is not exact on one size and table: the sequence that moved most, and the round."""
     rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
+    if not drawable(rounds):
+        return None
     try:
         tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
     except SamplerFailed:

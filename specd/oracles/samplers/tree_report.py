@@ -75,7 +75,7 @@ def run_tree_sampler_oracle(
         "config": {"vocab": cfg.vocab, "k": shape.depth, "seed": cfg.seed, "rule": rule},
         "tree": {"spec": tree, "nodes": len(shape.choices or ()), "depth": shape.depth, "drawings": list(drawings)},
         "checks": [c.as_dict(with_findings=True) for c in checks],
-        "coverage": coverage(cases, exact_size, passed),
+        "coverage": _fewer_tables_said(coverage(cases, exact_size, passed), checks),
         "findings": sorted({f for c in checks for f in c.findings}),
         "counterexample": smallest,
         "counterexamples": found,
@@ -117,3 +117,12 @@ def _sizes(cases: list[Case]) -> list[tuple[int, str]]:
         if all(part.strip().isdigit() for part in widths.split(",")):
             out.append((case.vocab, widths.replace(" ", "")))
     return out
+
+
+def _fewer_tables_said(covered: dict, checks: list) -> dict:
+    """The claim, naming each construction checked on fewer tables than the rest (tables that cannot
+    draw its trees left out: specd.oracles.samplers.tree_checks.drawable)."""
+    fewer = [f"{c.name} on {c.figures['tables']}" for c in checks if "undrawable_tables" in c.figures]
+    if covered["claim"] is not None and fewer:
+        covered["claim"] += f" ({', '.join(fewer)}: the others cannot draw its trees)"
+    return covered
