@@ -40,8 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.hf_helpers
 
 from arguments import positive  # noqa: E402
+from heldout import refuse_outputs  # noqa: E402
 
 import specd  # noqa: E402
+from specd.files import write_text_atomic  # noqa: E402
 
 
 class ModelClock:
@@ -108,7 +110,6 @@ def tiny_llama(vocab: int, layers: int, hidden: int):
     from tests.hf_helpers import tiny_llama as suite_llama
 
     model = suite_llama(vocab, layers=layers, hidden=hidden)
-    model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
 
@@ -173,6 +174,7 @@ def main() -> int:
     ap.add_argument("--batch", type=positive, default=1)
     ap.add_argument("--json", default=None, help="also write the figures here as JSON")
     a = ap.parse_args()
+    refuse_outputs("host_cost.py", {"--json": a.json}, [])  # before minutes of measuring
     torch.set_num_threads(a.threads)
     systems = Systems(a)
     names = [n for pair in PAIRS for n in pair]
@@ -205,7 +207,7 @@ def main() -> int:
         print(f"host time a round, {label}: {ratio:.2f}x")
     if a.json:
         doc = {"args": vars(a), "figures": figures, "ratios": ratios, "outputs_unlike_hf_greedy": differ}
-        Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_text_atomic(a.json, json.dumps(doc, indent=1) + "\n", "JSON file")
     return 0 if differ == 0 else 1
 
 

@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import positive  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = (
     "verify-oracle --vocab 2 --k 3",
@@ -53,9 +56,11 @@ def spread(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="the other checkout (a git worktree)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=positive, default=5)
     parser.add_argument("--command", action="append", help="a specd command line (repeatable)")
     args = parser.parse_args()
+    if not (args.before / "specd").is_dir():
+        parser.error(f"--before {args.before}: not a checkout of specd (no specd/ folder in it)")
     for command in args.command or COMMANDS:
         times: dict[str, list[tuple[float, float]]] = {"now": [], "before": []}
         for _ in range(args.repeats):

@@ -49,14 +49,14 @@ def prompt_items(n: int):
 
 
 class FinishClock:
-    """Time spent in the HF caches' close and compact (the cost of requests leaving a batch)."""
+    """Time spent in the HF slot caches' close and compact (the cost of requests leaving a batch)."""
 
     def __init__(self):
-        from specd.models.hf import model as hf
+        from specd.models.hf.slot_cache import SlotCache
 
         self.seconds = 0.0
         for name in ("close", "compact"):
-            original = getattr(hf.HFCache, name)
+            original = getattr(SlotCache, name)
 
             def timed(cache, *args, _original=original):
                 t = time.perf_counter()
@@ -65,7 +65,7 @@ class FinishClock:
                 finally:
                     self.seconds += time.perf_counter() - t
 
-            setattr(hf.HFCache, name, timed)
+            setattr(SlotCache, name, timed)
 
 
 def main() -> int:
