@@ -43,6 +43,7 @@ import torch
 from specd.core.checks import flagged
 from specd.core.probability import residual_floor
 from specd.core.rows import Rows
+from specd.core.transfer import to_device
 
 EPS = torch.finfo(torch.float64).eps
 RESIDUAL_CHUNK = 1 << 21  # row entries formed at once for the residual masses
@@ -87,9 +88,8 @@ def residual_masses(rows: Rows, rho: torch.Tensor) -> torch.Tensor:
     if k_max < 2:
         return z
     # (b, i-1): d_i has a successor d_{i+1}; from the drafts per request the host knows (no read)
-    pairs = torch.tensor(
-        [(b, i) for b, k in enumerate(rows.ks()) for i in range(k - 1)], dtype=torch.int64, device=rho.device
-    ).reshape(-1, 2)
+    pairs = to_device([(b, i) for b, k in enumerate(rows.ks()) for i in range(k - 1)], torch.int64, rho.device)
+    pairs = pairs.reshape(-1, 2)
     step = max(1, RESIDUAL_CHUNK // max(rows.vocab, 1))
     for s in range(0, len(pairs), step):
         chunk = pairs[s : s + step]

@@ -9,7 +9,7 @@ processed logits, q the point mass on it, recorded as the token alone, as a look
 invariant rule: the Gumbel-max under the request's noise; else the inverse CDF at the request's
 proposal uniform) and fed to the next draft step as it is (``RowInput.ids``). The rows a chain
 stages hold PENDING tokens (specd.core.kv) until the round reads the drafts, once, with its
-decision (specd.core.round.read_decision) and resolves them.
+decision (specd.core.readback.Readback) and resolves them.
 
 The exactness checks a level's draw makes (a row of q without mass: refused; a uniform within
 float64 rounding of an interval's end: drawn again exactly) keep their flags inside

@@ -31,7 +31,6 @@ class Launched:
     verified: list[Verified]
     decision: Decision
     readback: Readback  # the round's one read, on its way to the host
-    deferred: bool  # its exactness checks kept their flags (specd.core.checks)
     clock: RoundClock
 
 

@@ -89,7 +89,7 @@ def launch(
         raise
     readback = Readback(decision, (kept[:drawn], kept[drawn:]), eng.config.record_log, proposal.draft_ids, rows.ks())
     clock.pause()
-    return Launched(active, plans, proposal, trees, verified, decision, readback, deferring, clock)
+    return Launched(active, plans, proposal, trees, verified, decision, readback, clock)
 
 
 def settle(
@@ -160,7 +160,7 @@ def taken_again(session: DecodeSession, launched: Launched, redraft: bool) -> La
         rows = round_rows(eng, active, launched.verified, launched.proposal, launched.trees, session.scratch)
         decision = eng.rule.decide(rows, active, session.draws)
     readback = Readback(decision, ([], []), eng.config.record_log, launched.proposal.draft_ids, rows.ks())
-    return replace(launched, decision=decision, readback=readback, deferred=False)
+    return replace(launched, decision=decision, readback=readback)
 
 
 def stage(txn: RoundTransaction, eos_ids: frozenset[int], rule: Rule) -> None:
