@@ -26,6 +26,7 @@ from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
 from specd.oracles.reference import chain_joint
+from specd.oracles.samplers.coverage import widest
 from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.tables import Table, as_table, search_tables
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
@@ -265,7 +266,7 @@ def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=()) 
     searched after SEARCH's; ``search_order``: the size's and the table's place in the search."""
     for order, (vocab, spec) in enumerate(SEARCH + [s for s in sizes if s not in SEARCH]):
         shape = parse_tree(spec)
-        wide = max(c[-1] for c in shape.choices) + 1
+        wide = widest(shape)
         for rank, table in enumerate(search_tables(build_rig, vocab, shape.depth, wide, seeds)):
             for drawing in drawings:
                 if drawing == "iid" or wide <= vocab:
