@@ -183,13 +183,14 @@ class SlotCache(KVCache):
         return slot in self._branching
 
     def commit(self, slot: int, keep, later: int = 0) -> None:
-        rows = self.kept(slot, keep)
+        rows = list(range(keep)) if isinstance(keep, int) else list(keep)
         if rows != list(range(len(rows))) and not later:  # a tree's path: its columns move down
-            start = len(self._committed[slot])
+            rows = self.kept(slot, rows)  # a path that is not one is refused before any column moves
+            start = self.committed_length(slot)
             source = to_device([start + r for r in rows], torch.int64, self.device)
             self.store.move_columns(self._row[slot], start, source)
         self._branching.discard(slot)
-        super().commit(slot, rows, later)
+        super().commit(slot, keep, later)  # the path checked there (``kept``), once for a chain's rows
 
     def reset(self, slot: int) -> None:
         self._branching.discard(slot)

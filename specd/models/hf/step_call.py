@@ -137,7 +137,7 @@ def _lay_out(cache: SlotCache, rows: Sequence[RowInput], slots: list[int | None]
     span = 0
     for b, slot in enumerate(slots):
         row = by_slot.get(slot) if slot is not None else None
-        committed = len(cache._committed[slot]) if slot is not None else 0
+        committed = cache.committed_length(slot) if slot is not None else 0
         base = cache.length(slot) if slot is not None else 0
         n = len(row.tokens) if row is not None else 0
         if row is not None:
