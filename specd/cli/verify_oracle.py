@@ -14,6 +14,7 @@ from specd.cli.common import parse_bias, print_json, stdout
 from specd.core.tree_shape import parse_tree
 from specd.errors import UsageError, printable
 from specd.oracles.fixture import MAX_DRAFT_PATHS, MAX_SAMPLES, MAX_SEQUENCES
+from specd.oracles.parallel import MAX_JOBS
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT
 
 # The flags, declared once each (typer reads them off the annotations).
@@ -96,8 +97,8 @@ Jobs = Annotated[
     int | None,
     typer.Option(
         "--jobs",
-        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on, 1..256 (default: "
-        "the usable cores, at most 4, on Linux; 1: one process). The report is the same.",
+        help="Processes the engine oracle's independent checks, or a --sampler's tree rounds, run on, "
+        f"1..{MAX_JOBS} (default: the usable cores, at most 4, on Linux; 1: one process). The report is the same.",
     ),
 ]
 ExactSize = Annotated[

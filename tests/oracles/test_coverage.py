@@ -235,3 +235,28 @@ def test_the_engines_tree_checks_pass_under_a_greedy_draft(capsys):
         doc = json.loads(out)
         invariant = next(c for c in doc["checks"] if c["name"] == "tree_invariant")
         assert code == 0 and doc["passed"] and invariant["figures"]["iid_refused"] is None
+
+
+def test_a_sampler_that_raises_once_and_never_again_fails_in_one_line():
+    """It raised on a batch of the covered tables and on none of them alone (its answers change from call
+    to call): a failed check that says so (it escaped as StopIteration: an internal error)."""
+
+    def flaky(raise_at):
+        calls = {"n": 0}
+
+        def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
+            if p.shape[0] > 1:
+                raise ValueError("rounds one at a time")
+            calls["n"] += 1
+            if calls["n"] == raise_at:
+                raise ValueError("once")
+            return slips.chain_exact(p, q, drafts, k_lens, accept_u, terminal_u)
+
+        return as_sampler(sampler), calls
+
+    cases = chain_cases(OracleConfig(vocab=2, k=3))
+    sampler, calls = flaky(None)
+    assert check_exact_cases(sampler, cases, True)[0].passed
+    sampler, _ = flaky(calls["n"])  # its last call: a covered table's, in a batch
+    check = check_exact_cases(sampler, cases, True)[0]
+    assert check.passed is False and check.findings == ["raised"] and "on none of them alone" in check.detail

@@ -252,10 +252,11 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
         try:
             results = call_batch(sampler, [c for cs in calls for c in cs])[0]
         except SamplerFailed as err:  # it raised where it had not on the named table: which table, alone
-            table = next(t for t, cs in zip(work, calls) if _raises(sampler, cs))
+            table = next((t for t, cs in zip(work, calls) if _raises(sampler, cs)), None)
             check.passed, check.findings = False, [err.finding]
-            check.detail = f"{err} (at {case.label}, on the table {table.name})"
-            return check, (case, table)
+            where = UNREPEATED if table is None else f"on the table {table.name}"
+            check.detail = f"{err} (at {case.label}, {where})"
+            return check, (case, table or work[0])
         at = 0
         for table, cs in zip(work, calls):
             joint, mismatches = joint_of(cs, results[at : at + len(cs)], table, table.prompt, case.k)
@@ -270,6 +271,10 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
                 return check, (case, table)
     check.detail += f", on {check.figures['tables']} tables"
     return check, None
+
+
+# A sampler that raised on a batch of rounds and on none of them alone: its answers are not a function of its inputs.
+UNREPEATED = "on a batch of its tables, and on none of them alone: it does not answer a round the same way twice"
 
 
 def _raises(sampler, calls: list[Call]) -> bool:

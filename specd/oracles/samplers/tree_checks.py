@@ -26,6 +26,7 @@ from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
 from specd.oracles.reference import chain_joint
+from specd.oracles.samplers.checks import UNREPEATED
 from specd.oracles.samplers.coverage import widest
 from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.tables import Table, as_table, search_tables
@@ -199,7 +200,10 @@ def _first_refusal(sampler, check: Check, work: list, rounds: list, drawing: str
             check.passed, check.findings = False, [err.finding]
             check.detail = f"{err} (on a tree drawn {drawing} at {case.label}, on the table {table.name})"
             return check
-    raise AssertionError("the batch raised, but no round of it does alone")
+    case = work[0][0]
+    check.passed, check.findings = False, ["raised"]
+    check.detail = f"the sampler raised (on trees drawn {drawing} at {case.label}, {UNREPEATED})"
+    return check
 
 
 UNDRAWABLE = (
