@@ -21,7 +21,11 @@ install:
 bench:
 	$(PYTHON) benchmarks/vs_hf.py
 
+# Byte-compiled once, before the workers start: where the environment sets PYTHONDONTWRITEBYTECODE,
+# every process the suite starts (the workers, the CLI's subprocesses, Ray's actors) would otherwise
+# compile specd from source again.
 test:
+	$(PYTHON) -m compileall -q -j 0 specd tests
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PYTHON) -m pytest -q -n auto --dist worksteal
 
 lint:
