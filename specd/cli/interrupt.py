@@ -2,12 +2,13 @@
 
 Ctrl-C (SIGINT) exits 130; SIGTERM (``kill``, ``timeout``, systemd, ``docker stop``, batch
 schedulers) 143; SIGHUP (the terminal closed) 129. All three stop a run the same way: the
-signal becomes a KeyboardInterrupt where the program is, so every ``finally`` runs and the
-requests that finished are written before specd exits.
+signal becomes a KeyboardInterrupt where the program is (never inside a finalizer, which would
+drop it), so every ``finally`` runs and the requests that finished are written before specd exits.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import NoReturn
@@ -16,11 +17,36 @@ STOPPING_SIGNALS = {signal.SIGTERM: "terminated (SIGTERM)", signal.SIGHUP: "hung
 _received: list[int] = []  # the signal that stopped the run, if not Ctrl-C
 
 
+RETRY_S = 0.005  # how soon a stop that landed in a finalizer is raised again
+
+
 def _stop(signum, frame) -> None:
     if _received:  # a second signal while the first one's clean-up runs: let that finish
         return
     _received.append(signum)
+    _raise_where_it_counts(frame)
+
+
+def _raise_where_it_counts(frame) -> None:
+    """Raise the stop as a KeyboardInterrupt where the program is, unless it is inside a finalizer
+    (a ``__del__`` the garbage collector runs, or weakref's machinery): CPython prints an exception
+    raised there, drops it, and the run would go on to its end. There the stop is raised again a few
+    milliseconds later (SIGALRM), once the finalizer has returned."""
+    if _in_finalizer(frame):
+        signal.signal(signal.SIGALRM, lambda _signum, later: _raise_where_it_counts(later))
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
     raise KeyboardInterrupt
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether ``frame`` runs inside a finalizer, where a raised exception is printed and dropped."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith(f"{os.sep}weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def handle_stop_signals() -> None:

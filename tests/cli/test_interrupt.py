@@ -1,0 +1,50 @@
+"""specd.cli.interrupt: a stop signal is never lost in a finalizer."""
+
+import signal
+import sys
+import time
+
+import pytest
+
+from specd.cli import interrupt
+
+
+@pytest.fixture
+def fresh_stop(monkeypatch):
+    """A process that has not been stopped yet; SIGALRM's handler and timer as they were, after."""
+    monkeypatch.setattr(interrupt, "_received", [])
+    before = signal.getsignal(signal.SIGALRM)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, before)
+
+
+class Finalized:
+    """An object whose finalizer is where SIGTERM's handler happens to run."""
+
+    def __del__(self):
+        interrupt._stop(signal.SIGTERM, sys._getframe())
+
+
+def test_a_stop_that_lands_in_a_finalizer_is_raised_once_it_returns(fresh_stop, capsys):
+    obj = Finalized()
+    with pytest.raises(KeyboardInterrupt):
+        del obj  # raised here, CPython would print "Exception ignored in ... __del__" and go on
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert interrupt._received == [signal.SIGTERM]
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_a_stop_elsewhere_is_raised_at_once(fresh_stop):
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._stop(signal.SIGHUP, sys._getframe())
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing deferred
+
+
+def test_a_second_signal_during_the_clean_up_is_ignored(fresh_stop):
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._stop(signal.SIGTERM, sys._getframe())
+    interrupt._stop(signal.SIGHUP, sys._getframe())  # returns: the first one's clean-up goes on
+    assert interrupt._received == [signal.SIGTERM]
