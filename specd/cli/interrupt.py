@@ -49,11 +49,19 @@ def _in_finalizer(frame) -> bool:
     return False
 
 
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: Python's own handler (every press raises), but never lost in a finalizer."""
+    _raise_where_it_counts(frame)
+
+
 def handle_stop_signals() -> None:
-    """SIGTERM and SIGHUP stop specd as Ctrl-C does (only the main thread can install handlers)."""
+    """SIGTERM and SIGHUP stop specd as Ctrl-C does, and none of the three is lost in a finalizer
+    (only the main thread can install handlers)."""
     for signum in STOPPING_SIGNALS:
         if signal.getsignal(signum) is signal.SIG_DFL:
             signal.signal(signum, _stop)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
 
 
 def exit_interrupted() -> NoReturn:

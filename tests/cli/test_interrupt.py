@@ -48,3 +48,30 @@ def test_a_second_signal_during_the_clean_up_is_ignored(fresh_stop):
         interrupt._stop(signal.SIGTERM, sys._getframe())
     interrupt._stop(signal.SIGHUP, sys._getframe())  # returns: the first one's clean-up goes on
     assert interrupt._received == [signal.SIGTERM]
+
+
+class FinalizedByCtrlC:
+    def __del__(self):
+        interrupt._interrupt(signal.SIGINT, sys._getframe())
+
+
+def test_ctrl_c_in_a_finalizer_is_raised_once_it_returns_and_every_press_counts(fresh_stop, capsys):
+    obj = FinalizedByCtrlC()
+    with pytest.raises(KeyboardInterrupt):
+        del obj
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert "Exception ignored" not in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):  # a second press, during a clean-up, still raises
+        interrupt._interrupt(signal.SIGINT, sys._getframe())
+    assert interrupt._received == []  # Ctrl-C's exit: 130, "interrupted"
+
+
+def test_the_handlers_are_installed_only_over_the_defaults(monkeypatch):
+    installed = {}
+    monkeypatch.setattr(interrupt.signal, "signal", lambda signum, handler: installed.__setitem__(signum, handler))
+    defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_IGN, signal.SIGINT: signal.default_int_handler}
+    monkeypatch.setattr(interrupt.signal, "getsignal", defaults.get)
+    interrupt.handle_stop_signals()
+    assert installed == {signal.SIGTERM: interrupt._stop, signal.SIGINT: interrupt._interrupt}  # nohup's SIGHUP kept
