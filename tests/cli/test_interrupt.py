@@ -71,7 +71,8 @@ def test_ctrl_c_in_a_finalizer_is_raised_once_it_returns_and_every_press_counts(
 def test_the_handlers_are_installed_only_over_the_defaults(monkeypatch):
     installed = {}
     monkeypatch.setattr(interrupt.signal, "signal", lambda signum, handler: installed.__setitem__(signum, handler))
-    defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_IGN, signal.SIGINT: signal.default_int_handler}
+    defaults = {signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_IGN}  # run under nohup
+    defaults[signal.SIGINT] = signal.default_int_handler
     monkeypatch.setattr(interrupt.signal, "getsignal", defaults.get)
     interrupt.handle_stop_signals()
     assert installed == {signal.SIGTERM: interrupt._stop, signal.SIGINT: interrupt._interrupt}  # nohup's SIGHUP kept
