@@ -20,20 +20,28 @@ def fresh_stop(monkeypatch):
 
 
 class Finalized:
-    """An object whose finalizer is where SIGTERM's handler happens to run."""
+    """An object whose finalizer is where a signal's handler happens to run."""
+
+    def __init__(self, handler, signum):
+        self.handler, self.signum = handler, signum
 
     def __del__(self):
-        interrupt._stop(signal.SIGTERM, sys._getframe())
+        self.handler(self.signum, sys._getframe())
 
 
-def test_a_stop_that_lands_in_a_finalizer_is_raised_once_it_returns(fresh_stop, capsys):
-    obj = Finalized()
+@pytest.mark.parametrize(
+    "handler,signum,received",
+    [(interrupt._stop, signal.SIGTERM, [signal.SIGTERM]), (interrupt._interrupt, signal.SIGINT, [])],
+    ids=["SIGTERM", "Ctrl-C"],
+)
+def test_a_signal_that_lands_in_a_finalizer_is_raised_once_it_returns(fresh_stop, capsys, handler, signum, received):
+    obj = Finalized(handler, signum)
     with pytest.raises(KeyboardInterrupt):
         del obj  # raised here, CPython would print "Exception ignored in ... __del__" and go on
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             time.sleep(0.001)
-    assert interrupt._received == [signal.SIGTERM]
+    assert interrupt._received == received  # Ctrl-C records none: its exit is 130, "interrupted"
     assert "Exception ignored" not in capsys.readouterr().err
 
 
@@ -50,22 +58,11 @@ def test_a_second_signal_during_the_clean_up_is_ignored(fresh_stop):
     assert interrupt._received == [signal.SIGTERM]
 
 
-class FinalizedByCtrlC:
-    def __del__(self):
-        interrupt._interrupt(signal.SIGINT, sys._getframe())
-
-
-def test_ctrl_c_in_a_finalizer_is_raised_once_it_returns_and_every_press_counts(fresh_stop, capsys):
-    obj = FinalizedByCtrlC()
-    with pytest.raises(KeyboardInterrupt):
-        del obj
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            time.sleep(0.001)
-    assert "Exception ignored" not in capsys.readouterr().err
-    with pytest.raises(KeyboardInterrupt):  # a second press, during a clean-up, still raises
-        interrupt._interrupt(signal.SIGINT, sys._getframe())
-    assert interrupt._received == []  # Ctrl-C's exit: 130, "interrupted"
+def test_every_ctrl_c_press_raises(fresh_stop):
+    for _ in range(2):  # a second press, during a clean-up, still raises
+        with pytest.raises(KeyboardInterrupt):
+            interrupt._interrupt(signal.SIGINT, sys._getframe())
+    assert interrupt._received == []
 
 
 def test_the_handlers_are_installed_only_over_the_defaults(monkeypatch):
