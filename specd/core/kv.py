@@ -27,7 +27,19 @@ from specd.errors import CacheIdentityError
 # A row's token while it lives on the device only: a model draft's drafts are read once, with the
 # round's decision; until then the ledger holds PENDING in their place (``KVCache.resolve``).
 PENDING = -1
-TAIL = 16  # rows compared to tell that a slot's committed rows are an output's prefix (``prefix_held``)
+TAIL = 16  # rows compared to tell that a cache's committed rows are an output's prefix (``grown_prefix``)
+
+
+def grown_prefix(rows: Sequence[int], tokens: Sequence[int]) -> bool:
+    """Whether ``rows`` are a prefix of ``tokens``, for rows that only ever grow along one output by
+    appending what it publishes (a cache's committed rows, the output that ``tokens`` is now or was):
+    then their count fitting and their last rows (TAIL of them) matching tells it, not a comparison
+    of every token, each round."""
+    n = len(rows)
+    if n > len(tokens):
+        return False
+    tail = min(n, TAIL)
+    return tuple(rows[n - tail :]) == tuple(tokens[n - tail : n])
 
 
 def same_tokens(a: Sequence[int], b: Sequence[int]) -> bool:
@@ -129,14 +141,9 @@ class KVCache:
     def prefix_held(self, slot: int, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` the slot's committed rows hold: all of its rows where they are a prefix
         of ``tokens``, else 0. A slot's rows only ever grow along one output (a commit appends the rows
-        of what was published), so they are that output's prefix where their count fits and their last
-        rows match: compared by those (TAIL of them), not token by token each round."""
+        of what was published), so ``grown_prefix`` tells it."""
         rows = self._committed[slot]
-        n = len(rows)
-        if n > len(tokens):
-            return 0
-        tail = min(n, TAIL)
-        return n if rows[n - tail :] == list(tokens[n - tail : n]) else 0
+        return len(rows) if grown_prefix(rows, tokens) else 0
 
     def temporary_parents(self, slot: int) -> tuple[int, ...]:
         """Each temporary row's parent (-1: the committed history)."""

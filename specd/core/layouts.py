@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.core.kv import TAIL, KVRows, same_tokens
+from specd.core.kv import KVRows, grown_prefix, same_tokens
 from specd.core.model import RowInput
 from specd.core.state import RequestState
 from specd.core.tree import DraftTree
@@ -68,11 +68,10 @@ class FrontierLayout:
 
 def _check_round_start(state: RequestState, cached_frontier: bool) -> None:
     """The round-start cache holds the output (retained) or the output minus its frontier (replay).
-    Both grow by appending what each round publishes, so the count and the last rows tell it (not
-    a comparison of every token, each round)."""
+    Both grow by appending what each round publishes: its count and ``grown_prefix`` tell it."""
     cache, output = state.cache_tokens, state.output
     n = len(output) if cached_frontier else len(output) - 1
-    if len(cache) != n or cache[-TAIL:] != output[max(n - TAIL, 0) : n]:
+    if len(cache) != n or not grown_prefix(cache, output):
         raise CacheIdentityError(
             f"{state.request_id}: round-start cache holds {len(state.cache_tokens)} rows that are not "
             f"the {'output' if cached_frontier else 'output minus its frontier'} ({n} tokens)"
