@@ -144,9 +144,7 @@ def draft_trees(proposer, states, ks, shapes, cache, ctx, exclude=None) -> Draft
         level = _feed(proposer, cache, states, shapes, ks, grown, born, staged)
         fed += len(level)
     trees = [_finish(g, shapes[b], ways[b]) for b, g in enumerate(grown)]
-    kept_rows = [[r for r in rows_of if r is not None] for _, rows_of in trees]
-    q, q_index = packed(kept_rows, proposer.vocab_size, ctx.dtype, device)
-    q_index = tuple(_indices(rows_of, qi) for (_, rows_of), qi in zip(trees, q_index))
+    q, q_index = _packed_q([rows_of for _, rows_of in trees], proposer.vocab_size, ctx.dtype, device)
     tree_of = tuple(None if t.is_chain else t for t, _ in trees)
     return Drafted(
         tuple(t.tokens for t, _ in trees),
@@ -165,12 +163,17 @@ def _drafted_on_device(proposer, states, ks, live, cache, ctx, raws, uniforms, s
     ids, q_rows, fed = device_chain.draft_chain(proposer, states, ks, live, cache, ctx, raws, uniforms, staged)
     rows_of = [q_rows.get(b, []) for b in range(len(states))]
     device = getattr(proposer.model, "device", "cpu")
-    kept = [[r for r in rows if r is not None] for rows in rows_of]
-    q, q_index = packed(kept, proposer.vocab_size, ctx.dtype, device)
-    q_index = tuple(_indices(rows, qi) for rows, qi in zip(rows_of, q_index))
+    q, q_index = _packed_q(rows_of, proposer.vocab_size, ctx.dtype, device)
     drafts = tuple((PENDING,) * len(r) for r in rows_of)
     draws = tuple(ks[b] if b in uniforms else 0 for b in range(len(states)))
     return Drafted(drafts, q, q_index, draws, staged, first_call, (), fed, ids)
+
+
+def _packed_q(q_rows: list[list], vocab: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, tuple]:
+    """Per request, its nodes' q rows (None: a point mass, recorded as the token alone) -> (q float[N, V],
+    the rows that exist packed; per request, each node's row of q, -1 for a point mass)."""
+    q, index = packed([[r for r in rows if r is not None] for rows in q_rows], vocab, dtype, device)
+    return q, tuple(_indices(rows, qi) for rows, qi in zip(q_rows, index))
 
 
 def _indices(q_rows: list, packed_index: tuple[int, ...]) -> tuple[int, ...]:
