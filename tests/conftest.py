@@ -26,11 +26,13 @@ if WORKER:
 # The longest tests (minutes) first, then every other test marked slow, then the rest; with n
 # workers the ranked list is dealt like cards (worker i's share is every n-th test from the i-th),
 # because ``--dist worksteal`` gives each worker one contiguous share to start with and balances
-# only the tails: each worker starts with its share of the longest tests.
-LONGEST = (  # measured on the 2-core machine: 74, 70, 62, 61 and 45 s
+# only the tails: each worker starts with its share of the longest tests. The first two convert
+# the two embedded models (SmolLM2 about 7 s, Gemma about 17 s, each under its own lock) side by
+# side: the README groups all run SmolLM2, and a second one first would wait for the first's copy.
+LONGEST = (  # measured on the 2-core machine: 38, 34, 46, 24 and 26 s
     "tests/test_readme.py::test_every_readme_command_runs_as_written[readme-generate]",
-    "tests/test_readme.py::test_every_readme_command_runs_as_written[choosing-k-prompt-sets-oracle]",
     "tests/models/test_embedded.py::test_embedded_gemma_greedy_is_hugging_faces",
+    "tests/test_readme.py::test_every_readme_command_runs_as_written[choosing-k-prompt-sets-oracle]",
     "tests/test_readme.py::test_every_readme_command_runs_as_written[traces-sweep-k]",
     "tests/test_python_docs.py::test_every_python_example_runs_as_written",
 )

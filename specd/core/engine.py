@@ -25,7 +25,7 @@ callable in ``observers`` (the measured costs of -k auto subscribe there).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
@@ -33,6 +33,7 @@ from specd.core.layouts import FrontierLayout, make_layout
 from specd.core.probability import check_backend
 from specd.core.processors import SamplingPolicy
 from specd.core.proposer import Proposer
+from specd.core.record import record
 from specd.core.records import RoundTiming, RunResult
 from specd.core.rng import Draws, stream_draws
 from specd.core.round import PublishCallback, decode
@@ -65,7 +66,7 @@ def refuse_tree(config: EngineConfig, sources: SourceSet, target) -> None:
             raise UsageError(f"--tree: {why}")
 
 
-@dataclass(frozen=True)
+@record
 class EngineConfig:
     k: int = 4
     layout: str = "replay_frontier"

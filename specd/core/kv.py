@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specd.core.record import record
 from specd.errors import CacheIdentityError
 
 # A row's token while it lives on the device only: a model draft's drafts are read once, with the
@@ -47,7 +48,7 @@ def same_tokens(a: Sequence[int], b: Sequence[int]) -> bool:
     return len(a) == len(b) and all(x == y or PENDING in (x, y) for x, y in zip(a, b))
 
 
-@dataclass(frozen=True)
+@record
 class KVRows:
     """Identities of K/V rows: which token at which absolute position, in which slot, and for the
     rows of a token tree each row's parent (its index among the slot's temporary rows, counting

@@ -22,18 +22,17 @@ names the path's first rows; on a chain, the first rows).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from specd.core.kv import KVRows, grown_prefix, same_tokens
 from specd.core.model import RowInput
+from specd.core.record import record
 from specd.core.state import RequestState
 from specd.core.tree import DraftTree
 from specd.errors import CacheIdentityError, UnknownLayout, shown
 
 
-@dataclass(frozen=True)
+@record
 class Verified:
     """The logical tuple both layouts extract: ([p_1..p_k], p_{k+1}, [KV(d_1)..KV(d_k)])."""
 

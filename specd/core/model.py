@@ -10,19 +10,19 @@ which rows become history.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from specd.core.kv import KVCache, KVRows
+from specd.core.record import record
 
 # A step's input rows of one request (cache slot): tokens at absolute positions. They are the K/V
 # rows the step stages, so they are one type (``KVRows``) under the name a caller writes.
 RowInput = KVRows
 
 
-@dataclass(frozen=True)
+@record
 class StepOutput:
     logits: list[torch.Tensor]  # one float[n_i, V] per RowInput: its last n_i rows (see logits_for);
     # the logit row of input j scores the token after input j

@@ -18,8 +18,9 @@ both None (its path is d_1..d_A).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from specd.core.record import record
 
 
 def chain_walk(k: int, accepted: int) -> tuple[tuple[int, bool], ...]:
@@ -49,7 +50,7 @@ def walk_of(k: int, accepted: int, parents, path) -> tuple[tuple[int, bool], ...
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@record
 class RoundOutcome:
     request_id: str
     round_id: str  # "<request id>/round-<round_index>"

@@ -4,10 +4,10 @@ published tokens move the committed state."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from specd.core.record import record
 
 
-@dataclass(frozen=True)
+@record
 class RepetitionState:
     """The set of token ids already in the history (prompt + published output)."""
 
@@ -19,7 +19,7 @@ class RepetitionState:
         return RepetitionState(self.seen | {token})
 
 
-@dataclass(frozen=True)
+@record
 class OutputCounts:
     """How often each token id occurs in the output so far (not the prompt): (token, count) pairs."""
 
@@ -31,7 +31,7 @@ class OutputCounts:
         return OutputCounts(tuple(sorted(d.items())))
 
 
-@dataclass(frozen=True)
+@record
 class History:
     """The last ``keep`` tokens of prompt + output (all of them when keep is None)."""
 
@@ -45,7 +45,7 @@ class History:
         return History(tokens if self.keep is None else tokens[-self.keep :], self.keep)
 
 
-@dataclass(frozen=True)
+@record
 class NewTokens:
     """How many tokens have been generated, counted up to ``cap`` (past it the processor is idle)."""
 

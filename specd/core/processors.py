@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 
 import torch
@@ -37,6 +37,7 @@ from specd.core.controls import (
 )
 from specd.core.probability import argmax_ids, softmax
 from specd.core.processor_states import History, NewTokens, OutputCounts, RepetitionState
+from specd.core.record import record
 from specd.core.transfer import to_device
 
 NEG_INF = float("-inf")
@@ -68,7 +69,7 @@ class Processor:
         return self.apply_into(logits, states, torch.empty_like(logits))
 
 
-@dataclass(frozen=True)
+@record
 class Temperature(Processor):
     temperature: float
     name = "temperature"
@@ -85,7 +86,7 @@ class Temperature(Processor):
         return torch.div(raw, self.temperature, out=out)  # the same quotients as raw / T, written once
 
 
-@dataclass(frozen=True)
+@record
 class TopK(Processor):
     k: int
     name = "top_k"
@@ -100,7 +101,7 @@ class TopK(Processor):
         return logits.masked_fill_(logits < kth, NEG_INF)
 
 
-@dataclass(frozen=True)
+@record
 class TopP(Processor):
     """Nucleus filter with Hugging Face semantics: drop the low tail holding <= 1 - p mass."""
 
@@ -121,7 +122,7 @@ class TopP(Processor):
         return logits.masked_fill_(drop, NEG_INF)
 
 
-@dataclass(frozen=True)
+@record
 class LogitBias(Processor):
     """Additive bias per token id."""
 
@@ -137,7 +138,7 @@ class LogitBias(Processor):
         return logits
 
 
-@dataclass(frozen=True)
+@record
 class RepetitionPenalty(Processor):
     """CTRL-style penalty on tokens already in the history (Hugging Face semantics)."""
 
@@ -175,7 +176,7 @@ def _banned(logits: torch.Tensor, banned: Sequence[Sequence[int]]) -> torch.Tens
     return logits
 
 
-@dataclass(frozen=True)
+@record
 class PresenceFrequencyPenalty(Processor):
     """vLLM/OpenAI penalties on the output so far: logit(t) -= frequency * count(t) + presence * [count(t) > 0]."""
 
@@ -202,7 +203,7 @@ class PresenceFrequencyPenalty(Processor):
         return logits
 
 
-@dataclass(frozen=True)
+@record
 class NoRepeatNGram(Processor):
     """Hugging Face's no_repeat_ngram_size: a token that would complete an n-gram already in
     prompt + output is banned."""
@@ -229,7 +230,7 @@ class NoRepeatNGram(Processor):
         return _banned(logits, banned)
 
 
-@dataclass(frozen=True)
+@record
 class BadWords(Processor):
     """Hugging Face's bad_words_ids: a one-token sequence is always banned; a longer one bans its
     last token when the output ends with the rest of it."""
@@ -259,7 +260,7 @@ class BadWords(Processor):
         return _banned(logits, banned)
 
 
-@dataclass(frozen=True)
+@record
 class MinNewTokens(Processor):
     """Hugging Face's min_new_tokens: every end-of-sequence id is banned until this many tokens
     have been generated."""
@@ -279,7 +280,7 @@ class MinNewTokens(Processor):
         return _banned(logits, [self.eos_ids if s.count < self.min_new else () for s in states])
 
 
-@dataclass(frozen=True)
+@record
 class MinP(Processor):
     """Hugging Face's min_p: drop tokens whose probability is below min_p times the largest one
     (after temperature, top-k and top-p); the most likely token always stays."""
@@ -298,7 +299,7 @@ class MinP(Processor):
         return logits.masked_fill_(drop, NEG_INF)
 
 
-@dataclass(frozen=True)
+@record
 class VocabMask(Processor):
     """Mask logit columns past the tokenizer's real vocabulary (padded embedding rows)."""
 
@@ -313,7 +314,7 @@ class VocabMask(Processor):
         return logits
 
 
-@dataclass(frozen=True)
+@record
 class PolicyState:
     """One state per processor of a policy (None for stateless processors)."""
 
@@ -341,7 +342,7 @@ class PolicyState:
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
+@record
 class SamplingPolicy:
     """An ordered processor list plus the greedy flag (temperature 0)."""
 

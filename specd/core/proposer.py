@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
@@ -26,6 +26,7 @@ from specd.core.kv import PENDING, KVCache
 from specd.core.model import CausalLM, RowInput, device_sync
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import SamplingPolicy
+from specd.core.record import record
 from specd.core.rng import Draws
 from specd.core.sampler import categorical_draw, exact_redraw
 from specd.core.state import RequestState
@@ -34,7 +35,7 @@ from specd.core.tree_draft import draft_trees
 from specd.errors import EmptyDistribution, UsageError
 
 
-@dataclass(frozen=True)
+@record
 class DraftContext:
     """What a source reads from the round besides its rows and its cache."""
 
@@ -46,7 +47,7 @@ class DraftContext:
     noise: SharedNoise | None = None
 
 
-@dataclass(frozen=True)
+@record
 class SourceTiming:
     """One source's turn in a round (seconds, wall clock; device-synchronized by the round)."""
 
@@ -60,7 +61,7 @@ class SourceTiming:
     fed_rows: int = 0  # rows its calls after the first fed, together (wider than ``rows`` a call: a tree's levels)
 
 
-@dataclass(frozen=True)
+@record
 class Proposal:
     """A batch's drafts: what one source returns for its rows, and what the run's sources together
     (specd.core.sources.SourceSet) return for the round, each row from the source it chose."""

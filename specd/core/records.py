@@ -10,18 +10,19 @@ measured costs of -k auto); a ``RunResult`` per run. ``acceptance_rows`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from specd.core.outcome import RoundOutcome
 from specd.core.proposer import SourceTiming
+from specd.core.record import record
 from specd.core.state import RequestState
 from specd.core.stats import RunStats
 from specd.core.tree import DraftTree, walked
 
 
-@dataclass(frozen=True)
+@record
 class AcceptanceRecord:
     request_id: str
     round_id: str
@@ -46,7 +47,7 @@ class AcceptanceRecord:
         return row
 
 
-@dataclass(frozen=True)
+@record
 class RoundTiming:
     """What one round cost on this machine (seconds, wall clock, device-synchronized)."""
 
@@ -66,7 +67,7 @@ class RoundTiming:
 MIXED = "mixed"
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     states: tuple[RequestState, ...]  # final state per request, in request order
     stats: RunStats

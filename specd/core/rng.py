@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from specd.core.record import record
 
 STREAMS: tuple[str, ...] = ("proposal", "acceptance", "terminal")
 _INDEX = {name: i for i, name in enumerate(STREAMS)}
@@ -32,7 +33,7 @@ def uniform(seed: int, request_id: str, stream: str, counter: int) -> float:
     return (bits >> 11) * _TWO_POW_MINUS_53
 
 
-@dataclass(frozen=True)
+@record
 class RngState:
     """Per-request stream counters; part of the published request state (R)."""
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 
+from specd.core.record import record
 from specd.core.transfer import to_device
 from specd.core.tree import ROOT, TreeBatch
 
@@ -78,7 +78,7 @@ def row_starts(k_lens: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(k_lens + 1, 0) - (k_lens + 1)
 
 
-@dataclass(frozen=True)
+@record
 class Rows:
     """A round's rows, packed (shapes and terms in the module docstring). ``p`` is None where the
     target's tokens are decided without its rows (greedy: the argmax ids ``target_argmax``, int64[B, K+1],

@@ -29,7 +29,6 @@ breaks the rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 from itertools import accumulate
@@ -40,6 +39,7 @@ from specd.core import block
 from specd.core.checks import flagged
 from specd.core.gumbel import race_tokens, request_key
 from specd.core.probability import residual_floor
+from specd.core.record import record
 from specd.core.rows import Rows, constant, per_request
 from specd.core.tree import ROOT, leaf_of, walk
 from specd.errors import ImpossibleProposal
@@ -123,7 +123,7 @@ def exact_less(u: torch.Tensor, num: torch.Tensor, den: torch.Tensor) -> torch.T
     return less
 
 
-@dataclass(frozen=True)
+@record
 class Tested:
     """What a round's nodes were tested against (``RejectionSampler.tested_rows``; B requests, K the
     most nodes): ``p_draft`` float[B, K] the tested row's mass on each node's token; a later sibling's
@@ -144,7 +144,7 @@ class Tested:
         return torch.where((at >= 0).unsqueeze(1), self.later[at.clamp_min(0)], parent_row.to(torch.float64))
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """What a rule decides for a batch of B requests (K: the most drafts of any request)."""
 

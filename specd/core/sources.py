@@ -21,19 +21,20 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
 from specd.core.kv import PENDING, KVCache
 from specd.core.proposer import DraftContext, ModelProposer, NullProposer, Proposal, Proposer, SourceTiming
+from specd.core.record import record
 from specd.core.state import RequestState
 from specd.core.transfer import to_device
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
 
 
-@dataclass(frozen=True)
+@record
 class Offer:
     """A source that can propose for a request this round: its index into the run's sources, its
     identity, a lookup's match length (``Proposer.match_length``; None for a model) and how many
@@ -45,7 +46,7 @@ class Offer:
     behind: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
     """What a request does this round: draft up to ``k`` tokens from source ``source`` (an index
     into the run's sources; None with k = 0: a plain target step). ``match``: the chosen source's

@@ -10,16 +10,17 @@ compare-and-swap checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import torch
 
 from specd.core.outcome import RoundOutcome, chain_walk
 from specd.core.processors import PolicyState
+from specd.core.record import record
 from specd.core.rng import RngState
 
 
-@dataclass(frozen=True)
+@record
 class Request:
     """A prompt, a token budget, a seed, and optionally a fixed K for this request alone."""
 
@@ -59,7 +60,7 @@ def tested_ranks(ranks: tuple, walk) -> tuple[tuple[tuple[int, int], ...], ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@record
 class History:
     """What one request's published rounds did (its own acceptance, nobody else's).
 
@@ -167,7 +168,7 @@ class History:
         }
 
 
-@dataclass(frozen=True)
+@record
 class RequestState:
     request_id: str
     slot: int  # the request's row in every cache

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specd.core.record import record
 from specd.core.state import positions_reached
 
 
@@ -152,7 +153,7 @@ class StatsAccumulator(RoundCounts):
         )
 
 
-@dataclass(frozen=True)
+@record
 class RunStats:
     rounds: int
     proposed: int

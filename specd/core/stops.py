@@ -21,10 +21,11 @@ incomplete character).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+from specd.core.record import record
 
 
-@dataclass(frozen=True)
+@record
 class StopDecision:
     emitted: tuple[int, ...]  # tokens appended to the output this round
     accepted_emitted: int  # A_emit: accepted drafts that survive truncation

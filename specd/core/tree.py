@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cached_property
 
 import torch
 
+from specd.core.record import record
 from specd.core.transfer import to_device
 from specd.errors import UsageError
 
@@ -45,7 +46,7 @@ CONSTRUCTIONS = ("sampled", "rank", "iid")
 ROOT = -1
 
 
-@dataclass(frozen=True)
+@record
 class DraftTree:
     """One request's proposal (terms in the module docstring)."""
 
@@ -204,7 +205,7 @@ def chains(drafts: Sequence[Sequence[int]]) -> tuple[DraftTree, ...]:
     return tuple(DraftTree.chain(d) for d in drafts)
 
 
-@dataclass(frozen=True)
+@record
 class TreeBatch:
     """The structure of a round's trees, as the rules read it (B requests, K the most nodes of any;
     every tensor on the rows' device):

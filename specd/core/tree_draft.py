@@ -35,6 +35,7 @@ from specd.core.kv import PENDING
 from specd.core.model import RowInput
 from specd.core.probability import EMPTY_ROW, empty_rows
 from specd.core.processors import PolicyState
+from specd.core.record import record
 from specd.core.rows import packed
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import TreeShape
@@ -81,7 +82,7 @@ def construction(shape: TreeShape | None, greedy: bool, noise) -> str:
     return asked or "sampled"
 
 
-@dataclass(frozen=True)
+@record
 class Drafted:
     """What a model draft drafted for a batch (a Proposal's parts, specd.core.proposer): per row its
     nodes' tokens, the packed q rows and each node's row (-1: a point mass), the proposal uniforms read,

@@ -25,10 +25,10 @@ A request's round drafts at most its K levels (its draft budget): the shape is c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from specd.core.record import record
 from specd.core.tree import CONSTRUCTIONS
 from specd.errors import UsageError, shown
 from specd.files import loads_json, read_text
@@ -41,7 +41,7 @@ MAX_CHOICES_BYTES = 1 << 20
 MAX_DIGITS = 6  # no width, node count or depth comes near a million: longer numbers are refused unconverted
 
 
-@dataclass(frozen=True)
+@record
 class TreeShape:
     """A static tree as its nodes' rank paths (``choices``, parents before children), or a dynamic
     one of at most ``nodes`` nodes (``choices`` None); ``drawn``: the construction asked for (None:

@@ -6,15 +6,16 @@ streams; a model draft draws from its proposal stream."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from specd.core.record import record
 from specd.core.rng import Draws
 from specd.core.rules.maximal import uniforms
 from specd.core.sampler import Decision, RejectionSampler, Rows
 from specd.core.tree import DraftTree
 
 
-@dataclass(frozen=True)
+@record
 class BlockRule:
     sampler: RejectionSampler  # the rule's math
     name = "block"

@@ -5,14 +5,13 @@ rows (``RejectionSampler.decide_greedy`` proves the equality), computed from the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from specd.core.record import record
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
 from specd.core.tree import DraftTree
 
 
-@dataclass(frozen=True)
+@record
 class GreedyRule:
     sampler: RejectionSampler  # the rule's math
     name = "greedy"

@@ -6,15 +6,14 @@ text is that of target-only decoding with the same seed, whatever the draft, K o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from specd.core.gumbel import SharedNoise
+from specd.core.record import record
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
 from specd.core.tree import DraftTree
 
 
-@dataclass(frozen=True)
+@record
 class InvariantRule:
     sampler: RejectionSampler  # the rule's math
     name = "invariant"

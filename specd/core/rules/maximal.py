@@ -5,17 +5,18 @@ uniform per draft and one terminal uniform per request from the requests' own st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
+from specd.core.record import record
 from specd.core.rng import Draws
 from specd.core.sampler import Decision, RejectionSampler, Rows
 from specd.core.transfer import to_device
 from specd.core.tree import DraftTree, uniforms_reached
 
 
-@dataclass(frozen=True)
+@record
 class MaximalRule:
     sampler: RejectionSampler  # the rule's math
     name = "maximal"

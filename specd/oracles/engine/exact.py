@@ -32,8 +32,8 @@ state, stream counters and frontier).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
+from specd.core.record import record
 from specd.core.round import speculative_round
 from specd.core.state import Request, RequestState
 from specd.oracles.reference import (
@@ -50,7 +50,7 @@ from specd.oracles.reference import (
 from specd.oracles.rig import Rig
 
 
-@dataclass(frozen=True)
+@record
 class Cell:
     """One cell of the round's uniforms: an interval [lo, hi) per uniform, and its mass."""
 

@@ -34,8 +34,8 @@ acceptance test reading acceptance uniform n.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from specd.core.record import record
 from specd.core.sampler import first_index_above
 from specd.core.tree_shape import TreeShape
 from specd.oracles.reference import PROBES, UNUSED, cells_of, probe
@@ -47,7 +47,7 @@ Row = Callable[[tuple[int, ...]], list]  # context (output and the branch's toke
 FILL = {"centre": 0.5, "left": 0.0, "right": 1.0 - 2.0**-53}
 
 
-@dataclass(frozen=True)
+@record
 class TreeCell:
     """One cell of a tree round: the interval of each uniform the walk reads, keyed by the rank path
     of the child it belongs to, the cell's mass and what the rule emits there."""
@@ -61,7 +61,7 @@ class TreeCell:
     path: tuple[Path, ...]  # the accepted children, root down
 
 
-@dataclass(frozen=True)
+@record
 class Drafted:
     """A cell at one probe, as production lays it out: the uniforms to inject by stream and what a
     correct round publishes (emitted tokens, accepted node indices, stream advances)."""
@@ -213,14 +213,14 @@ class TreeWalk:
         return tokens
 
 
-@dataclass(frozen=True)
+@record
 class Round:
     context: tuple[int, ...]
     shape: TreeShape
     drawn: str
 
 
-@dataclass(frozen=True)
+@record
 class Trail:
     """What a walk has read so far (the fields of the TreeCell it ends in)."""
 
