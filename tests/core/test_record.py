@@ -7,34 +7,29 @@ import pytest
 from specd.core.record import record
 
 
-@record
-class Sample:
-    name: str
-    count: int = 2
-    tags: tuple = ()
-    seen: list = field(default_factory=list)
-    hidden: int = field(default=7, compare=False)
-    derived: int = field(init=False, compare=False, default=0)
-    later: list = field(init=False, compare=False, default_factory=lambda: [1])
-    flag: bool = field(default=False, kw_only=True)
+def sample_class(decorate, name: str):
+    """One set of fields under ``decorate``: every kind of field a dataclass takes, and a __post_init__
+    (``name``: the module-level name it is bound to, where pickle finds it)."""
 
-    def __post_init__(self):
-        object.__setattr__(self, "derived", self.count * 10)
+    class Sample:
+        name: str
+        count: int = 2
+        tags: tuple = ()
+        seen: list = field(default_factory=list)
+        hidden: int = field(default=7, compare=False)
+        derived: int = field(init=False, compare=False, default=0)
+        later: list = field(init=False, compare=False, default_factory=lambda: [1])
+        flag: bool = field(default=False, kw_only=True)
+
+        def __post_init__(self):
+            object.__setattr__(self, "derived", self.count * 10)
+
+    Sample.__qualname__ = Sample.__name__ = name
+    return decorate(Sample)
 
 
-@dataclass(frozen=True)
-class Plain:  # the same fields under the dataclass's own constructor
-    name: str
-    count: int = 2
-    tags: tuple = ()
-    seen: list = field(default_factory=list)
-    hidden: int = field(default=7, compare=False)
-    derived: int = field(init=False, compare=False, default=0)
-    later: list = field(init=False, compare=False, default_factory=lambda: [1])
-    flag: bool = field(default=False, kw_only=True)
-
-    def __post_init__(self):
-        object.__setattr__(self, "derived", self.count * 10)
+Sample = sample_class(record, "Sample")
+Plain = sample_class(dataclass(frozen=True), "Plain")  # the same fields under the dataclass's own constructor
 
 
 @pytest.mark.parametrize(
