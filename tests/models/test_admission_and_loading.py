@@ -83,6 +83,47 @@ def test_out_of_memory_on_load_says_what_to_try(tmp_path, monkeypatch):
         load(str(tmp_path), None, torch.float32, torch.device("cpu"))
 
 
+def test_a_hub_id_without_a_network_fails_in_one_line_without_the_hubs_retry_chatter(monkeypatch, capfd):
+    """Offline, huggingface_hub retries a hub id five times and warns at each retry; a load says
+    nothing on stderr but its one-line error."""
+    import transformers
+    from huggingface_hub.utils import logging as hub_logging
+
+    def unreachable(*args, **kwargs):
+        http = hub_logging.get_logger("huggingface_hub.utils._http")
+        for attempt in range(1, 6):  # what huggingface_hub's http_backoff says before each retry
+            http.warning(f"Retrying in {attempt}s [Retry {attempt}/5].")
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", unreachable)
+    capfd.readouterr()
+    with pytest.raises(ModelLoadError, match="couldn't connect") as err:
+        load("some-org/some-model", None, torch.float32, torch.device("cpu"))
+    assert "\n" not in str(err.value)
+    assert "Retry" not in capfd.readouterr().err
+
+
+def test_a_gguf_load_draws_no_progress_bar():
+    """transformers' GGUF loader draws a bar over the tensors with its own tqdm; within
+    one_gguf_parse (every load of a GGUF file) it draws nothing, and after it the bar is back."""
+    pytest.importorskip("gguf")
+    import io
+
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    from specd.models.hf.loading import one_gguf_parse
+
+    def drawn() -> str:
+        out = io.StringIO()
+        for _ in loader.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors...", file=out):
+            pass
+        return out.getvalue()
+
+    with one_gguf_parse():
+        assert drawn() == ""
+    assert "de-quantizing" in drawn()
+
+
 def test_the_plain_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path):
     """one_gguf_parse reads GGUF files through a plain array view of the memory map (about 4x
     faster on a large vocabulary); every field and tensor must be gguf's own, part for part:

@@ -62,7 +62,8 @@ def one_gguf_parse():
     block reads through a plain array view of the same map (``PlainGGUFReader``, the same fields
     and tensors, about 4x faster), keeps each file's reader for the block (it only reads its map),
     and builds gguf's tensor-name map once per architecture (transformers asks for it once per
-    submodule: hundreds of times)."""
+    submodule: hundreds of times). transformers draws a progress bar over the tensors on stderr
+    (its own tqdm, which ``disable_progress_bar`` does not reach): within the block it draws none."""
     try:
         import gguf
     except ImportError:  # the load itself says what is missing
@@ -70,6 +71,8 @@ def one_gguf_parse():
         return
     original_reader, original_name_map, readers = gguf.GGUFReader, gguf.get_tensor_name_map, {}
     fast = plain_reader_class(original_reader)
+    bar_owner = _gguf_bar_owner()
+    original_bar = getattr(bar_owner, "tqdm", None)
 
     def reader(path, *args, **kwargs):
         key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
@@ -79,10 +82,23 @@ def one_gguf_parse():
 
     gguf.GGUFReader = reader
     gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(original_name_map)
+    if original_bar is not None:
+        bar_owner.tqdm = functools.partial(original_bar, disable=True)
     try:
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
+        if original_bar is not None:
+            bar_owner.tqdm = original_bar
+
+
+def _gguf_bar_owner():
+    """transformers' GGUF loader module, whose ``tqdm`` draws the tensors' bar (None: not loadable)."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils
+    except ImportError:
+        return None
+    return modeling_gguf_pytorch_utils
 
 
 # the reader method PlainGGUFReader replaces, as gguf 0.19 declares it (a reader declared otherwise is used as it is)
@@ -140,6 +156,14 @@ def located(spec: str | None, gguf: str | None) -> tuple[str, str, str, str | No
     return spec, spec, source, None
 
 
+def quiet_hub() -> None:
+    """huggingface_hub's warnings off: without a network it retries a hub id five times over about
+    30 s and says so in a line each time; the load's failure is then one line of its own."""
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()
+
+
 def load(
     spec: str | None,
     gguf: str | None,
@@ -167,6 +191,7 @@ def load(
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    quiet_hub()
     kwargs: dict = {"trust_remote_code": trust_remote_code}
     where, name, source, gguf_file = located(spec, gguf)
     if gguf_file is not None:
