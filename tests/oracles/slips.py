@@ -53,7 +53,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
-            if drawn == "sampled" and row is not None:
+            if (drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid") and row is not None:
                 row[d] = 0.0
                 if slip != "no_renormalization" and sum(row) > 0:  # nothing left: there is no next child
                     row = _normalized(row)
@@ -119,6 +119,8 @@ TREE_SLIPS = {
     "residual_abs": "the residual |p' - q'| instead of [p' - q']_+",
     "siblings_reordered": "siblings tried in the reverse of the order they were drawn in",
     "correction_unchanged_target": "the correction drawn from the node's target row as it was, not what is left",
+    # it divides by zero where an iid sibling repeats a refused token, and returns on every other tree
+    "iid_as_without_replacement": "children drawn i.i.d. verified as if drawn without replacement (q loses d)",
 }
 for _name, _doc in TREE_SLIPS.items():
     globals()[_name] = _slip(_name, _doc)

@@ -177,6 +177,31 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
 
+def test_a_sampler_raising_on_some_trees_of_a_construction_fails_it_and_one_raising_on_all_refuses_it(tmp_path, capsys):
+    """Raising on every tree of a construction refuses it (n/a); raising on some and returning on
+    others does not: the construction fails. (Its n/a hid the slip's wrong laws on the other trees,
+    and the run passed.)"""
+
+    def iid_check(path: str) -> tuple[int, dict, dict]:
+        args = ["verify-oracle", "--sampler", path, "--tree", "2,2", "--vocab", "3", "--json"]
+        code, out, _ = run_cli(args, capsys)
+        doc = json.loads(out)
+        return code, doc, next(c for c in doc["checks"] if c["name"] == "exact_joint_iid")
+
+    code, doc, iid = iid_check("tests/oracles/slips.py:iid_as_without_replacement")
+    assert code == 1 and iid["passed"] is False and iid["findings"] == ["raised"] and "raised" in doc["findings"]
+    assert "ZeroDivisionError" in iid["detail"] and "returned on other trees drawn iid" in iid["detail"]
+    (tmp_path / "no_iid.py").write_text(
+        "from tests.oracles.slips import exact_floats\n\n\n"
+        "def sample(tokens, parents, depths, p, q, drawn, u):\n"
+        "    if drawn == 'iid':\n"
+        "        raise NotImplementedError('children drawn without replacement only')\n"
+        "    return exact_floats(tokens, parents, depths, p, q, drawn, u)\n"
+    )
+    code, doc, iid = iid_check(f"{tmp_path / 'no_iid.py'}:sample")
+    assert code == 0 and doc["passed"] and iid["passed"] is None and "refuses trees drawn iid" in iid["detail"]
+
+
 def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     args = ["verify-oracle", "--sampler", "tests.oracles.slips:exact_floats", "--tree", "1,2", "--vocab", "2"]
     code, out, _ = run_cli([*args, "--exact-size"], capsys)

@@ -22,12 +22,12 @@ from tests.helpers import run_cli
 
 T, F, NA = True, False, None
 # Each rule's verdict per construction (sampled, iid, rank, lookup) on V = 3, tree 2,1, seed 1: exact
-# (T), a counterexample (F), or refused (NA: it reads rows the construction does not give, or raises on
-# a tree it cannot verify). docs/oracle.md's verdict table states them.
+# (T), a counterexample or a raise on some trees of it (F), or refused (NA: it reads rows the construction
+# does not give: it raises on every tree). docs/oracle.md's verdict table states them.
 VERDICTS = {
     "specd": (T, T, T, T),
     "specinfer": (F, T, F, NA),
-    "rrs": (T, NA, F, NA),
+    "rrs": (T, F, F, NA),  # iid: it raises on a repeated sibling and returns on the other trees
     "sglang": (T, F, T, T),
     "eagle": (T, T, T, T),
     "trtllm": (T, F, T, T),

@@ -5,8 +5,9 @@
   with its probability, and for each every outcome of the sampler over its uniforms with its exact
   probability (``specd.oracles.samplers.tree_uniforms.explore``); the emitted tokens (the accepted path's,
   then the terminal), completed by the target chain to the tree's depth + 1, must have the
-  target's joint (float64, 1e-12). A sampler that raises on a construction refuses it (n/a, the
-  reason shown) where several were asked; where only one was, or all are refused, it fails. A
+  target's joint (float64, 1e-12). A sampler that raises on every tree of a construction refuses it
+  (n/a, the reason shown) where several were asked; where only one was, or all are refused, it fails,
+  as it fails where it raises on some trees of a construction and returns on others. A
   sampler that is not exact is priced beside the failure (``specd.oracles.samplers.price``): the exact total
   variation between its joint and the target's over the horizon and per position, its expected
   accepted length, and specd's exact rule's on the same trees.
@@ -114,12 +115,36 @@ def check_drawing(
         tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
     except SamplerFailed as err:
         if err.finding == "raised" and refusable:
-            return Check(name, None, base, f"not applicable: the sampler refuses trees drawn {drawing} ({err})"), None
+            if not answers_some(sampler, rounds):
+                refused = f"not applicable: the sampler refuses trees drawn {drawing} ({err})"
+                return Check(name, None, base, refused), None
+            partial = f"; it returned on other trees drawn {drawing}, so it does not refuse them: {PARTIAL_REFUSAL}"
+            return Check(name, False, base, f"{err} (on a tree drawn {drawing}{partial})", [err.finding]), None
         return Check(name, False, base, f"{err} (on a tree drawn {drawing})", [err.finding]), None
     figures = {**base, **_joint_figures(tj, rounds, table, shape.depth + 1)}
     passed = figures.pop("passed")
     detail = f"every {drawing} draft tree of one round, every outcome over the sampler's uniforms, exactly"
     return Check(name, passed, figures, detail, [] if passed else [f"not_exact_{drawing}"]), tj
+
+
+# Why a sampler that raises on some trees of a construction fails where one that raises on all of them
+# refuses it: the trees it raises on are drawn with positive probability, so its joint over the
+# construction does not exist, and the trees it returned on cannot show alone whether it is exact.
+PARTIAL_REFUSAL = "a sampler refuses a construction by raising on every tree of it, and this one raised on some"
+
+
+def answers_some(sampler, rounds: list[TreeRound]) -> bool:
+    """Whether the sampler returns on some round of ``rounds`` (it raises on every one: it refuses
+    their construction). A round it fails otherwise (an answer that is not one) counts as returned:
+    that is no refusal either."""
+    for rnd in rounds:
+        try:
+            round_law(sampler, rnd)
+        except SamplerFailed as err:
+            if err.finding == "raised":
+                continue
+        return True
+    return False
 
 
 def _joint_figures(tj: TreeJoint, rounds: list[TreeRound], table, horizon: int) -> dict:
