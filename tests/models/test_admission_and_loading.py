@@ -103,6 +103,47 @@ def test_a_hub_id_without_a_network_fails_in_one_line_without_the_hubs_retry_cha
     assert "Retry" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("resolves", [False, True])
+def test_a_hub_id_is_read_from_the_cache_at_once_where_the_hubs_name_does_not_resolve(monkeypatch, resolves):
+    """Without a network huggingface_hub retries a hub id for about 30 s before it gives up (or falls
+    back to the cache); where the hub's host name does not resolve, a load asks the cache alone."""
+    import socket
+
+    import transformers
+    from huggingface_hub import constants
+
+    from specd.models.hf import loading
+
+    def getaddrinfo(host, *args, **kwargs):
+        if not resolves:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("192.0.2.1", 443))]
+
+    asked = []
+
+    def from_pretrained(where, **kwargs):
+        asked.append(kwargs.get("local_files_only", False))
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the suite runs offline: as a user's shell is
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    loading.hub_unreachable.cache_clear()
+    try:
+        with pytest.raises(ModelLoadError, match="no network here"):
+            load("some-org/some-model", None, torch.float32, torch.device("cpu"))
+        assert asked == [not resolves]
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # told offline: the hub reads its cache itself
+        loading.hub_unreachable.cache_clear()
+        assert loading.hub_unreachable() is False
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # the proxy resolves the hub's name
+        loading.hub_unreachable.cache_clear()
+        assert loading.hub_unreachable() is False
+    finally:
+        loading.hub_unreachable.cache_clear()
+
+
 def test_a_gguf_load_draws_no_progress_bar():
     """transformers' GGUF loader draws a bar over the tensors with its own tqdm; within
     one_gguf_parse (every load of a GGUF file) it draws nothing, and after it the bar is back."""

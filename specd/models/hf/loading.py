@@ -156,11 +156,44 @@ def located(spec: str | None, gguf: str | None) -> tuple[str, str, str, str | No
     return spec, spec, source, None
 
 
-def quiet_hub() -> None:
-    """huggingface_hub's warnings off: without a network it retries a hub id five times over about
-    30 s and says so in a line each time; the load's failure is then one line of its own."""
-    from huggingface_hub.utils import logging as hub_logging
+@functools.cache
+def hub_unreachable() -> bool:
+    """Whether the Hugging Face hub's host has no address here (its name does not resolve: no network,
+    or no route to it), asked once a process and only for a hub id while huggingface_hub is not told
+    it is offline. Then a hub id is read from the local cache alone: asked to connect, huggingface_hub
+    retries for about 30 s before it gives up or falls back to that cache. Behind a proxy the name is
+    the proxy's to resolve: never unreachable here."""
+    import socket
+    from urllib.parse import urlparse
+    from urllib.request import getproxies
 
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False  # it reads the cache alone already
+    if any(getproxies().get(scheme) for scheme in ("https", "all")):
+        return False
+    host = urlparse(constants.ENDPOINT).hostname
+    if not host:
+        return False
+    try:
+        socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return True
+    except OSError:
+        return False  # not a resolver's answer: let the load try
+    return False
+
+
+def quiet_loading() -> None:
+    """transformers' and huggingface_hub's warnings and progress bars off (a load says what fails in one
+    line of its own): without a network huggingface_hub retries a hub id five times and says so in a
+    line each time."""
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     hub_logging.set_verbosity_error()
 
 
@@ -187,13 +220,12 @@ def load(
     ``tokenizer``: the folder's tokenizer, when it was already read from it (not read again).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    quiet_hub()
+    quiet_loading()
     kwargs: dict = {"trust_remote_code": trust_remote_code}
     where, name, source, gguf_file = located(spec, gguf)
+    if source == "hub" and hub_unreachable():
+        kwargs["local_files_only"] = True  # the cache alone, at once, not after the hub's retries
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
         dtype = torch.float32 if dtype == "auto" else dtype  # dequantized: no dtype of its own
