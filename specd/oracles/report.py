@@ -39,6 +39,7 @@ from specd.oracles.reference import target_joint
 from specd.oracles.samplers import checks as sc
 from specd.oracles.samplers.counterexample import minimal_counterexample
 from specd.oracles.samplers.coverage import chain_cases, coverage
+from specd.oracles.samplers.covered import check_exact_cases
 from specd.oracles.samplers.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.samplers.price import priced
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
@@ -323,7 +324,7 @@ def _sampler_checks(
         try:
             tokens = sc.returns_tokens(sampler)
             step = "exact_joint"
-            exact, failed_at = sc.check_exact_cases(sampler, cases, tokens, rule)
+            exact, failed_at = check_exact_cases(sampler, cases, tokens, rule)
             checks.append(exact)
             step = "exact_rational"
             checks.append(sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule))

@@ -178,6 +178,14 @@ def chain_exact(p, q, drafts, k_lens, accept_u, terminal_u):
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
 
 
+def chain_fast_path_alone(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for a batch of one row (as engines keep for a request decoding alone)
+    that tests every draft at the first draft's uniform; a batch of more rows is decided exactly."""
+    if drafts.shape[0] == 1:
+        accept_u = accept_u[:, :1].expand_as(accept_u)
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
 CHAIN_SLIPS = {
     "correction_at_acceptance_uniform": "the correction drawn at the refused draft's acceptance uniform",
     "test_against_previous_row": "each draft after the first tested against the row before its own",

@@ -10,8 +10,9 @@ import pytest
 from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
-from specd.oracles.samplers.checks import check_exact_cases, returns_tokens
+from specd.oracles.samplers.checks import returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, tree_cases
+from specd.oracles.samplers.covered import check_exact_cases
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
 from specd.oracles.samplers.tree_checks import check_cases
@@ -127,6 +128,17 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
     assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False, False]
     assert "not shown at this size (n/a): correction_draw, second_draft" in doc["coverage"]["claim"]
+
+
+@pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])
+def test_a_chain_sampler_exact_in_a_batch_and_not_alone_fails(vocab, k):
+    """Every cell of a round goes to the sampler in one batch; a request decoding alone meets it with
+    one row. A sampler wrong only then passed every check (a batch of one row was never sent); each
+    case's first table again, a cell a call, shows it (at K = 1 the covered K = 2 does)."""
+    check = chain_check(slips.chain_fast_path_alone, vocab, k)
+    assert check.passed is False and check.findings == ["not_exact_alone"]
+    assert check.figures["not_exact_at"]["batch"] == 1 and "a batch of one row" in check.detail
+    assert chain_check(slips.chain_exact, vocab, k).passed
 
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():

@@ -204,7 +204,7 @@ def joint_of(calls: list[Call], results: list[SamplerResult], rows, prompt, k: i
     return joint, mismatches
 
 
-def _verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
+def verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
     """(exact, max |diff|, total mass) of a round's joint against the target's on ``rows``."""
     diff, mass = max_abs_diff(chain_joint(rows.p, rows.prompt, k + 1), joint), sum(joint.values())
     return diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE, diff, mass
@@ -212,9 +212,14 @@ def _verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
 
 def check_exact(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: str = "maximal") -> Check:
     """``exact_joint`` on one table (a rig's, or a specd.oracles.samplers.tables Table)."""
+    return check_exact_on(sampler, rows, k, tokens, rule)[0]
+
+
+def check_exact_on(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: str) -> tuple[Check, bool]:
+    """``check_exact``, and whether the sampler refused the batch (then it was called a row at a time)."""
     table = as_table(rows)
     joint, mismatches, refused = sampler_joint(sampler, table, table.prompt, table.vocab, k, tokens, rule=rule)
-    passed, diff, mass = _verdict(joint, table, k)
+    passed, diff, mass = verdict(joint, table, k)
     check = Check(
         "exact_joint",
         passed,
@@ -231,58 +236,7 @@ def check_exact(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: str
     )
     if not passed:
         check.findings.append("not_exact")
-    return check
-
-
-def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal") -> tuple:
-    """``exact_joint`` over every case and table a check covers (specd.oracles.samplers.coverage): the named case's
-    first table as ``check_exact``, then, where it is exact there, every other table, each case's in one
-    batch. -> (the check, with ``tables`` checked and the largest difference of all; the (case, table)
-    where it is not exact, or None)."""
-    named = cases[0]
-    check = check_exact(sampler, named.tables[0], named.k, tokens, rule)
-    check.figures["tables"] = 1
-    if not check.passed:
-        return check, (named, named.tables[0])
-    for case in cases:
-        work = [t for t in case.tables if t is not named.tables[0]]
-        if not work:
-            continue
-        calls = [round_calls(t, t.prompt, case.vocab, case.k, tokens, False, rule) for t in work]
-        try:
-            results = call_batch(sampler, [c for cs in calls for c in cs])[0]
-        except SamplerFailed as err:  # it raised where it had not on the named table: which table, alone
-            table = next((t for t, cs in zip(work, calls) if _raises(sampler, cs)), None)
-            check.passed, check.findings = False, [err.finding]
-            where = UNREPEATED if table is None else f"on the table {table.name}"
-            check.detail = f"{err} (at {case.label}, {where})"
-            return check, (case, table or work[0])
-        at = 0
-        for table, cs in zip(work, calls):
-            joint, mismatches = joint_of(cs, results[at : at + len(cs)], table, table.prompt, case.k)
-            at += len(cs)
-            passed, diff, _ = _verdict(joint, table, case.k)
-            check.figures["tables"] += 1
-            check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], diff)
-            if not passed:
-                check.passed, check.findings = False, ["not_exact"]
-                check.figures["not_exact_at"] = {"case": case.label, "table": table.name, "max_abs_diff": diff}
-                check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
-                return check, (case, table)
-    check.detail += f", on {check.figures['tables']} tables"
-    return check, None
-
-
-# A sampler that raised on a batch of rounds and on none of them alone: its answers are not a function of its inputs.
-UNREPEATED = "on a batch of its tables, and on none of them alone: it does not answer a round the same way twice"
-
-
-def _raises(sampler, calls: list[Call]) -> bool:
-    try:
-        call_batch(sampler, calls)
-    except SamplerFailed:
-        return True
-    return False
+    return check, refused
 
 
 def check_rational(

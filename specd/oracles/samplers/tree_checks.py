@@ -27,8 +27,8 @@ from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
 from specd.oracles.reference import chain_joint
-from specd.oracles.samplers.checks import UNREPEATED
 from specd.oracles.samplers.coverage import widest
+from specd.oracles.samplers.covered import UNREPEATED
 from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.tables import Table, as_table, search_tables
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler

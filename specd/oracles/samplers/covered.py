@@ -1,0 +1,97 @@
+"""The exact check over every case and table a check covers (specd.oracles.samplers.coverage):
+``exact_joint`` on the named case's first table, then every other table, each case's in one batch,
+and each case's first table again a row at a time (a batch of one row, as a request decoding alone
+meets the sampler: its answer for a row must not depend on the rows beside it)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specd.errors import SamplerFailed
+from specd.oracles.reference import PROBES
+from specd.oracles.samplers.checks import Call, call_batch, call_tensors, check_exact_on, joint_of, round_calls, verdict
+from specd.oracles.samplers.protocol import SamplerUnderTest
+
+
+def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal") -> tuple:
+    """``exact_joint`` over every case and table a check covers (specd.oracles.samplers.coverage): the named case's
+    first table as ``check_exact``, then, where it is exact there, every other table, each case's in one
+    batch, then each case's first table a row at a time (``check_alone``; not again where the sampler
+    refused the batch and was called a row at a time already). -> (the check, with ``tables`` checked
+    and the largest difference of all; the (case, table) where it is not exact, or None)."""
+    named = cases[0]
+    check, refused = check_exact_on(sampler, named.tables[0], named.k, tokens, rule)
+    alone_already = [refused] + [False] * (len(cases) - 1)  # per case: its first table met a row at a time
+    check.figures["tables"] = 1
+    if not check.passed:
+        return check, (named, named.tables[0])
+    for i, case in enumerate(cases):
+        work = [t for t in case.tables if t is not named.tables[0]]
+        if not work:
+            continue
+        calls = [round_calls(t, t.prompt, case.vocab, case.k, tokens, False, rule) for t in work]
+        try:
+            results, refused = call_batch(sampler, [c for cs in calls for c in cs])
+            alone_already[i] = alone_already[i] or refused
+        except SamplerFailed as err:  # it raised where it had not on the named table: which table, alone
+            table = next((t for t, cs in zip(work, calls) if _raises(sampler, cs)), None)
+            check.passed, check.findings = False, [err.finding]
+            where = UNREPEATED if table is None else f"on the table {table.name}"
+            check.detail = f"{err} (at {case.label}, {where})"
+            return check, (case, table or work[0])
+        at = 0
+        for table, cs in zip(work, calls):
+            joint, mismatches = joint_of(cs, results[at : at + len(cs)], table, table.prompt, case.k)
+            at += len(cs)
+            passed, diff, _ = verdict(joint, table, case.k)
+            check.figures["tables"] += 1
+            check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], diff)
+            if not passed:
+                check.passed, check.findings = False, ["not_exact"]
+                check.figures["not_exact_at"] = {"case": case.label, "table": table.name, "max_abs_diff": diff}
+                check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
+                return check, (case, table)
+    alone = check_alone(sampler, [c for c, done in zip(cases, alone_already) if not done], tokens, rule)
+    if alone is not None:
+        (case, table), finding, why = alone
+        check.passed, check.findings = False, [finding]
+        check.figures["not_exact_at"] = {"case": case.label, "table": table.name, "batch": 1}
+        check.detail = f"{why} (at {case.label}, on the table {table.name}): " + check.detail
+        return check, (case, table)
+    check.detail += f", on {check.figures['tables']} tables, and each case's first table a row at a time"
+    return check, None
+
+
+ALONE = "exact when a round's cells come in one batch, not when each comes alone (a batch of one row)"
+
+
+def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
+    """Each case's first table again, every cell in a call of its own (B = 1, as a request decoding
+    alone meets the sampler): a sampler's answer for a row must not depend on the rows beside it, and
+    the batched checks never call it with one row. Each cell at its centre only, with the cell's whole
+    mass (what a cell's ends test, the batched check has). -> None where each joint is exact, else
+    ((case, table), finding, why) at the first that is not."""
+    for case in cases:
+        table = case.tables[0]
+        every = round_calls(table, table.prompt, case.vocab, case.k, tokens, False, rule)
+        calls = [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]  # PROBES[0]: the centre
+        try:
+            results = [sampler(*call_tensors([c])) for c in calls]
+        except SamplerFailed as err:
+            return (case, table), err.finding, f"{err}, called with one row"
+        joint, _ = joint_of(calls, results, table, table.prompt, case.k)
+        if not verdict(joint, table, case.k)[0]:
+            return (case, table), "not_exact_alone", ALONE
+    return None
+
+
+# A sampler that raised on a batch of rounds and on none of them alone: its answers are not a function of its inputs.
+UNREPEATED = "on a batch of its tables, and on none of them alone: it does not answer a round the same way twice"
+
+
+def _raises(sampler, calls: list[Call]) -> bool:
+    try:
+        call_batch(sampler, calls)
+    except SamplerFailed:
+        return True
+    return False
