@@ -67,7 +67,12 @@ def call_batch(
     except SamplerFailed:  # a sampler that cannot batch is called row by row
         if len(calls) == 1:
             raise
-    return [sampler(*call_tensors([c], dtype)) for c in calls], True
+    return one_at_a_time(sampler, calls, dtype), True
+
+
+def one_at_a_time(sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64):
+    """Each call in a batch of its own (one row), rows in ``dtype`` -> a result per call."""
+    return [sampler(*call_tensors([c], dtype)) for c in calls]
 
 
 def call_tensors(calls: list[Call], dtype: torch.dtype = torch.float64):

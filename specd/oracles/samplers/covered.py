@@ -9,7 +9,15 @@ from dataclasses import replace
 
 from specd.errors import SamplerFailed
 from specd.oracles.reference import PROBES
-from specd.oracles.samplers.checks import Call, call_batch, call_tensors, check_exact_on, joint_of, round_calls, verdict
+from specd.oracles.samplers.checks import (
+    Call,
+    call_batch,
+    check_exact_on,
+    joint_of,
+    one_at_a_time,
+    round_calls,
+    verdict,
+)
 from specd.oracles.samplers.protocol import SamplerUnderTest
 
 
@@ -76,7 +84,7 @@ def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str 
         every = round_calls(table, table.prompt, case.vocab, case.k, tokens, False, rule)
         calls = [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]  # PROBES[0]: the centre
         try:
-            results = [sampler(*call_tensors([c])) for c in calls]
+            results = one_at_a_time(sampler, calls)
         except SamplerFailed as err:
             return (case, table), err.finding, f"{err}, called with one row"
         joint, _ = joint_of(calls, results, table, table.prompt, case.k)
