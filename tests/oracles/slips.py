@@ -37,6 +37,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
         left = p[at + 1].tolist()
         unchanged = list(left)
         row = q[at + 1].tolist() if q is not None and drawn != "rank" else None
+        drawn_from = list(row) if row is not None else None
         order = kids.get(at, [])
         if slip == "siblings_reordered":
             order = order[::-1]
@@ -54,6 +55,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
             if (drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid") and row is not None:
+                if slip == "elder_removals_forgotten":  # each removal from the draft's row as drawn
+                    row = list(drawn_from)
                 row[d] = 0.0
                 if slip != "no_renormalization" and sum(row) > 0:  # nothing left: there is no next child
                     row = _normalized(row)
@@ -119,6 +122,9 @@ TREE_SLIPS = {
     "residual_abs": "the residual |p' - q'| instead of [p' - q']_+",
     "siblings_reordered": "siblings tried in the reverse of the order they were drawn in",
     "correction_unchanged_target": "the correction drawn from the node's target row as it was, not what is left",
+    # shows only under a third child: with two, a single refusal comes before any test
+    "elder_removals_forgotten": "without replacement, each refused child removed from the draft's row as it was "
+    "drawn from, so only the latest refused token is gone",
     # it divides by zero where an iid sibling repeats a refused token, and returns on every other tree
     "iid_as_without_replacement": "children drawn i.i.d. verified as if drawn without replacement (q loses d)",
 }

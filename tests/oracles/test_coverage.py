@@ -68,6 +68,21 @@ def test_the_issues_samplers_pass_their_size_on_its_seeds_table_and_fail_once_it
     assert check.figures["not_exact_at"]["case"] != cases[0].label and check.figures["tv_horizon"] > 0
 
 
+def test_a_slip_only_a_third_sibling_shows_is_caught_under_a_tree_of_two():
+    """Forgetting an elder refused child's removal from q changes nothing while a node has two children
+    (one refusal comes before any test): at --tree 2,2 --vocab 3 it is exact on every table, and the
+    check adds the tree 3 at V = 4 (with --exact-size: third_sibling n/a, and where it shows)."""
+    sampler = tree("elder_removals_forgotten")
+    assert verdicts(sampler, "sampled:2,2", 3, exact_size=True, drawings=("sampled",)) == {"sampled": True}
+    cases = tree_cases(OracleConfig(vocab=3), parse_tree("sampled:2,2"))
+    check = check_cases(sampler, cases, "sampled", refusable=False)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 4, tree 3"
+    doc = run_sampler_oracle(OracleConfig(vocab=3, rule="maximal"), slips.exact_floats, tree="2,2", exact_size=True)
+    hidden = {s["slip"]: s["detail"] for s in doc["coverage"]["slips"] if not s["shown"]}
+    assert doc["passed"] and "no node of the tree has three children" in hidden["third_sibling"]
+    assert "shown at --tree 3 --vocab 4" in hidden["third_sibling"]
+
+
 @pytest.mark.parametrize("name", ["exact_floats", "exact_law", "exact_one_coin"])
 def test_correct_tree_samplers_written_differently_pass_every_construction(name):
     assert verdicts(tree(name), "2,1", 3, stop=False) == dict.fromkeys(DRAWINGS, True)
@@ -83,10 +98,17 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
     coverage = doc["coverage"]
     assert doc["passed"] and coverage["exact_size"] and [c["vocab"] for c in coverage["cases"]] == [2]
     hidden = {s["slip"]: s["detail"] for s in coverage["slips"] if not s["shown"]}
-    assert set(hidden) == {"siblings", "correction_draw", "siblings_below_the_root", "younger_sibling_subtree"}
+    assert set(hidden) == {
+        "siblings",
+        "third_sibling",
+        "correction_draw",
+        "siblings_below_the_root",
+        "younger_sibling_subtree",
+    }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
-    shown_not = "siblings, correction_draw, siblings_below_the_root, younger_sibling_subtree"
+    assert "shown at --tree 3 --vocab 4" in hidden["third_sibling"]
+    shown_not = "siblings, third_sibling, correction_draw, siblings_below_the_root, younger_sibling_subtree"
     assert f"not shown at this size (n/a): {shown_not}" in coverage["claim"]
     assert coverage["tables"] == len(coverage["cases"][0]["tables"]) > 1  # every table, at the named size
     assert not run_sampler_oracle(cfg, slips.correction_at_last_uniform, tree="1,2")["passed"]
@@ -185,7 +207,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     doc = json.loads(out)
     assert code == 1 and "not_exact_sampled" in doc["findings"] and doc["counterexample"]["vocab"] >= 3
     cases = [(c["vocab"], c["tree"], len(c["tables"])) for c in doc["coverage"]["cases"]]
-    assert cases == [(3, "2,2", 1), (4, "2", 8), (4, "1,2", 8), (3, "2,1", 8)]
+    assert cases == [(3, "2,2", 1), (4, "2", 8), (4, "1,2", 8), (3, "2,1", 8), (4, "3", 8)]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
 
@@ -221,7 +243,8 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     code, out, _ = run_cli(args, capsys)
     assert (
         code == 0
-        and 'PASSED: exact on 25 tables at V = 2, 3, 4; trees "1,2" (V = 2, 4), "2" (V = 4), "2,1" (V = 3); K = 1, 2'
+        and 'PASSED: exact on 33 tables at V = 2, 3, 4; trees "1,2" (V = 2, 4), "2" (V = 4), "2,1" (V = 3), '
+        '"3" (V = 4); K = 1, 2'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

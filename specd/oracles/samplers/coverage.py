@@ -11,8 +11,9 @@ the root's; a chain round of one draft has no test after a refusal. So each clas
   class can show, each over every table of ``specd.oracles.samplers.tables`` (the seed's, more seeds,
   adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the trees
   ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, a second depth, a node
-  below the root with siblings under it, so on two paths) and the tree ``2,1`` at V = 3 (a path
-  through a younger sibling into its children). For a chain: V = 3, K = 2;
+  below the root with siblings under it, so on two paths), the tree ``2,1`` at V = 3 (a path
+  through a younger sibling into its children) and, where W' < 3, the tree ``3`` at V = 4 (a third
+  sibling, tested on what two refusals left). For a chain: V = 3, K = 2;
 - with ``exact_size``, the named size only, over every table: a class that size cannot show is
   reported not applicable, with the reason and the size that would show it (never as passed).
 """
@@ -70,6 +71,17 @@ def _siblings(vocab: int, shape) -> str | None:
     return None
 
 
+def _third_sibling(vocab: int, shape) -> str | None:
+    if widest(shape) < 3:
+        return "no node of the tree has three children: no test follows two refusals"
+    if vocab < 4:
+        return (
+            f"at V = {vocab} two refusals leave one token in what is left of both rows: the third child is kept "
+            "whatever its law"
+        )
+    return None
+
+
 def _correction(vocab: int, shape) -> str | None:
     w = widest(shape)
     if vocab <= w:
@@ -114,6 +126,12 @@ SLIPS = (
         "a sibling tested on what its elder siblings left",
         _siblings,
         lambda w: f"--tree {_wide(w)} --vocab {_wide(w) + 1}",
+    ),
+    Slip(
+        "third_sibling",
+        "a third sibling tested on what two refused elders left (without replacement: both their tokens gone)",
+        _third_sibling,
+        lambda w: f"--tree {max(w, 3)} --vocab {max(w, 3) + 1}",
     ),
     Slip(
         "correction_draw",
@@ -172,6 +190,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
     wide = _wide(w)
     smallest = [(wide + 2, f"{wide}"), (wide + 2, f"1,{wide}"), (3, "2,1")]
+    if wide < 3:  # what two refusals leave, under a third child: W' siblings at V = W' + 2 show it from W' = 3
+        smallest.append((4, "3"))
     named = Case(cfg.vocab, shape.depth, shape, (seeded(cfg, cfg.vocab, shape.depth, cfg.seed),), True)
     out = [named]
     for vocab, spec in smallest:
