@@ -11,7 +11,7 @@ from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers.checks import returns_tokens
-from specd.oracles.samplers.coverage import chain_cases, tree_cases
+from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
@@ -70,16 +70,16 @@ def test_the_issues_samplers_pass_their_size_on_its_seeds_table_and_fail_once_it
 
 def test_a_slip_only_a_third_sibling_shows_is_caught_under_a_tree_of_two():
     """Forgetting an elder refused child's removal from q changes nothing while a node has two children
-    (one refusal comes before any test): at --tree 2,2 --vocab 3 it is exact on every table, and the
-    check adds the tree 3 at V = 4 (with --exact-size: third_sibling n/a, and where it shows)."""
+    (one refusal comes before any test): at --tree 2,2 --vocab 3 it is exact on every table. The check
+    adds the tree 3 at V = 4, where it fails (with --exact-size: third_sibling n/a, and where it shows)."""
     sampler = tree("elder_removals_forgotten")
     assert verdicts(sampler, "sampled:2,2", 3, exact_size=True, drawings=("sampled",)) == {"sampled": True}
-    cases = tree_cases(OracleConfig(vocab=3), parse_tree("sampled:2,2"))
-    check = check_cases(sampler, cases, "sampled", refusable=False)
-    assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 4, tree 3"
-    doc = run_sampler_oracle(OracleConfig(vocab=3, rule="maximal"), slips.exact_floats, tree="2,2", exact_size=True)
-    hidden = {s["slip"]: s["detail"] for s in doc["coverage"]["slips"] if not s["shown"]}
-    assert doc["passed"] and "no node of the tree has three children" in hidden["third_sibling"]
+    third = [c for c in tree_cases(OracleConfig(vocab=3), parse_tree("sampled:2,2")) if c.shape.spec == "3"]
+    assert [(c.vocab, len(c.tables)) for c in third] == [(4, 8)]
+    assert check_cases(sampler, third, "sampled", refusable=False).passed is False
+    named = tree_cases(OracleConfig(vocab=3), parse_tree("2,2"), exact_size=True)
+    hidden = {s["slip"]: s["detail"] for s in slips_covered(named, 2) if not s["shown"]}
+    assert "no node of the tree has three children" in hidden["third_sibling"]
     assert "shown at --tree 3 --vocab 4" in hidden["third_sibling"]
 
 
