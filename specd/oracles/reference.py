@@ -51,14 +51,15 @@ class Reference:
         return self._row(self._q, self.rig.draft, self.rig.draft_policy, output)
 
 
-def chain_joint(p, start: tuple[int, ...], horizon: int, one=1.0) -> Joint:
+def chain_joint(p, start: tuple[int, ...], horizon: int, one=1.0, eos: frozenset[int] = frozenset()) -> Joint:
     """The target chain p(x_1 | start) p(x_2 | start, x_1) ... over ``horizon`` tokens: the one
     enumerator of a target joint. ``p(output)`` gives the row after an output (floats, or Fractions
-    with ``one`` = Fraction(1) for an exact joint)."""
+    with ``one`` = Fraction(1) for an exact joint). A token of ``eos`` ends its sequence: the text
+    stops there, shorter than the horizon, with the mass of every way it could have gone on."""
     out: Joint = {}
 
     def walk(seq: tuple[int, ...], mass) -> None:
-        if len(seq) == horizon:
+        if len(seq) == horizon or (seq and seq[-1] in eos):
             out[seq] = out.get(seq, 0) + mass
             return
         for x, px in enumerate(p(start + seq)):
@@ -70,8 +71,9 @@ def chain_joint(p, start: tuple[int, ...], horizon: int, one=1.0) -> Joint:
 
 
 def target_joint(rig: Rig, horizon: int, prefix: tuple[int, ...] | None = None, ref: Reference | None = None) -> Joint:
-    """The rig's target chain over ``horizon`` tokens after ``prefix`` (default: its prompt)."""
-    return chain_joint((ref or Reference(rig)).p, rig.prompt if prefix is None else prefix, horizon)
+    """The rig's target chain over ``horizon`` tokens after ``prefix`` (default: its prompt), stopped
+    at the first of the rig's EOS tokens."""
+    return chain_joint((ref or Reference(rig)).p, rig.prompt if prefix is None else prefix, horizon, eos=rig.eos_ids)
 
 
 PROBES = ("centre", "left", "right")

@@ -22,6 +22,7 @@ def test_oracle_passes_on_the_production_engine(cfg):
     assert names == {
         "exact_joint",
         "exact_joint_rounds",
+        "exact_joint_eos",
         "exact_joint_auto_k",
         "exact_joint_multi_source",
         "exact_joint_shared_body",

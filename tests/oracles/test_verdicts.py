@@ -75,7 +75,7 @@ def test_a_variant_the_tables_hide_is_shown_not_applicable_and_counted(capsys):
     code, out, _ = run_cli(["verify-oracle", "--vocab", "3", "--k", "2", "--seed", "1", "--rule", "maximal"], capsys)
     text = " ".join(out.split())
     assert code == 0 and "PASSED" in text
-    assert "Failure lab: 41 of 41 applicable variants caught, 1 not applicable at this size" in text
+    assert "Failure lab: 43 of 43 applicable variants caught, 1 not applicable at this size" in text
     row = text[text.index("multi/source_after_target_p") :].replace("│", " ").split()
     assert row[1:5] == ["n/a", "-", "not", "applicable"]  # the reason follows, wrapped to the terminal
 

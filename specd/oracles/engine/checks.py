@@ -21,6 +21,7 @@ from specd.core.sampler import RejectionSampler
 from specd.core.state import Request
 from specd.errors import UsageError
 from specd.oracles.engine.coupling import coupling_matrix
+from specd.oracles.engine.eos import check_eos
 from specd.oracles.engine.exact import Enumerator, speculative_joint
 from specd.oracles.engine.montecarlo import FAILURE_PROBABILITY, bernstein_bound, run_monte_carlo
 from specd.oracles.engine.rational import rational_difference
@@ -77,6 +78,10 @@ def _exact(rig: Rig, horizon: int, reference, completion: str, name: str) -> tup
 
 def check_rounds(fx: Fixture) -> Check:
     return _exact(fx.rig, fx.horizon, fx.reference, "rounds", "exact_joint_rounds")[0]
+
+
+def check_stop_token(fx: Fixture) -> Check:
+    return check_eos(fx.rig, fx.horizon)
 
 
 def check_auto_k(fx: Fixture) -> Check:
@@ -430,6 +435,7 @@ def seeded_batch_difference(rig: Rig, horizon: int, seed: int) -> str | None:
 
 CHECKS = (
     check_rounds,
+    check_stop_token,
     check_auto_k,
     check_multi_source,
     check_shared_body,

@@ -221,6 +221,18 @@ class AdvanceOverRejected(RoundTransaction):
         return state
 
 
+class EosDraftIgnored(RoundTransaction):
+    """A stop token checked on the correction or bonus only: an EOS among the accepted drafts is
+    emitted (the drafts after it dropped) and the request decodes on past it. Injected once the round is
+    staged (``checkpoint``, the transaction's extension point): the staging itself is production's."""
+
+    def checkpoint(self, point: str) -> None:
+        outcome = self.outcome
+        if point == "staged_output" and outcome.finish_reason == "eos" and outcome.terminal_kind == "stop":
+            self.outcome = replace(outcome, finish_reason=None)
+            self.successor = replace(self.successor, finish_reason=None)
+
+
 class SourceAfterTargetP(SourceSet):
     """Drafts from every source (each row its own plan's K), then keeps, per row, the source whose
     first draft the round's target row likes better (reading p, and the model's sampled draft,

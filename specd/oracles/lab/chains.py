@@ -17,6 +17,7 @@ from specd.core.proposer import NgramProposer
 from specd.core.sampler import RejectionSampler
 from specd.errors import SpecdError
 from specd.oracles.engine.checks import batch_difference, dtype_edges_of
+from specd.oracles.engine.eos import with_eos
 from specd.oracles.engine.exact import speculative_joint
 from specd.oracles.engine.montecarlo import run_monte_carlo
 from specd.oracles.fixture import LAB_MC_SAMPLES, OracleConfig, build_rig
@@ -28,6 +29,7 @@ from specd.oracles.lab.broken import (
     ContinueAfterRejection,
     CorrectionFromP,
     CorrectionFromQ,
+    EosDraftIgnored,
     Float32UniformComparison,
     KAfterTargetP,
     KFromBatchConfidence,
@@ -195,6 +197,13 @@ VARIANTS: tuple[Variant, ...] = (
     ),
     # Bugs shipped by other engines (the README names them), each rebuilt on specd's engine.
     Variant(
+        "eos_draft_ignored",
+        "an EOS accepted among the drafts does not end the request, only an EOS correction or bonus does "
+        "(transformers #47912, koboldcpp #1276)",
+        lambda r: with_eos(r).but(transaction_cls=EosDraftIgnored),  # the lab's rig has no stop token
+        drafts(1),  # a round without drafts has no accepted draft to be the EOS
+    ),
+    Variant(
         "q_recorded_in_bfloat16",
         "q recorded in bfloat16 while the draft token was drawn from float rows (DeepSpec #31)",
         lambda r: r.but(proposer_factory=lambda rig: BFloat16RecordedQ(rig.draft, rig.draft_policy)),
@@ -322,7 +331,10 @@ def rule_seen_anywhere(rig: Rig) -> bool:
 
 
 def _catch(rig: Rig, horizon: int, reference, seed: int, ref: Reference) -> tuple[bool, str | None, str]:
-    """The first check that catches the variant -> (caught, check name, evidence). Cheapest first."""
+    """The first check that catches the variant -> (caught, check name, evidence). Cheapest first. A
+    variant with a stop token is held to the target's chain stopped at it."""
+    if rig.eos_ids:
+        reference = target_joint(rig, horizon, ref=ref)
     try:
         diff = max_abs_diff(reference, speculative_joint(rig, horizon, "target", ref))
         if diff > EXACT_TOLERANCE:

@@ -1,0 +1,35 @@
+"""The exact joint with a stop token (specd.oracles.engine.eos): EOS ends a text wherever it lands, an
+accepted draft included, and production's joint is the target's chain stopped at its first EOS; an
+engine that checks the stop token on the correction or bonus only fails it."""
+
+import pytest
+
+from specd.oracles.engine.eos import check_eos, eos_token
+from specd.oracles.fixture import OracleConfig, build_rig
+from specd.oracles.lab.broken import EosDraftIgnored
+from specd.oracles.reference import Reference, chain_joint
+
+
+def test_the_target_chain_stops_at_its_first_eos():
+    half = lambda output: [0.5, 0.5]  # noqa: E731
+    assert chain_joint(half, (), 3, eos=frozenset({0})) == {(0,): 0.5, (1, 0): 0.25, (1, 1, 0): 0.125, (1, 1, 1): 0.125}
+    assert len(chain_joint(half, (), 3)) == 8  # without one, every text runs to the horizon
+
+
+@pytest.mark.parametrize("vocab, k, seed", [(2, 3, 0), (3, 2, 1), (4, 2, 2)])
+def test_production_stops_where_the_target_does(vocab, k, seed):
+    cfg = OracleConfig(vocab=vocab, k=k, seed=seed)
+    rig = build_rig(cfg)
+    check = check_eos(rig, cfg.effective_horizon)
+    assert check.passed and 0 < check.figures["target_stop_mass"] < 1
+    assert check.figures["max_abs_diff"] <= check.figures["tolerance"]
+    p, q = Reference(rig).p(rig.prompt), Reference(rig).q(rig.prompt)
+    assert min(p[check.figures["eos"]], q[check.figures["eos"]]) == max(map(min, p, q)) > 0
+    assert check.figures["eos"] == eos_token(Reference(rig), rig.prompt)
+
+
+@pytest.mark.parametrize("vocab, k", [(2, 1), (2, 3), (3, 2)])
+def test_an_eos_accepted_among_the_drafts_that_does_not_stop_the_request_fails(vocab, k):
+    cfg = OracleConfig(vocab=vocab, k=k)
+    check = check_eos(build_rig(cfg).but(transaction_cls=EosDraftIgnored), cfg.effective_horizon)
+    assert check.passed is False and check.figures["max_abs_diff"] > 0.01
