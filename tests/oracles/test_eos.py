@@ -1,10 +1,12 @@
 """The exact joint with a stop token (specd.oracles.engine.eos): EOS ends a text wherever it lands, an
 accepted draft included, and production's joint is the target's chain stopped at its first EOS; an
-engine that checks the stop token on the correction or bonus only fails it."""
+engine that checks the stop token on the correction or bonus only fails it. The invariant rule's
+stop-token check (specd.oracles.engine.invariant.stop_token) the same way, seed by seed."""
 
 import pytest
 
 from specd.oracles.engine.eos import check_eos, eos_token
+from specd.oracles.engine.invariant import each_invariant_check, stopped_at
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab.broken import EosDraftIgnored
 from specd.oracles.reference import Reference, chain_joint
@@ -33,3 +35,19 @@ def test_an_eos_accepted_among_the_drafts_that_does_not_stop_the_request_fails(v
     cfg = OracleConfig(vocab=vocab, k=k)
     check = check_eos(build_rig(cfg).but(transaction_cls=EosDraftIgnored), cfg.effective_horizon)
     assert check.passed is False and check.figures["max_abs_diff"] > 0.01
+
+
+def test_a_text_is_cut_after_its_first_eos():
+    assert stopped_at((1, 0, 1, 0), frozenset({0})) == (1, 0)
+    assert stopped_at((1, 1), frozenset({0})) == (1, 1) and stopped_at((1, 0), frozenset()) == (1, 0)
+
+
+@pytest.mark.parametrize("vocab, k", [(2, 3), (3, 2)])
+def test_under_the_invariant_rule_every_set_up_stops_where_the_chain_does(vocab, k):
+    cfg = OracleConfig(vocab=vocab, k=k)
+    rig = build_rig(cfg)
+    check = next(c for c in each_invariant_check(rig, cfg.effective_horizon, 64) if c.name == "invariant_eos")
+    assert check.passed and 0 < check.figures["seeds_stopped"] < 64 and check.figures["configurations"] == 5
+    broken = rig.but(transaction_cls=EosDraftIgnored)
+    check = next(c for c in each_invariant_check(broken, cfg.effective_horizon, 64) if c.name == "invariant_eos")
+    assert check.passed is False and "the stopped chain" in check.detail

@@ -19,7 +19,13 @@ from specd.oracles.report import run_oracle
 def test_the_invariant_rule_passes_every_check(cfg):
     rig = build_rig(cfg)
     checks = {c.name: c for c in invariant_checks(rig, cfg.effective_horizon)}
-    assert set(checks) == {"invariant_reference", "invariant_pointwise", "invariant_shared_noise", "invariant_law"}
+    assert set(checks) == {
+        "invariant_reference",
+        "invariant_pointwise",
+        "invariant_eos",
+        "invariant_shared_noise",
+        "invariant_law",
+    }
     assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
     assert checks["invariant_pointwise"].figures["texts_compared"] >= 1000
     assert checks["invariant_shared_noise"].figures["drafted"] > 0
@@ -32,6 +38,7 @@ def test_every_invariant_variant_is_caught_by_name():
         "invariant/noise_keyed_by_round": "invariant_reference",
         "invariant/draft_with_independent_noise": "invariant_shared_noise",
         "invariant/ratio_test_with_shared_noise": "invariant_pointwise",
+        "invariant/eos_draft_ignored": "invariant_pointwise",
     }
     assert len(found) == len(INVARIANT_VARIANTS)
     assert {name: v["caught_by"] for name, v in found.items()} == expected
@@ -77,6 +84,7 @@ def test_the_lab_runs_at_its_largest_k_where_the_variants_show(seed, k):
     assert report["passed"] and [v["caught_by"] for v in report["failure_lab"]] == [
         "invariant_reference",
         "invariant_shared_noise",
+        "invariant_pointwise",
         "invariant_pointwise",
         "tree_invariant",
     ]

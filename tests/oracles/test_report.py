@@ -37,6 +37,7 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "failure_lab",
         "invariant_reference",
         "invariant_pointwise",
+        "invariant_eos",
         "invariant_shared_noise",
         "invariant_law",
         "tree_exact_joint",

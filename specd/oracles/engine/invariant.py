@@ -13,6 +13,9 @@ standard Gumbel G). The checks:
 - ``invariant_pointwise``: speculative decoding emits that same text, token for token, for every
   seed, with a model draft, a lookup draft, the target as its own draft, K fixed at 1 and at K,
   K varying with the history, in both layouts, all requests in one batch.
+- ``invariant_eos``: with a stop token (specd.oracles.engine.eos picks it), target-only decoding
+  stops at the first EOS of that same chain, and every set-up above emits that stopped text, seed
+  by seed (an EOS accepted among the drafts ends the text as one drawn by the target does).
 - ``invariant_shared_noise``: a draft identical to the target has every draft accepted (the draft
   proposes with the target's noise; a draft with noise of its own is still exact in law but is
   not the coupling, and loses acceptance).
@@ -31,6 +34,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.proposer import ModelProposer, NgramProposer
 from specd.core.sources import Plan, first_available
 from specd.core.state import Request
+from specd.oracles.engine.eos import with_eos
 from specd.oracles.engine.montecarlo import bernstein_bound
 from specd.oracles.record import NOT_APPLICABLE, Check
 from specd.oracles.reference import Reference, target_joint
@@ -62,8 +66,14 @@ def texts(rig: Rig, seeds: int, horizon: int, baseline: bool = False, stats: boo
     return (outputs, result.stats) if stats else outputs
 
 
+def stopped_at(text: tuple[int, ...], eos: frozenset[int]) -> tuple[int, ...]:
+    """``text`` up to and including its first token of ``eos`` (all of it where it has none)."""
+    return next((text[: i + 1] for i, token in enumerate(text) if token in eos), text)
+
+
 def reference_texts(rig: Rig, seeds: int, horizon: int) -> list[tuple[int, ...]]:
-    """The Gumbel-max chain of the oracle's own target rows, one per seed, computed here."""
+    """The Gumbel-max chain of the oracle's own target rows, one per seed, computed here, stopped at
+    the rig's EOS (the noise of a position does not depend on where the text stops)."""
     ref, out = Reference(rig), []
     # the noise of every (seed, position) from one call of the formula: row s * horizon + t
     keys = torch.tensor([request_key(s, f"r{s}") for s in range(seeds) for _ in range(horizon)], dtype=torch.int64)
@@ -74,7 +84,7 @@ def reference_texts(rig: Rig, seeds: int, horizon: int) -> list[tuple[int, ...]]
             p = ref.p(rig.prompt + seq)
             scores = [math.log(x) + g if x > 0 else -math.inf for x, g in zip(p, noise[s * horizon + t])]
             seq += (max(range(len(p)), key=scores.__getitem__),)
-        out.append(seq)
+        out.append(stopped_at(seq, rig.eos_ids))
     return out
 
 
@@ -110,7 +120,9 @@ def each_invariant_check(rig: Rig, horizon: int, seeds: int, reference=None, fir
     chain (``reference_texts``) when already computed: it reads the rig's rows, never its sampler."""
     rig = rig.but(rule="invariant")
     baseline = texts(rig, seeds, horizon, baseline=True)
-    ours = reference if reference is not None else reference_texts(rig, seeds, horizon)
+    ours = (
+        reference_texts(rig, seeds, horizon) if reference is None else [stopped_at(t, rig.eos_ids) for t in reference]
+    )
     differs = [s for s in range(seeds) if baseline[s] != ours[s]]
     yield Check(
         "invariant_reference",
@@ -120,6 +132,7 @@ def each_invariant_check(rig: Rig, horizon: int, seeds: int, reference=None, fir
         + (f"; seed {differs[0]}: engine {baseline[differs[0]]}, oracle {ours[differs[0]]}" if differs else ""),
     )
     yield pointwise(rig, horizon, seeds, baseline, first_failure)
+    yield stop_token(rig, horizon, seeds, ours, first_failure)
     yield shared_noise(rig, horizon, seeds)
     yield law(rig, horizon, baseline)
 
@@ -142,6 +155,33 @@ def pointwise(rig: Rig, horizon: int, seeds: int, baseline, first_failure: bool 
         {"texts_compared": compared, "configurations": len(setups)},
         first or "every speculative text equals target-only decoding's with the same noise, token for token",
     )
+
+
+def stop_token(rig: Rig, horizon: int, seeds: int, chain, first_failure: bool = False) -> Check:
+    """``chain`` (the oracle's Gumbel-max texts, ``reference_texts``) stopped at the EOS that
+    specd.oracles.engine.eos picks: target-only decoding's text and every set-up's, seed by seed. Not
+    applicable where no seed's text reaches that token."""
+    stopped = with_eos(rig)
+    (eos,) = stopped.eos_ids
+    chain = [stopped_at(t, stopped.eos_ids) for t in chain]
+    stops = sum(1 for t in chain if t and t[-1] == eos)
+    figures = {"eos": eos, "seeds_stopped": stops, "seeds": seeds}
+    if not stops:
+        return Check("invariant_eos", None, figures, f"{NOT_APPLICABLE}no seed's text reaches token {eos} here")
+    # the stop rule is the round's, whatever the draft: each layout with the model at K, the lookup and
+    # the target as its own draft (K = 1 and K from the history change only where rounds end)
+    ends = (f"/model/k={rig.k}", "/lookup", "/target-as-draft")
+    kept = [(name, spec) for name, spec in configurations(stopped) if name.endswith(ends)]
+    first, setups = None, [("target-only", None), *kept]
+    for name, spec in setups:
+        got = texts(stopped, seeds, horizon, baseline=True) if spec is None else texts(spec, seeds, horizon)
+        wrong = [s for s in range(seeds) if got[s] != chain[s]]
+        if wrong and first is None:
+            first = f"{name}, seed {wrong[0]}: {got[wrong[0]]}, the stopped chain {chain[wrong[0]]}"
+            if first_failure:
+                break
+    detail = f"token {eos} is the EOS: every set-up's text is the Gumbel-max chain stopped at it"
+    return Check("invariant_eos", first is None, {**figures, "configurations": len(setups)}, first or detail)
 
 
 def shared_noise(rig: Rig, horizon: int, seeds: int) -> Check:
