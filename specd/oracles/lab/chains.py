@@ -146,6 +146,16 @@ def mass_outside_draft_vocabulary(case: LabCase) -> str | None:
     return "no target row within the horizon gives a token outside the draft vocabulary any mass"
 
 
+# The stop-token bug, put to the token-wise checks here and to the invariant rule's by its lab
+# (specd.oracles.lab.invariant): the stop rule is the round's, whatever the rule.
+EOS_DRAFT_IGNORED = Variant(
+    "eos_draft_ignored",
+    "an EOS accepted among the drafts does not end the request, only an EOS correction or bonus does "
+    "(transformers #47912, koboldcpp #1276)",
+    lambda r: with_eos(r).but(transaction_cls=EosDraftIgnored),  # the lab's rig has no stop token
+    drafts(1),  # a round without drafts has no accepted draft to be the EOS
+)
+
 VARIANTS: tuple[Variant, ...] = (
     Variant(
         "correction_from_p",
@@ -196,13 +206,7 @@ VARIANTS: tuple[Variant, ...] = (
         lambda r: r.but(layout_factory=ReplayIntoRetainedCache),  # every round replays: always seen
     ),
     # Bugs shipped by other engines (the README names them), each rebuilt on specd's engine.
-    Variant(
-        "eos_draft_ignored",
-        "an EOS accepted among the drafts does not end the request, only an EOS correction or bonus does "
-        "(transformers #47912, koboldcpp #1276)",
-        lambda r: with_eos(r).but(transaction_cls=EosDraftIgnored),  # the lab's rig has no stop token
-        drafts(1),  # a round without drafts has no accepted draft to be the EOS
-    ),
+    EOS_DRAFT_IGNORED,
     Variant(
         "q_recorded_in_bfloat16",
         "q recorded in bfloat16 while the draft token was drawn from float rows (DeepSpec #31)",

@@ -1,6 +1,6 @@
 """The failure lab of the invariant rule (proved in specd.oracles.engine.invariant): its known-wrong
 variants, each a ``RejectionSampler`` with one method replaced (and the chains' stop-token bug,
-specd.oracles.lab.broken), put to the rule's own checks."""
+``EOS_DRAFT_IGNORED``), put to the rule's own checks."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from specd.core.gumbel import request_key, uniforms_at
 from specd.core.proposer import NgramProposer
 from specd.core.sampler import RejectionSampler
 from specd.errors import SpecdError
-from specd.oracles.engine.eos import with_eos
 from specd.oracles.engine.invariant import INVARIANT_SEEDS, each_invariant_check, reference_texts
-from specd.oracles.lab.broken import EosDraftIgnored
+from specd.oracles.lab.chains import EOS_DRAFT_IGNORED
 from specd.oracles.lab.variant import (
     LabCase,
     Variant,
@@ -86,12 +85,7 @@ INVARIANT_VARIANTS: tuple[Variant, ...] = (
         # accepted, and the text differs; where q <= p everywhere, q = p and both races pick one token
         all_of(drafts(1), rejection),
     ),
-    Variant(
-        "eos_draft_ignored",
-        "an EOS accepted among the drafts does not end the request (transformers #47912, koboldcpp #1276)",
-        lambda r: with_eos(r).but(transaction_cls=EosDraftIgnored),
-        drafts(1),  # a round without drafts has no accepted draft to be the EOS
-    ),
+    EOS_DRAFT_IGNORED,
 )
 LAB_SEEDS = 32  # noise draws each variant is first put to; INVARIANT_SEEDS (the checks' own) if not caught
 
