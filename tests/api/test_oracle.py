@@ -42,9 +42,11 @@ def test_check_sampler_takes_a_callable_a_class_or_a_name(capsys):
 
     report = specd.check_sampler(Correct)
     assert report.passed and report.document["sampler"]["description"].startswith("specd's rule")
-    code, out, _ = run_cli(["verify-oracle", "--sampler", "hf", "--json"], capsys)
+    # the named size only: the command's default coverage of hf runs in tests/oracles/test_samplers.py
+    args = ["verify-oracle", "--sampler", "hf", "--vocab", "2", "--k", "1", "--exact-size", "--json"]
+    code, out, _ = run_cli(args, capsys)
     cli = json.loads(out)
-    api = specd.check_sampler("hf")
+    api = specd.check_sampler("hf", vocab=2, k=1, exact_size=True)
     assert code == 1 and not api.passed and list(api.findings) == cli["findings"]
     assert _without_time(api.document) == _without_time(cli)
 
@@ -70,14 +72,16 @@ def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size(
     assert exact.passed and [s["slip"] for s in exact.document["coverage"]["slips"] if not s["shown"]] == [
         "correction_draw",
         "second_draft",
+        "wide_correction",
+        "middle_draft",
     ]
     assert exact.document["coverage"]["claim"].startswith("exact on 8 tables at V = 2; K = 1; not shown")
     tree = specd.check_sampler("specd", tree="rank:2", vocab=3)
     assert (
         tree.passed
         and tree.document["coverage"]["claim"]
-        == 'exact on 33 tables at V = 3, 4; trees "rank:2" (V = 3), "2" (V = 4), "1,2" (V = 4), "2,1" (V = 3), '
-        '"3" (V = 4); K = 1, 2'
+        == 'exact on 41 tables at V = 3, 4; trees "rank:2" (V = 3), "2" (V = 4), "1,2" (V = 4), "2,1" (V = 3), '
+        '"1,1,1" (V = 3), "3" (V = 4); K = 1, 2, 3'
     )
 
 

@@ -51,6 +51,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 at = c
                 break
             last = c
+            if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
+                law = q[int(parents[at]) + 1].tolist()  # a node with a parent and grandchildren: its parent's row
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
@@ -65,11 +67,19 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 left = p[parents[path[-1]] + 1].tolist()  # the bonus from the parent's row, not the leaf's
             if slip == "correction_unchanged_target" and last is not None:
                 left = unchanged
+            if slip == "correction_top_two" and last is not None:
+                left = _top_two(left)
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
                 return path, u.draw(left, key=("node", last))
             return path, u.draw(left)
+
+
+def _top_two(law: list) -> list:
+    """``law`` with all but its two largest weights (the lower index first on ties) set to 0."""
+    kept = sorted(range(len(law)), key=lambda x: (-law[x], x))[:2]
+    return [w if x in kept else 0 * w for x, w in enumerate(law)]
 
 
 def exact_floats(tokens, parents, depths, p, q, drawn, u):
@@ -122,6 +132,10 @@ TREE_SLIPS = {
     "residual_abs": "the residual |p' - q'| instead of [p' - q']_+",
     "siblings_reordered": "siblings tried in the reverse of the order they were drawn in",
     "correction_unchanged_target": "the correction drawn from the node's target row as it was, not what is left",
+    "middle_level_previous_q": "a refusal under a node between the root and a third level taken against the row "
+    "its parent's children were drawn from",
+    # shows only where a correction has three tokens of mass: V = W' + 2 under a root of one child
+    "correction_top_two": "the correction drawn from the two likeliest tokens of what is left",
     # shows only under a third child: with two, a single refusal comes before any test
     "elder_removals_forgotten": "without replacement, each refused child removed from the draft's row as it was "
     "drawn from, so only the latest refused token is gone",
@@ -169,9 +183,12 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             n += 2
         law, u = rows_p[n], terminal_u[b].item()
         if n < k:
-            law = [max(Fraction(0), a - c) for a, c in zip(law, rows_q[n])]
+            row_q = rows_q[n - 1] if slip == "middle_draft_previous_q" and 0 < n < k - 1 else rows_q[n]
+            law = [max(Fraction(0), a - c) for a, c in zip(law, row_q)]
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
+            if slip == "correction_top_two":
+                law = _top_two(law)
         elif slip == "bonus_wrong_row" and k:
             law = rows_p[k - 1]
         accepted.append(n)
@@ -197,6 +214,10 @@ CHAIN_SLIPS = {
     "test_against_previous_row": "each draft after the first tested against the row before its own",
     "continue_after_rejection": "after a refusal the next draft is tested too, and kept if it passes",
     "bonus_wrong_row": "the bonus drawn from the last draft's row instead of the row after it",
+    # shows only at V >= 4: at V = 3 a refused draft leaves at most two tokens of mass
+    "correction_top_two": "the correction drawn from the two likeliest tokens of the residual",
+    # shows only at K >= 3: a round of two drafts has no draft between two others
+    "middle_draft_previous_q": "a middle draft's correction taken against the draft row before its own",
 }
 
 

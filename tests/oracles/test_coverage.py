@@ -47,6 +47,18 @@ def test_every_tree_slip_fails_at_the_default_size(name, spec, vocab):
 
 
 @pytest.mark.parametrize(
+    "name, hidden", [("correction_top_two", "wide_correction"), ("middle_level_previous_q", "middle_level")]
+)
+def test_a_tree_slip_the_issues_size_hides_is_exact_there_and_its_class_na_with_exact_size(name, hidden):
+    """At --tree 2,2 --vocab 3 a refusal leaves two tokens at most and two levels have none between them:
+    each slip is exact on every table of that size (it fails at the default size: the test above), and
+    with --exact-size its class is reported n/a, never passed."""
+    assert all(verdicts(tree(name), "2,2", 3, exact_size=True, drawings=("sampled", "iid")).values())
+    cases = tree_cases(OracleConfig(vocab=3), parse_tree("2,2"), exact_size=True)
+    assert hidden in [s["slip"] for s in slips_covered(cases, 2) if not s["shown"]]
+
+
+@pytest.mark.parametrize(
     "name, spec, vocab, drawing",
     [
         ("correction_at_last_uniform", "2,2", 3, "sampled"),
@@ -102,13 +114,20 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "siblings",
         "third_sibling",
         "correction_draw",
+        "wide_correction",
         "siblings_below_the_root",
+        "middle_level",
         "younger_sibling_subtree",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
     assert "shown at --tree 3 --vocab 4" in hidden["third_sibling"]
-    shown_not = "siblings, third_sibling, correction_draw, siblings_below_the_root, younger_sibling_subtree"
+    assert "shown at --tree 1,2 --vocab 4" in hidden["wide_correction"]
+    assert "shown at --tree 1,1,1 --vocab 3" in hidden["middle_level"]
+    shown_not = (
+        "siblings, third_sibling, correction_draw, wide_correction, siblings_below_the_root, middle_level, "
+        "younger_sibling_subtree"
+    )
     assert f"not shown at this size (n/a): {shown_not}" in coverage["claim"]
     assert coverage["tables"] == len(coverage["cases"][0]["tables"]) > 1  # every table, at the named size
     assert not run_sampler_oracle(cfg, slips.correction_at_last_uniform, tree="1,2")["passed"]
@@ -142,14 +161,33 @@ def test_every_chain_slip_fails_the_exact_check_at_the_default_size(name):
 
 def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exact_size():
     """A correction drawn at the refused draft's acceptance uniform: at V = 2 it is forced, so the named
-    size's joint is exact; V = 3 shows it. With --exact-size --vocab 2 --k 1, both classes are n/a."""
+    size's joint is exact; V = 3 shows it. With --exact-size --vocab 2 --k 1, every class is n/a."""
     slip = slips.chain_correction_at_acceptance_uniform
     check = chain_check(slip, 2, 3)
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False, False]
-    assert "not shown at this size (n/a): correction_draw, second_draft" in doc["coverage"]["claim"]
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 4
+    hidden = "correction_draw, second_draft, wide_correction, middle_draft"
+    assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
+
+
+@pytest.mark.parametrize(
+    "name, vocab, k, covered, hidden",
+    [
+        ("correction_top_two", 3, 2, "V = 4, K = 1", "wide_correction"),  # V = 3: two tokens of residual at most
+        ("middle_draft_previous_q", 4, 2, "V = 3, K = 3", "middle_draft"),  # K = 2: no draft between two others
+    ],
+)
+def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_size(name, vocab, k, covered, hidden):
+    """Each passed the named size on every table (it cannot show there) and the check as it was (V = 3,
+    K = 2 besides); the sizes its class adds show it. With --exact-size its class is n/a, never passed."""
+    slip = getattr(slips, f"chain_{name}")
+    check = chain_check(slip, vocab, k)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == covered
+    assert chain_check(slip, vocab, k, exact_size=True).passed
+    cases = chain_cases(OracleConfig(vocab=vocab, k=k), exact_size=True)
+    assert hidden in [s["slip"] for s in slips_covered(cases, 1) if not s["shown"]]
 
 
 @pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])
@@ -165,8 +203,8 @@ def test_a_chain_sampler_exact_in_a_batch_and_not_alone_fails(vocab, k):
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 9 tables at V = 2, 3; K = 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 9
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 25 tables at V = 2, 3, 4; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 25
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -207,7 +245,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     doc = json.loads(out)
     assert code == 1 and "not_exact_sampled" in doc["findings"] and doc["counterexample"]["vocab"] >= 3
     cases = [(c["vocab"], c["tree"], len(c["tables"])) for c in doc["coverage"]["cases"]]
-    assert cases == [(3, "2,2", 1), (4, "2", 8), (4, "1,2", 8), (3, "2,1", 8), (4, "3", 8)]
+    assert cases == [(3, "2,2", 1), (4, "2", 8), (4, "1,2", 8), (3, "2,1", 8), (3, "1,1,1", 8), (4, "3", 8)]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
 
@@ -243,8 +281,8 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     code, out, _ = run_cli(args, capsys)
     assert (
         code == 0
-        and 'PASSED: exact on 33 tables at V = 2, 3, 4; trees "1,2" (V = 2, 4), "2" (V = 4), "2,1" (V = 3), '
-        '"3" (V = 4); K = 1, 2'
+        and 'PASSED: exact on 41 tables at V = 2, 3, 4; trees "1,2" (V = 2, 4), "2" (V = 4), "2,1" (V = 3), '
+        '"1,1,1" (V = 3), "3" (V = 4); K = 1, 2, 3'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

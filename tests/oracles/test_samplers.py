@@ -202,11 +202,12 @@ def test_a_sampler_from_a_file_path_is_loaded_as_a_module_is_imported(user_sampl
         "with open(os.path.join(os.path.dirname(__file__), 'loaded_by.txt'), 'a') as out:\n"
         "    out.write(f'{os.getpid()}\\n')\n"
     )
+    # --exact-size: what is checked here is the loading (the covered sizes are tests/oracles/test_coverage.py's)
     for spec in ("elsewhere/mine.py:correct", f"{folder / 'mine.py'}:correct"):
-        code, out, err = run_cli(["verify-oracle", "--sampler", spec, "--json"], capsys)
+        code, out, err = run_cli(["verify-oracle", "--sampler", spec, "--exact-size", "--json"], capsys)
         assert code == 0 and json.loads(out)["passed"], err
     code, out, err = run_cli(
-        ["verify-oracle", "--sampler", "elsewhere/mine.py:tree", "--tree", "2", "--vocab", "3"], capsys
+        ["verify-oracle", "--sampler", "elsewhere/mine.py:tree", "--tree", "2", "--vocab", "3", "--exact-size"], capsys
     )
     assert code == 0 and "PASSED: exact on" in out, out + err
     loaders = {int(pid) for pid in (folder / "loaded_by.txt").read_text().split()}

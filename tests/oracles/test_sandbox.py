@@ -5,6 +5,7 @@ standard output; never an internal error, never exit 0 with an empty report."""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -12,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import specd
 from specd.errors import SamplerUnloadable
-from specd.oracles.samplers.sandbox import can_fork
+from specd.oracles.samplers.sandbox import _request_bytes, can_fork
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="the sampler's own process is forked on Linux")
@@ -409,3 +411,14 @@ def test_a_sampler_hanging_in_a_new_session_ends_when_specd_is_killed(escaping):
         run.kill()
         run.wait()
     assert settled(escaping) == []
+
+
+def test_a_requests_tensors_reach_the_sampler_as_they_were():
+    """Sent as numpy arrays where numpy has the dtype (bfloat16: torch's own pickling): each tensor comes
+    back with its dtype, shape and values, a view as its own values only, a negated view resolved."""
+    p = torch.rand(2, 4, 3, dtype=torch.float64)
+    sent = (p[1:, 1:], torch.tensor([[1, -1]]), torch.rand(3, dtype=torch.bfloat16), torch.tensor(0.5), -p[0], p[:0])
+    got = pickle.loads(_request_bytes(sent))
+    assert len(got) == len(sent)
+    for a, b in zip(sent, got):
+        assert type(b) is torch.Tensor and b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)

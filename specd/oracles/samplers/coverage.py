@@ -4,16 +4,21 @@ on, the classes of slip each size can show, and the verdict in words.
 A size can hide a slip. Where a node has V - 1 children, refusing them all leaves one token, so the
 correction is forced and a correction drawn wrongly gives the right token all the same; at V = 2 a
 second sibling's test is decided by the first's outcome; a tree of one level never reads a row past
-the root's; a chain round of one draft has no test after a refusal. So each class of slip
-(``SLIPS``, ``CHAIN_SLIPS``) states where it is hidden, and a check covers the classes:
+the root's, one of two levels has no level between two others; a chain round of one draft has no
+test after a refusal, one of two drafts no draft between two others; and where a refusal leaves
+two tokens or fewer, no correction has three. So each class of slip (``SLIPS``, ``CHAIN_SLIPS``)
+states where it is hidden, and a check covers the classes:
 
 - by default, the size the user named (on the run's seed's table) and the smallest sizes where each
   class can show, each over every table of ``specd.oracles.samplers.tables`` (the seed's, more seeds,
   adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the trees
-  ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, a second depth, a node
-  below the root with siblings under it, so on two paths), the tree ``2,1`` at V = 3 (a path
-  through a younger sibling into its children) and, where W' < 3, the tree ``3`` at V = 4 (a third
-  sibling, tested on what two refusals left). For a chain: V = 3, K = 2;
+  ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, one of three tokens
+  under ``1,W'``'s root, a second depth, a node below the root with siblings under it, so on two
+  paths), the tree ``2,1`` at V = 3 (a path through a younger sibling into its children), the tree
+  ``1,1,1`` at V = 3 (a level between two others) and, where W' < 3, the tree ``3`` at V = 4 (a
+  third sibling, tested on what two refusals left). For a chain (``CHAIN_SIZES``): V = 3, K = 2 (a
+  correction drawn, a second draft), V = 4, K = 1 (a correction from three tokens) and V = 3, K = 3
+  (a middle draft);
 - with ``exact_size``, the named size only, over every table: a class that size cannot show is
   reported not applicable, with the reason and the size that would show it (never as passed).
 """
@@ -96,6 +101,21 @@ def _correction(vocab: int, shape) -> str | None:
     return None
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
+def _wide_tree_correction(vocab: int, shape) -> str | None:
+    counts = [shape.children(c) for c in ((), *(shape.choices or ()))]
+    fewest = min((n for n in counts if n), default=0)  # the children of the node with fewest (leaves have none)
+    if vocab - fewest < 3:
+        return (
+            f"at V = {vocab} every node with children has {fewest} or more: drawn without replacement and all "
+            f"refused, they leave at most {_tokens(max(vocab - fewest, 0))} of mass, and no correction has three"
+        )
+    return None
+
+
 def _depth(vocab: int, shape) -> str | None:
     if shape.depth < 2:
         return "a tree of one level reads no row past the root's but the bonus's"
@@ -107,6 +127,12 @@ def _below(vocab: int, shape) -> str | None:
         return "no node below the root has two children: no sibling is tested on a later row, no node is on two paths"
     if vocab < 3:
         return "at V = 2 a second sibling's test is decided by the first's outcome (what a refusal leaves is its token)"
+    return None
+
+
+def _middle_level(vocab: int, shape) -> str | None:
+    if shape.depth < 3:
+        return f"a tree of {shape.depth} level{'s' if shape.depth != 1 else ''} has no level between two others"
     return None
 
 
@@ -140,6 +166,12 @@ SLIPS = (
         lambda w: f"--tree {_wide(w)} --vocab {_wide(w) + 2}",
     ),
     Slip(
+        "wide_correction",
+        "a correction drawn from three or more tokens (a first, a middle and a last token of its law)",
+        _wide_tree_correction,
+        lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
+    ),
+    Slip(
         "second_depth",
         "rows past the root's: a child's test and bonus on its own row",
         _depth,
@@ -150,6 +182,12 @@ SLIPS = (
         "siblings under a node below the root: tested on that node's row, the node on two paths",
         _below,
         lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
+    ),
+    Slip(
+        "middle_level",
+        "a level between two others: children of a node with a parent, tested and refused with a level below",
+        _middle_level,
+        lambda w: "--tree 1,1,1 --vocab 3",
     ),
     Slip(
         "younger_sibling_subtree",
@@ -172,6 +210,18 @@ def _second_draft(vocab: int, k) -> str | None:
     return None
 
 
+def _wide_correction(vocab: int, k) -> str | None:
+    if vocab < 4:
+        return f"at V = {vocab} a refused draft leaves at most {_tokens(vocab - 1)} of mass: no correction has three"
+    return None
+
+
+def _middle_draft(vocab: int, k) -> str | None:
+    if k < 3:
+        return f"a round of {k} draft{'s' if k != 1 else ''} has no draft between two others"
+    return None
+
+
 CHAIN_SLIPS = (
     Slip("correction_draw", "a correction drawn from two or more tokens", _chain_correction, lambda w: "--vocab 3"),
     Slip(
@@ -180,7 +230,22 @@ CHAIN_SLIPS = (
         _second_draft,
         lambda w: "--k 2",
     ),
+    Slip(
+        "wide_correction",
+        "a correction drawn from three or more tokens (a first, a middle and a last token of its law)",
+        _wide_correction,
+        lambda w: "--vocab 4",
+    ),
+    Slip(
+        "middle_draft",
+        "a draft between two others: tested after an acceptance, refused with a draft left untested",
+        _middle_draft,
+        lambda w: "--k 3",
+    ),
 )
+# The sizes a chain sampler is checked at beside the named one, (V, K), each the smallest that shows
+# its classes: correction_draw and second_draft; wide_correction; middle_draft.
+CHAIN_SIZES = ((3, 2), (4, 1), (3, 3))
 
 
 def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) -> list[Case]:
@@ -189,7 +254,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     if exact_size:
         return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
     wide = _wide(w)
-    smallest = [(wide + 2, f"{wide}"), (wide + 2, f"1,{wide}"), (3, "2,1")]
+    smallest = [(wide + 2, f"{wide}"), (wide + 2, f"1,{wide}"), (3, "2,1"), (3, "1,1,1")]
     if wide < 3:  # what two refusals leave, under a third child: W' siblings at V = W' + 2 show it from W' = 3
         smallest.append((4, "3"))
     named = Case(cfg.vocab, shape.depth, shape, (seeded(cfg, cfg.vocab, shape.depth, cfg.seed),), True)
@@ -205,10 +270,15 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
 
 def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     """The sizes a chain sampler is checked at (module docstring): the named one first."""
-    if exact_size or (cfg.vocab, cfg.k) == (3, 2):
+    if exact_size:
         return [Case(cfg.vocab, cfg.k, None, tuple(tables(cfg, cfg.vocab, cfg.k, 1)), True)]
-    named = Case(cfg.vocab, cfg.k, None, (seeded(cfg, cfg.vocab, cfg.k, cfg.seed),), True)
-    return [named, Case(3, 2, None, tuple(tables(cfg, 3, 2, 1)))]
+    out = [Case(cfg.vocab, cfg.k, None, (seeded(cfg, cfg.vocab, cfg.k, cfg.seed),), True)]
+    for vocab, k in CHAIN_SIZES:
+        if (vocab, k) == (cfg.vocab, cfg.k):  # the named size is one of them: every table
+            out[0] = Case(vocab, k, None, tuple(tables(cfg, vocab, k, 1)), True)
+            continue
+        out.append(Case(vocab, k, None, tuple(tables(cfg, vocab, k, 1))))
+    return out
 
 
 def slips_covered(cases: list[Case], named_widest: int) -> list[dict]:

@@ -23,6 +23,7 @@ does not survive a fork) the sampler runs in this process, isolated as far as Py
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -46,6 +47,30 @@ DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take befor
 LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
 ENDING = 5.0  # seconds a keeper may take to end what the child left, and itself
 REFUSALS = {e.__name__: e for e in (UsageError, SamplerUnavailable, SamplerUnloadable)}  # raised again here
+
+
+class _RequestPickler(pickle.Pickler):
+    """A request's tensors pickled as numpy arrays (a tensor of a dtype numpy has), rebuilt by
+    ``torch.from_numpy``: the same values, dtype and shape. torch's own pickling of a tensor costs
+    about a tenth of a millisecond each way, most of a small call's round trip."""
+
+    def reducer_override(self, obj):
+        if type(obj) is torch.Tensor and obj.dtype in _NUMPY_DTYPES and obj.device.type == "cpu":
+            try:
+                return torch.from_numpy, (obj.detach().resolve_conj().resolve_neg().numpy(),)
+            except (RuntimeError, TypeError):
+                pass
+        return NotImplemented
+
+
+_FLOATS = (torch.float64, torch.float32, torch.float16)  # not bfloat16: numpy has none (torch pickles it)
+_NUMPY_DTYPES = frozenset((*_FLOATS, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool))
+
+
+def _request_bytes(request) -> bytes:
+    out = io.BytesIO()
+    _RequestPickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(request)
+    return out.getvalue()
 
 
 def can_fork() -> bool:
@@ -212,7 +237,7 @@ class SamplerProcess:
             raise self.aborted
         self.deadline = time.monotonic() + self.timeout
         try:
-            self.conn.send_bytes(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+            self.conn.send_bytes(_request_bytes(request))
         except OSError:  # gone: answer() says how
             pass
 
