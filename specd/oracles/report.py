@@ -21,6 +21,7 @@ from specd.oracles.engine.invariant import invariant_checks
 from specd.oracles.engine.tree_checks import (
     TreeCase,
     check_tree_block,
+    check_tree_eos,
     check_tree_exact,
     check_tree_greedy,
     check_tree_invariant,
@@ -127,6 +128,7 @@ def tree_parts(cfg: OracleConfig, rules: tuple[str, ...]) -> tuple[TreeCase | No
     checks: list[Part] = []
     if "maximal" in rules:
         checks.append((0.3, lambda: [check_tree_exact(case)]))
+        checks.append((0.1, lambda: [check_tree_eos(case)]))
         checks.append((0.05, lambda: [check_tree_greedy(case, cfg)]))
         checks.append((0.01, lambda: [check_tree_rational(case)]))
     if "invariant" in rules:

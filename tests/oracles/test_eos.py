@@ -1,12 +1,16 @@
 """The exact joint with a stop token (specd.oracles.engine.eos): EOS ends a text wherever it lands, an
 accepted draft included, and production's joint is the target's chain stopped at its first EOS; an
 engine that checks the stop token on the correction or bonus only fails it. The invariant rule's
-stop-token check (specd.oracles.engine.invariant.stop_token) the same way, seed by seed."""
+stop-token check (specd.oracles.engine.invariant.stop_token) the same way, seed by seed, and the tree
+rounds' (specd.oracles.engine.tree_checks.check_tree_eos)."""
+
+from dataclasses import replace
 
 import pytest
 
 from specd.oracles.engine.eos import check_eos, eos_token
 from specd.oracles.engine.invariant import each_invariant_check, stopped_at
+from specd.oracles.engine.tree_checks import check_tree_eos, tree_case
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab.broken import EosDraftIgnored
 from specd.oracles.reference import Reference, chain_joint
@@ -51,3 +55,16 @@ def test_under_the_invariant_rule_every_set_up_stops_where_the_chain_does(vocab,
     broken = rig.but(transaction_cls=EosDraftIgnored)
     check = next(c for c in each_invariant_check(broken, cfg.effective_horizon, 64) if c.name == "invariant_eos")
     assert check.passed is False and "the stopped chain" in check.detail
+
+
+@pytest.mark.parametrize("vocab, k, seed", [(2, 3, 0), (3, 2, 1)])
+def test_tree_rounds_stop_where_the_target_does_and_an_engine_that_decodes_past_an_accepted_eos_fails(vocab, k, seed):
+    """The default trees (a node with siblings, three levels at V = 2), every cell of every round: the joint
+    is the stopped chain and each probe emits the rule's tokens cut at the EOS; the broken engine moves
+    mass (0.37 and 0.91 here)."""
+    case = tree_case(OracleConfig(vocab=vocab, k=k, seed=seed))
+    check = check_tree_eos(case)
+    assert check.passed and 0 < check.figures["target_stop_mass"] < 1 and check.figures["differ_sampled"] == 0
+    assert check.figures["cells_sampled"] > 0 and check.figures["max_abs_diff_sampled"] <= 1e-12
+    broken = check_tree_eos(replace(case, rig=case.rig.but(transaction_cls=EosDraftIgnored)))
+    assert broken.passed is False and broken.figures["max_abs_diff_sampled"] > 0.1

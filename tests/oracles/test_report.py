@@ -41,6 +41,7 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "invariant_shared_noise",
         "invariant_law",
         "tree_exact_joint",
+        "tree_exact_joint_eos",
         "tree_exact_greedy",
         "tree_exact_rational",
         "tree_invariant",

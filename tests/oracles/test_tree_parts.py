@@ -11,7 +11,7 @@ def test_the_runs_parts_follow_the_rule_and_none_turns_them_off():
     names = lambda parts: {part()[0].name for _, part in parts if part is not None}  # noqa: E731
     cfg = OracleConfig(vocab=2, k=1)
     _, maximal, _ = tree_parts(cfg, ("maximal",))
-    assert names(maximal) == {"tree_exact_joint", "tree_exact_greedy", "tree_exact_rational"}
+    assert names(maximal) == {"tree_exact_joint", "tree_exact_joint_eos", "tree_exact_greedy", "tree_exact_rational"}
     _, block, _ = tree_parts(cfg, ("block",))
     assert names(block) == {"tree_block_refused"}
     case, checks, lab = tree_parts(replace(cfg, tree=("none",)), ("maximal", "invariant"))

@@ -8,6 +8,9 @@
   both layouts, further speculative rounds to the horizon. Beside the joint, every probe's
   published round is the rule's (emitted tokens, accepted nodes, stream advances, tree size) and
   the published state is audited against the caches after every round.
+- ``tree_exact_joint_eos``: the same with a stop token (``specd.oracles.engine.eos``), under the first
+  construction: a text ends at the EOS wherever it lands, an accepted node included, and the joint
+  is the target chain stopped at its first EOS (n/a where the target never emits it).
 - ``tree_exact_greedy``: the same at target temperature 0 (the greedy rule): one text, mass 1.
 - ``tree_invariant``: under the invariant rule the seed decides the text whatever the tree: the
   tree texts equal target-only sampling's, seed for seed (children sampled as the Gumbel-top-k
@@ -27,13 +30,14 @@ from fractions import Fraction
 from specd.core.layouts import LAYOUTS
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import UsageError
+from specd.oracles.engine.eos import with_eos
 from specd.oracles.engine.invariant import law, reference_texts, texts
 from specd.oracles.engine.rational import RationalTable, completer
 from specd.oracles.engine.tree_exact import TreeEnumerator, draft_order, prompts_for, ragged_rig
 from specd.oracles.engine.tree_reference import TreeWalk, construction
 from specd.oracles.fixture import MAX_SEQUENCES, OracleConfig, build_rig
-from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
-from specd.oracles.reference import Reference, chain_joint
+from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
+from specd.oracles.reference import Reference, chain_joint, target_joint
 from specd.oracles.rig import Rig
 
 CONSTRUCTIONS = ("sampled", "rank", "iid")
@@ -177,6 +181,29 @@ def check_tree_exact(case: TreeCase) -> Check:
         "every cell of every tree round (the maximal rule: each child against what its elder siblings left), rounds "
         "to the horizon from each published successor; each probe's round is the rule's",
     )
+
+
+def check_tree_eos(case: TreeCase) -> Check:
+    """``tree_exact_joint`` with the stop token of ``exact_joint_eos``, under the first construction (the
+    stop is the round's commit, whatever built the tree); each probe's emitted tokens are the rule's cut
+    at the EOS."""
+    stopped = with_eos(case.rig)
+    (eos,) = stopped.eos_ids
+    stops = sum(m for seq, m in target_joint(stopped, case.horizon).items() if seq and seq[-1] == eos)
+    if stops == 0:
+        figures = {"eos": eos, "target_stop_mass": 0.0}
+        return Check("tree_exact_joint_eos", None, figures, f"{NOT_APPLICABLE}the target never emits token {eos} here")
+    first = replace(case, constructions=case.constructions_under("maximal")[:1])
+    check = _exact(
+        "tree_exact_joint_eos",
+        stopped,
+        first,
+        "maximal",
+        f"token {eos} is the EOS: a text ends at it, an accepted node included; every cell of every tree round, "
+        "rounds to the horizon from each published successor",
+    )
+    check.figures |= {"eos": eos, "target_stop_mass": stops}
+    return check
 
 
 def check_tree_greedy(case: TreeCase, cfg: OracleConfig) -> Check:
