@@ -106,12 +106,12 @@ def _tokens(n: int) -> str:
 
 
 def _wide_tree_correction(vocab: int, shape) -> str | None:
-    counts = [shape.children(c) for c in ((), *(shape.choices or ()))]
+    counts = [shape.children(c) for c in ((), *shape.choices)] if shape.choices else []
     fewest = min((n for n in counts if n), default=0)  # the children of the node with fewest (leaves have none)
     if vocab - fewest < 3:
         return (
-            f"at V = {vocab} every node with children has {fewest} or more: drawn without replacement and all "
-            f"refused, they leave at most {_tokens(max(vocab - fewest, 0))} of mass, and no correction has three"
+            f"at V = {vocab} a node has {fewest} children or more: drawn without replacement and all refused, "
+            f"they leave at most {_tokens(max(vocab - fewest, 0))} of mass, and no correction has three"
         )
     return None
 
