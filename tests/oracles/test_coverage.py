@@ -51,9 +51,9 @@ def test_every_tree_slip_fails_at_the_default_size(name, spec, vocab):
 )
 def test_a_tree_slip_the_issues_size_hides_is_exact_there_and_its_class_na_with_exact_size(name, hidden):
     """At --tree 2,2 --vocab 3 a refusal leaves two tokens at most and two levels have none between them:
-    each slip is exact on every table of that size (it fails at the default size: the test above), and
-    with --exact-size its class is reported n/a, never passed."""
-    assert all(verdicts(tree(name), "2,2", 3, exact_size=True, drawings=("sampled", "iid")).values())
+    each slip is exact on every table of that size, drawn without replacement (it fails at the default
+    size: the test above), and with --exact-size its class is reported n/a, never passed."""
+    assert verdicts(tree(name), "2,2", 3, exact_size=True, drawings=("sampled",)) == {"sampled": True}
     cases = tree_cases(OracleConfig(vocab=3), parse_tree("2,2"), exact_size=True)
     assert hidden in [s["slip"] for s in slips_covered(cases, 2) if not s["shown"]]
 
