@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from specd.oracles.engine.eos import check_eos, eos_token
-from specd.oracles.engine.invariant import each_invariant_check, stopped_at
+from specd.oracles.engine.eos import check_eos, eos_token, stopped_at
+from specd.oracles.engine.invariant import each_invariant_check
 from specd.oracles.engine.tree_checks import check_tree_eos, tree_case
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.lab.broken import EosDraftIgnored

@@ -34,7 +34,7 @@ from specd.core.layouts import LAYOUTS
 from specd.core.proposer import ModelProposer, NgramProposer
 from specd.core.sources import Plan, first_available
 from specd.core.state import Request
-from specd.oracles.engine.eos import with_eos
+from specd.oracles.engine.eos import stopped_at, with_eos
 from specd.oracles.engine.montecarlo import bernstein_bound
 from specd.oracles.record import NOT_APPLICABLE, Check
 from specd.oracles.reference import Reference, target_joint
@@ -64,11 +64,6 @@ def texts(rig: Rig, seeds: int, horizon: int, baseline: bool = False, stats: boo
     result = engine.run(requests)
     outputs = [tuple(t) for t in result.new_tokens()]
     return (outputs, result.stats) if stats else outputs
-
-
-def stopped_at(text: tuple[int, ...], eos: frozenset[int]) -> tuple[int, ...]:
-    """``text`` up to and including its first token of ``eos`` (all of it where it has none)."""
-    return next((text[: i + 1] for i, token in enumerate(text) if token in eos), text)
 
 
 def reference_texts(rig: Rig, seeds: int, horizon: int) -> list[tuple[int, ...]]:

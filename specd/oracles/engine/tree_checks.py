@@ -30,14 +30,14 @@ from fractions import Fraction
 from specd.core.layouts import LAYOUTS
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.errors import UsageError
-from specd.oracles.engine.eos import with_eos
+from specd.oracles.engine.eos import never_emitted, stopped_target
 from specd.oracles.engine.invariant import law, reference_texts, texts
 from specd.oracles.engine.rational import RationalTable, completer
 from specd.oracles.engine.tree_exact import TreeEnumerator, draft_order, prompts_for, ragged_rig
 from specd.oracles.engine.tree_reference import TreeWalk, construction
 from specd.oracles.fixture import MAX_SEQUENCES, OracleConfig, build_rig
-from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
-from specd.oracles.reference import Reference, chain_joint, target_joint
+from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
+from specd.oracles.reference import Reference, chain_joint
 from specd.oracles.rig import Rig
 
 CONSTRUCTIONS = ("sampled", "rank", "iid")
@@ -187,12 +187,9 @@ def check_tree_eos(case: TreeCase) -> Check:
     """``tree_exact_joint`` with the stop token of ``exact_joint_eos``, under the first construction (the
     stop is the round's commit, whatever built the tree); each probe's emitted tokens are the rule's cut
     at the EOS."""
-    stopped = with_eos(case.rig)
-    (eos,) = stopped.eos_ids
-    stops = sum(m for seq, m in target_joint(stopped, case.horizon).items() if seq and seq[-1] == eos)
+    stopped, eos, _, stops = stopped_target(case.rig, case.horizon)
     if stops == 0:
-        figures = {"eos": eos, "target_stop_mass": 0.0}
-        return Check("tree_exact_joint_eos", None, figures, f"{NOT_APPLICABLE}the target never emits token {eos} here")
+        return never_emitted("tree_exact_joint_eos", eos)
     first = replace(case, constructions=case.constructions_under("maximal")[:1])
     check = _exact(
         "tree_exact_joint_eos",

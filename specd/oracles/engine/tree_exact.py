@@ -23,6 +23,7 @@ from specd.core.round import speculative_round
 from specd.core.sources import first_available
 from specd.core.state import Request, RequestState
 from specd.core.tree_shape import TreeShape
+from specd.oracles.engine.eos import stopped_at
 from specd.oracles.engine.exact import Enumerator
 from specd.oracles.engine.montecarlo import audit_session
 from specd.oracles.engine.tree_reference import TreeWalk, construction
@@ -155,10 +156,10 @@ class TreeEnumerator(Enumerator):
         advances = tuple(a - b for a, b in zip(commit.rng_after, commit.rng_before))
         got = (tuple(commit.emitted), tuple(path), advances, len(commit.draft_token_ids))
         want = (cell.emitted, drafted.path, drafted.advances, drafted.nodes)
-        stop = next((i for i, t in enumerate(cell.emitted) if t in self.eos), len(cell.emitted))
-        if stop + 1 < len(cell.emitted):  # an accepted draft is the stop token: what follows it is dropped, and
+        emitted = stopped_at(cell.emitted, self.eos)
+        if emitted != cell.emitted:  # an accepted draft is the stop token: what follows it is dropped, and
             # the streams advance over the tests its emission read (the joint and the audit hold those)
-            got, want = got[:2] + got[3:], (cell.emitted[: stop + 1], drafted.path, drafted.nodes)
+            got, want = got[:2] + got[3:], (emitted, drafted.path, drafted.nodes)
         if got != want:
             self.agreement.note(
                 f"after {list(state.output)}: production published (emitted, path, stream advances, nodes) = "

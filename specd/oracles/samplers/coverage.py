@@ -101,17 +101,18 @@ def _correction(vocab: int, shape) -> str | None:
     return None
 
 
-def _tokens(n: int) -> str:
-    return f"{n} token" if n == 1 else f"{n} tokens"
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 def _wide_tree_correction(vocab: int, shape) -> str | None:
     counts = [shape.children(c) for c in ((), *shape.choices)] if shape.choices else []
     fewest = min((n for n in counts if n), default=0)  # the children of the node with fewest (leaves have none)
     if vocab - fewest < 3:
+        left = _count(max(vocab - fewest, 0), "token")
         return (
             f"at V = {vocab} a node has {fewest} children or more: drawn without replacement and all refused, "
-            f"they leave at most {_tokens(max(vocab - fewest, 0))} of mass, and no correction has three"
+            f"they leave at most {left} of mass, and no correction has three"
         )
     return None
 
@@ -132,7 +133,7 @@ def _below(vocab: int, shape) -> str | None:
 
 def _middle_level(vocab: int, shape) -> str | None:
     if shape.depth < 3:
-        return f"a tree of {shape.depth} level{'s' if shape.depth != 1 else ''} has no level between two others"
+        return f"a tree of {_count(shape.depth, 'level')} has no level between two others"
     return None
 
 
@@ -212,13 +213,14 @@ def _second_draft(vocab: int, k) -> str | None:
 
 def _wide_correction(vocab: int, k) -> str | None:
     if vocab < 4:
-        return f"at V = {vocab} a refused draft leaves at most {_tokens(vocab - 1)} of mass: no correction has three"
+        left = _count(vocab - 1, "token")
+        return f"at V = {vocab} a refused draft leaves at most {left} of mass: no correction has three"
     return None
 
 
 def _middle_draft(vocab: int, k) -> str | None:
     if k < 3:
-        return f"a round of {k} draft{'s' if k != 1 else ''} has no draft between two others"
+        return f"a round of {_count(k, 'draft')} has no draft between two others"
     return None
 
 
