@@ -3,7 +3,8 @@
 A round's decision lives on the device: per request A, the terminal token, whether it is a bonus,
 the last accepted node, the exactness checks' flags (specd.core.checks), with the acceptance log
 its columns, and the drafts a model draft never read (specd.core.device_chain). ``Readback``
-packs them into one float64 vector (a token id or a count below 2^53 is exact in it) as the round
+packs them into one float64 vector (a token id or a count below 2^53 is exact in it; a round that
+drafted nothing sends its terminal tokens alone, as they are) as the round
 is launched, and on CUDA starts its copy into pinned host memory without waiting; ``values()``
 waits for that copy alone (the kernels queued after it, a next round's, go on) and parses it.
 So a round's one read can be made a round later, while the device runs the next.
@@ -55,7 +56,8 @@ class Readback:
         if drafts is not None:
             parts.append(drafts.to(device).flatten())
         # [A..., terminal..., is_bonus..., leaf..., flags..., columns..., drafts...] (A, bonus, leaf: if not known)
-        vector = (torch.cat(parts) if len(parts) > 1 else parts[0]).to(torch.float64)
+        # (a lone part, the terminal tokens of a round that drafted nothing, is read as it is: int64)
+        vector = torch.cat(parts).to(torch.float64) if len(parts) > 1 else parts[0]
         self.batch, self.kept = b, [bool(k) for k in kept]
         self.width = columns[0].shape[1] if columns else 0
         self.columns, self.drafts_width = len(columns), drafts.shape[1] if drafts is not None else None

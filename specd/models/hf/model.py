@@ -19,6 +19,7 @@ from typing import cast
 import torch
 
 from specd.core.model import RowInput, StepOutput
+from specd.core.transfer import to_device
 from specd.errors import GraphsUnavailable, UsageError
 from specd.models.hf import cache_compat
 from specd.models.hf.graphs import StepGraphs, graphs_for, refusal
@@ -69,7 +70,7 @@ def _picked(states: torch.Tensor, wanted: Sequence[tuple[int, int, int]], n_new:
     if b == states.shape[0] and all(w == (i, n_new - m, n_new) for i, w in enumerate(wanted)):
         return states[:, n_new - m :].reshape(b * m, states.shape[-1])
     index = [(row, c) for row, lo, hi in wanted for c in range(lo, hi)]
-    at = torch.tensor(index, dtype=torch.long).to(states.device, non_blocking=True)
+    at = to_device(index, torch.long, states.device)
     return states[at[:, 0], at[:, 1]]
 
 
@@ -240,7 +241,8 @@ class HFCausalLM:
             # Only the real rows that need an output go through the head, packed: float[R, V], never the
             # padded float[B, n_new, V]. hidden=True: the rows' hidden states stand where logits would.
             picked = _picked(states, wanted, n_new)
-            packed_out = (picked if hidden else self.head(picked)).split([hi - lo for _, lo, hi in wanted])
+            out = picked if hidden else self.head(picked)
+            packed_out = (out,) if len(wanted) == 1 else out.split([hi - lo for _, lo, hi in wanted])
         logits, kv, states_out = [], [], []
         first = n_new - keep  # input column of all_logits[:, 0]
         for i, (r, (b, lo, n)) in enumerate(zip(rows, wanted)):
@@ -248,7 +250,8 @@ class HFCausalLM:
                 states_out.append(packed_out[i] if packed_out is not None else states[b, :0])
                 logits.append(torch.empty(0, self.vocab_size))
             elif packed_out is not None:
-                logits.append(packed_out[i][:, : self.vocab_size].float())
+                row = packed_out[i]  # the head's rows may be padded past the vocabulary
+                logits.append((row if row.shape[-1] == self.vocab_size else row[:, : self.vocab_size]).float())
             elif keep:
                 logits.append(all_logits[b, lo - first : n - first, : self.vocab_size].float())
             else:

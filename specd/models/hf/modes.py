@@ -9,8 +9,7 @@ object is left as it was (a training loop that calls ``generate`` keeps its drop
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from operator import attrgetter
 
 import torch
@@ -20,26 +19,49 @@ from specd.models.hf.products import ProductForms
 _TRAINING = attrgetter("training")
 
 
-@contextmanager
-def evaluating(modules: Sequence[torch.nn.Module]) -> Iterator[None]:
+class evaluating:  # noqa: N801 - a context manager, used as a function: ``with evaluating(modules):``
     """``modules``: every module of a model (``tuple(model.modules())``, taken once: walking a
-    tuple costs microseconds a call); those in training mode are in eval mode inside."""
-    if not any(map(_TRAINING, modules)):  # the usual case, found by a loop in C
-        yield
-        return
-    training = [m for m in modules if m.training]
-    for module in training:
-        module.training = False  # module by module: a parent's .eval() would also touch the rest
-    try:
-        yield
-    finally:
-        for module in training:
+    tuple costs microseconds a call); those in training mode are in eval mode inside. A class, not a
+    generator: entered once per model call, its cost is the host's per step."""
+
+    __slots__ = ("modules", "training")
+
+    def __init__(self, modules: Sequence[torch.nn.Module]) -> None:
+        self.modules, self.training = modules, ()
+
+    def __enter__(self) -> None:
+        if not any(map(_TRAINING, self.modules)):  # the usual case, found by a loop in C
+            return
+        self.training = [m for m in self.modules if m.training]
+        for module in self.training:
+            module.training = False  # module by module: a parent's .eval() would also touch the rest
+
+    def __exit__(self, *exc) -> None:
+        for module in self.training:
             module.training = True
 
 
-@contextmanager
-def own_call(modules: Sequence[torch.nn.Module], forms: ProductForms | None) -> Iterator[None]:
+class own_call:  # noqa: N801 - a context manager, used as a function
     """The context of each of specd's calls on a model: in eval mode, and (on a CPU, ``forms``
     given) its products in their chosen forms (specd.models.hf.products)."""
-    with evaluating(modules), forms.engaged() if forms is not None else nullcontext():
-        yield
+
+    __slots__ = ("mode", "forms")
+
+    def __init__(self, modules: Sequence[torch.nn.Module], forms: ProductForms | None) -> None:
+        self.mode, self.forms = evaluating(modules), forms.engaged() if forms is not None else None
+
+    def __enter__(self) -> None:
+        self.mode.__enter__()
+        if self.forms is not None:
+            try:
+                self.forms.__enter__()
+            except BaseException:
+                self.mode.__exit__(None, None, None)
+                raise
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.forms is not None:
+                self.forms.__exit__(*exc)
+        finally:
+            self.mode.__exit__(*exc)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -85,14 +84,9 @@ class ProductForms:
     def active(self) -> bool:
         return getattr(self._local, "active", False)
 
-    @contextmanager
-    def engaged(self):
+    def engaged(self) -> _Engaged:
         """Products inside run in their chosen forms (specd's own calls); outside, plainly."""
-        before, self._local.active = self.active, True
-        try:
-            yield self
-        finally:
-            self._local.active = before
+        return _Engaged(self._local)
 
     def product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x float[..., D] -> float[..., N], in the form chosen for its class (timed while undecided)."""
@@ -117,6 +111,21 @@ class ProductForms:
                 self.chosen[key] = TRANSPOSED if faster else PLAIN
                 self.timings.pop(key, None)
         return out.reshape(*x.shape[:-1], -1)
+
+
+class _Engaged:
+    """``ProductForms.engaged``'s context (a class: entered once per model call)."""
+
+    __slots__ = ("local", "before")
+
+    def __init__(self, local: threading.local) -> None:
+        self.local = local
+
+    def __enter__(self) -> None:
+        self.before, self.local.active = getattr(self.local, "active", False), True
+
+    def __exit__(self, *exc) -> None:
+        self.local.active = self.before
 
 
 class FormedForward:

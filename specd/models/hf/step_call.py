@@ -15,8 +15,7 @@ boolean (True: attend); eager attention additive (0, or the dtype's lowest where
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -54,19 +53,23 @@ def attention_of(model) -> str:
     return "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
 
 
-@contextmanager
-def attention_as(config, attention: str) -> Iterator[None]:
+class attention_as:  # noqa: N801 - a context manager, used as a function
     """``config``'s attention implementation set to ``attention`` for the length of one call (transformers
     reads it at every forward), and back after: a model object handed over stays as its owner left it."""
-    own = getattr(config, "_attn_implementation", None)
-    if own == attention:
-        yield
-        return
-    config._attn_implementation = attention
-    try:
-        yield
-    finally:
-        config._attn_implementation = own
+
+    __slots__ = ("config", "attention", "own")
+
+    def __init__(self, config, attention: str) -> None:
+        self.config, self.attention = config, attention
+
+    def __enter__(self) -> None:
+        self.own = getattr(self.config, "_attn_implementation", None)
+        if self.own != self.attention:
+            self.config._attn_implementation = self.attention
+
+    def __exit__(self, *exc) -> None:
+        if self.own != self.attention:
+            self.config._attn_implementation = self.own
 
 
 def subset(cache: SlotCache, rows: Sequence[RowInput]) -> bool:
@@ -104,22 +107,21 @@ def plan_call(
     device = cache.device
     every = len(pending) == len(slots) and all(b == i and not first for i, (b, first, _) in enumerate(pending))
     if every and all(len(r.tokens) == n_new for r in rows):  # a draft step: every token on the device, in order
-        packed = torch.tensor([pos, write], dtype=torch.long).to(device, non_blocking=True)
+        packed = to_device([pos, write], torch.long, device)
         token_ids = joined([t for _, _, t in pending]).to(device).view(len(slots), n_new)
         positions, columns_at = packed[0], packed[1]
     else:
-        packed = torch.tensor([ids, pos, write], dtype=torch.long).to(device, non_blocking=True)
+        packed = to_device([ids, pos, write], torch.long, device)
         token_ids, positions, columns_at = packed[0], packed[1], packed[2]
         if pending:  # a model draft's tokens, never read: written into the ids on the device
             at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
-            where = torch.tensor(at, dtype=torch.long).to(device, non_blocking=True)
+            where = to_device(at, torch.long, device)
             token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
-    mask = cache.store.columns(span, device).view(1, 1, span) <= columns_at.unsqueeze(-1)  # a chain's query
+    mask = columns_at[:, None, :, None] >= cache.store.columns(span, device)  # bool[B, 1, n, span]: a chain's query
     if trees:
-        mask[to_device([b for b, *_ in trees], torch.int64, device)] = torch.stack(
+        mask[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
         ).to(device, non_blocking=True)
-    mask = mask.unsqueeze(1)
     if attention == "eager":
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
     batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
