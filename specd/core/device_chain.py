@@ -54,6 +54,7 @@ def draft_chain(proposer, states, ks, live, cache, ctx, first: list[torch.Tensor
     q_rows: dict[int, list[torch.Tensor | None]] = {b: [] for b in live}
     raw = torch.stack(first)
     here, fed = list(live), 0
+    every = list(range(len(states)))
     for i in range(k_max):
         procs = [states[b].draft_proc for b in here]
         if policy.greedy:  # q is the point mass on the processed argmax: recorded as the token alone
@@ -65,7 +66,10 @@ def draft_chain(proposer, states, ks, live, cache, ctx, first: list[torch.Tensor
                 raise EmptyDistribution(EMPTY_ROW)
             drawn = _draw(proposer, q, noise, [states[b] for b in here], i, [uniforms.get(b) for b in here])
             level = list(q.unbind(0))
-        drafts[to_device(here, torch.int64, device), i] = drawn
+        if here == every:  # every row, in order: a column, no index to build
+            drafts[:, i] = drawn
+        else:
+            drafts[to_device(here, torch.int64, device), i] = drawn
         for b, row in zip(here, level):
             q_rows[b].append(row)
         nxt = [(j, b) for j, b in enumerate(here) if ks[b] > i + 1]

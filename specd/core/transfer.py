@@ -16,6 +16,6 @@ def to_device(values, dtype: torch.dtype, device) -> torch.Tensor:
     """``values`` (a number, a list, nested lists) as a ``dtype`` tensor on ``device``, without waiting
     for the device."""
     out = torch.tensor(values, dtype=dtype)
-    if device is None or torch.device(device).type == "cpu":
-        return out
+    if device is None or (device if isinstance(device, torch.device) else torch.device(device)).type == "cpu":
+        return out  # (a torch.device is not made again: a round makes many of these)
     return out.to(device, non_blocking=True)
