@@ -186,11 +186,16 @@ class RejectionSampler:
 
         The ratio is reported (log, statistics); the decision itself is ``acceptance_tests``.
         """
-        if flagged(valid & (q_draft <= 0)):
-            raise ImpossibleProposal("a proposed token has q(d) = 0: it cannot have been sampled from q")
+        self.refuse_impossible(q_draft, valid)
         p64, q64 = p_draft.to(torch.float64), q_draft.to(torch.float64)
         ratio = torch.where(valid, p64 / torch.where(valid, q64, torch.ones_like(q64)), 0.0)
         return ratio.clamp(max=1.0)
+
+    def refuse_impossible(self, q_draft: torch.Tensor, valid: torch.Tensor) -> None:
+        """q_draft float[B, K], valid bool[B, K]: a proposed token with q(d) = 0 cannot have been drawn
+        from q (ImpossibleProposal; a deferred check, specd.core.checks)."""
+        if flagged(valid & (q_draft <= 0)):
+            raise ImpossibleProposal("a proposed token has q(d) = 0: it cannot have been sampled from q")
 
     def acceptance_tests(
         self, p_draft: torch.Tensor, q_draft: torch.Tensor, accept_u: torch.Tensor, valid: torch.Tensor
@@ -347,9 +352,11 @@ class RejectionSampler:
         q_draft = rows.q_draft(rows.q.dtype)
         # each node's parent's target: a chain's d_i is scored by row i - 1 (the first K of K + 1)
         parent_target = targets[:, :-1] if rows.tree is None else targets.gather(1, rows.structure().parent + 1)
-        p_draft = ((draft == parent_target) & valid).to(q_draft.dtype)
-        ratios = self.acceptance_ratios(p_draft, q_draft, valid)
-        accepted, leaf, last = self.walk_tree((ratios >= 1) & valid, rows)
+        matched = (draft == parent_target) & valid  # p(d) = 1 here, 0 elsewhere
+        p_draft = matched.to(q_draft.dtype)
+        self.refuse_impossible(q_draft, valid)
+        ratios = matched.to(torch.float64)  # min(1, p/q) for p in {0, 1} and q > 0: p itself
+        accepted, leaf, last = self.walk_tree(matched, rows)
         argmax_at = targets.gather(1, (leaf + 1).unsqueeze(1)).squeeze(1)
         return Decision(
             accepted, None, last < 0, ratios, p_draft, q_draft, terminal=argmax_at, leaf=leaf, vocab=rows.vocab

@@ -58,7 +58,15 @@ def test_the_acceptance_log_is_read_with_the_decision(hf_pair, rule):
     assert with_log == without
 
 
-CHECKS = {"flagged", "exact_less", "sample_categorical", "acceptance_ratios", "_check_mass", "block_tests"}
+CHECKS = {
+    "flagged",
+    "exact_less",
+    "sample_categorical",
+    "acceptance_ratios",
+    "refuse_impossible",
+    "_check_mass",
+    "block_tests",
+}
 
 
 @pytest.mark.parametrize("rule", ["maximal", "invariant", "block"])

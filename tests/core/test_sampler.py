@@ -25,6 +25,24 @@ def test_impossible_proposal_is_an_error():
         rejection_sample(p, q, torch.tensor([[1]]), torch.tensor([1]), rows([0.3]).unsqueeze(0), rows([0.5]))
 
 
+def test_the_point_mass_rule_reports_min_1_p_over_q_and_refuses_an_impossible_proposal():
+    """match_targets (greedy, invariant): p_i is the point mass on the target's token x_i, so its ratio
+    min(1, p/q) is p itself; a draft with q(d) = 0 is refused as the general rule refuses it."""
+    s = RejectionSampler()
+    q = rows([[0.25, 0.75], [0.6, 0.4]]).unsqueeze(0)  # q_1, q_2: [B = 1, K = 2, V = 2]
+    draft, k_lens = torch.tensor([[1, 0]]), torch.tensor([2])
+    targets = torch.tensor([[1, 1, 0]])  # x_1 = 1 (d_1 matches), x_2 = 1 (d_2 = 0 does not), x_3
+    r = Rows.dense(None, q, draft, k_lens)
+    d = s.match_targets(targets, r)
+    p_draft = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    q_draft = torch.tensor([[0.75, 0.6]], dtype=torch.float64)
+    assert torch.equal(d.ratios, s.acceptance_ratios(p_draft, q_draft, r.valid()))
+    assert d.accepted.tolist() == [1] and d.terminal.tolist() == [1] and not bool(d.is_bonus[0])
+    impossible = Rows.dense(None, rows([[0.0, 1.0], [0.5, 0.5]]).unsqueeze(0), torch.tensor([[0, 0]]), k_lens)
+    with pytest.raises(ImpossibleProposal):
+        s.match_targets(torch.tensor([[0, 0, 0]]), impossible)
+
+
 def test_p_equal_q_is_always_accepted():
     gen = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(6, 4, 5, generator=gen, dtype=torch.float64), -1)
