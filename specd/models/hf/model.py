@@ -68,7 +68,9 @@ def _picked(states: torch.Tensor, wanted: Sequence[tuple[int, int, int]], n_new:
     a verification of equal drafts), a view; else one gather."""
     b, m = len(wanted), wanted[0][2] - wanted[0][1]
     if b == states.shape[0] and all(w == (i, n_new - m, n_new) for i, w in enumerate(wanted)):
-        return states[:, n_new - m :].reshape(b * m, states.shape[-1])
+        # (each operation right after a model call costs microseconds: none where the rows are all of it)
+        whole = states if m == n_new else states[:, n_new - m :]
+        return whole.reshape(b * m, states.shape[-1])
     index = [(row, c) for row, lo, hi in wanted for c in range(lo, hi)]
     at = to_device(index, torch.long, states.device)
     return states[at[:, 0], at[:, 1]]
@@ -251,7 +253,8 @@ class HFCausalLM:
                 logits.append(torch.empty(0, self.vocab_size))
             elif packed_out is not None:
                 row = packed_out[i]  # the head's rows may be padded past the vocabulary
-                logits.append((row if row.shape[-1] == self.vocab_size else row[:, : self.vocab_size]).float())
+                row = row if row.shape[-1] == self.vocab_size else row[:, : self.vocab_size]
+                logits.append(row if row.dtype == torch.float32 else row.float())
             elif keep:
                 logits.append(all_logits[b, lo - first : n - first, : self.vocab_size].float())
             else:

@@ -107,12 +107,11 @@ def plan_call(
     device = cache.device
     every = len(pending) == len(slots) and all(b == i and not first for i, (b, first, _) in enumerate(pending))
     if every and all(len(r.tokens) == n_new for r in rows):  # a draft step: every token on the device, in order
-        packed = to_device([pos, write], torch.long, device)
-        token_ids = joined([t for _, _, t in pending]).to(device).view(len(slots), n_new)
-        positions, columns_at = packed[0], packed[1]
+        positions, columns_at = to_device([pos, write], torch.long, device).unbind(0)
+        token_ids = joined([t for _, _, t in pending])
+        token_ids = (token_ids if token_ids.device == device else token_ids.to(device)).view(len(slots), n_new)
     else:
-        packed = to_device([ids, pos, write], torch.long, device)
-        token_ids, positions, columns_at = packed[0], packed[1], packed[2]
+        token_ids, positions, columns_at = to_device([ids, pos, write], torch.long, device).unbind(0)
         if pending:  # a model draft's tokens, never read: written into the ids on the device
             at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
             where = to_device(at, torch.long, device)
