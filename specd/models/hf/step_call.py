@@ -29,6 +29,9 @@ from specd.models.hf.slot_cache import SlotCache
 # Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
 # untouched). A model configured for another (flash attention takes 2D masks only) runs with SDPA.
 MASKED_ATTENTION = ("sdpa", "eager")
+# A draft's device-held tokens reach a call's ids row by row (one operation a row) up to this many rows,
+# beyond it by one scatter (about four operations: its index, the tokens joined, the write).
+SLICED_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,10 @@ def plan_call(
         token_ids = (token_ids if token_ids.device == device else token_ids.to(device)).view(len(slots), n_new)
     else:
         token_ids, positions, columns_at = to_device([ids, pos, write], torch.long, device).unbind(0)
-        if pending:  # a model draft's tokens, never read: written into the ids on the device
+        if len(pending) <= SLICED_ROWS:  # a model draft's tokens, never read: written into the ids on the device
+            for b, first, t in pending:
+                token_ids[b, first : first + len(t)] = t
+        else:
             at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
             where = to_device(at, torch.long, device)
             token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
