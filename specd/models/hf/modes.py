@@ -53,15 +53,9 @@ class own_call:  # noqa: N801 - a context manager, used as a function
     def __enter__(self) -> None:
         self.mode.__enter__()
         if self.forms is not None:
-            try:
-                self.forms.__enter__()
-            except BaseException:
-                self.mode.__exit__(None, None, None)
-                raise
+            self.forms.__enter__()
 
     def __exit__(self, *exc) -> None:
-        try:
-            if self.forms is not None:
-                self.forms.__exit__(*exc)
-        finally:
-            self.mode.__exit__(*exc)
+        if self.forms is not None:
+            self.forms.__exit__(*exc)
+        self.mode.__exit__(*exc)

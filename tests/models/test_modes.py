@@ -1,0 +1,41 @@
+"""specd.models.hf.modes: a call's context leaves the owner's model as it found it, whatever the call does."""
+
+import pytest
+import torch
+
+from specd.models.hf.modes import evaluating, own_call
+from specd.models.hf.products import ProductForms
+
+
+def modules_of(model: torch.nn.Module) -> tuple[torch.nn.Module, ...]:
+    return tuple(model.modules())
+
+
+def test_training_modules_are_in_eval_mode_inside_and_training_again_after_even_on_an_error():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5), torch.nn.Linear(2, 2))
+    model.train()
+    model[2].eval()  # the owner's mix: kept as it is
+    before = [m.training for m in model.modules()]
+    with evaluating(modules_of(model)):
+        assert not any(m.training for m in model.modules())
+    assert [m.training for m in model.modules()] == before
+    with pytest.raises(RuntimeError), own_call(modules_of(model), ProductForms()):
+        assert not any(m.training for m in model.modules())
+        raise RuntimeError("the call failed")
+    assert [m.training for m in model.modules()] == before
+
+
+def test_products_are_engaged_inside_a_call_only_and_a_nested_call_leaves_the_outer_engaged():
+    model, forms = torch.nn.Linear(2, 2).eval(), ProductForms()
+    assert not forms.active
+    with own_call(modules_of(model), forms):
+        assert forms.active
+        with own_call(modules_of(model), forms):
+            assert forms.active
+        assert forms.active
+    assert not forms.active
+    with pytest.raises(ValueError), own_call(modules_of(model), forms):
+        raise ValueError
+    assert not forms.active
+    with own_call(modules_of(model), None):  # a GPU's calls: no product forms
+        assert not forms.active
