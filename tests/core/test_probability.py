@@ -43,3 +43,5 @@ def test_argmax_ids_is_torchs_argmax_ties_nans_and_views_included(dtype):
         got = argmax_ids(rows)
         assert got.dtype == torch.int64 and torch.equal(got, rows.argmax(dim=-1))
     assert torch.equal(argmax_ids(x[0]), x[0].argmax(dim=-1))
+    tracked = x.float().requires_grad_()  # rows that carry a gradient (a user's model outside no_grad)
+    assert torch.equal(argmax_ids(tracked), tracked.argmax(dim=-1))
