@@ -49,6 +49,22 @@ ENDING = 5.0  # seconds a keeper may take to end what the child left, and itself
 REFUSALS = {e.__name__: e for e in (UsageError, SamplerUnavailable, SamplerUnloadable)}  # raised again here
 
 
+# The dtypes a request's tensors go as numpy arrays in (not bfloat16: numpy has none, torch pickles it).
+_NUMPY_DTYPES = frozenset(
+    (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    )
+)
+
+
 class _RequestPickler(pickle.Pickler):
     """A request's tensors pickled as numpy arrays (a tensor of a dtype numpy has), rebuilt by
     ``torch.from_numpy``: the same values, dtype and shape. torch's own pickling of a tensor costs
@@ -61,10 +77,6 @@ class _RequestPickler(pickle.Pickler):
             except (RuntimeError, TypeError):
                 pass
         return NotImplemented
-
-
-_FLOATS = (torch.float64, torch.float32, torch.float16)  # not bfloat16: numpy has none (torch pickles it)
-_NUMPY_DTYPES = frozenset((*_FLOATS, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool))
 
 
 def _request_bytes(request) -> bytes:
