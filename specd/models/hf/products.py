@@ -82,30 +82,38 @@ class ProductForms:
 
     @property
     def active(self) -> bool:
-        return getattr(self._local, "active", False)
+        return bool(getattr(self._local, "threads", 0))
 
     def engaged(self) -> _Engaged:
         """Products inside run in their chosen forms (specd's own calls); outside, plainly."""
         return _Engaged(self._local)
 
     def product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """x float[..., D] -> float[..., N], in the form chosen for its class (timed while undecided)."""
-        flat = x.reshape(-1, x.shape[-1])
-        rows = flat.shape[0]
-        if not self.active or rows > MAX_ROWS or rows == 0:
-            return plain(x, weight, bias)
-        key = (tuple(weight.shape), weight.dtype, rows, torch.get_num_threads())
+        """x float[..., D] -> float[..., N], in the form chosen for its class (timed while undecided).
+        A model call runs every linear product through here, so the decided plain form, the common
+        one, is one lookup and ``F.linear`` on ``x`` as it is."""
+        threads = getattr(self._local, "threads", 0)  # 0: not engaged (torch's count while engaged)
+        rows = x.shape[:-1].numel() if threads else 0
+        if rows == 0 or rows > MAX_ROWS:
+            return F.linear(x, weight, bias)
+        key = (weight.shape, weight.dtype, rows, threads)
         form = self.chosen.get(key)
+        if form == PLAIN:
+            return F.linear(x, weight, bias)
+        flat = x.reshape(rows, x.shape[-1])
+        if form is None:
+            with self._lock:
+                form = self.chosen.get(key)  # another thread may have decided the class since
+                if form is None:
+                    seen = self.timings.setdefault(key, {PLAIN: [], TRANSPOSED: []})
+                    trial = TRANSPOSED if len(seen[TRANSPOSED]) <= len(seen[PLAIN]) else PLAIN
         if form is not None:
             return FORMS[form](flat, weight, bias).reshape(*x.shape[:-1], -1)
-        with self._lock:
-            seen = self.timings.setdefault(key, {PLAIN: [], TRANSPOSED: []})
-            form = TRANSPOSED if len(seen[TRANSPOSED]) <= len(seen[PLAIN]) else PLAIN
         started = self.clock()
-        out = FORMS[form](flat, weight, bias)
+        out = FORMS[trial](flat, weight, bias)
         elapsed = self.clock() - started
         with self._lock:
-            seen[form].append(elapsed)
+            seen[trial].append(elapsed)
             if key not in self.chosen and min(len(v) for v in seen.values()) >= SAMPLES:
                 faster = statistics.median(seen[TRANSPOSED]) < MARGIN * statistics.median(seen[PLAIN])
                 self.chosen[key] = TRANSPOSED if faster else PLAIN
@@ -122,10 +130,11 @@ class _Engaged:
         self.local = local
 
     def __enter__(self) -> None:
-        self.before, self.local.active = getattr(self.local, "active", False), True
+        # torch's thread count, read once a call: a class is decided per count
+        self.before, self.local.threads = getattr(self.local, "threads", 0), torch.get_num_threads()
 
     def __exit__(self, *exc) -> None:
-        self.local.active = self.before
+        self.local.threads = self.before
 
 
 class FormedForward:

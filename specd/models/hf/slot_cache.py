@@ -47,6 +47,8 @@ class SlotStore(Cache):
         self.batch: torch.Tensor | None = None
         self.span = 0
         self._columns: torch.Tensor | None = None
+        self._at: torch.Tensor | None = None  # ``write`` expanded (``_index``)
+        self._at_of: torch.Tensor | None = None  # the ``write`` it was expanded from
 
     def __repr__(self) -> str:
         return f"SlotStore(rows={self.rows}, capacity={self.capacity}, layers={len(self.keys)})"
@@ -84,18 +86,30 @@ class SlotStore(Cache):
             self.keys.append(key_states.new_zeros(shape))
             self.values.append(value_states.new_zeros(shape))
         keys, values = self.keys[layer_idx], self.values[layer_idx]
-        b, heads, n, dim = key_states.shape
-        at = self.write[:, None, :, None].expand(b, heads, n, dim)
+        at = self._index(key_states.shape)
+        if key_states.dtype != keys.dtype:
+            key_states, value_states = key_states.to(keys.dtype), value_states.to(values.dtype)
         if self.batch is None:
+            b = key_states.shape[0]
             k, v = keys[:b], values[:b]  # views: written in place
-            k.scatter_(2, at, key_states.to(k.dtype))
-            v.scatter_(2, at, value_states.to(v.dtype))
+            k.scatter_(2, at, key_states)
+            v.scatter_(2, at, value_states)
             return k[:, :, : self.span], v[:, :, : self.span]
-        k = keys.index_select(0, self.batch).scatter_(2, at, key_states.to(keys.dtype))
-        v = values.index_select(0, self.batch).scatter_(2, at, value_states.to(values.dtype))
+        k = keys.index_select(0, self.batch).scatter_(2, at, key_states)
+        v = values.index_select(0, self.batch).scatter_(2, at, value_states)
         keys.index_copy_(0, self.batch, k)
         values.index_copy_(0, self.batch, v)
         return k[:, :, : self.span], v[:, :, : self.span]
+
+    def _index(self, shape: torch.Size) -> torch.Tensor:
+        """``write`` expanded to the new rows' shape [B, H, n, D], as ``scatter_`` takes it: built
+        once a call and shared by its layers (a view of ``write``, so a captured call's copy into
+        ``write`` reaches it)."""
+        at = self._at
+        if at is None or self._at_of is not self.write or at.shape != shape:
+            at = self._at = self.write[:, None, :, None].expand(shape)
+            self._at_of = self.write
+        return at
 
     def move_columns(self, row: int, start: int, source: torch.Tensor) -> None:
         """Row ``row``'s columns start.. take its columns ``source`` (int64[m], each >= its target)."""
