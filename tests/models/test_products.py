@@ -175,3 +175,24 @@ def test_threads_deciding_one_class_at_once_never_lose_its_timings():
     assert errors == [] and forms.timings == {} and len(forms.chosen) == len(weights)
     clone = copy.deepcopy(forms)  # a deep copy of a model carries its forms: its own lock, the same choices
     assert clone.chosen == forms.chosen and not clone.active
+
+
+def test_a_class_decided_while_a_product_waited_for_the_lock_is_used_and_not_timed_again():
+    """The race behind a flaky run of the test above: a product that found its class undecided, then
+    waited for the lock while another thread decided it, must take the decision (it left a stray
+    timing behind, never decided again)."""
+    forms = ProductForms()
+    x, w = torch.randn(3, 16), torch.randn(24, 16)
+    key = ((24, 16), torch.float32, 3, torch.get_num_threads())
+
+    class DecidedMeanwhile:  # the lock, taken just after another thread decided the class
+        def __enter__(self):
+            forms.chosen[key] = TRANSPOSED
+
+        def __exit__(self, *exc):
+            return None
+
+    forms._lock = DecidedMeanwhile()
+    with forms.engaged():
+        torch.testing.assert_close(forms.product(x, w, None), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    assert forms.timings == {} and forms.chosen == {key: TRANSPOSED}
