@@ -9,8 +9,10 @@ at (temporary row t of a slot with c committed rows: column c + t; padding goes 
 real inputs, where the next step writes over it), and the attention mask: a query sees its
 slot's committed columns and, among the temporary ones, its ancestors and itself (a chain's:
 every column up to its own, so its mask is one comparison). A token tree's rows (or a slot whose
-temporary rows branch) get their rows of the mask from the ledger's parents. SDPA takes the mask
-boolean (True: attend); eager attention additive (0, or the dtype's lowest where masked).
+temporary rows branch) get their rows of the mask from the ledger's parents. The model is given
+the mask additive, in its dtype, built once a call: 0 where a query attends, -inf where not (the
+form SDPA turns a boolean mask into in every layer, at two operations a layer: the same sums, bit
+for bit); for eager attention the dtype's lowest instead of -inf.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Call:
     ids: torch.Tensor  # int64[B, n] token ids (padding: the pad id)
     positions: torch.Tensor  # int64[B, n] logical positions
     write: torch.Tensor  # int64[B, n] the column each input's K/V is written at
-    mask: torch.Tensor  # bool[B, 1, n, span] (SDPA) or the model dtype's additive form (eager)
+    mask: torch.Tensor  # float[B, 1, n, span] additive, the model's dtype: 0 attends, -inf (eager: lowest) not
     span: int  # columns attention reads
     batch: torch.Tensor | None  # int64[B] the physical rows of the call; None: rows 0..B-1
     at: tuple[int, ...]  # per input row (in the order given): its batch row in the call
@@ -127,8 +129,8 @@ def plan_call(
         mask[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
         ).to(device, non_blocking=True)
-    if attention == "eager":
-        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, torch.finfo(dtype).min)
+    masked = torch.finfo(dtype).min if attention == "eager" else float("-inf")
+    mask = torch.full(mask.shape, masked, dtype=dtype, device=device).masked_fill_(mask, 0.0)
     batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
     return Call(token_ids, positions, columns_at, mask, span, batch, at)
