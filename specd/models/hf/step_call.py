@@ -17,6 +17,7 @@ for bit); for eager attention the dtype's lowest instead of -inf.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -124,16 +125,23 @@ def plan_call(
             at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
             where = to_device(at, torch.long, device)
             token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
-    mask = columns_at[:, None, :, None] >= cache.store.columns(span, device)  # bool[B, 1, n, span]: a chain's query
+    attends = columns_at[:, None, :, None] >= cache.store.columns(span, device)  # bool[B, 1, n, span], the chains' rule
     if trees:
-        mask[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
+        attends[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
         ).to(device, non_blocking=True)
-    masked = torch.finfo(dtype).min if attention == "eager" else float("-inf")
-    mask = torch.full(mask.shape, masked, dtype=dtype, device=device).masked_fill_(mask, 0.0)
+    mask = torch.where(attends, *_additive(dtype, device, attention))
     batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
     return Call(token_ids, positions, columns_at, mask, span, batch, at)
+
+
+@functools.cache
+def _additive(dtype: torch.dtype, device: torch.device, attention: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The additive mask's two values as 0-dim ``dtype`` tensors on ``device``: (where a query attends,
+    where it does not)."""
+    hidden = torch.finfo(dtype).min if attention == "eager" else float("-inf")
+    return torch.zeros((), dtype=dtype, device=device), torch.full((), hidden, dtype=dtype, device=device)
 
 
 def _lay_out(cache: SlotCache, rows: Sequence[RowInput], slots: list[int | None], n_new: int, pad_id: int):
