@@ -52,3 +52,16 @@ def test_sdpa_over_the_additive_mask_is_sdpa_over_the_boolean_rule_bit_for_bit(h
     k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=chain_rule(call))
     assert torch.equal(F.scaled_dot_product_attention(q, k, v, attn_mask=call.mask), want)
+
+
+def test_a_model_of_several_floating_dtypes_gets_sdpas_mask_boolean():
+    """Its queries' dtype is not known before the call (a module kept in float32, say), and SDPA takes a
+    float mask only in the queries' dtype: the boolean mask is right whatever they are."""
+    from specd.models.hf.step_call import mask_dtype
+
+    uniform = torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 4)).to(torch.bfloat16)
+    assert mask_dtype(uniform, "sdpa") == torch.bfloat16
+    mixed = torch.nn.Sequential(torch.nn.Embedding(8, 4).to(torch.bfloat16), torch.nn.Linear(4, 4))
+    assert mask_dtype(mixed, "sdpa") is None and mask_dtype(mixed, "eager") == torch.bfloat16
+    call = plan_call(two_slots(), [KVRows(0, (1, 2), (5, 6))], pad_id=0, attention="sdpa", dtype=None)
+    assert call.mask.dtype == torch.bool and torch.equal(call.mask, chain_rule(call))

@@ -27,7 +27,7 @@ from specd.models.hf.head import OutputHead
 from specd.models.hf.modes import own_call
 from specd.models.hf.products import forms_of
 from specd.models.hf.slot_cache import SlotCache
-from specd.models.hf.step_call import attention_as, attention_of, plan_call, subset
+from specd.models.hf.step_call import attention_as, attention_of, mask_dtype, plan_call, subset
 
 SPLIT_HEAD_MODEL_TYPES = {
     "llama",
@@ -99,6 +99,7 @@ class HFCausalLM:
         self.forward_calls = 0
         self._cache_kw = cache_compat.cache_argument(model)
         self.attention = attention_of(model)
+        self.mask_dtype = mask_dtype(model, self.attention)
         # On a CPU every linear product runs in the form timed fastest for its row count
         # (specd.models.hf.products); a model spread by a device map keeps accelerate's hooks.
         plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
@@ -211,7 +212,7 @@ class HFCausalLM:
     ) -> StepOutput:
         self.forward_calls += 1
         bucket = self._bucket(cache, rows)
-        call = plan_call(cache, rows, self.pad_id, self.attention, self.dtype, bucket)
+        call = plan_call(cache, rows, self.pad_id, self.attention, self.mask_dtype, bucket)
         for r in rows:  # refused here (CacheIdentityError) before the model runs
             cache.stage(r)
         store = cache.store

@@ -12,7 +12,8 @@ every column up to its own, so its mask is one comparison). A token tree's rows 
 temporary rows branch) get their rows of the mask from the ledger's parents. The model is given
 the mask additive, in its dtype, built once a call: 0 where a query attends, -inf where not (the
 form SDPA turns a boolean mask into in every layer, at two operations a layer: the same sums, bit
-for bit); for eager attention the dtype's lowest instead of -inf.
+for bit); for eager attention the dtype's lowest instead of -inf. A model whose floating parameters
+are of several dtypes gets SDPA's mask boolean: its queries' dtype is not known before the call.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Call:
     ids: torch.Tensor  # int64[B, n] token ids (padding: the pad id)
     positions: torch.Tensor  # int64[B, n] logical positions
     write: torch.Tensor  # int64[B, n] the column each input's K/V is written at
-    mask: torch.Tensor  # float[B, 1, n, span] additive, the model's dtype: 0 attends, -inf (eager: lowest) not
+    mask: torch.Tensor  # float[B, 1, n, span] additive (0 attends, -inf or eager's lowest not), or bool (mask_dtype)
     span: int  # columns attention reads
     batch: torch.Tensor | None  # int64[B] the physical rows of the call; None: rows 0..B-1
     at: tuple[int, ...]  # per input row (in the order given): its batch row in the call
@@ -57,6 +58,16 @@ def attention_of(model) -> str:
     if impl in MASKED_ATTENTION:
         return impl
     return "sdpa" if getattr(model, "_supports_sdpa", True) else "eager"
+
+
+def mask_dtype(model, attention: str) -> torch.dtype | None:
+    """The dtype a step's additive mask is built in: the model's one floating dtype. None (SDPA takes
+    the boolean mask) where its floating parameters are of several dtypes, a module kept in float32
+    say, so that the queries' dtype is not known; eager attention takes the first parameter's."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if len(dtypes) == 1 or attention == "eager":
+        return next(model.parameters()).dtype
+    return None
 
 
 class attention_as:  # noqa: N801 - a context manager, used as a function
@@ -88,10 +99,11 @@ def plan_call(
     rows: Sequence[RowInput],
     pad_id: int,
     attention: str,
-    dtype,
+    dtype: torch.dtype | None,
     bucket: tuple[int, int] | None = None,
 ) -> Call:
-    """The call's inputs (module docstring); the cache's store is reserved for it. ``bucket`` (batch
+    """The call's inputs (module docstring); the cache's store is reserved for it. ``dtype``: the
+    additive mask's (``mask_dtype``; None: SDPA's boolean mask). ``bucket`` (batch
     rows, rows per request): padded to that shape, attention over the store's whole capacity, which
     keeps SPARE columns past every slot's rows (a captured step's, specd.models.hf.graphs). Reads
     nothing from the device: what a slot holds is the ledger's."""
@@ -130,7 +142,7 @@ def plan_call(
         attends[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
             [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
         ).to(device, non_blocking=True)
-    mask = torch.where(attends, *_additive(dtype, device, attention))
+    mask = attends if dtype is None else torch.where(attends, *_additive(dtype, device, attention))
     batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
     return Call(token_ids, positions, columns_at, mask, span, batch, at)
@@ -140,8 +152,8 @@ def plan_call(
 def _additive(dtype: torch.dtype, device: torch.device, attention: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The additive mask's two values as 0-dim ``dtype`` tensors on ``device``: (where a query attends,
     where it does not)."""
-    hidden = torch.finfo(dtype).min if attention == "eager" else float("-inf")
-    return torch.zeros((), dtype=dtype, device=device), torch.full((), hidden, dtype=dtype, device=device)
+    masked = torch.finfo(dtype).min if attention == "eager" else float("-inf")
+    return torch.zeros((), dtype=dtype, device=device), torch.full((), masked, dtype=dtype, device=device)
 
 
 def _lay_out(cache: SlotCache, rows: Sequence[RowInput], slots: list[int | None], n_new: int, pad_id: int):
