@@ -28,6 +28,7 @@ from specd.core.model import RowInput
 from specd.core.rows import joined
 from specd.core.transfer import to_device
 from specd.models.hf.graphs import SPARE
+from specd.models.hf.grouped_attention import NAME as GROUPED_SDPA
 from specd.models.hf.slot_cache import SlotCache
 
 # Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
@@ -77,7 +78,8 @@ class attention_as:  # noqa: N801 - a context manager, used as a function
     __slots__ = ("config", "attention", "own")
 
     def __init__(self, config, attention: str) -> None:
-        self.config, self.attention = config, attention
+        # SDPA's calls run as specd's grouped SDPA (K/V heads not repeated for several query rows)
+        self.config, self.attention = config, GROUPED_SDPA if attention == "sdpa" else attention
 
     def __enter__(self) -> None:
         self.own = getattr(self.config, "_attn_implementation", None)

@@ -1,0 +1,84 @@
+"""SDPA over grouped-query heads without repeating K/V (specd.models.hf.grouped_attention): the same
+attention as transformers' SDPA, bit for bit, in every call it takes; what it does not take is
+transformers' own; and specd's steps, and only they, run with it."""
+
+import pytest
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from specd.models.hf.grouped_attention import NAME, grouped_sdpa
+from specd.models.hf.step_call import attention_as
+
+
+class Attention(torch.nn.Module):
+    """What transformers' SDPA reads of the attention module: its grouping."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.num_key_value_groups = groups
+
+
+def inputs(batch, heads, kv_heads, rows, span, additive, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    # queries as a model makes them: [B, n, H, D] transposed, not contiguous
+    query = torch.randn(batch, rows, heads, 16, generator=gen).transpose(1, 2)
+    key, value = (torch.randn(batch, kv_heads, span, 16, generator=gen) for _ in range(2))
+    # each row's rows end at a column of its own (right-padded rows of several requests)
+    ends = torch.tensor([span - 1 - 2 * b for b in range(batch)])
+    mask = (ends[:, None] - rows + 1 + torch.arange(rows))[:, None, :, None] >= torch.arange(span)
+    if additive:
+        mask = torch.where(mask, torch.tensor(0.0), torch.tensor(float("-inf")))
+    return query, key, value, mask
+
+
+@pytest.mark.parametrize("additive", [False, True])
+@pytest.mark.parametrize(
+    "batch,heads,kv_heads,rows,span", [(1, 4, 2, 5, 40), (2, 9, 3, 3, 150), (1, 8, 1, 17, 300), (3, 6, 2, 2, 64)]
+)
+def test_the_same_attention_as_transformers_sdpa_bit_for_bit(batch, heads, kv_heads, rows, span, additive):
+    query, key, value, mask = inputs(batch, heads, kv_heads, rows, span, additive)
+    module = Attention(heads // kv_heads)
+    want, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    got, weights = grouped_sdpa(module, query, key, value, mask, scaling=0.25)
+    assert weights is None and got.shape == want.shape == (batch, rows, heads, 16) and got.is_contiguous()
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "case", ["one query row", "one head a group", "no mask", "a position bias", "attention weights asked for"]
+)
+def test_what_it_does_not_take_is_transformers_own(case, monkeypatch):
+    heads, kv_heads, rows = {"one query row": (4, 2, 1), "one head a group": (4, 4, 3)}.get(case, (4, 2, 3))
+    query, key, value, mask = inputs(1, heads, kv_heads, rows, 32, additive=True)
+    kwargs = {}
+    if case == "no mask":
+        mask = None
+    elif case == "a position bias":
+        kwargs["position_bias"] = torch.zeros(1, heads, rows, 32)
+    elif case == "attention weights asked for":
+        kwargs["output_attentions"] = True
+    seen = []
+    from specd.models.hf import grouped_attention
+
+    def own(*args, **kw):
+        seen.append(case)
+        return sdpa_attention_forward(*args, **kw)
+
+    monkeypatch.setattr(grouped_attention, "sdpa_attention_forward", own)
+    module = Attention(heads // kv_heads)
+    got, _ = grouped_sdpa(module, query, key, value, mask, scaling=0.25, **kwargs)
+    assert seen == [case]
+    assert torch.equal(got, sdpa_attention_forward(module, query, key, value, mask, scaling=0.25, **kwargs)[0])
+
+
+def test_a_step_runs_with_it_and_leaves_the_models_own_setting_as_it_was():
+    from tests.hf_helpers import tiny_llama
+
+    model = tiny_llama(64, layers=1)
+    model.config._attn_implementation = "sdpa"
+    with attention_as(model.config, "sdpa"):
+        assert model.config._attn_implementation == NAME
+    assert model.config._attn_implementation == "sdpa"
+    with attention_as(model.config, "eager"):
+        assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "sdpa"
