@@ -48,3 +48,30 @@ def test_a_lookups_rounds_are_pooled_by_the_tier_of_their_match_length():
     assert h.matched("suffix", match_tier(1)) == (1, 0)
     assert h.matched("suffix", match_tier(4)) == (0, 0) and h.matched("model", 0) == (0, 0)
     assert h.after(0, 0, "suffix", match=9).at_match == h.at_match  # a round without drafts is no evidence
+
+
+def test_a_round_without_drafts_changes_no_count_and_lengthens_the_schedules():
+    """``History.after(0, 0)``, whatever the history before it (several sources, lookups' tiers, tree
+    ranks): every count, every source's own history and every tier as they were, one more round."""
+    import random
+
+    rng = random.Random(0)
+    histories = [History()]
+    for _ in range(200):
+        k = rng.randint(0, 4)
+        walk = ((2, False), (1, True))[: min(k, 2)] if rng.random() < 0.3 else None
+        accepted = sum(passed for _, passed in walk) if walk else rng.randint(0, k)
+        source = rng.choice(["suffix", "hf:draft", "ngram:3", None])
+        histories.append(rng.choice(histories).after(k, accepted, source, rng.choice([None, 1, 5]), walk))
+    for h in histories:
+        for source in ("suffix", None):
+            after = h.after(0, 0, source)
+            assert after.k_schedule == (*h.k_schedule, 0) and after.source_schedule == (*h.source_schedule, "")
+            assert (after.draft_tokens, after.accepted_tokens, after.reached, after.accepted_at) == (
+                h.draft_tokens,
+                h.accepted_tokens,
+                h.reached,
+                h.accepted_at,
+            )
+            sources = (after.solo, after.by_source, after.at_match, after.ranks)
+            assert sources == (h.solo, h.by_source, h.at_match, h.ranks)
