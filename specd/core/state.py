@@ -102,7 +102,8 @@ class History:
         ``match``) accepted ``accepted`` of them; ``walk``: a tree round's tests by level
         (``RoundOutcome.walk``; None: a chain's)."""
         if not k:  # a round without drafts (most of target-only's and -k auto's): only the schedules grow
-            return replace_schedules(self)
+            schedules = {"k_schedule": (*self.k_schedule, 0), "source_schedule": (*self.source_schedule, "")}
+            return History(**{**self.__dict__, **schedules})  # RequestState.evolve's copy, every field kept
         width = max(len(self.reached), k)
         reached = list(self.reached) + [0] * (width - len(self.reached))
         accepted_at = list(self.accepted_at) + [0] * (width - len(self.accepted_at))
@@ -168,24 +169,6 @@ class History:
             "k_schedule": list(self.k_schedule),
             "source_schedule": list(self.source_schedule),
         }
-
-
-def replace_schedules(history: History) -> History:
-    """``history`` once a round without drafts is published: what ``History.after(0, 0)`` computes,
-    every count as it was and the schedules one round longer."""
-    h = history
-    return History(
-        h.draft_tokens,
-        h.accepted_tokens,
-        h.reached,
-        h.accepted_at,
-        (*h.k_schedule, 0),
-        (*h.source_schedule, ""),
-        h.solo,
-        h.by_source,
-        h.at_match,
-        h.ranks,
-    )
 
 
 @record
