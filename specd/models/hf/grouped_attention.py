@@ -24,7 +24,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 NAME = "specd_grouped_sdpa"
-# keyword arguments transformers' SDPA acts on beyond a mask: a call with any of them set is its
+# keyword arguments transformers' SDPA acts on beyond a mask: a call with any of them set runs its SDPA
 PAST_A_MASK = ("position_bias", "softcap", "output_attentions", "s_aux", "sinks")
 
 
