@@ -1,6 +1,6 @@
 """SDPA over grouped-query heads without repeating K/V (specd.models.hf.grouped_attention): the same
-attention as transformers' SDPA, bit for bit, in every call it takes; what it does not take is
-transformers' own; and specd's steps, and only they, run with it."""
+attention as transformers' SDPA, to float32's rounding, in every call it takes; what it does not take
+is transformers' own; and specd's steps, and only they, run with it."""
 
 import pytest
 import torch
@@ -35,13 +35,21 @@ def inputs(batch, heads, kv_heads, rows, span, additive, seed=0):
 @pytest.mark.parametrize(
     "batch,heads,kv_heads,rows,span", [(1, 4, 2, 5, 40), (2, 9, 3, 3, 150), (1, 8, 1, 17, 300), (3, 6, 2, 2, 64)]
 )
-def test_the_same_attention_as_transformers_sdpa_bit_for_bit(batch, heads, kv_heads, rows, span, additive):
+def test_the_same_attention_as_transformers_sdpa_to_float32_rounding(batch, heads, kv_heads, rows, span, additive):
+    """Bit for bit on some CPUs, not on all: the kernels' sums over a query block of another length may
+    round apart in the last bits (an AMD EPYC, at batch 2 and 3: by up to 3.3e-7). So:
+    within float32's rounding of the exact (float64) attention, the bound transformers' SDPA meets too;
+    a head, group or mask row out of place misses it by orders of magnitude."""
     query, key, value, mask = inputs(batch, heads, kv_heads, rows, span, additive)
     module = Attention(heads // kv_heads)
     want, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
     got, weights = grouped_sdpa(module, query, key, value, mask, scaling=0.25)
     assert weights is None and got.shape == want.shape == (batch, rows, heads, 16) and got.is_contiguous()
-    assert torch.equal(got, want)
+    exact_mask = mask if mask.dtype == torch.bool else mask.double()
+    exact, _ = sdpa_attention_forward(module, query.double(), key.double(), value.double(), exact_mask, scaling=0.25)
+    rounding = 8 * torch.finfo(torch.float32).eps * exact.abs().max()
+    assert (want.double() - exact).abs().max() <= rounding
+    assert (got.double() - exact).abs().max() <= rounding
 
 
 @pytest.mark.parametrize(
