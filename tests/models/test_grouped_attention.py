@@ -2,6 +2,9 @@
 attention as transformers' SDPA, to float32's rounding, in every call it takes; what it does not take
 is transformers' own; and specd's steps, and only they, run with it."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -80,13 +83,27 @@ def test_what_it_does_not_take_is_transformers_own(case, monkeypatch):
 
 
 def test_a_step_runs_with_it_and_leaves_the_models_own_setting_as_it_was():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
     from tests.hf_helpers import tiny_llama
 
     model = tiny_llama(64, layers=1)
     model.config._attn_implementation = "sdpa"
     with attention_as(model.config, "sdpa"):
         assert model.config._attn_implementation == NAME
+        assert ALL_ATTENTION_FUNCTIONS[NAME] is grouped_sdpa  # registered by the step's first use
     assert model.config._attn_implementation == "sdpa"
     with attention_as(model.config, "eager"):
         assert model.config._attn_implementation == "eager"
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_commands_that_run_no_model_do_not_import_transformers_modeling_module():
+    """Registering the function imports transformers' modeling module (2.3 s): a step's first use does it,
+    not an import of specd's Hugging Face backend, which every command's start pays."""
+    code = (
+        "import sys, specd.models.hf.step_call, specd.cli.generate, specd.cli.trace, specd.cli.sweep_k;"
+        "print('transformers.modeling_utils' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -13,15 +13,17 @@ in the last bits: tests/models/test_grouped_attention.py), without the copy (on 
 the same way itself), one query head per K/V head, or a call with more than a mask (a position
 bias, a softcap, dropout, attention weights asked for) runs transformers' own SDPA.
 
-Registered with transformers' attention functions as ``NAME``; a step sets it for the length of its
-call only (``specd.models.hf.step_call.attention_as``), so the model's own calls are untouched.
+Registered with transformers' attention functions as ``NAME`` at a step's first use (``registered``);
+a step sets it for the length of its call only (``specd.models.hf.step_call.attention_as``), so the
+model's own calls are untouched.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 NAME = "specd_grouped_sdpa"
@@ -69,4 +71,12 @@ def grouped_sdpa(
     return out.reshape(batch, heads, rows, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(NAME, grouped_sdpa)
+@functools.cache
+def registered() -> str:
+    """``NAME``, registered with transformers' attention functions (once). Imported here, not above:
+    transformers' modeling module, where they live, takes 2.3 s to import, which every command that
+    runs no Hugging Face model would pay at its start (a model object has it imported already)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, grouped_sdpa)
+    return NAME

@@ -28,7 +28,7 @@ from specd.core.model import RowInput
 from specd.core.rows import joined
 from specd.core.transfer import to_device
 from specd.models.hf.graphs import SPARE
-from specd.models.hf.grouped_attention import NAME as GROUPED_SDPA
+from specd.models.hf.grouped_attention import registered as grouped_sdpa
 from specd.models.hf.slot_cache import SlotCache
 
 # Attention implementations a step runs with: both take a ready 4D mask (transformers passes it on
@@ -79,7 +79,7 @@ class attention_as:  # noqa: N801 - a context manager, used as a function
 
     def __init__(self, config, attention: str) -> None:
         # SDPA's calls run as specd's grouped SDPA (K/V heads not repeated for several query rows)
-        self.config, self.attention = config, GROUPED_SDPA if attention == "sdpa" else attention
+        self.config, self.attention = config, grouped_sdpa() if attention == "sdpa" else attention
 
     def __enter__(self) -> None:
         self.own = getattr(self.config, "_attn_implementation", None)
