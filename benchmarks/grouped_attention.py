@@ -5,8 +5,8 @@ against transformers' SDPA (which repeats each K/V head for a call of several qu
 
 For each shape (batch, query heads, K/V heads, query rows, span), a right-padded chain's additive
 mask, both functions alternately, the best of 3 rounds of ``--repeats`` calls each, in ms a call;
-and the largest difference of their outputs (0 where equal bit for bit, as on some CPUs; a few units
-in float32's last place on others). Not a test: it measures.
+and the largest difference of their outputs (0 where equal bit for bit, as on some CPUs; up to about
+3e-7 on others, within float32's rounding). Not a test: it measures.
 """
 
 from __future__ import annotations
