@@ -48,7 +48,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             key = order[0] if slip == "shared_uniform" else c
             if u.node(key) < left[d] / law[d]:
                 path.append(c)
-                at = c
+                at = order[0] if slip == "younger_walked_as_eldest" and at >= 0 else c
                 break
             last = c
             if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
@@ -141,6 +141,9 @@ TREE_SLIPS = {
     "drawn from, so only the latest refused token is gone",
     # it divides by zero where an iid sibling repeats a refused token, and returns on every other tree
     "iid_as_without_replacement": "children drawn i.i.d. verified as if drawn without replacement (q loses d)",
+    # below the root only (a walk that special-cases the root's children): under a tree of one level it is exact
+    "younger_walked_as_eldest": "below the root, a kept younger sibling's walk goes on from its eldest sibling "
+    "(that node's row for the bonus, its children for the next test)",
 }
 for _name, _doc in TREE_SLIPS.items():
     globals()[_name] = _slip(_name, _doc)

@@ -80,6 +80,17 @@ def test_the_issues_samplers_pass_their_size_on_its_seeds_table_and_fail_once_it
     assert check.figures["not_exact_at"]["case"] != cases[0].label and check.figures["tv_horizon"] > 0
 
 
+def test_a_slip_below_the_root_is_exact_where_no_node_below_it_has_two_children_and_caught_by_default():
+    """A walk that goes on from the eldest sibling once below the root is exact under --tree 2,1 (its nodes
+    below the root are only children) on every table, so there its class is n/a with --exact-size; the
+    default check fails it at that same size (the tree 1,2 at V = 4 shows it)."""
+    sampler = tree("younger_walked_as_eldest")
+    assert verdicts(sampler, "2,1", 3, exact_size=True, drawings=("sampled",)) == {"sampled": True}
+    cases = tree_cases(OracleConfig(vocab=3), parse_tree("2,1"), exact_size=True)
+    assert "siblings_below_the_root" in [s["slip"] for s in slips_covered(cases, 2) if not s["shown"]]
+    assert False in verdicts(sampler, "2,1", 3).values()
+
+
 def test_a_slip_only_a_third_sibling_shows_is_caught_under_a_tree_of_two():
     """Forgetting an elder refused child's removal from q changes nothing while a node has two children
     (one refusal comes before any test): at --tree 2,2 --vocab 3 it is exact on every table. The check
