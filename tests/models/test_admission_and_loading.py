@@ -211,6 +211,31 @@ def test_the_plain_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path):
     assert gguf.GGUFReader is not type(plain)  # gguf's own reader is back after the block
 
 
+def test_gguf_values_parse_as_transformers_parses_them(tmp_path):
+    """Within one_gguf_parse transformers' metadata parse decodes a string's bytes as they lie: every
+    value of every field (scalars, strings, arrays of strings and of numbers) is what transformers'
+    own parse gives, and after the block its own parse is back."""
+    gguf = pytest.importorskip("gguf")
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    from specd.models.hf.loading import one_gguf_parse
+
+    test_the_plain_gguf_reader_reads_what_ggufs_own_reader_reads(tmp_path)  # writes small.gguf
+    fields = gguf.GGUFReader(tmp_path / "small.gguf").fields
+    own = loader._gguf_parse_value
+
+    def parsed(parse) -> dict:
+        return {name: [parse(f.parts[i], f.types) for i in f.data] for name, f in fields.items()}
+
+    with one_gguf_parse():
+        assert loader._gguf_parse_value is not own
+        fast = parsed(loader._gguf_parse_value)
+    assert loader._gguf_parse_value is own
+    assert fast == parsed(own)
+    assert fast["tokenizer.ggml.tokens"] == ["<s>", "a", "bé", "", "▁word"] and fast["test.name"] == ["héllo"]
+    assert [type(v) for v in fast["test.ints"]] == [int] * 3 and fast["test.flag"] == [True]
+
+
 def test_the_weights_digest_reads_host_weights_in_place_and_other_weights_from_their_files(tiny_models, tmp_path):
     """In host memory: sha256 over each parameter's name, shape, dtype and bytes (float32 and
     bfloat16 alike). Weights elsewhere (here meta tensors, as a device map leaves them; a GPU takes

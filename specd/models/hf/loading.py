@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,8 +63,11 @@ def one_gguf_parse():
     block reads through a plain array view of the same map (``PlainGGUFReader``, the same fields
     and tensors, about 4x faster), keeps each file's reader for the block (it only reads its map),
     and builds gguf's tensor-name map once per architecture (transformers asks for it once per
-    submodule: hundreds of times). transformers draws a progress bar over the tensors on stderr
-    (its own tqdm, which ``disable_progress_bar`` does not reach): within the block it draws none."""
+    submodule: hundreds of times). transformers turns each metadata value into Python one by one, a
+    string through a list of its bytes (once per vocabulary entry, for each of its three parses):
+    within the block a string's bytes are decoded as they lie (``parse_value``, about 2x faster).
+    transformers draws a progress bar over the tensors on stderr (its own tqdm, which
+    ``disable_progress_bar`` does not reach): within the block it draws none."""
     try:
         import gguf
     except ImportError:  # the load itself says what is missing
@@ -73,6 +77,7 @@ def one_gguf_parse():
     fast = plain_reader_class(original_reader)
     bar_owner = _gguf_bar_owner()
     original_bar = getattr(bar_owner, "tqdm", None)
+    original_parse = getattr(bar_owner, "_gguf_parse_value", None)
 
     def reader(path, *args, **kwargs):
         key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
@@ -84,12 +89,31 @@ def one_gguf_parse():
     gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(original_name_map)
     if original_bar is not None:
         bar_owner.tqdm = functools.partial(original_bar, disable=True)
+    if original_parse is not None:
+        bar_owner._gguf_parse_value = functools.partial(parse_value, original_parse)
     try:
         yield
     finally:
         gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
         if original_bar is not None:
             bar_owner.tqdm = original_bar
+        if original_parse is not None:
+            bar_owner._gguf_parse_value = original_parse
+
+
+GGUF_STRING, GGUF_ARRAY = 8, 9  # gguf's value types: a UTF-8 string; an array of the type after it
+
+
+def parse_value(original: Callable, value, types):
+    """transformers' ``_gguf_parse_value`` (``original``) of a GGUF field part ``value`` of ``types``,
+    a string decoded from its uint8 bytes as they lie instead of through a Python list of them (the
+    same text; anything else is ``original``'s)."""
+    kind = types[-1] if isinstance(types, list) and len(types) == 2 and types[0] == GGUF_ARRAY else types
+    if isinstance(kind, list) and len(kind) == 1:
+        kind = kind[0]
+    if kind == GGUF_STRING and getattr(value, "dtype", None) == "uint8":
+        return value.tobytes().decode()
+    return original(value, types)
 
 
 def _gguf_bar_owner():
