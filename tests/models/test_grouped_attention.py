@@ -98,6 +98,30 @@ def test_a_step_runs_with_it_and_leaves_the_models_own_setting_as_it_was():
     assert model.config._attn_implementation == "sdpa"
 
 
+def test_a_models_calls_write_the_field_as_it_lies_and_leave_the_owners_setting():
+    """A model's calls set its config's field directly where nothing is passed on (no sub-configs):
+    inside a call the config reads specd's attention, after it whatever the owner set last, even a
+    setting changed between two calls. A config with sub-configs goes through transformers' setter."""
+    from transformers import Gemma3Config
+
+    from specd.models.hf.model import HFCausalLM
+    from specd.models.hf.step_call import plain_fields
+    from tests.hf_helpers import tiny_llama
+
+    model = tiny_llama(64, layers=1)
+    lm = HFCausalLM(model, "t")
+    for owners in ("sdpa", "eager", "sdpa"):
+        model.config._attn_implementation = owners
+        with lm.attending():
+            assert model.config._attn_implementation == NAME
+        assert model.config._attn_implementation == owners
+    assert lm._config_fields[1] is vars(model.config)
+    assert plain_fields(Gemma3Config()) is None  # its text and vision configs are set too, by the setter
+    composite = Gemma3Config()
+    with attention_as(composite, "eager", plain_fields(composite)):
+        assert composite.text_config._attn_implementation == "eager"
+
+
 def test_commands_that_run_no_model_do_not_import_transformers_modeling_module():
     """Registering the function imports transformers' modeling module (2.3 s): a step's first use does it,
     not an import of specd's Hugging Face backend, which every command's start pays."""

@@ -27,7 +27,7 @@ from specd.models.hf.head import OutputHead
 from specd.models.hf.modes import own_call
 from specd.models.hf.products import forms_of
 from specd.models.hf.slot_cache import SlotCache
-from specd.models.hf.step_call import attention_as, attention_of, mask_dtype, plan_call, subset
+from specd.models.hf.step_call import attention_as, attention_of, mask_dtype, plain_fields, plan_call, subset
 
 SPLIT_HEAD_MODEL_TYPES = {
     "llama",
@@ -99,6 +99,7 @@ class HFCausalLM:
         self.forward_calls = 0
         self._cache_kw = cache_compat.cache_argument(model)
         self.attention = attention_of(model)
+        self._config_fields: tuple = (None, None)  # (the model's config, plain_fields of it)
         self.mask_dtype = mask_dtype(model, self.attention)
         # On a CPU every linear product runs in the form timed fastest for its row count
         # (specd.models.hf.products); a model spread by a device map keeps accelerate's hooks.
@@ -305,4 +306,7 @@ class HFCausalLM:
     def attending(self):
         """The model's attention set to the one a step runs with (``step_call.attention_of``) for the
         length of a call, and back after."""
-        return attention_as(self.model.config, self.attention)
+        config = self.model.config
+        if self._config_fields[0] is not config:
+            self._config_fields = (config, plain_fields(config))
+        return attention_as(config, self.attention, self._config_fields[1])
