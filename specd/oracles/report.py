@@ -35,7 +35,7 @@ from specd.oracles.lab.invariant import invariant_lab
 from specd.oracles.lab.shipped import SHIPPED_VARIANTS
 from specd.oracles.lab.trees import TREE_LAB_VOCAB, TREE_VARIANTS, lab_shapes, run_tree_lab
 from specd.oracles.parallel import processes, run_parts
-from specd.oracles.record import Check
+from specd.oracles.record import EXACT_TOLERANCE, Check
 from specd.oracles.reference import target_joint
 from specd.oracles.samplers import checks as sc
 from specd.oracles.samplers.counterexample import minimal_counterexample
@@ -338,18 +338,42 @@ def _sampler_checks(
         for case in DEGENERATE_CASES:
             step = case.__name__
             checks.append(case(sampler, tokens))
-        step = "minimal_counterexample"
         if checks[0].passed is False:
-            build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
-            counterexample = minimal_counterexample(sampler, tokens, build, rule=rule)
             if rule == "maximal" and failed_at is not None and checks[0].findings == ["not_exact"]:
                 step = "price"
                 case, table = failed_at  # what the lossy sampler costs, exactly, where it is not exact
                 price = {"chain": priced(sampler, table, case.k, tokens)}
                 checks[0].figures["tv_horizon"] = price["chain"].get("tv_horizon")
+                read_otherwise(checks[0], price["chain"], table.name)
+            if checks[0].findings != [READ_OTHERWISE]:  # its cells' masses are the rule's reading: none to show
+                step = "minimal_counterexample"
+                build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
+                counterexample = minimal_counterexample(sampler, tokens, build, rule=rule)
         elif checks[2].passed is False:
             counterexample = checks[2].counterexample
     except SamplerAborted as err:
         where = f" (on an ordinary round, V={cfg.vocab}, K={cfg.k})" if step == "ordinary_round" else ""
         checks.append(Check(step, False, {}, f"{err}{where}; nothing more was asked of it", [err.finding]))
     return checks, tokens, counterexample, price
+
+
+READ_OTHERWISE = "uniforms_read_otherwise"
+
+
+def read_otherwise(exact: Check, price: dict, table: str) -> None:
+    """``exact_joint`` failed, yet the sampler's own cells, integrated on the uniforms' grid (``price``,
+    specd.oracles.samplers.price), give the target's law on that table: it reads the uniforms otherwise
+    than the protocol (``1 - u``, tokens sorted by weight before the inverse CDF), which the check,
+    comparing outcomes uniform by uniform, cannot integrate. Still not passed: its law is not proven on
+    the other tables and sizes. Renamed from ``not_exact``, which would claim a law it does not have."""
+    tv = price.get("tv_horizon")
+    if tv is None or tv > EXACT_TOLERANCE or not price.get("threshold_shaped"):
+        return
+    exact.findings = [READ_OTHERWISE]
+    exact.detail = (
+        "its outcomes are not the rule's uniform by uniform, yet its own "
+        f"cells, integrated on the uniforms' grid, give the target's law on the table {table} (TV {tv:.1e}): "
+        "it reads the uniforms otherwise than the protocol (a draft kept while U < p(d)/q(d); the token the "
+        "inverse CDF at terminal_u in token order), so its law is proven on no other table or size; draw "
+        "as the protocol does, or return the distribution"
+    )

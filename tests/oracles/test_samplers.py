@@ -18,6 +18,7 @@ from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers import checks as sc
 from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from tests.helpers import run_cli
+from tests.oracles import slips
 
 ONE_MINUS_2_30 = 1 - 2.0**-30
 
@@ -315,3 +316,53 @@ def test_round_cells_integrate_to_one():
     rig = build_rig(OracleConfig(vocab=3, k=2))
     calls = sc.round_calls(Reference(rig), rig.prompt, 3, 2, tokens=True, exact=False)
     assert abs(sum(c.mass for c in calls) - 1) < 1e-12
+
+
+def _sorted_draw(p, q, drafts, k_lens, accept_u, terminal_u):
+    """Exact in law, not the protocol's reading: the terminal is the inverse CDF over tokens sorted by
+    weight, the largest first (as a top-p sampler orders them)."""
+    from fractions import Fraction
+
+    accepted, _ = slips.chain_exact(p, q, drafts, k_lens, accept_u, terminal_u)
+    terminal = []
+    for b in range(drafts.shape[0]):
+        n = int(accepted[b])
+        law = [Fraction(x) for x in p[b, n].tolist()]
+        if n < int(k_lens[b]):
+            law = [max(Fraction(0), x - Fraction(y)) for x, y in zip(law, q[b, n].tolist())]
+        order = sorted(range(len(law)), key=lambda t: -law[t])
+        target, below = Fraction(terminal_u[b].item()) * sum(law), Fraction(0)
+        terminal.append(next(t for t in order if law[t] > 0 and (below := below + law[t]) > target))
+    return accepted, torch.tensor(terminal)
+
+
+def _mirrored(p, q, drafts, k_lens, accept_u, terminal_u):
+    """Exact in law, not the protocol's reading: the inverse CDF at 1 - terminal_u."""
+    return slips.chain_exact(p, q, drafts, k_lens, accept_u, 1 - terminal_u)
+
+
+def _mirrored_previous_row(p, q, drafts, k_lens, accept_u, terminal_u):
+    """Not exact, and not the protocol's reading: each draft after the first tested against the row
+    before its own, the terminal drawn at 1 - terminal_u."""
+    return slips.chain_test_against_previous_row(p, q, drafts, k_lens, accept_u, 1 - terminal_u)
+
+
+@pytest.mark.parametrize("sampler", [_sorted_draw, _mirrored])
+def test_a_sampler_exact_in_law_that_reads_the_uniforms_otherwise_is_not_called_inexact(sampler):
+    """Its outcomes differ from the rule's uniform by uniform, so the check fails it, but its own cells
+    (the price's integration) give the target's law: the finding says it reads the uniforms otherwise,
+    never not_exact, and no counterexample claims masses read the rule's way."""
+    report = run_sampler_oracle(OracleConfig(vocab=2, k=3), sampler)
+    exact = next(c for c in report["checks"] if c["name"] == "exact_joint")
+    assert not report["passed"] and exact["passed"] is False
+    assert exact["findings"] == ["uniforms_read_otherwise"] and "not_exact" not in report["findings"]
+    assert "proven on no other table" in exact["detail"]
+    assert report["price"]["chain"]["tv_horizon"] <= 1e-12 and report["price"]["chain"]["threshold_shaped"]
+    assert report["counterexample"] is None
+
+
+def test_a_lossy_sampler_that_reads_the_uniforms_otherwise_is_still_not_exact():
+    report = run_sampler_oracle(OracleConfig(vocab=3, k=2), _mirrored_previous_row)
+    exact = next(c for c in report["checks"] if c["name"] == "exact_joint")
+    assert exact["findings"] == ["not_exact"] and report["price"]["chain"]["tv_horizon"] > 0.01
+    assert report["counterexample"]["cell"]

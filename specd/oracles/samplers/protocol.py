@@ -19,6 +19,9 @@ row keeps; terminal is either the token each row emits after them, drawn with
 terminal_u (int64[B]), or the distribution it is drawn from (float[B, V]). A
 mapping with keys ``accepted`` and ``terminal`` or ``terminal_rows`` works too.
 Raising is how a sampler refuses an input (an impossible draft with q(d) = 0).
+The uniforms are read as the rule reads them (the checks compare outcomes uniform by
+uniform): draft i is kept while U_i < p_i(d_i) / q_i(d_i), and the token is the inverse
+CDF at terminal_u in token order.
 """
 
 from __future__ import annotations
