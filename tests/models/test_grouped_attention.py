@@ -117,6 +117,14 @@ def test_a_models_calls_write_the_field_as_it_lies_and_leave_the_owners_setting(
         assert model.config._attn_implementation == owners
     assert lm._config_fields[1] is vars(model.config)
     assert plain_fields(Gemma3Config()) is None  # its text and vision configs are set too, by the setter
+
+    def keep(self, value):  # the field written, and the value read from another
+        vars(self).update({"_attn_implementation_internal": value, "elsewhere": value})
+
+    class Elsewhere(type(model.config)):  # a config whose attention is read from another field
+        _attn_implementation = property(lambda self: vars(self)["elsewhere"], keep)
+
+    assert plain_fields(Elsewhere(**model.config.to_dict())) is None
     composite = Gemma3Config()
     with attention_as(composite, "eager", plain_fields(composite)):
         assert composite.text_config._attn_implementation == "eager"
