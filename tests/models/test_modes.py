@@ -25,6 +25,18 @@ def test_training_modules_are_in_eval_mode_inside_and_training_again_after_even_
     assert [m.training for m in model.modules()] == before
 
 
+def test_one_context_entered_again_leaves_each_call_as_the_owner_left_the_model():
+    """The same context for several calls, the owner switching modes between them: after each call the
+    model is in the owner's mode, never the one an earlier call found."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    context = evaluating(modules_of(model))
+    for mode in ("train", "eval", "eval", "train"):
+        getattr(model, mode)()
+        with context:
+            assert not any(m.training for m in model.modules())
+        assert all(m.training == (mode == "train") for m in model.modules())
+
+
 def test_products_are_engaged_inside_a_call_only_and_a_nested_call_leaves_the_outer_engaged():
     model, forms = torch.nn.Linear(2, 2).eval(), ProductForms()
     assert not forms.active
