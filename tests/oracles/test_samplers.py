@@ -341,13 +341,18 @@ def _mirrored(p, q, drafts, k_lens, accept_u, terminal_u):
     return slips.chain_exact(p, q, drafts, k_lens, accept_u, 1 - terminal_u)
 
 
+def _flipped_tests(p, q, drafts, k_lens, accept_u, terminal_u):
+    """Exact in law, not the protocol's reading: a draft kept while 1 - U < p(d)/q(d)."""
+    return slips.chain_exact(p, q, drafts, k_lens, 1 - accept_u, terminal_u)
+
+
 def _mirrored_previous_row(p, q, drafts, k_lens, accept_u, terminal_u):
     """Not exact, and not the protocol's reading: each draft after the first tested against the row
     before its own, the terminal drawn at 1 - terminal_u."""
     return slips.chain_test_against_previous_row(p, q, drafts, k_lens, accept_u, 1 - terminal_u)
 
 
-@pytest.mark.parametrize("sampler", [_sorted_draw, _mirrored])
+@pytest.mark.parametrize("sampler", [_sorted_draw, _mirrored, _flipped_tests])
 def test_a_sampler_exact_in_law_that_reads_the_uniforms_otherwise_is_not_called_inexact(sampler):
     """Its outcomes differ from the rule's uniform by uniform, so the check fails it, but its own cells
     (the price's integration) give the target's law: the finding says it reads the uniforms otherwise,
@@ -361,8 +366,21 @@ def test_a_sampler_exact_in_law_that_reads_the_uniforms_otherwise_is_not_called_
     assert report["counterexample"] is None
 
 
-def test_a_lossy_sampler_that_reads_the_uniforms_otherwise_is_still_not_exact():
+def _flipped_previous_row(p, q, drafts, k_lens, accept_u, terminal_u):
+    """The same slip as ``_mirrored_previous_row`` reading every uniform as 1 - U: the same law."""
+    return slips.chain_test_against_previous_row(p, q, drafts, k_lens, 1 - accept_u, 1 - terminal_u)
+
+
+def test_a_lossy_sampler_that_reads_the_uniforms_otherwise_is_still_not_exact_and_priced_as_its_law():
+    """Reading a uniform as 1 - U does not change a sampler's law: the price of the slip read either way is
+    the price of the slip as the protocol reads it."""
     report = run_sampler_oracle(OracleConfig(vocab=3, k=2), _mirrored_previous_row)
     exact = next(c for c in report["checks"] if c["name"] == "exact_joint")
     assert exact["findings"] == ["not_exact"] and report["price"]["chain"]["tv_horizon"] > 0.01
     assert report["counterexample"]["cell"]
+    plain = run_sampler_oracle(OracleConfig(vocab=3, k=2), slips.chain_test_against_previous_row)["price"]["chain"]
+    flipped = run_sampler_oracle(OracleConfig(vocab=3, k=2), _flipped_previous_row)["price"]["chain"]
+    for price in (report["price"]["chain"], flipped):
+        assert price["threshold_shaped"]
+        for key in ("tv_horizon", "expected_accepted"):
+            assert abs(price[key] - plain[key]) < 1e-12, (key, price[key], plain[key])

@@ -3,11 +3,13 @@ emits and the target's, over the horizon and per position, beside its expected a
 
 ``tv_figures`` prices a joint. A tree sampler's joint is exact by construction (its uniforms are
 integrated where it compares them, ``specd.oracles.samplers.tree_uniforms``). A chain sampler takes its
-uniforms as tensors (``specd.oracles.samplers.protocol``), so ``chain_price`` finds its own cells: under the
-chain protocol draft i is kept for acceptance uniforms below a threshold and refused at or above
-it (U_i < t_i), and the terminal token is an inverse-CDF draw (non-decreasing in terminal_u); each
-threshold, and each terminal token's interval, is found exactly on the streams' grid (multiples of
-2^-53) by bisection, 53 calls each, batched over every draft path. A sampler whose outcome is not
+uniforms as tensors (``specd.oracles.samplers.protocol``), so ``chain_price`` finds its own cells: draft
+i is kept for acceptance uniforms on one side of a threshold and refused on the other (below it,
+U_i < t_i, as the protocol reads U_i; or at and above it, as a sampler reading 1 - U_i does: the side
+is the one it passes on at U_i = 0), and the terminal token is constant on intervals of terminal_u
+(the inverse CDF's, in whatever order); each threshold, and each terminal token's interval, is found
+exactly on the streams' grid (multiples of 2^-53) by bisection, 53 calls each, batched over every
+draft path. A sampler whose outcome is not
 of that form (checked at both inner ends of every cell) is reported as such and its price is not
 claimed exact.
 """
@@ -87,34 +89,8 @@ def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
         calls = [_call(*rows[pa], pa, us, 0.5) for pa, us in points]
         return [int(r.accepted[0]) for r in batch(calls)] if calls else []
 
-    def passes_test(i: int):  # the i-th test passes at U_i = m / GRID, every earlier uniform at 0 (in its pass cell)
-        def passes(items, ms):
-            points = [(pa, (0.0,) * i + (m / GRID,) + (0.5,) * (k - i - 1)) for pa, m in zip(items, ms)]
-            return [a > i for a in accepted(points)]
-
-        return passes
-
-    thresholds: dict[tuple, list[int]] = {pa: [] for pa, _ in paths}
-    for i in range(k):
-        live = [pa for pa, _ in paths if all(t > 0 for t in thresholds[pa])]
-        for pa, t in zip(live, _bisect(live, passes_test(i))):
-            thresholds[pa].append(t)
-    cells = []  # (path, A, the cell's mass, a point inside, its lowest and highest grid points)
-    for pa, mass in paths:
-        ts = thresholds[pa]
-        for a in range(len(ts) + 1):
-            if a < len(ts) and ts[a] >= GRID:
-                continue  # the test always passes: no refusal there
-            width = mass
-            for t in ts[:a]:
-                width *= t / GRID
-            width *= 1 - ts[a] / GRID if a < len(ts) else 1.0
-            if width <= 0:
-                continue
-            inner = [(0, t - 1) for t in ts[:a]] + ([(ts[a], GRID - 1)] if a < len(ts) else [])
-            pad = (0.5,) * (k - len(inner))
-            corner = lambda pick, inner=inner, pad=pad: tuple(pick(lo, hi) / GRID for lo, hi in inner) + pad  # noqa: E731
-            cells.append((pa, a, width, corner(lambda lo, hi: (lo + hi) // 2), corner(min), corner(max)))
+    thresholds, below = _thresholds(paths, accepted, k)
+    cells = _cells(paths, thresholds, below, k)
     shaped = accepted([(c[0], c[4]) for c in cells] + [(c[0], c[5]) for c in cells]) == [c[1] for c in cells] * 2
     laws = _terminal_laws(batch, rows, cells, tokens)
     joint: dict[tuple, float] = defaultdict(float)
@@ -127,6 +103,75 @@ def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
                 joint[head + tail] += width * px * m
     target = chain_joint(ref.p, prompt, k + 1)
     return {**tv_figures(joint, target, k + 1), "expected_accepted": expected_accepted, "threshold_shaped": shaped}
+
+
+def _thresholds(paths: list, accepted, k: int) -> tuple[dict, dict]:
+    """Per draft path, each test's threshold on the grid and its side: a test passes on one side of its
+    threshold, below it (U < t, the rule's reading) or at and above it (a sampler reading 1 - U), the side
+    it passes on at U = 0 with every earlier test passed. -> (thresholds, below: per path, per test)."""
+    below: dict[tuple, list[bool]] = {pa: [] for pa, _ in paths}
+
+    def earlier(pa, i: int) -> tuple:  # the first i uniforms, each inside its test's pass side
+        return tuple(0.0 if low else (GRID - 1) / GRID for low in below[pa][:i])
+
+    def passes_test(i: int):  # the i-th test at U_i = m / GRID: True on the side where it does not pass yet
+        def passes(items, ms):
+            points = [(pa, earlier(pa, i) + (m / GRID,) + (0.5,) * (k - i - 1)) for pa, m in zip(items, ms)]
+            return [(a > i) == below[pa][i] for pa, a in zip(items, accepted(points))]
+
+        return passes
+
+    thresholds: dict[tuple, list[int]] = {pa: [] for pa, _ in paths}
+    for i in range(k):
+        live = [pa for pa, _ in paths if all(map(_passes_somewhere, thresholds[pa], below[pa]))]
+        at_zero = accepted([(pa, earlier(pa, i) + (0.0,) + (0.5,) * (k - i - 1)) for pa in live])
+        for pa, a in zip(live, at_zero):
+            below[pa].append(a > i)
+        for pa, t in zip(live, _bisect(live, passes_test(i))):
+            thresholds[pa].append(t)
+    return thresholds, below
+
+
+def _cells(paths: list, thresholds: dict, below: dict, k: int) -> list[tuple]:
+    """Each path's cells of the acceptance uniforms -> [(path, A, the cell's mass, a point inside, its
+    lowest and highest grid points)], A the drafts kept."""
+    cells = []
+    for pa, mass in paths:
+        ts, sides = thresholds[pa], below[pa]
+        for a in range(len(ts) + 1):
+            if a < len(ts) and _refused_width(ts[a], sides[a]) == 0:
+                continue  # the test always passes: no refusal there
+            width = mass
+            for t, low in zip(ts[:a], sides[:a]):
+                width *= (GRID - _refused_width(t, low)) / GRID
+            width *= _refused_width(ts[a], sides[a]) / GRID if a < len(ts) else 1.0
+            if width <= 0:
+                continue
+            inner = [_pass_cell(t, low) for t, low in zip(ts[:a], sides[:a])]
+            inner += [_refusal_cell(ts[a], sides[a])] if a < len(ts) else []
+            pad = (0.5,) * (k - len(inner))
+            corner = lambda pick, inner=inner, pad=pad: tuple(pick(lo, hi) / GRID for lo, hi in inner) + pad  # noqa: E731
+            cells.append((pa, a, width, corner(lambda lo, hi: (lo + hi) // 2), corner(min), corner(max)))
+    return cells
+
+
+def _passes_somewhere(t: int, low: bool) -> bool:
+    """Whether a test with threshold grid index ``t`` passes for some uniform (on side ``low``: below t)."""
+    return t > 0 if low else t < GRID
+
+
+def _refused_width(t: int, low: bool) -> int:
+    """Grid points where a test with threshold ``t`` refuses: from t up where it passes below t, below t
+    where it passes from t up."""
+    return GRID - t if low else t
+
+
+def _pass_cell(t: int, low: bool) -> tuple[int, int]:
+    return (0, t - 1) if low else (t, GRID - 1)
+
+
+def _refusal_cell(t: int, low: bool) -> tuple[int, int]:
+    return (t, GRID - 1) if low else (0, t - 1)
 
 
 def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
