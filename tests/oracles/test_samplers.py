@@ -331,8 +331,7 @@ def _sorted_draw(p, q, drafts, k_lens, accept_u, terminal_u):
         if n < int(k_lens[b]):
             law = [max(Fraction(0), x - Fraction(y)) for x, y in zip(law, q[b, n].tolist())]
         order = sorted(range(len(law)), key=lambda t: -law[t])
-        target, below = Fraction(terminal_u[b].item()) * sum(law), Fraction(0)
-        terminal.append(next(t for t in order if law[t] > 0 and (below := below + law[t]) > target))
+        terminal.append(order[slips._draw([law[t] for t in order], terminal_u[b].item())])
     return accepted, torch.tensor(terminal)
 
 

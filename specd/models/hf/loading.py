@@ -108,10 +108,8 @@ def parse_value(original: Callable, value, types):
     """transformers' ``_gguf_parse_value`` (``original``) of a GGUF field part ``value`` of ``types``,
     a string decoded from its uint8 bytes as they lie instead of through a Python list of them (the
     same text; anything else is ``original``'s)."""
-    kind = types[-1] if isinstance(types, list) and len(types) == 2 and types[0] == GGUF_ARRAY else types
-    if isinstance(kind, list) and len(kind) == 1:
-        kind = kind[0]
-    if kind == GGUF_STRING and getattr(value, "dtype", None) == "uint8":
+    kinds = types if isinstance(types, list) else [types]
+    if kinds in ([GGUF_STRING], [GGUF_ARRAY, GGUF_STRING]) and getattr(value, "dtype", None) == "uint8":
         return value.tobytes().decode()
     return original(value, types)
 

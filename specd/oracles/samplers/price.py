@@ -123,7 +123,7 @@ def _thresholds(paths: list, accepted, k: int) -> tuple[dict, dict]:
 
     thresholds: dict[tuple, list[int]] = {pa: [] for pa, _ in paths}
     for i in range(k):
-        live = [pa for pa, _ in paths if all(map(_passes_somewhere, thresholds[pa], below[pa]))]
+        live = [pa for pa, _ in paths if all(_points(_split(t, low)[0]) for t, low in zip(thresholds[pa], below[pa]))]
         at_zero = accepted([(pa, earlier(pa, i) + (0.0,) + (0.5,) * (k - i - 1)) for pa in live])
         for pa, a in zip(live, at_zero):
             below[pa].append(a > i)
@@ -137,41 +137,31 @@ def _cells(paths: list, thresholds: dict, below: dict, k: int) -> list[tuple]:
     lowest and highest grid points)], A the drafts kept."""
     cells = []
     for pa, mass in paths:
-        ts, sides = thresholds[pa], below[pa]
-        for a in range(len(ts) + 1):
-            if a < len(ts) and _refused_width(ts[a], sides[a]) == 0:
+        passing, refusing = zip(*map(_split, thresholds[pa], below[pa])) if thresholds[pa] else ((), ())
+        for a in range(len(refusing) + 1):
+            if a < len(refusing) and _points(refusing[a]) == 0:
                 continue  # the test always passes: no refusal there
             width = mass
-            for t, low in zip(ts[:a], sides[:a]):
-                width *= (GRID - _refused_width(t, low)) / GRID
-            width *= _refused_width(ts[a], sides[a]) / GRID if a < len(ts) else 1.0
+            for cell in passing[:a]:
+                width *= _points(cell) / GRID
+            width *= _points(refusing[a]) / GRID if a < len(refusing) else 1.0
             if width <= 0:
                 continue
-            inner = [_pass_cell(t, low) for t, low in zip(ts[:a], sides[:a])]
-            inner += [_refusal_cell(ts[a], sides[a])] if a < len(ts) else []
+            inner = list(passing[:a]) + ([refusing[a]] if a < len(refusing) else [])
             pad = (0.5,) * (k - len(inner))
             corner = lambda pick, inner=inner, pad=pad: tuple(pick(lo, hi) / GRID for lo, hi in inner) + pad  # noqa: E731
             cells.append((pa, a, width, corner(lambda lo, hi: (lo + hi) // 2), corner(min), corner(max)))
     return cells
 
 
-def _passes_somewhere(t: int, low: bool) -> bool:
-    """Whether a test with threshold grid index ``t`` passes for some uniform (on side ``low``: below t)."""
-    return t > 0 if low else t < GRID
+def _split(t: int, low: bool) -> tuple[tuple[int, int], tuple[int, int]]:
+    """A test's threshold ``t`` (a grid index) and side (``low``: it passes below t, else from t up) ->
+    (the grid points where it passes, where it refuses), each (first, last): empty where last < first."""
+    return ((0, t - 1), (t, GRID - 1)) if low else ((t, GRID - 1), (0, t - 1))
 
 
-def _refused_width(t: int, low: bool) -> int:
-    """Grid points where a test with threshold ``t`` refuses: from t up where it passes below t, below t
-    where it passes from t up."""
-    return GRID - t if low else t
-
-
-def _pass_cell(t: int, low: bool) -> tuple[int, int]:
-    return (0, t - 1) if low else (t, GRID - 1)
-
-
-def _refusal_cell(t: int, low: bool) -> tuple[int, int]:
-    return (t, GRID - 1) if low else (0, t - 1)
+def _points(cell: tuple[int, int]) -> int:
+    return cell[1] - cell[0] + 1
 
 
 def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
