@@ -1,8 +1,10 @@
 import pytest
+import torch
 
 from specd.errors import UsageError
+from specd.oracles import report as oracle_report
 from specd.oracles.fixture import OracleConfig
-from specd.oracles.report import SCHEMA, lab_verdict, run_oracle
+from specd.oracles.report import SCHEMA, collector_paused, lab_verdict, run_oracle
 
 
 @pytest.mark.parametrize(
@@ -47,6 +49,23 @@ def test_oracle_passes_on_the_production_engine(cfg):
         "tree_invariant",
     }
     assert report["config"]["tree"]["shapes"]  # the trees checked, on by default
+
+
+def test_the_run_in_inference_mode_is_the_run_outside_it(monkeypatch):
+    """The oracle runs in inference mode (faster, the same arithmetic): its report is the one a run
+    outside it gives, that run made after it, with what the first left in the engine's shared caches."""
+    cfg = OracleConfig(vocab=2, k=1, samples=100, lab=False)
+    modes = []
+    run = oracle_report._run_oracle
+    monkeypatch.setattr(
+        oracle_report, "_run_oracle", lambda *a: modes.append(torch.is_inference_mode_enabled()) or run(*a)
+    )
+    inside = run_oracle(cfg, jobs=1)
+    assert modes == [True] and not torch.is_inference_mode_enabled()
+    with collector_paused():
+        outside = run(cfg, 1)
+    assert inside.pop("elapsed_s") > 0 and outside.pop("elapsed_s") > 0
+    assert inside == outside and inside["passed"]
 
 
 @pytest.mark.parametrize(
