@@ -55,18 +55,23 @@ SEQUENCE_TABLE_LIMIT = 32
 
 
 @contextmanager
-def collector_paused(one_thread: bool = False):
-    """The oracle makes millions of short-lived objects and no cycles worth chasing: reference
-    counting frees them, and pausing the cyclic collector (restored after) saves about a third.
-    ``one_thread``: torch on one thread meanwhile (restored after): the sampler oracle calls the
-    sampler on rows of a few tokens, where a second thread only waits, and on a busy machine a
-    two-thread softmax of 2 x 3 values took 16 ms instead of 1 us."""
+def oracle_running(one_thread: bool = False):
+    """The conditions an oracle run runs in (each restored after):
+    - the cyclic collector paused: the oracle makes millions of short-lived objects and no cycles
+      worth chasing, reference counting frees them, and pausing it saves about a third;
+    - torch in inference mode: no autograd books kept on those objects' small tensors (the same
+      values, a run about a tenth sooner; a tensor made there is read-only outside it, and no report
+      holds one), in the processes it forks too (a sampler's among them);
+    - ``one_thread``: torch on one thread: the sampler oracle calls the sampler on rows of a few
+      tokens, where a second thread only waits, and on a busy machine a two-thread softmax of 2 x 3
+      values took 16 ms instead of 1 us."""
     was, threads = gc.isenabled(), torch.get_num_threads()
     gc.disable()
     if one_thread:
         torch.set_num_threads(1)
     try:
-        yield
+        with torch.inference_mode():
+            yield
     finally:
         if was:
             gc.enable()
@@ -78,9 +83,7 @@ def run_oracle(cfg: OracleConfig, jobs: int | None = None) -> dict:
     """Every check on the fixture of ``cfg`` (and the failure lab) -> one JSON-able report. ``jobs``:
     processes the independent parts run on (default: ``usable_cores``; the report is the same)."""
     jobs = processes(jobs)
-    # in inference mode: no autograd books kept on its millions of small tensors (the same values, a run
-    # about 8% sooner). What it returns holds no tensor (one made in inference mode is read-only outside it).
-    with collector_paused(), torch.inference_mode():
+    with oracle_running():
         return _run_oracle(cfg, jobs)
 
 
@@ -279,9 +282,9 @@ def run_sampler_oracle(
         )
     rule = SAMPLER_RULES[cfg.rule]
     if tree is not None:
-        with collector_paused(one_thread=True):
+        with oracle_running(one_thread=True):
             return run_tree_sampler_oracle(cfg, spec, tree, rule, timeout, processes(jobs), exact_size)
-    with collector_paused(one_thread=True):
+    with oracle_running(one_thread=True):
         t_start = time.perf_counter()
         cases = chain_cases(cfg, exact_size)
         with sampler_session(spec, input_rounding, timeout) as sampler:

@@ -422,3 +422,26 @@ def test_a_requests_tensors_reach_the_sampler_as_they_were():
     assert len(got) == len(sent)
     for a, b in zip(sent, got):
         assert type(b) is torch.Tensor and b.dtype == a.dtype and b.shape == a.shape and torch.equal(a, b)
+
+
+def _in_inference_mode(sampler):
+    """``sampler``, refusing to run outside torch's inference mode."""
+
+    def checked(*args):
+        if not torch.is_inference_mode_enabled():
+            raise RuntimeError("called outside inference mode")
+        return sampler(*args)
+
+    return checked
+
+
+def test_a_sampler_runs_in_inference_mode_in_its_process_and_this_one_leaves_it_after():
+    """The oracle's run is in inference mode (specd.oracles.report.oracle_running), in the process a
+    sampler runs in too: chains and trees."""
+    from specd.oracles.samplers.protocol import rule_sampler
+    from specd.oracles.samplers.tree_protocol import specd_tree_sampler
+
+    chain = specd.check_sampler(_in_inference_mode(rule_sampler()), vocab=2, k=1, exact_size=True)
+    tree = specd.check_sampler(_in_inference_mode(specd_tree_sampler), tree="1", vocab=2, exact_size=True)
+    assert chain.passed and tree.passed, (chain.findings, tree.findings)
+    assert not torch.is_inference_mode_enabled()
