@@ -179,6 +179,13 @@ def main() -> int:
     refuse_outputs("host_cost.py", {"--json": a.json}, [])  # before minutes of measuring
     torch.set_num_threads(a.threads)
     systems = Systems(a)
+    # the longer run, and a K = 4 round's rows past its last token, within the tiny model's positions
+    room = systems.target.config.max_position_embeddings - systems.ids.shape[1] - 4
+    if 2 * a.tokens > room:
+        raise SystemExit(
+            f"host_cost.py: --tokens {a.tokens}: a run of {2 * a.tokens} new tokens does not fit the tiny model's "
+            f"{systems.target.config.max_position_embeddings} positions after its prompt; at most {room // 2}"
+        )
     names = [n for pair in PAIRS for n in pair]
     for name in names:  # warm-up: first calls, product forms, generation configs
         systems.run(name, a.tokens)
