@@ -73,7 +73,7 @@ class TreeSamplerUnderTest:
         out: the stream calls back into the oracle on every comparison, so it must live beside the
         sampler."""
         tree = rnd.tree
-        index = torch.tensor((tree.tokens, tree.parents, tree.depths), dtype=torch.int64).reshape(3, -1)  # one call
+        index = rnd.index.clone()  # the sampler's own copy: it may write into its inputs
         args = (
             index[0],
             index[1],

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -53,6 +54,13 @@ class TreeRound:
     @property
     def depths(self) -> torch.Tensor:
         return torch.tensor(self.tree.depths, dtype=torch.int64)
+
+    @cached_property
+    def index(self) -> torch.Tensor:
+        """int64[3, N]: the tree's tokens, parents and depths, built once a round (a check runs the
+        sampler on one round many times, under every stream of uniforms); callers hand out copies."""
+        tree = self.tree
+        return torch.tensor((tree.tokens, tree.parents, tree.depths), dtype=torch.int64).reshape(3, -1)
 
 
 def children_of(parents) -> dict[int, list[int]]:
