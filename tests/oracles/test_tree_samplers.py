@@ -230,17 +230,24 @@ def test_the_protocol_takes_its_forms():
     assert got.path == () and got.law == (0.25, 0.75, 0.0)
 
 
-def test_the_sampler_gets_copies_of_the_rows():
-    p = torch.tensor([[0.5, 0.5], [0.25, 0.75]], dtype=torch.float64)
-    rnd = TreeRound(DraftTree((0,), (-1,)), p, p.clone(), 1.0, "sampled")
+def test_the_sampler_gets_copies_of_the_rows_and_the_tree():
+    """A sampler may write into everything it is given; the next run on the same round (a check runs
+    it once per stream of uniforms) still gets the round's rows and tree (built once a round)."""
+    p = torch.tensor([[0.5, 0.5], [0.25, 0.75], [0.5, 0.5]], dtype=torch.float64)
+    rnd = TreeRound(DraftTree((1, 0), (-1, 0)), p, p.clone(), 1.0, "sampled")
+    seen = []
 
     def scribbles(tokens, parents, depths, p, q, drawn, u):
-        p.zero_()
-        q.zero_()
+        seen.append((tokens.tolist(), parents.tolist(), depths.tolist()))
+        for given in (tokens, parents, depths, p, q):
+            given.zero_()
         return [], [1.0, 1.0]
 
-    round_law(TreeSamplerUnderTest("s", scribbles, ""), rnd)
+    sampler = TreeSamplerUnderTest("s", scribbles, "")
+    round_law(sampler, rnd)
+    round_law(sampler, rnd)
     assert rnd.p[0, 0] == 0.5 and rnd.q[1, 1] == 0.75
+    assert len(seen) >= 2 and set(map(str, seen)) == {str(([1, 0], [-1, 0], [1, 2]))}
 
 
 def test_draft_trees_have_their_probabilities():
