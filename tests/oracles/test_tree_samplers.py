@@ -247,7 +247,7 @@ def test_the_sampler_gets_copies_of_the_rows_and_the_tree():
     round_law(sampler, rnd)
     round_law(sampler, rnd)
     assert rnd.p[0, 0] == 0.5 and rnd.q[1, 1] == 0.75
-    assert len(seen) >= 2 and set(map(str, seen)) == {str(([1, 0], [-1, 0], [1, 2]))}
+    assert len(seen) >= 2 and all(view == ([1, 0], [-1, 0], [1, 2]) for view in seen)
 
 
 def test_draft_trees_have_their_probabilities():

@@ -51,10 +51,6 @@ class TreeRound:
     mass: float
     drawing: str
 
-    @property
-    def depths(self) -> torch.Tensor:
-        return torch.tensor(self.tree.depths, dtype=torch.int64)
-
     @cached_property
     def index(self) -> torch.Tensor:
         """int64[3, N]: the tree's tokens, parents and depths, built once a round (a check runs the
