@@ -194,6 +194,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = _top_two(law)
         elif slip == "bonus_wrong_row" and k:
             law = rows_p[k - 1]
+        elif slip == "bonus_from_the_batchs_last_row":
+            law = rows_p[-1]
         accepted.append(n)
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
@@ -221,6 +223,8 @@ CHAIN_SLIPS = {
     "correction_top_two": "the correction drawn from the two likeliest tokens of the residual",
     # shows only at K >= 3: a round of two drafts has no draft between two others
     "middle_draft_previous_q": "a middle draft's correction taken against the draft row before its own",
+    # shows only where a row has fewer drafts than the batch's K: the same row where it has them all
+    "bonus_from_the_batchs_last_row": "the bonus drawn from the batch's last target row, not the row's own p_{k+1}",
 }
 
 

@@ -10,9 +10,9 @@ import pytest
 from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
-from specd.oracles.samplers.checks import returns_tokens
+from specd.oracles.samplers.checks import Call, call_tensors, returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
-from specd.oracles.samplers.covered import check_exact_cases
+from specd.oracles.samplers.covered import check_exact_cases, check_padded
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
 from specd.oracles.samplers.tree_checks import check_cases
@@ -212,6 +212,27 @@ def test_a_chain_sampler_exact_in_a_batch_and_not_alone_fails(vocab, k):
     assert chain_check(slips.chain_exact, vocab, k).passed
 
 
+@pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])
+def test_a_chain_sampler_reading_past_a_rows_k_fails(vocab, k):
+    """Every batched check gives each row the batch's K; beside a request with more drafts a row has
+    rows past its k. A bonus drawn from the batch's last target row passed every other check (the
+    three-row batch_rows case pads with zero rows, which it skipped); each case's first table again,
+    its rows one draft longer than the round's, shows it."""
+    check = chain_check(slips.chain_bonus_from_the_batchs_last_row, vocab, k)
+    assert check.passed is False and check.findings == ["not_exact_padded"]
+    assert check.figures["not_exact_at"]["padded_by"] == 1 and "past its k" in check.detail
+
+
+def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
+    """Past a row's k: drafts -1, q rows zeros, acceptance uniforms 0, and target rows of another law
+    (a point mass on p_{k+1}'s least likely token); k_lens stays k, the rest is the row's own."""
+    call = Call([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]], [[0.2, 0.5, 0.3]], (1,), (0.9,), 0.5, 1.0, 0, 2, [0.5, 0, 0.5])
+    p, q, drafts, k_lens, accept_u, terminal_u = call_tensors([call], pad=2)
+    assert p.tolist()[0] == [[0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    assert q.tolist()[0] == [[0.2, 0.5, 0.3], [0.0] * 3, [0.0] * 3] and drafts.tolist() == [[1, -1, -1]]
+    assert k_lens.tolist() == [1] and accept_u.tolist() == [[0.9, 0.0, 0.0]] and terminal_u.tolist() == [0.5]
+
+
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
     assert doc["passed"] and doc["coverage"]["claim"] == "exact on 25 tables at V = 2, 3, 4; K = 1, 2, 3"
@@ -366,6 +387,8 @@ def test_a_sampler_that_raises_once_and_never_again_fails_in_one_line():
     cases = chain_cases(OracleConfig(vocab=2, k=3))
     sampler, calls = flaky(None)
     assert check_exact_cases(sampler, cases, True)[0].passed
-    sampler, _ = flaky(calls["n"])  # its last call: a covered table's, in a batch
+    padded, padded_calls = flaky(None)
+    assert check_padded(padded, cases, True) is None  # the calls after the covered tables'
+    sampler, _ = flaky(calls["n"] - padded_calls["n"])  # its last call on a covered table, in a batch
     check = check_exact_cases(sampler, cases, True)[0]
     assert check.passed is False and check.findings == ["raised"] and "on none of them alone" in check.detail

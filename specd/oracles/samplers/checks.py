@@ -58,31 +58,45 @@ class Call:
 
 
 def call_batch(
-    sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64
+    sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0
 ) -> tuple[list[SamplerResult], bool]:
-    """Every call in one batch (calls share K), rows in ``dtype``; if the sampler refuses a batch,
-    one call each. -> (a result per call, whether the batch was refused)."""
+    """Every call in one batch (calls share K), rows in ``dtype``, each ``pad`` drafts longer than its k
+    (``call_tensors``); if the sampler refuses a batch, one call each. -> (a result per call, whether
+    the batch was refused)."""
     try:
-        return _split(sampler(*call_tensors(calls, dtype)), len(calls)), False
+        return _split(sampler(*call_tensors(calls, dtype, pad)), len(calls)), False
     except SamplerFailed:  # a sampler that cannot batch is called row by row
         if len(calls) == 1:
             raise
-    return one_at_a_time(sampler, calls, dtype), True
+    return one_at_a_time(sampler, calls, dtype, pad), True
 
 
-def one_at_a_time(sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64):
+def one_at_a_time(sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0):
     """Each call in a batch of its own (one row), rows in ``dtype`` -> a result per call."""
-    return [sampler(*call_tensors([c], dtype)) for c in calls]
+    return [sampler(*call_tensors([c], dtype, pad)) for c in calls]
 
 
-def call_tensors(calls: list[Call], dtype: torch.dtype = torch.float64):
+def call_tensors(calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0):
+    """The protocol's six tensors for ``calls`` (which share k). ``pad``: each row ``pad`` drafts
+    longer than its k, as in a batch beside a request with more drafts (``k_lens`` stays k): past k
+    its drafts are -1, its q rows zeros, its acceptance uniforms 0 and its target rows past p_{k+1}
+    a law of their own (a point mass on p_{k+1}'s least likely token), so that a sampler reading a
+    row past its own k gets another answer."""
     k = len(calls[0].drafts)
     p = torch.tensor([c.p for c in calls], dtype=dtype)
-    q = torch.tensor([c.q for c in calls], dtype=dtype).reshape(len(calls), k, p.shape[-1])
-    drafts = torch.tensor([c.drafts for c in calls], dtype=torch.int64).reshape(len(calls), k)
-    k_lens = torch.full((len(calls),), k, dtype=torch.int64)
-    accept_u = torch.tensor([c.accept_u for c in calls], dtype=torch.float64).reshape(len(calls), k)
+    b, vocab = p.shape[0], p.shape[-1]
+    q = torch.tensor([c.q for c in calls], dtype=dtype).reshape(b, k, vocab)
+    drafts = torch.tensor([c.drafts for c in calls], dtype=torch.int64).reshape(b, k)
+    k_lens = torch.full((b,), k, dtype=torch.int64)
+    accept_u = torch.tensor([c.accept_u for c in calls], dtype=torch.float64).reshape(b, k)
     terminal_u = torch.tensor([c.terminal_u for c in calls], dtype=torch.float64)
+    if pad:
+        other = torch.zeros(b, pad, vocab, dtype=dtype)
+        other[torch.arange(b), :, p[:, k].argmin(-1)] = 1
+        p = torch.cat([p, other], 1)
+        q = torch.cat([q, torch.zeros(b, pad, vocab, dtype=dtype)], 1)
+        drafts = torch.cat([drafts, torch.full((b, pad), -1, dtype=torch.int64)], 1)
+        accept_u = torch.cat([accept_u, torch.zeros(b, pad, dtype=torch.float64)], 1)
     return p, q, drafts, k_lens, accept_u, terminal_u
 
 

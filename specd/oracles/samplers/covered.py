@@ -1,7 +1,9 @@
 """The exact check over every case and table a check covers (specd.oracles.samplers.coverage):
 ``exact_joint`` on the named case's first table, then every other table, each case's in one batch,
 and each case's first table again a row at a time (a batch of one row, as a request decoding alone
-meets the sampler: its answer for a row must not depend on the rows beside it)."""
+meets the sampler: its answer for a row must not depend on the rows beside it) and in a batch whose
+rows are longer than the round's (as beside a request with more drafts: a row's answer must not
+read past its own k)."""
 
 from __future__ import annotations
 
@@ -60,13 +62,18 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
                 check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
                 return check, (case, table)
     alone = check_alone(sampler, [c for c, done in zip(cases, alone_already) if not done], tokens, rule)
-    if alone is not None:
-        (case, table), finding, why = alone
+    padded = alone or check_padded(sampler, cases, tokens, rule)
+    if padded is not None:
+        (case, table), finding, why = padded
         check.passed, check.findings = False, [finding]
-        check.figures["not_exact_at"] = {"case": case.label, "table": table.name, "batch": 1}
+        where = {"batch": 1} if alone else {"padded_by": PAD}
+        check.figures["not_exact_at"] = {"case": case.label, "table": table.name, **where}
         check.detail = f"{why} (at {case.label}, on the table {table.name}): " + check.detail
         return check, (case, table)
-    check.detail += f", on {check.figures['tables']} tables, and each case's first table a row at a time"
+    check.detail += (
+        f", on {check.figures['tables']} tables, and each case's first table a row at a time and with its rows"
+        " padded past k"
+    )
     return check, None
 
 
@@ -90,6 +97,33 @@ def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str 
         joint, _ = joint_of(calls, results, table, table.prompt, case.k)
         if not verdict(joint, table, case.k)[0]:
             return (case, table), "not_exact_alone", ALONE
+    return None
+
+
+PAD = 1  # drafts past a row's k in ``check_padded``'s batch
+PADDED = (
+    "exact when every row of a batch has the batch's K, not when a row has fewer (past its k: drafts -1, q"
+    " zeros, target rows that are not its own), as beside a request with more drafts"
+)
+
+
+def check_padded(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
+    """Each case's first table again, every cell at its centre, in a batch whose rows are PAD drafts
+    longer than the round's, ``k_lens`` still k (``call_tensors``): a request meets that beside one with
+    more drafts, and the batched checks never pad. A sampler must read a row's own k drafts, k uniforms
+    and k + 1 target rows only (a bonus from the batch's last target row, say, is drawn from another
+    law). -> None where each joint is exact, else ((case, table), finding, why) at the first that is not."""
+    for case in cases:
+        table = case.tables[0]
+        every = round_calls(table, table.prompt, case.vocab, case.k, tokens, False, rule)
+        calls = [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]  # PROBES[0]: the centre
+        try:
+            results, _ = call_batch(sampler, calls, pad=PAD)
+        except SamplerFailed as err:
+            return (case, table), err.finding, f"{err}, called with its rows padded past k"
+        joint, _ = joint_of(calls, results, table, table.prompt, case.k)
+        if not verdict(joint, table, case.k)[0]:
+            return (case, table), "not_exact_padded", PADDED
     return None
 
 

@@ -6,7 +6,8 @@ callable, built with no arguments) taking one batch of rounds:
 
     sampler(p, q, drafts, k_lens, accept_u, terminal_u)
 
-    p          float[B, K+1, V]    the target's rows p_1..p_{K+1} along each row's drafts
+    p          float[B, K+1, V]    the target's rows p_1..p_{K+1} along each row's drafts (past a
+                                   row's p_{k+1}: rows that are not its own)
     q          float[B, K, V]      the draft's rows q_1..q_K that drew the drafts (zeros past k)
                                    (float64; dtype_edges also passes float32, bfloat16, float16)
     drafts     int64[B, K]         the drafted tokens d_1..d_K (-1 past k)
@@ -233,7 +234,9 @@ def hf_sampler(ensemble_weight: float | None = None) -> Callable:
     _, fn = hf_function()
 
     def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
-        k = int(drafts.shape[1])
+        # one candidate length, the rows' own (assisted generation never pads one past its drafts)
+        k = int(k_lens[0]) if len(set(k_lens.tolist())) == 1 else int(drafts.shape[1])
+        drafts, q, p = drafts[:, :k], q[:, :k], p[:, : k + 1]
         captured = {}
 
         def rand_like(t, *args, **kwargs):
