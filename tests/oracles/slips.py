@@ -32,7 +32,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     a refusal leaves p' = normalize([p' - q']_+); after the last refusal the correction is drawn from
     p', after a node without children the bonus from its row. ``slip`` names one mistake to make."""
     kids = _children(parents)
-    at, path = -1, []
+    at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
     while True:
         left = p[at + 1].tolist()
         unchanged = list(left)
@@ -47,6 +47,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             law = row if row is not None else [float(x == d) for x in range(len(left))]
             key = order[0] if slip == "shared_uniform" else c
             if u.node(key) < left[d] / law[d]:
+                younger = younger or last is not None
                 path.append(c)
                 at = order[0] if slip == "younger_walked_as_eldest" and at >= 0 else c
                 break
@@ -67,7 +68,13 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 left = p[parents[path[-1]] + 1].tolist()  # the bonus from the parent's row, not the leaf's
             if slip == "correction_unchanged_target" and last is not None:
                 left = unchanged
-            if slip == "correction_top_two" and last is not None:
+            cut_here = {
+                "correction_top_two": True,
+                "correction_top_two_below_the_root": at >= 0,
+                "correction_top_two_at_a_wide_node": len(order) >= 2,
+                "correction_top_two_under_a_younger_sibling": younger,
+            }
+            if cut_here.get(slip or "") and last is not None:
                 left = _top_two(left)
             if law_out:
                 return path, left
@@ -76,9 +83,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             return path, u.draw(left)
 
 
-def _top_two(law: list) -> list:
-    """``law`` with all but its two largest weights (the lower index first on ties) set to 0."""
-    kept = sorted(range(len(law)), key=lambda x: (-law[x], x))[:2]
+def _top_two(law: list, keep: int = 2) -> list:
+    """``law`` with all but its ``keep`` largest weights (the lower index first on ties) set to 0."""
+    kept = sorted(range(len(law)), key=lambda x: (-law[x], x))[:keep]
     return [w if x in kept else 0 * w for x, w in enumerate(law)]
 
 
@@ -145,7 +152,17 @@ TREE_SLIPS = {
     "younger_walked_as_eldest": "below the root, a kept younger sibling's walk goes on from its eldest sibling "
     "(that node's row for the bonus, its children for the next test)",
 }
-for _name, _doc in TREE_SLIPS.items():
+# Each shows, drawn without replacement or ranked, only where such a node's children, all refused, leave
+# three tokens of mass (V = W' + 3 under `W'` and `1,W'`, V = 4 under `1,1,1` and `2,1`); i.i.d. children,
+# which may repeat a token and leave more, showed some of them before.
+TREE_CUT_SLIPS = {
+    "correction_top_two_below_the_root": "below the root, the correction drawn from the two likeliest tokens left",
+    "correction_top_two_at_a_wide_node": "after two children or more are refused, the correction drawn from the two "
+    "likeliest tokens left",
+    "correction_top_two_under_a_younger_sibling": "below a child kept after a refused sibling, the correction "
+    "drawn from the two likeliest tokens left",
+}
+for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS}.items():
     globals()[_name] = _slip(_name, _doc)
 
 
@@ -192,6 +209,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 u = us[n]
             if slip == "correction_top_two":
                 law = _top_two(law)
+            if slip == "correction_top_five":
+                law = _top_two(law, 5)
         elif slip == "bonus_wrong_row" and k:
             law = rows_p[k - 1]
         elif slip == "bonus_from_the_batchs_last_row":
@@ -221,6 +240,8 @@ CHAIN_SLIPS = {
     "bonus_wrong_row": "the bonus drawn from the last draft's row instead of the row after it",
     # shows only at V >= 4: at V = 3 a refused draft leaves at most two tokens of mass
     "correction_top_two": "the correction drawn from the two likeliest tokens of the residual",
+    # shows only where a refusal leaves six tokens of mass or more (V = 16 here; exact at V <= 6)
+    "correction_top_five": "the correction drawn from the five likeliest tokens of the residual",
     # shows only at K >= 3: a round of two drafts has no draft between two others
     "middle_draft_previous_q": "a middle draft's correction taken against the draft row before its own",
     # shows only where a row has fewer drafts than the batch's K: the same row where it has them all

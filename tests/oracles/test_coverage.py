@@ -46,6 +46,15 @@ def test_every_tree_slip_fails_at_the_default_size(name, spec, vocab):
     assert False in verdicts(tree(name), spec, vocab).values()
 
 
+@pytest.mark.parametrize("name", list(slips.TREE_CUT_SLIPS))
+def test_a_correction_cut_to_two_tokens_at_one_kind_of_node_fails_drawn_or_ranked(name):
+    """A correction cut to its two likeliest tokens at one kind of node only (below the root, after two
+    children or more, under a younger sibling) passed every size the check added, with children drawn
+    without replacement or ranked: each left such a node two tokens. Each added size now leaves every
+    node's correction three."""
+    assert verdicts(tree(name), "2,2", 3, drawings=("sampled", "rank"), stop=False) == {"sampled": False, "rank": False}
+
+
 @pytest.mark.parametrize(
     "name, hidden", [("correction_top_two", "wide_correction"), ("middle_level_previous_q", "middle_level")]
 )
@@ -133,7 +142,7 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
     assert "shown at --tree 3 --vocab 4" in hidden["third_sibling"]
-    assert "shown at --tree 1,2 --vocab 4" in hidden["wide_correction"]
+    assert "shown at --tree 1,2 --vocab 5" in hidden["wide_correction"]
     assert "shown at --tree 1,1,1 --vocab 3" in hidden["middle_level"]
     shown_not = (
         "siblings, third_sibling, correction_draw, wide_correction, siblings_below_the_root, middle_level, "
@@ -178,8 +187,8 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 4
-    hidden = "correction_draw, second_draft, wide_correction, middle_draft"
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 5
+    hidden = "correction_draw, second_draft, wide_correction, middle_draft, top_k_correction"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -188,6 +197,7 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     [
         ("correction_top_two", 3, 2, "V = 4, K = 1", "wide_correction"),  # V = 3: two tokens of residual at most
         ("middle_draft_previous_q", 4, 2, "V = 3, K = 3", "middle_draft"),  # K = 2: no draft between two others
+        ("correction_top_five", 4, 2, "V = 16, K = 1", "top_k_correction"),  # V <= 6: five tokens of residual
     ],
 )
 def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_size(name, vocab, k, covered, hidden):
@@ -235,8 +245,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 25 tables at V = 2, 3, 4; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 25
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 33 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 33
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -277,7 +287,8 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     doc = json.loads(out)
     assert code == 1 and "not_exact_sampled" in doc["findings"] and doc["counterexample"]["vocab"] >= 3
     cases = [(c["vocab"], c["tree"], len(c["tables"])) for c in doc["coverage"]["cases"]]
-    assert cases == [(3, "2,2", 1), (4, "2", 8), (4, "1,2", 8), (3, "2,1", 8), (3, "1,1,1", 8), (4, "3", 8)]
+    younger = "[[0],[1],[1,0]]"  # a younger sibling with a child, the elder without
+    assert cases == [(3, "2,2", 1), (5, "2", 8), (5, "1,2", 8), (4, younger, 8), (4, "1,1,1", 8), (4, "3", 8)]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
 
@@ -313,8 +324,8 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     code, out, _ = run_cli(args, capsys)
     assert (
         code == 0
-        and 'PASSED: exact on 41 tables at V = 2, 3, 4; trees "1,2" (V = 2, 4), "2" (V = 4), "2,1" (V = 3), '
-        '"1,1,1" (V = 3), "3" (V = 4); K = 1, 2, 3'
+        and 'PASSED: exact on 41 tables at V = 2, 4, 5; trees "1,2" (V = 2, 5), "2" (V = 5), "[[0],[1],[1,0]]" '
+        '(V = 4), "1,1,1" (V = 4), "3" (V = 4); K = 1, 2, 3'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

@@ -10,15 +10,17 @@ two tokens or fewer, no correction has three. So each class of slip (``SLIPS``, 
 states where it is hidden, and a check covers the classes:
 
 - by default, the size the user named (on the run's seed's table) and the smallest sizes where each
-  class can show, each over every table of ``specd.oracles.samplers.tables`` (the seed's, more seeds,
-  adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)): the trees
-  ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, one of three tokens
-  under ``1,W'``'s root, a second depth, a node below the root with siblings under it, so on two
-  paths), the tree ``2,1`` at V = 3 (a path through a younger sibling into its children), the tree
-  ``1,1,1`` at V = 3 (a level between two others) and, where W' < 3, the tree ``3`` at V = 4 (a
-  third sibling, tested on what two refusals left). For a chain (``CHAIN_SIZES``): V = 3, K = 2 (a
-  correction drawn, a second draft), V = 4, K = 1 (a correction from three tokens) and V = 3, K = 3
-  (a middle draft);
+  class can show, each over every table of ``specd.oracles.samplers.tables`` (the seed's, more
+  seeds, adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)):
+  the trees ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, a second
+  depth, a node below the root with siblings under it, so on two paths), where W' < 3 the tree
+  ``3`` at V = 4 (a third sibling, tested on what two refusals left), and ``WIDE_TREES``, where each
+  kind of node's correction has three tokens: ``2`` and ``1,2`` at V = 5, the tree of a younger
+  sibling with a child at V = 4 (a path through a younger sibling into its children) and ``1,1,1``
+  at V = 4 (a level between two others). A tree named twice runs at the larger V. For a chain
+  (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 4, K = 1 (a correction
+  from three tokens), V = 3, K = 3 (a middle draft) and V = 16, K = 1 (a correction from up to 15
+  tokens: a cut to a few of them shows);
 - with ``exact_size``, the named size only, over every table: a class that size cannot show is
   reported not applicable, with the reason and the size that would show it (never as passed).
 """
@@ -107,12 +109,12 @@ def _count(n: int, thing: str) -> str:
 
 def _wide_tree_correction(vocab: int, shape) -> str | None:
     counts = [shape.children(c) for c in ((), *shape.choices)] if shape.choices else []
-    fewest = min((n for n in counts if n), default=0)  # the children of the node with fewest (leaves have none)
-    if vocab - fewest < 3:
-        left = _count(max(vocab - fewest, 0), "token")
+    most = max(counts, default=0)  # a correction at every node, the widest included, needs three tokens left
+    if vocab - most < 3:
+        left = _count(max(vocab - most, 0), "token")
         return (
-            f"at V = {vocab} a node has {fewest} children or more: drawn without replacement and all refused, "
-            f"they leave at most {left} of mass, and no correction has three"
+            f"at V = {vocab} a node has {most} children: drawn without replacement and all refused, they leave "
+            f"at most {left} of mass, and no correction there has three"
         )
     return None
 
@@ -168,9 +170,9 @@ SLIPS = (
     ),
     Slip(
         "wide_correction",
-        "a correction drawn from three or more tokens (a first, a middle and a last token of its law)",
+        "a correction drawn from three or more tokens (a first, a middle and a last token of its law), at every node",
         _wide_tree_correction,
-        lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
+        lambda w: "--tree 1,2 --vocab 5",
     ),
     Slip(
         "second_depth",
@@ -218,6 +220,18 @@ def _wide_correction(vocab: int, k) -> str | None:
     return None
 
 
+TOP_K_VOCAB = 16  # a refused draft there leaves up to 15 tokens of mass: a cut to a few of them shows
+
+
+def _top_k_correction(vocab: int, k) -> str | None:
+    if vocab < TOP_K_VOCAB:
+        return (
+            f"at V = {vocab} a refused draft leaves at most {_count(vocab - 1, 'token')} of mass: a correction cut "
+            f"to its {vocab - 2} likeliest is exact there, and to fewer shows only where a table leaves more"
+        )
+    return None
+
+
 def _middle_draft(vocab: int, k) -> str | None:
     if k < 3:
         return f"a round of {_count(k, 'draft')} has no draft between two others"
@@ -244,10 +258,23 @@ CHAIN_SLIPS = (
         _middle_draft,
         lambda w: "--k 3",
     ),
+    Slip(
+        "top_k_correction",
+        "a correction cut to a few of its likeliest tokens (a top-k of its law: the 3 to 8 likeliest, on these tables)",
+        _top_k_correction,
+        lambda w: f"--vocab {TOP_K_VOCAB} --k 1",
+    ),
 )
 # The sizes a chain sampler is checked at beside the named one, (V, K), each the smallest that shows
-# its classes: correction_draw and second_draft; wide_correction; middle_draft.
-CHAIN_SIZES = ((3, 2), (4, 1), (3, 3))
+# its classes: correction_draw and second_draft; wide_correction; middle_draft; top_k_correction.
+CHAIN_SIZES = ((3, 2), (4, 1), (3, 3), (TOP_K_VOCAB, 1))
+
+
+# The cheapest trees where each kind of node has a correction of three tokens or more once its children are
+# all refused (a cut to its two likeliest shows): a root of two children and a node below the root with two
+# at V = 5, a middle level's node and a younger sibling's child at V = 4 (the younger sibling alone with a
+# child: the tree 2,1 costs four times as much). The sizes that show the other classes leave two or fewer.
+WIDE_TREES = (("2", 5), ("1,2", 5), ("[[0],[1],[1,0]]", 4), ("1,1,1", 4))
 
 
 def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) -> list[Case]:
@@ -256,9 +283,10 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     if exact_size:
         return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
     wide = _wide(w)
-    smallest = [(wide + 2, f"{wide}"), (wide + 2, f"1,{wide}"), (3, "2,1"), (3, "1,1,1")]
-    if wide < 3:  # what two refusals leave, under a third child: W' siblings at V = W' + 2 show it from W' = 3
-        smallest.append((4, "3"))
+    vocab_of = {f"{wide}": wide + 2, f"1,{wide}": wide + 2}  # tree -> V: the smallest sizes of the classes, and
+    for spec, vocab in WIDE_TREES + ((("3", 4),) if wide < 3 else ()):  # a third sibling: from W' = 3 at V = W' + 2
+        vocab_of[spec] = max(vocab_of.get(spec, 0), vocab)
+    smallest = [(vocab, spec) for spec, vocab in vocab_of.items()]
     named = Case(cfg.vocab, shape.depth, shape, (seeded(cfg, cfg.vocab, shape.depth, cfg.seed),), True)
     out = [named]
     for vocab, spec in smallest:
