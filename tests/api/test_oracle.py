@@ -76,12 +76,12 @@ def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size(
         "middle_draft",
         "top_k_correction",
     ]
-    assert exact.document["coverage"]["claim"].startswith("exact on 8 tables at V = 2; K = 1; not shown")
+    assert exact.document["coverage"]["claim"].startswith("exact on 9 tables at V = 2; K = 1; not shown")
     tree = specd.check_sampler("specd", tree="rank:2", vocab=3)
     assert (
         tree.passed
         and tree.document["coverage"]["claim"]
-        == 'exact on 41 tables at V = 3, 4, 5; trees "rank:2" (V = 3), "2" (V = 5), "1,2" (V = 5), '
+        == 'exact on 42 tables at V = 3, 4, 5; trees "rank:2" (V = 3), "2" (V = 5), "1,2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4); K = 1, 2, 3'
     )
 

@@ -211,10 +211,14 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = _top_two(law)
             if slip == "correction_top_five":
                 law = _top_two(law, 5)
+            if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
+                law = rows_p[n]
         elif slip == "bonus_wrong_row" and k:
             law = rows_p[k - 1]
         elif slip == "bonus_from_the_batchs_last_row":
             law = rows_p[-1]
+        elif slip == "bonus_from_the_longest_rows_k":  # a row of no mass there: the row's own
+            law = rows_p[int(k_lens.max())] if any(rows_p[int(k_lens.max())]) else law
         accepted.append(n)
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
@@ -223,6 +227,12 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
 def chain_exact(p, q, drafts, k_lens, accept_u, terminal_u):
     """Correct: the token-wise rule in floats."""
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+def chain_bonus_from_the_longest_rows_k(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: the bonus drawn from p[b, max k] (the batch's longest row's k), the row's own p_{k+1}
+    where that row has no mass: right wherever a batch's rows share one K, or pad with zero rows."""
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip="bonus_from_the_longest_rows_k")
 
 
 def chain_fast_path_alone(p, q, drafts, k_lens, accept_u, terminal_u):
@@ -242,6 +252,9 @@ CHAIN_SLIPS = {
     "correction_top_two": "the correction drawn from the two likeliest tokens of the residual",
     # shows only where a refusal leaves six tokens of mass or more (V = 16 here; exact at V <= 6)
     "correction_top_five": "the correction drawn from the five likeliest tokens of the residual",
+    # shows only where a draft row is a point mass (a greedy or lookup draft; the table draft_point_mass)
+    "correction_from_the_target_after_a_point_mass_draft": "after a point-mass draft is refused, the correction "
+    "drawn from the target's row, its token not taken out",
     # shows only at K >= 3: a round of two drafts has no draft between two others
     "middle_draft_previous_q": "a middle draft's correction taken against the draft row before its own",
     # shows only where a row has fewer drafts than the batch's K: the same row where it has them all

@@ -12,6 +12,7 @@ from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers.checks import Call, call_tensors, returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
+from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.covered import check_exact_cases, check_padded
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
@@ -233,6 +234,14 @@ def test_a_chain_sampler_reading_past_a_rows_k_fails(vocab, k):
     assert check.figures["not_exact_at"]["padded_by"] == 1 and "past its k" in check.detail
 
 
+def test_a_bonus_read_at_the_batchs_longest_k_fails_the_batch_of_rows_with_different_k():
+    """Three rows with K = 2, 0, 1 in one call: past a row's p_{k+1} its target rows are a point mass no
+    row's outcome is (they were zero rows, which a sampler falling back to its own row skipped)."""
+    check = batch_rows(as_sampler(slips.chain_bonus_from_the_longest_rows_k), True)
+    assert check.passed is False and check.findings == ["batch_rows_wrong"] and check.figures["wrong_rows"] == [1]
+    assert batch_rows(as_sampler(slips.chain_exact), True).passed
+
+
 def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
     """Past a row's k: drafts -1, q rows zeros, acceptance uniforms 0, and target rows of another law
     (a point mass on p_{k+1}'s least likely token); k_lens stays k, the rest is the row's own."""
@@ -245,8 +254,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 33 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 33
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 37 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 37
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -267,13 +276,17 @@ def test_each_adversarial_table_has_its_property_on_every_row():
                 assert p2 == q2
             if kind == "draft_far_below":
                 assert sum(a > 100 * b for a, b in zip(p2, q2)) >= 2  # a correction with two tokens of mass
+            if kind == "draft_point_mass":
+                assert sorted(q2) == [0, 0, 0, 1] and p2 == p
 
 
 def test_the_tables_a_size_holds():
     """The run's seed, two more and every adversarial table; without a token the draft could not fill a
     node's children drawn without replacement, so that table is left out where it cannot."""
     names = [t.name for t in tables(OracleConfig(vocab=3, seed=5), 3, 2, widest=2)]
-    assert names[:3] == ["seed 5", "seed 6", "seed 7"] and len(names) == 3 + len(ADVERSARIAL)
+    assert names[:3] == ["seed 5", "seed 6", "seed 7"] and len(names) == 3 + len(ADVERSARIAL) - 1
+    assert "draft_point_mass (seed 5)" not in names  # one token of draft: no second child drawn without it
+    assert "draft_point_mass (seed 5)" in [t.name for t in tables(OracleConfig(vocab=3, seed=5), 3, 2, widest=1)]
     assert "draft_misses_target (seed 5)" not in [t.name for t in tables(OracleConfig(vocab=3), 3, 1, widest=3)]
 
 
@@ -288,7 +301,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     assert code == 1 and "not_exact_sampled" in doc["findings"] and doc["counterexample"]["vocab"] >= 3
     cases = [(c["vocab"], c["tree"], len(c["tables"])) for c in doc["coverage"]["cases"]]
     younger = "[[0],[1],[1,0]]"  # a younger sibling with a child, the elder without
-    assert cases == [(3, "2,2", 1), (5, "2", 8), (5, "1,2", 8), (4, younger, 8), (4, "1,1,1", 8), (4, "3", 8)]
+    assert cases == [(3, "2,2", 1), (5, "2", 8), (5, "1,2", 8), (4, younger, 8), (4, "1,1,1", 9), (4, "3", 8)]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
 
@@ -324,7 +337,7 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     code, out, _ = run_cli(args, capsys)
     assert (
         code == 0
-        and 'PASSED: exact on 41 tables at V = 2, 4, 5; trees "1,2" (V = 2, 5), "2" (V = 5), "[[0],[1],[1,0]]" '
+        and 'PASSED: exact on 42 tables at V = 2, 4, 5; trees "1,2" (V = 2, 5), "2" (V = 5), "[[0],[1],[1,0]]" '
         '(V = 4), "1,1,1" (V = 4), "3" (V = 4); K = 1, 2, 3'
         in out
     )

@@ -162,12 +162,14 @@ def batch_of_two(sampler: SamplerUnderTest, tokens: bool) -> Check:
 
 
 def batch_rows(sampler: SamplerUnderTest, tokens: bool) -> Check:
-    """Three rows with different K in one call: each row's outcome must be the rule's."""
-    zero = [0.0, 0.0, 0.0]
+    """Three rows with different K in one call: each row's outcome must be the rule's. Past a row's
+    p_{k+1} its target rows are a law of their own (a point mass on token 1, which no row's own
+    outcome is), so a sampler reading another row's K there draws another token."""
+    zero, other = [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]
     p = [
         [[0.2, 0.5, 0.3], [0.6, 0.2, 0.2], [0.3, 0.3, 0.4]],  # both drafts pass, bonus from p_3
-        [[0.7, 0.2, 0.1], zero, zero],  # no drafts: bonus from p_1
-        [[0.1, 0.1, 0.8], [0.5, 0.25, 0.25], zero],  # d_1 = 0: ratio 0.5, U = 0.95 rejects
+        [[0.7, 0.2, 0.1], other, other],  # no drafts: bonus from p_1
+        [[0.1, 0.1, 0.8], [0.5, 0.25, 0.25], other],  # d_1 = 0: ratio 0.5, U = 0.95 rejects
     ]
     q = [[[0.3, 0.4, 0.3], [0.6, 0.2, 0.2]], [zero, zero], [[0.2, 0.1, 0.7], zero]]
     drafts, k_lens = [[1, 0], [-1, -1], [0, -1]], [2, 0, 1]

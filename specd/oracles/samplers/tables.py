@@ -18,9 +18,11 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
   ``equal_rows``           the draft the target (p = q: every test passes)
   ``draft_far_below``      the draft 1000 times below the target on half the tokens, so the target
                            exceeds it on several (a correction with several tokens of mass)
+  ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
+                           token, a refusal's correction the target without it
 
 A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
-token the draft has).
+token the draft has, ``draft_point_mass`` where a node has two children or more).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ ADVERSARIAL = {
     "point_mass": "the target a point mass",
     "equal_rows": "the draft equal to the target",
     "draft_far_below": "the draft 1000 times below the target on half the tokens",
+    "draft_point_mass": "the draft a point mass",
 }
 
 
@@ -84,7 +87,9 @@ def tables(cfg: OracleConfig, vocab: int, depth: int, widest: int, seeds: int = 
 
 def holds(kind: str, vocab: int, widest: int) -> bool:
     """Whether a size can hold the table: a draft without one token must still have a token of
-    mass for each sibling drawn without replacement."""
+    mass for each sibling drawn without replacement, and a point-mass draft has one token for one child."""
+    if kind == "draft_point_mass":
+        return widest <= 1
     return kind != "draft_misses_target" or vocab - 1 >= max(widest, 1)
 
 
@@ -115,6 +120,9 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
         return [float(x == top) for x in range(v)], q
     if kind == "equal_rows":
         return p, list(p)
+    if kind == "draft_point_mass":
+        top = rng.randrange(v)
+        return p, [float(x == top) for x in range(v)]
     if kind == "draft_far_below":
         low = set(rng.sample(range(v), max(1, v // 2)))
         small = [w * 1e-3 for w in p]
