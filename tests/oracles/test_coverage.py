@@ -12,8 +12,8 @@ from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers.checks import Call, call_tensors, returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
-from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.covered import check_exact_cases, check_padded
+from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
 from specd.oracles.samplers.tree_checks import check_cases
