@@ -32,18 +32,20 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     a refusal leaves p' = normalize([p' - q']_+); after the last refusal the correction is drawn from
     p', after a node without children the bonus from its row. ``slip`` names one mistake to make."""
     kids = _children(parents)
+    rows_p, rows_q = p.tolist(), q.tolist() if q is not None else None  # the rows once, as lists
+    tokens, parents = tokens.tolist(), parents.tolist()
     at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
     while True:
-        left = p[at + 1].tolist()
+        left = list(rows_p[at + 1])
         unchanged = list(left)
-        row = q[at + 1].tolist() if q is not None and drawn != "rank" else None
+        row = list(rows_q[at + 1]) if q is not None and drawn != "rank" else None
         drawn_from = list(row) if row is not None else None
         order = kids.get(at, [])
         if slip == "siblings_reordered":
             order = order[::-1]
         last = None
         for c in order:
-            d = int(tokens[c])
+            d = tokens[c]
             law = row if row is not None else [float(x == d) for x in range(len(left))]
             key = order[0] if slip == "shared_uniform" else c
             if u.node(key) < left[d] / law[d]:
@@ -53,7 +55,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 break
             last = c
             if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
-                law = q[int(parents[at]) + 1].tolist()  # a node with a parent and grandchildren: its parent's row
+                law = list(rows_q[parents[at] + 1])  # a node with a parent and grandchildren: its parent's row
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
@@ -65,7 +67,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                     row = _normalized(row)
         else:
             if slip == "bonus_wrong_row" and last is None and path:
-                left = p[parents[path[-1]] + 1].tolist()  # the bonus from the parent's row, not the leaf's
+                left = list(rows_p[parents[path[-1]] + 1])  # the bonus from the parent's row, not the leaf's
             if slip == "correction_unchanged_target" and last is not None:
                 left = unchanged
             cut_here = {

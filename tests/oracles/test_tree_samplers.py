@@ -126,22 +126,23 @@ def test_a_sampler_returning_numpy_integers_passes_as_itself():
         path, terminal = exact_tree_sampler(*args)
         return np.array(path, dtype=np.int64), np.int64(terminal) if isinstance(terminal, int) else terminal
 
-    report = run_tree("2,1", with_numpy, vocab=3)
+    report = run_tree("2,1", with_numpy, vocab=3, exact_size=True)  # what it returns, not what sizes cover
     assert report["passed"], report["checks"]
 
 
-def run_tree(spec, sampler, vocab=3, seed=0):
+def run_tree(spec, sampler, vocab=3, seed=0, exact_size=False):
     from specd.oracles.samplers.tree_report import run_tree_sampler_oracle
 
-    return run_tree_sampler_oracle(OracleConfig(vocab=vocab, seed=seed), sampler, spec)
+    return run_tree_sampler_oracle(OracleConfig(vocab=vocab, seed=seed), sampler, spec, exact_size=exact_size)
 
 
 def test_the_python_api_and_the_pytest_helper_take_a_tree(tmp_path):
     import specd
     from specd.testing import assert_sampler_exact
 
-    assert specd.check_sampler(exact_tree_sampler, tree="iid:2", vocab=3).passed
-    assert_sampler_exact(exact_tree_sampler, tree="sampled:2,1", vocab=3)
+    # the entry points, each at the named size (what every size covers: tests/oracles/test_coverage.py)
+    assert specd.check_sampler(exact_tree_sampler, tree="iid:2", vocab=3, exact_size=True).passed
+    assert_sampler_exact(exact_tree_sampler, tree="sampled:2,1", vocab=3, exact_size=True)
     with pytest.raises(AssertionError) as err:
         assert_sampler_exact("trtllm", tree="iid:2", vocab=2)
     message = str(err.value)
