@@ -180,21 +180,25 @@ def _draw(law: list[Fraction], u: float) -> int:
 
 
 def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None) -> bool:
-    """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) in Fractions."""
+    """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) in Fractions (each float
+    read exactly: the rows stay floats until a decision or a law reads them)."""
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
-    return Fraction(u) * rows_q[i][d] < row[d]
+    return Fraction(u) * Fraction(rows_q[i][d]) < Fraction(row[d])
+
+
+def _exact(row: list[float]) -> list[Fraction]:
+    return [Fraction(x) for x in row]
 
 
 def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
     """The token-wise rule in exact arithmetic, one row at a time; ``slip`` names one mistake to make."""
     accepted, terminal = [], []
-    for b in range(drafts.shape[0]):
+    all_p, all_q, all_d, all_u = p.tolist(), q.tolist(), drafts.tolist(), accept_u.tolist()
+    for b in range(len(all_d)):
         k, n = int(k_lens[b]), 0
-        rows_p = [[Fraction(x) for x in row] for row in p[b].tolist()]
-        rows_q = [[Fraction(x) for x in row] for row in q[b].tolist()]
-        ds, us = drafts[b].tolist(), accept_u[b].tolist()
+        rows_p, rows_q, ds, us = all_p[b], all_q[b], all_d[b], all_u[b]
         while n < k and _passes(rows_p, rows_q, ds[n], us[n], n, slip):
             n += 1
         if (
@@ -203,10 +207,10 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             and _passes(rows_p, rows_q, ds[n + 1], us[n + 1], n + 1, slip)
         ):
             n += 2
-        law, u = rows_p[n], terminal_u[b].item()
+        law, u = _exact(rows_p[n]), terminal_u[b].item()
         if n < k:
             row_q = rows_q[n - 1] if slip == "middle_draft_previous_q" and 0 < n < k - 1 else rows_q[n]
-            law = [max(Fraction(0), a - c) for a, c in zip(law, row_q)]
+            law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(law, row_q)]
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
             if slip == "correction_top_two":
@@ -214,13 +218,13 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             if slip == "correction_top_five":
                 law = _top_two(law, 5)
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
-                law = rows_p[n]
+                law = _exact(rows_p[n])
         elif slip == "bonus_wrong_row" and k:
-            law = rows_p[k - 1]
+            law = _exact(rows_p[k - 1])
         elif slip == "bonus_from_the_batchs_last_row":
-            law = rows_p[-1]
+            law = _exact(rows_p[-1])
         elif slip == "bonus_from_the_longest_rows_k":  # a row of no mass there: the row's own
-            law = rows_p[int(k_lens.max())] if any(rows_p[int(k_lens.max())]) else law
+            law = _exact(rows_p[int(k_lens.max())]) if any(rows_p[int(k_lens.max())]) else law
         accepted.append(n)
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
