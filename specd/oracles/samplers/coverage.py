@@ -14,10 +14,10 @@ states where it is hidden, and a check covers the classes:
   seeds, adversarial ones). For a tree whose widest sibling group has W children (W' = max(W, 2)):
   the trees ``W'`` and ``1,W'`` at V = W' + 2 (siblings, every correction a real draw, a second
   depth, a node below the root with siblings under it, so on two paths), where W' < 3 the tree
-  ``3`` at V = 4 (a third sibling, tested on what two refusals left), and ``WIDE_TREES``, where each
-  kind of node's correction has three tokens: ``2`` and ``1,2`` at V = 5, the tree of a younger
-  sibling with a child at V = 4 (a path through a younger sibling into its children) and ``1,1,1``
-  at V = 4 (a level between two others). A tree named twice runs at the larger V. For a chain
+  ``3`` at V = 4 (a third sibling, tested on what two refusals left), and ``WIDE_TREES``, where a
+  root's and a node below the root's correction has three tokens: ``2`` at V = 5, the tree of a
+  younger sibling with a child at V = 4 (a path through a younger sibling into its children) and
+  ``1,1,1`` at V = 4 (a level between two others). A tree named twice runs at the larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 4, K = 1 (a correction
   from three tokens), V = 3, K = 3 (a middle draft) and V = 16, K = 1 (a correction from up to 15
   tokens: a cut to a few of them shows);
@@ -172,7 +172,7 @@ SLIPS = (
         "wide_correction",
         "a correction drawn from three or more tokens (a first, a middle and a last token of its law), at every node",
         _wide_tree_correction,
-        lambda w: "--tree 1,2 --vocab 5",
+        lambda w: "--tree 2 --vocab 5",
     ),
     Slip(
         "second_depth",
@@ -271,10 +271,11 @@ CHAIN_SIZES = ((3, 2), (4, 1), (3, 3), (TOP_K_VOCAB, 1))
 
 
 # The cheapest trees where each kind of node has a correction of three tokens or more once its children are
-# all refused (a cut to its two likeliest shows): a root of two children and a node below the root with two
-# at V = 5, a middle level's node and a younger sibling's child at V = 4 (the younger sibling alone with a
-# child: the tree 2,1 costs four times as much). The sizes that show the other classes leave two or fewer.
-WIDE_TREES = (("2", 5), ("1,2", 5), ("[[0],[1],[1,0]]", 4), ("1,1,1", 4))
+# all refused (a cut to its two likeliest shows): a root of two children at V = 5, a node below the root (a
+# middle level's, a younger sibling's child) at V = 4 (the younger sibling alone with a child: the tree 2,1
+# costs four times as much). The sizes that show the other classes leave two or fewer. A node below the root
+# with two children and three tokens left (1,2 at V = 5) doubles 1,2's cost: not added.
+WIDE_TREES = (("2", 5), ("[[0],[1],[1,0]]", 4), ("1,1,1", 4))
 
 
 def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) -> list[Case]:
