@@ -83,21 +83,9 @@ ALONE = "exact when a round's cells come in one batch, not when each comes alone
 def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
     """Each case's first table again, every cell in a call of its own (B = 1, as a request decoding
     alone meets the sampler): a sampler's answer for a row must not depend on the rows beside it, and
-    the batched checks never call it with one row. Each cell at its centre only, with the cell's whole
-    mass (what a cell's ends test, the batched check has). -> None where each joint is exact, else
-    ((case, table), finding, why) at the first that is not."""
-    for case in cases:
-        table = case.tables[0]
-        every = round_calls(table, table.prompt, case.vocab, case.k, tokens, False, rule)
-        calls = [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]  # PROBES[0]: the centre
-        try:
-            results = one_at_a_time(sampler, calls)
-        except SamplerFailed as err:
-            return (case, table), err.finding, f"{err}, called with one row"
-        joint, _ = joint_of(calls, results, table, table.prompt, case.k)
-        if not verdict(joint, table, case.k)[0]:
-            return (case, table), "not_exact_alone", ALONE
-    return None
+    the batched checks never call it with one row (``_first_tables``)."""
+    answer = lambda calls: one_at_a_time(sampler, calls)  # noqa: E731
+    return _first_tables(cases, tokens, rule, answer, ("not_exact_alone", ALONE, "called with one row"))
 
 
 PAD = 1  # drafts past a row's k in ``check_padded``'s batch
@@ -108,22 +96,33 @@ PADDED = (
 
 
 def check_padded(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
-    """Each case's first table again, every cell at its centre, in a batch whose rows are PAD drafts
-    longer than the round's, ``k_lens`` still k (``call_tensors``): a request meets that beside one with
-    more drafts, and the batched checks never pad. A sampler must read a row's own k drafts, k uniforms
-    and k + 1 target rows only (a bonus from the batch's last target row, say, is drawn from another
-    law). -> None where each joint is exact, else ((case, table), finding, why) at the first that is not."""
+    """Each case's first table again in a batch whose rows are PAD drafts longer than the round's,
+    ``k_lens`` still k (``call_tensors``): a request meets that beside one with more drafts, and the
+    batched checks never pad. A sampler must read a row's own k drafts, k uniforms and k + 1 target rows
+    only (a bonus from the batch's last target row, say, is drawn from another law; ``_first_tables``)."""
+    answer = lambda calls: call_batch(sampler, calls, pad=PAD)[0]  # noqa: E731
+    return _first_tables(
+        cases, tokens, rule, answer, ("not_exact_padded", PADDED, "called with its rows padded past k")
+    )
+
+
+def _first_tables(cases: list, tokens: bool, rule: str, answer, failed: tuple[str, str, str]):
+    """Each case's first table, every cell at its centre with the cell's whole mass (what a cell's ends
+    test, the batched check has), the sampler's answers from ``answer(calls)`` -> None where each joint
+    is exact, else ((case, table), finding, why) at the first that is not; ``failed``: (the finding, why,
+    how it was called: said where it raised)."""
+    finding, why, called = failed
     for case in cases:
         table = case.tables[0]
         every = round_calls(table, table.prompt, case.vocab, case.k, tokens, False, rule)
         calls = [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]  # PROBES[0]: the centre
         try:
-            results, _ = call_batch(sampler, calls, pad=PAD)
+            results = answer(calls)
         except SamplerFailed as err:
-            return (case, table), err.finding, f"{err}, called with its rows padded past k"
+            return (case, table), err.finding, f"{err}, {called}"
         joint, _ = joint_of(calls, results, table, table.prompt, case.k)
         if not verdict(joint, table, case.k)[0]:
-            return (case, table), "not_exact_padded", PADDED
+            return (case, table), finding, why
     return None
 
 
