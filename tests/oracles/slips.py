@@ -77,7 +77,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 "correction_top_two_under_a_younger_sibling": younger,
             }
             if cut_here.get(slip or "") and last is not None:
-                left = _top_two(left)
+                left = _top(left)
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -85,7 +85,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             return path, u.draw(left)
 
 
-def _top_two(law: list, keep: int = 2) -> list:
+def _top(law: list, keep: int = 2) -> list:
     """``law`` with all but its ``keep`` largest weights (the lower index first on ties) set to 0."""
     kept = sorted(range(len(law)), key=lambda x: (-law[x], x))[:keep]
     return [w if x in kept else 0 * w for x, w in enumerate(law)]
@@ -155,8 +155,8 @@ TREE_SLIPS = {
     "(that node's row for the bonus, its children for the next test)",
 }
 # Each shows, drawn without replacement or ranked, only where such a node's children, all refused, leave
-# three tokens of mass (V = W' + 3 under `W'` and `1,W'`, V = 4 under `1,1,1` and `2,1`); i.i.d. children,
-# which may repeat a token and leave more, showed some of them before.
+# three tokens of mass (specd.oracles.samplers.coverage.WIDE_TREES: `2` at V = 5, a younger sibling's child
+# and `1,1,1` at V = 4); i.i.d. children, which may repeat a token and leave more, showed some of them before.
 TREE_CUT_SLIPS = {
     "correction_top_two_below_the_root": "below the root, the correction drawn from the two likeliest tokens left",
     "correction_top_two_at_a_wide_node": "after two children or more are refused, the correction drawn from the two "
@@ -214,9 +214,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
             if slip == "correction_top_two":
-                law = _top_two(law)
+                law = _top(law)
             if slip == "correction_top_five":
-                law = _top_two(law, 5)
+                law = _top(law, 5)
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
                 law = _exact(rows_p[n])
         elif slip == "bonus_wrong_row" and k:

@@ -284,8 +284,10 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     if exact_size:
         return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
     wide = _wide(w)
-    vocab_of = {f"{wide}": wide + 2, f"1,{wide}": wide + 2}  # tree -> V: the smallest sizes of the classes, and
-    for spec, vocab in WIDE_TREES + ((("3", 4),) if wide < 3 else ()):  # a third sibling: from W' = 3 at V = W' + 2
+    # tree -> V: the smallest sizes of the classes, WIDE_TREES, and where W' < 3 the tree 3 at V = 4 (a third
+    # sibling; from W' = 3, `W'` at V = W' + 2 has one); a tree named twice at the larger V
+    vocab_of = {f"{wide}": wide + 2, f"1,{wide}": wide + 2}
+    for spec, vocab in WIDE_TREES + ((("3", 4),) if wide < 3 else ()):
         vocab_of[spec] = max(vocab_of.get(spec, 0), vocab)
     smallest = [(vocab, spec) for spec, vocab in vocab_of.items()]
     named = Case(cfg.vocab, shape.depth, shape, (seeded(cfg, cfg.vocab, shape.depth, cfg.seed),), True)

@@ -62,9 +62,9 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
                 check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
                 return check, (case, table)
     alone = check_alone(sampler, [c for c, done in zip(cases, alone_already) if not done], tokens, rule)
-    padded = alone or check_padded(sampler, cases, tokens, rule)
-    if padded is not None:
-        (case, table), finding, why = padded
+    failed = alone or check_padded(sampler, cases, tokens, rule)
+    if failed is not None:
+        (case, table), finding, why = failed
         check.passed, check.findings = False, [finding]
         where = {"batch": 1} if alone else {"padded_by": PAD}
         check.figures["not_exact_at"] = {"case": case.label, "table": table.name, **where}
