@@ -75,6 +75,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 "correction_top_two_below_the_root": at >= 0,
                 "correction_top_two_at_a_wide_node": len(order) >= 2,
                 "correction_top_two_under_a_younger_sibling": younger,
+                "correction_top_two_at_a_wide_node_below_the_root": at >= 0 and len(order) >= 2,
             }
             if cut_here.get(slip or "") and last is not None:
                 left = _top(left)
@@ -156,13 +157,17 @@ TREE_SLIPS = {
 }
 # Each shows, drawn without replacement or ranked, only where such a node's children, all refused, leave
 # three tokens of mass (specd.oracles.samplers.coverage.WIDE_TREES: `2` at V = 5, a younger sibling's child
-# and `1,1,1` at V = 4); i.i.d. children, which may repeat a token and leave more, showed some of them before.
+# and `1,1,1` at V = 4; WIDE_BELOW_THE_ROOT: `1,2` at V = 5); i.i.d. children, which may repeat a token and
+# leave more, showed some of them before.
 TREE_CUT_SLIPS = {
     "correction_top_two_below_the_root": "below the root, the correction drawn from the two likeliest tokens left",
     "correction_top_two_at_a_wide_node": "after two children or more are refused, the correction drawn from the two "
     "likeliest tokens left",
     "correction_top_two_under_a_younger_sibling": "below a child kept after a refused sibling, the correction "
     "drawn from the two likeliest tokens left",
+    # shown by 1,2 at V = 5 alone
+    "correction_top_two_at_a_wide_node_below_the_root": "below the root, after two children or more are refused, "
+    "the correction drawn from the two likeliest tokens left",
 }
 for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS}.items():
     globals()[_name] = _slip(_name, _doc)

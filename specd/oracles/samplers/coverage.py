@@ -16,8 +16,9 @@ states where it is hidden, and a check covers the classes:
   depth, a node below the root with siblings under it, so on two paths), where W' < 3 the tree
   ``3`` at V = 4 (a third sibling, tested on what two refusals left), and ``WIDE_TREES``, where a
   root's and a node below the root's correction has three tokens: ``2`` at V = 5, the tree of a
-  younger sibling with a child at V = 4 (a path through a younger sibling into its children) and
-  ``1,1,1`` at V = 4 (a level between two others). A tree named twice runs at the larger V. For a chain
+  younger sibling with a child at V = 4 (a path through a younger sibling into its children),
+  ``1,1,1`` at V = 4 (a level between two others), and ``1,2`` at V = 5 on the seed's table alone (a node
+  below the root whose two children leave three). A tree named twice runs at the larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 4, K = 1 (a correction
   from three tokens), V = 3, K = 3 (a middle draft) and V = 16, K = 1 (a correction from up to 15
   tokens: a cut to a few of them shows);
@@ -273,9 +274,12 @@ CHAIN_SIZES = ((3, 2), (4, 1), (3, 3), (TOP_K_VOCAB, 1))
 # The cheapest trees where each kind of node has a correction of three tokens or more once its children are
 # all refused (a cut to its two likeliest shows): a root of two children at V = 5, a node below the root (a
 # middle level's, a younger sibling's child) at V = 4 (the younger sibling alone with a child: the tree 2,1
-# costs four times as much). The sizes that show the other classes leave two or fewer. A node below the root
-# with two children and three tokens left (1,2 at V = 5) doubles 1,2's cost: not added.
+# costs four times as much). The sizes that show the other classes leave two or fewer.
 WIDE_TREES = (("2", 5), ("[[0],[1],[1,0]]", 4), ("1,1,1", 4))
+# A node below the root with two children, both refused, leaving three tokens: the tree 1,2 at V = 5, on the
+# seed's table only (a correction cut at such a node shows on any table that leaves it three tokens of mass;
+# every table would double the check of a tree of width 2, and 1,W' at V = W' + 3 cost 20% more at W' = 3).
+WIDE_BELOW_THE_ROOT = (5, "1,2")
 
 
 def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) -> list[Case]:
@@ -298,6 +302,10 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
             out[0] = Case(vocab, small.depth, shape, tuple(tables(cfg, vocab, small.depth, widest(small))), True)
             continue
         out.append(Case(vocab, small.depth, small, tuple(tables(cfg, vocab, small.depth, widest(small)))))
+    vocab, spec = WIDE_BELOW_THE_ROOT  # on the seed's table alone (every table doubles 1,2's cost)
+    below = parse_tree(spec)
+    if (vocab, below.choices) != (cfg.vocab, shape.choices):
+        out.append(Case(vocab, below.depth, below, (seeded(cfg, vocab, below.depth, cfg.seed),)))
     return out
 
 
