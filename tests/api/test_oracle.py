@@ -73,6 +73,7 @@ def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size(
         "correction_draw",
         "second_draft",
         "wide_correction",
+        "later_wide_correction",
         "middle_draft",
         "top_k_correction",
     ]

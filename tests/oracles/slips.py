@@ -218,7 +218,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(law, row_q)]
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
-            if slip == "correction_top_two":
+            if slip == "correction_top_two" or slip == "correction_top_two_after_an_accepted_draft" and n >= 1:
+                law = _top(law)
+            if slip == "correction_top_two_after_two_accepted_drafts" and n >= 2:
                 law = _top(law)
             if slip == "correction_top_five":
                 law = _top(law, 5)
@@ -261,6 +263,11 @@ CHAIN_SLIPS = {
     "bonus_wrong_row": "the bonus drawn from the last draft's row instead of the row after it",
     # shows only at V >= 4: at V = 3 a refused draft leaves at most two tokens of mass
     "correction_top_two": "the correction drawn from the two likeliest tokens of the residual",
+    # each shows only where a refusal after one (two) accepted drafts leaves three tokens: V >= 4, K >= 2 (3)
+    "correction_top_two_after_an_accepted_draft": "after an accepted draft, the correction drawn from the two "
+    "likeliest tokens of the residual (the first draft's exactly)",
+    "correction_top_two_after_two_accepted_drafts": "after two accepted drafts, the correction drawn from the two "
+    "likeliest tokens of the residual",
     # shows only where a refusal leaves six tokens of mass or more (V = 16 here; exact at V <= 6)
     "correction_top_five": "the correction drawn from the five likeliest tokens of the residual",
     # shows only where a draft row is a point mass (a greedy or lookup draft; the table draft_point_mass)

@@ -188,17 +188,19 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 5
-    hidden = "correction_draw, second_draft, wide_correction, middle_draft, top_k_correction"
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 6
+    hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
 @pytest.mark.parametrize(
     "name, vocab, k, covered, hidden",
     [
-        ("correction_top_two", 3, 2, "V = 4, K = 1", "wide_correction"),  # V = 3: two tokens of residual at most
+        ("correction_top_two", 3, 2, "V = 4, K = 2", "wide_correction"),  # V = 3: two tokens of residual at most
         ("middle_draft_previous_q", 4, 2, "V = 3, K = 3", "middle_draft"),  # K = 2: no draft between two others
         ("correction_top_five", 4, 2, "V = 16, K = 1", "top_k_correction"),  # V <= 6: five tokens of residual
+        # a cut at a later position only: V = 3 leaves two tokens, K = 1 has no later position
+        ("correction_top_two_after_an_accepted_draft", 4, 1, "V = 4, K = 2", "later_wide_correction"),
     ],
 )
 def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_size(name, vocab, k, covered, hidden):
@@ -210,6 +212,19 @@ def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_
     assert chain_check(slip, vocab, k, exact_size=True).passed
     cases = chain_cases(OracleConfig(vocab=vocab, k=k), exact_size=True)
     assert hidden in [s["slip"] for s in slips_covered(cases, 1) if not s["shown"]]
+
+
+@pytest.mark.parametrize(
+    "name", ["correction_top_two_after_an_accepted_draft", "correction_top_two_after_two_accepted_drafts"]
+)
+@pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1), (3, 2)])
+def test_a_correction_cut_at_a_later_position_only_fails(name, vocab, k):
+    """A correction cut to its two likeliest tokens after one (or two) accepted drafts only passed the
+    default size, --vocab 2 --k 1 and --vocab 3 --k 2: the size of three tokens left was K = 1 (V = 4),
+    which has no later position. V = 4 at K = 2 (on the seed's table at K = 3) leaves three there."""
+    check = chain_check(getattr(slips, f"chain_{name}"), vocab, k)
+    at = "V = 4, K = 2" if name.endswith("an_accepted_draft") else "V = 4, K = 3"
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == at
 
 
 @pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])
@@ -254,8 +269,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 37 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 37
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 38 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 38
 
 
 # -- the tables -----------------------------------------------------------------------------------

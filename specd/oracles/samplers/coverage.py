@@ -19,9 +19,10 @@ states where it is hidden, and a check covers the classes:
   younger sibling with a child at V = 4 (a path through a younger sibling into its children),
   ``1,1,1`` at V = 4 (a level between two others), and ``1,2`` at V = 5 on the seed's table alone (a node
   below the root whose two children leave three). A tree named twice runs at the larger V. For a chain
-  (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 4, K = 1 (a correction
-  from three tokens), V = 3, K = 3 (a middle draft) and V = 16, K = 1 (a correction from up to 15
-  tokens: a cut to a few of them shows);
+  (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
+  draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
+  draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
+  K = 3 on the seed's table alone (three tokens after two accepted drafts);
 - with ``exact_size``, the named size only, over every table: a class that size cannot show is
   reported not applicable, with the reason and the size that would show it (never as passed).
 """
@@ -224,6 +225,12 @@ def _wide_correction(vocab: int, k) -> str | None:
 TOP_K_VOCAB = 16  # a refused draft there leaves up to 15 tokens of mass: a cut to a few of them shows
 
 
+def _later_wide_correction(vocab: int, k) -> str | None:
+    if k < 2:
+        return "a round of one draft has no correction after an accepted draft"
+    return _wide_correction(vocab, k)
+
+
 def _top_k_correction(vocab: int, k) -> str | None:
     if vocab < TOP_K_VOCAB:
         return (
@@ -254,6 +261,12 @@ CHAIN_SLIPS = (
         lambda w: "--vocab 4",
     ),
     Slip(
+        "later_wide_correction",
+        "a correction after an accepted draft drawn from three or more tokens (a path of its own past the first)",
+        _later_wide_correction,
+        lambda w: "--vocab 4 --k 2",
+    ),
+    Slip(
         "middle_draft",
         "a draft between two others: tested after an acceptance, refused with a draft left untested",
         _middle_draft,
@@ -267,8 +280,12 @@ CHAIN_SLIPS = (
     ),
 )
 # The sizes a chain sampler is checked at beside the named one, (V, K), each the smallest that shows
-# its classes: correction_draw and second_draft; wide_correction; middle_draft; top_k_correction.
-CHAIN_SIZES = ((3, 2), (4, 1), (3, 3), (TOP_K_VOCAB, 1))
+# its classes: correction_draw and second_draft; middle_draft; wide_correction and later_wide_correction
+# (a cut past the first draft only passed V = 4, K = 1); top_k_correction (at K = 2, V = 16 costs five to
+# ten times the whole check). CHAIN_SEED_SIZES: V = 4, K = 3, where a correction after two accepted drafts
+# has three tokens (a cut at the third position only passed V = 4, K = 2).
+CHAIN_SIZES = ((3, 2), (3, 3), (4, 2), (TOP_K_VOCAB, 1))
+CHAIN_SEED_SIZES = ((4, 3),)  # on the seed's table alone: every table costs the check a third more
 
 
 # The cheapest trees where each kind of node has a correction of three tokens or more once its children are
@@ -319,6 +336,9 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
             out[0] = Case(vocab, k, None, tuple(tables(cfg, vocab, k, 1)), True)
             continue
         out.append(Case(vocab, k, None, tuple(tables(cfg, vocab, k, 1))))
+    for vocab, k in CHAIN_SEED_SIZES:
+        if (vocab, k) != (cfg.vocab, cfg.k):
+            out.append(Case(vocab, k, None, (seeded(cfg, vocab, k, cfg.seed),)))
     return out
 
 
