@@ -256,6 +256,102 @@ def chain_fast_path_alone(p, q, drafts, k_lens, accept_u, terminal_u):
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
 
 
+def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: rows sorted by k, longest first (as engines group rows of one length), decided, and put back
+    with the sort's order instead of its inverse: right wherever that order is its own inverse (every row
+    of one k, or k = 2, 0, 1)."""
+    order = torch.argsort(k_lens, descending=True, stable=True)
+    accepted, terminal = _chain(p[order], q[order], drafts[order], k_lens[order], accept_u[order], terminal_u[order])
+    return accepted[order], terminal[order]
+
+
+class chain_bonus_rows_kept_per_shape:  # noqa: N801 - a sampler class, built with no arguments
+    """A slip: each row's bonus row (its k) read once per batch shape, on that shape's first call, and kept
+    (as a captured graph keeps its inputs' indices): right wherever a shape comes with one k_lens."""
+
+    def __init__(self):
+        self.seen: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u):
+        kept = self.seen.setdefault(tuple(drafts.shape), k_lens.clone())
+        accepted, terminal = _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+        for b in range(len(k_lens)):
+            if accepted[b] == k_lens[b]:  # a bonus: drawn from the kept row
+                law = _exact(p[b, int(kept[b])].tolist())
+                terminal[b] = _draw(law, terminal_u[b].item()) if sum(law) > 0 else terminal[b]
+        return accepted, terminal
+
+
+def chain_terminal_uniforms_of_the_drafted_rows(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: the rows with drafts packed first, each reading the terminal uniform of its place among them
+    (as packed rows index a packed array), the rows without drafts their own: right wherever every row has
+    drafts, or none."""
+    drafted = [b for b in range(len(k_lens)) if k_lens[b] > 0]
+    read = terminal_u.clone()
+    for place, b in enumerate(drafted):
+        read[b] = terminal_u[place]
+    return _chain(p, q, drafts, k_lens, accept_u, read)
+
+
+def _edge_slip(p, q, drafts, k_lens, accept_u, terminal_u, slip: str):
+    """The token-wise rule in float64 tensors with one edge slip (``slip``), a row at a time."""
+    accepted, terminal = [], []
+    for b in range(len(k_lens)):
+        n, k = 0, int(k_lens[b])
+        while n < k:
+            d = int(drafts[b, n])
+            pd, qd = p[b, n, d].double(), q[b, n, d].double()
+            if slip == "float32_sure_accept" and pd.float() >= qd.float():
+                n += 1
+                continue
+            u = accept_u[b, n].item()
+            kept = (
+                u <= (pd / qd).item() and pd > 0
+                if slip == "accepts_at_the_ratio"
+                else Fraction(u) * Fraction(qd.item()) < Fraction(pd.item())
+            )
+            if not kept:
+                break
+            n += 1
+        row = p[b, n].double() if n == k else (p[b, n].double() - q[b, n].double()).clamp_min(0)
+        if slip == "drops_tiny_mass" and n < k:
+            row = torch.where(row > 1e-9, row, torch.zeros_like(row))
+        cdf = (row / row.sum()).cumsum(0)
+        u = terminal_u[b].double()
+        if slip == "counts_the_cdf":
+            token = min(int((cdf <= u).sum()), len(cdf) - 1)
+        else:
+            token = int(torch.searchsorted(cdf, u.reshape(1), right=True).clamp_max(len(cdf) - 1))
+        accepted.append(n)
+        terminal.append(token)
+    return torch.tensor(accepted), torch.tensor(terminal)
+
+
+# Each shows only where a uniform meets a float's edge (specd.oracles.samplers.checks.EDGE_ROWS and
+# EDGE_ROWS_FLOAT64): about one draw in 2^29 to 2^53 of a round
+EDGE_SLIPS = {
+    "accepts_at_the_ratio": "a draft kept at U <= p/q (p(d) = 0 refused), decided in float64",
+    "counts_the_cdf": "the terminal token the count of the normalized float64 row's running sums at or below U",
+    "float32_sure_accept": "a draft kept untested where p(d) >= q(d) in float32",
+    "drops_tiny_mass": "a correction with the residual's weights of 1e-9 or less dropped",
+    "searchsorted_right": "the terminal token by searchsorted(right=True) over the normalized float64 row's "
+    "running sums",
+}
+
+
+def _edge(name: str, doc: str):
+    def sampler(p, q, drafts, k_lens, accept_u, terminal_u):
+        return _edge_slip(p, q, drafts, k_lens, accept_u, terminal_u, name)
+
+    sampler.__name__ = sampler.__qualname__ = "edge_" + name
+    sampler.__doc__ = doc
+    return sampler
+
+
+for _name, _doc in EDGE_SLIPS.items():
+    globals()["edge_" + _name] = _edge(_name, _doc)
+
+
 CHAIN_SLIPS = {
     "correction_at_acceptance_uniform": "the correction drawn at the refused draft's acceptance uniform",
     "test_against_previous_row": "each draft after the first tested against the row before its own",

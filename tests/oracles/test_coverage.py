@@ -10,7 +10,7 @@ import pytest
 from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
-from specd.oracles.samplers.checks import Call, call_tensors, returns_tokens
+from specd.oracles.samplers.checks import Call, call_tensors, mixed_tensors, returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
@@ -440,3 +440,50 @@ def test_a_sampler_that_raises_once_and_never_again_fails_in_one_line():
     sampler, _ = flaky(calls["n"] - padded_calls["n"])  # its last call on a covered table, in a batch
     check = check_exact_cases(sampler, cases, True)[0]
     assert check.passed is False and check.findings == ["raised"] and "on none of them alone" in check.detail
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "chain_rows_put_back_with_the_sorts_order",
+        "chain_bonus_rows_kept_per_shape",
+        "chain_terminal_uniforms_of_the_drafted_rows",
+    ],
+)
+def test_a_chain_sampler_wrong_only_beside_rows_of_other_k_fails(name):
+    """Written apart against the protocol, each passed every check (every batch had one K, or K = 2, 0, 1,
+    whose sort by K is its own inverse; no shape came twice with other k_lens; no batch had rows with
+    and without drafts but batch_rows, whose uniforms hid it): rows of K = 0, 2 and 3 dealt in turn,
+    and again reversed, show each."""
+    check = chain_check(getattr(slips, name), 2, 3)
+    assert check.passed is False and check.findings == ["not_exact_mixed_k"]
+    assert check.figures["not_exact_at"]["mixed_k"] is True
+
+
+def test_rows_of_different_k_are_padded_as_the_protocol_says():
+    p2 = [[0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]
+    two = Call(p2, [[0.2, 0.5, 0.3], [0.3, 0.3, 0.4]], (1, 2), (0.9, 0.1), 0.25, 1.0, 0, 2, [0.5, 0, 0.5])
+    zero = Call(p2[:1], [], (), (), 0.75, 1.0, 0, 0, [0.5, 0.3, 0.2])
+    p, q, drafts, k_lens, accept_u, terminal_u = mixed_tensors([zero, two])
+    assert k_lens.tolist() == [0, 2] and drafts.tolist() == [[-1, -1], [1, 2]] and terminal_u.tolist() == [0.75, 0.25]
+    assert p.tolist()[0] == [[0.5, 0.3, 0.2], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]] and p.tolist()[1] == p2
+    assert q.tolist()[0] == [[0.0] * 3] * 2 and accept_u.tolist() == [[0.0, 0.0], [0.9, 0.1]]
+
+
+@pytest.mark.parametrize("name", list(slips.EDGE_SLIPS))
+def test_a_chain_sampler_wrong_at_a_floats_edge_fails_dtype_edges(name):
+    """Written apart against the protocol, each passed every check: the edge rows had no ratio a uniform
+    can equal, no normalized residual short of 1, no tie closer than float32 tells, no weight of 1e-9.
+    The rows added for them show each (and a correct float64 sampler still passes)."""
+    report = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), getattr(slips, f"edge_{name}"))
+    edges = next(c for c in report["checks"] if c["name"] == "dtype_edges")
+    assert not report["passed"] and edges["passed"] is False
+
+
+def test_a_tree_sampler_at_a_low_temperature_gets_a_verdict_not_an_internal_error(capsys):
+    """At --target-temperature 0.05 a draft row on the near-ties table is nearly a point mass: 1 minus a
+    refused child's mass rounded to 0 while tokens of mass remained, and drawing the next child divided
+    by it (an internal error, exit 1, for specd's own sampler). What is left is summed over the tokens left."""
+    args = ["verify-oracle", "--sampler", "specd", "--tree", "2,2", "--vocab", "3", "--exact-size"]
+    code, out, err = run_cli([*args, "--target-temperature", "0.05"], capsys)
+    assert code == 0 and "PASSED" in out and not err.strip()

@@ -58,13 +58,14 @@ class Call:
 
 
 def call_batch(
-    sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0
+    sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0, mixed: bool = False
 ) -> tuple[list[SamplerResult], bool]:
-    """Every call in one batch (calls share K), rows in ``dtype``, each ``pad`` drafts longer than its k
-    (``call_tensors``); if the sampler refuses a batch, one call each. -> (a result per call, whether
-    the batch was refused)."""
+    """Every call in one batch (calls share K; ``mixed``: they need not, ``mixed_tensors``), rows in ``dtype``,
+    each ``pad`` drafts longer than its k (``call_tensors``); if the sampler refuses a batch, one call each.
+    -> (a result per call, whether the batch was refused)."""
     try:
-        return _split(sampler(*call_tensors(calls, dtype, pad)), len(calls)), False
+        tensors = mixed_tensors(calls, dtype) if mixed else call_tensors(calls, dtype, pad)
+        return _split(sampler(*tensors), len(calls)), False
     except SamplerFailed:  # a sampler that cannot batch is called row by row
         if len(calls) == 1:
             raise
@@ -97,6 +98,29 @@ def call_tensors(calls: list[Call], dtype: torch.dtype = torch.float64, pad: int
         q = torch.cat([q, torch.zeros(b, pad, vocab, dtype=dtype)], 1)
         drafts = torch.cat([drafts, torch.full((b, pad), -1, dtype=torch.int64)], 1)
         accept_u = torch.cat([accept_u, torch.zeros(b, pad, dtype=torch.float64)], 1)
+    return p, q, drafts, k_lens, accept_u, terminal_u
+
+
+def mixed_tensors(calls: list[Call], dtype: torch.dtype = torch.float64):
+    """The protocol's six tensors for ``calls`` of different k, in the order given: each row padded
+    to the largest k as ``call_tensors`` pads (drafts -1, q zeros, acceptance uniforms 0, target rows
+    past p_{k+1} a point mass), ``k_lens`` each row's own k."""
+    width = max(len(c.drafts) for c in calls)
+    by_k: dict[int, list[int]] = {}
+    for i, c in enumerate(calls):
+        by_k.setdefault(len(c.drafts), []).append(i)
+    b, vocab = len(calls), len(calls[0].p[0])
+    p = torch.empty(b, width + 1, vocab, dtype=dtype)
+    q = torch.empty(b, width, vocab, dtype=dtype)
+    drafts = torch.empty(b, width, dtype=torch.int64)
+    k_lens = torch.empty(b, dtype=torch.int64)
+    accept_u = torch.empty(b, width, dtype=torch.float64)
+    terminal_u = torch.empty(b, dtype=torch.float64)
+    for k, rows in by_k.items():
+        at = torch.tensor(rows)
+        p[at], q[at], drafts[at], k_lens[at], accept_u[at], terminal_u[at] = call_tensors(
+            [calls[i] for i in rows], dtype, width - k
+        )
     return p, q, drafts, k_lens, accept_u, terminal_u
 
 
@@ -292,11 +316,25 @@ def _dyadic(*weights: int) -> list[float]:
     return [w / 256 for w in weights]
 
 
-# (p_1, p_2, q_1, draft): an ordinary ratio 13/51, a sure accept (p(d) = q(d)), a ratio above 1
+# (p_1, p_2, q_1, draft): an ordinary ratio 13/51, a sure accept (p(d) = q(d)), a ratio above 1, a ratio
+# that a uniform can equal (1/2: ``U <= p/q`` accepts there), and a residual (20, 24, 40)/84 whose float64
+# weights, normalized, add up to 1 - 2^-53 with two tokens of no mass after it (an inverse CDF over the
+# normalized row runs past its end at the largest uniform and lands on a token of no mass)
 EDGE_ROWS = (
     (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(102, 90, 38, 26, 0), 0),
     (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(51, 179, 13, 13, 0), 1),
     (_dyadic(26, 179, 50, 1, 0), _dyadic(1, 1, 254, 0, 0), _dyadic(100, 100, 38, 18, 0), 2),
+    (_dyadic(64, 120, 50, 22, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(128, 60, 40, 28, 0), 0),
+    (_dyadic(20, 24, 40, 172, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(0, 0, 0, 196, 60), 3),
+)
+
+
+# Rows exact in float64 only: a draft a hair more likely under q than p (ratio 1 - 2^-29: a test decided
+# in float32, where the two are equal, keeps it always), and a residual with a token of 2^-40 of mass
+# (a correction that drops weights below a threshold never draws it)
+EDGE_ROWS_FLOAT64 = (
+    ([0.5 - 2**-30, 0.25 + 2**-30, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(128, 64, 64, 0, 0), 0),
+    ([0.25 + 2**-40, 0.5, 0.25 - 2**-40, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(64, 64, 128, 0, 0), 2),
 )
 
 
@@ -321,7 +359,7 @@ def edge_cases(tokens: bool) -> list[tuple[str, torch.dtype, Call]]:
     cases = []
     for dtype in EDGE_DTYPES:
         name = str(dtype).removeprefix("torch.")
-        for p1, p2, q1, d in EDGE_ROWS:
+        for p1, p2, q1, d in EDGE_ROWS + (EDGE_ROWS_FLOAT64 if dtype is torch.float64 else ()):
             ratio = min(Fraction(1), Fraction(p1[d]) / Fraction(q1[d]))
             residual = [max(Fraction(0), Fraction(a) - Fraction(b)) for a, b in zip(p1, q1)]
             # every acceptance edge with a middling terminal uniform, then every terminal edge in both

@@ -62,17 +62,18 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
                 check.detail = f"not exact at {case.label} on the table {table.name}: " + check.detail
                 return check, (case, table)
     alone = check_alone(sampler, [c for c, done in zip(cases, alone_already) if not done], tokens, rule)
-    failed = alone or check_padded(sampler, cases, tokens, rule)
+    padded = None if alone else check_padded(sampler, cases, tokens, rule)
+    failed = alone or padded or check_mixed(sampler, cases, tokens, rule)
     if failed is not None:
         (case, table), finding, why = failed
         check.passed, check.findings = False, [finding]
-        where = {"batch": 1} if alone else {"padded_by": PAD}
+        where = {"batch": 1} if alone else {"padded_by": PAD} if padded else {"mixed_k": True}
         check.figures["not_exact_at"] = {"case": case.label, "table": table.name, **where}
         check.detail = f"{why} (at {case.label}, on the table {table.name}): " + check.detail
         return check, (case, table)
     check.detail += (
-        f", on {check.figures['tables']} tables, and each case's first table a row at a time and with its rows"
-        " padded past k"
+        f", on {check.figures['tables']} tables, and each case's first table a row at a time, with its rows"
+        " padded past k, and beside rows of other K"
     )
     return check, None
 
@@ -104,6 +105,61 @@ def check_padded(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str
     return _first_tables(
         cases, tokens, rule, answer, ("not_exact_padded", PADDED, "called with its rows padded past k")
     )
+
+
+MIXED = (
+    "exact when every row of a batch has one K, not when rows of different K share a batch: in an order"
+    " that sorting by K does not undo by itself, and again reversed (another call of that shape)"
+)
+
+
+def check_mixed(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
+    """The first tables of the vocabulary whose cases have the most different K, and a round of K = 0 (the
+    bonus alone) on its first, every cell at its centre, in one batch: the rows dealt in turn from each K
+    (so K changes from row to row, and the order sorting by K gives is not its own inverse), each padded
+    to the largest K (``mixed_tensors``) with its own ``k_lens``; then the same rows reversed, a call of the
+    same shape with other ``k_lens``. A sampler must answer each row from its own k, its own uniforms and
+    its own rows only: one that puts sorted rows back with the sort's order instead of its inverse, keeps
+    what it read of a shape's first call, or hands the terminal uniforms out among the rows with drafts
+    only, answers some row from another's. Each K's joint is judged as ``_first_tables`` judges it. A
+    sampler that raises on the batch is asked again without the K = 0 rows (``k_zero_row`` reports
+    those); -> None where every joint is exact, else ((case, table), finding, why)."""
+    if rule != "maximal":
+        return None
+    ks: dict[int, set[int]] = {}
+    for case in cases:
+        ks.setdefault(case.vocab, set()).add(case.k)
+    vocab = min(ks, key=lambda v: (-len(ks[v]), v))
+    group = [c for c in cases if c.vocab == vocab]
+    rounds = [(case, case.tables[0], case.k) for case in group] + [(group[0], group[0].tables[0], 0)]
+    calls = []
+    for _, table, k in rounds:
+        every = round_calls(table, table.prompt, vocab, k, tokens, False, rule)
+        calls.append([replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]])
+    try:
+        return _mixed(sampler, rounds, calls)
+    except SamplerFailed:
+        pass
+    try:
+        return _mixed(sampler, rounds[:-1], calls[:-1]) if len({k for *_, k in rounds[:-1]}) > 1 else None
+    except SamplerFailed as err:
+        case, table, _ = rounds[0]
+        return (case, table), err.finding, f"{err}, called with rows of different K in one batch"
+
+
+def _mixed(sampler: SamplerUnderTest, rounds: list, calls: list[list[Call]]):
+    """``check_mixed``'s two calls over ``rounds`` ((case, table, K)) and their cells ``calls``."""
+    order = [(r, i) for i in range(max(len(cs) for cs in calls)) for r, cs in enumerate(calls) if i < len(cs)]
+    for dealt in (order, order[::-1]):
+        answers = call_batch(sampler, [calls[r][i] for r, i in dealt], mixed=True)[0]
+        results: list[list] = [[None] * len(cs) for cs in calls]
+        for (r, i), answer in zip(dealt, answers):
+            results[r][i] = answer
+        for (case, table, k), cs, rs in zip(rounds, calls, results):
+            joint, _ = joint_of(cs, rs, table, table.prompt, k)
+            if not verdict(joint, table, k)[0]:
+                return (case, table), "not_exact_mixed_k", MIXED
+    return None
 
 
 def _first_tables(cases: list, tokens: bool, rule: str, answer, failed: tuple[str, str, str]):

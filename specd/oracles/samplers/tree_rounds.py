@@ -134,8 +134,11 @@ def _options(q: list[float], earlier: list[int], drawing: str, rank: int) -> lis
         return [(order[rank], 1.0)]
     if drawing == "iid":
         return [(t, x) for t, x in enumerate(q) if x > 0]
-    left = 1.0 - sum(q[t] for t in earlier)
-    return [(t, x / left) for t, x in enumerate(q) if x > 0 and t not in earlier]
+    # what is left, summed over the tokens left (1 - the refused mass rounds to 0 where q is near a point
+    # mass, as at a low temperature, while tokens of mass remain)
+    rest = [(t, x) for t, x in enumerate(q) if x > 0 and t not in earlier]
+    left = sum(x for _, x in rest)
+    return [(t, x / left) for t, x in rest]
 
 
 def _round(tree: DraftTree, p_of: Rows, q_of: Rows, prompt, mass: float, drawing: str) -> TreeRound:
