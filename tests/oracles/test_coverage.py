@@ -12,7 +12,7 @@ from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers.checks import Call, call_tensors, mixed_tensors, returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
-from specd.oracles.samplers.covered import check_exact_cases, check_padded
+from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
@@ -435,9 +435,9 @@ def test_a_sampler_that_raises_once_and_never_again_fails_in_one_line():
     cases = chain_cases(OracleConfig(vocab=2, k=3))
     sampler, calls = flaky(None)
     assert check_exact_cases(sampler, cases, True)[0].passed
-    padded, padded_calls = flaky(None)
-    assert check_padded(padded, cases, True) is None  # the calls after the covered tables'
-    sampler, _ = flaky(calls["n"] - padded_calls["n"])  # its last call on a covered table, in a batch
+    after, after_calls = flaky(None)  # the calls after the covered tables'
+    assert check_padded(after, cases, True) is None and check_mixed(after, cases, True) is None
+    sampler, _ = flaky(calls["n"] - after_calls["n"])  # its last call on a covered table, in a batch
     check = check_exact_cases(sampler, cases, True)[0]
     assert check.passed is False and check.findings == ["raised"] and "on none of them alone" in check.detail
 

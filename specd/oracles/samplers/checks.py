@@ -109,19 +109,13 @@ def mixed_tensors(calls: list[Call], dtype: torch.dtype = torch.float64):
     by_k: dict[int, list[int]] = {}
     for i, c in enumerate(calls):
         by_k.setdefault(len(c.drafts), []).append(i)
-    b, vocab = len(calls), len(calls[0].p[0])
-    p = torch.empty(b, width + 1, vocab, dtype=dtype)
-    q = torch.empty(b, width, vocab, dtype=dtype)
-    drafts = torch.empty(b, width, dtype=torch.int64)
-    k_lens = torch.empty(b, dtype=torch.int64)
-    accept_u = torch.empty(b, width, dtype=torch.float64)
-    terminal_u = torch.empty(b, dtype=torch.float64)
-    for k, rows in by_k.items():
-        at = torch.tensor(rows)
-        p[at], q[at], drafts[at], k_lens[at], accept_u[at], terminal_u[at] = call_tensors(
-            [calls[i] for i in rows], dtype, width - k
-        )
-    return p, q, drafts, k_lens, accept_u, terminal_u
+    out: list[torch.Tensor] = []
+    for k, rows in by_k.items():  # each K's rows padded to the width, then put in their places
+        parts = call_tensors([calls[i] for i in rows], dtype, width - k)
+        out = out or [torch.empty((len(calls), *t.shape[1:]), dtype=t.dtype) for t in parts]
+        for whole, part in zip(out, parts):
+            whole[torch.tensor(rows)] = part
+    return tuple(out)
 
 
 def _split(result: SamplerResult, n: int) -> list[SamplerResult]:
@@ -317,9 +311,8 @@ def _dyadic(*weights: int) -> list[float]:
 
 
 # (p_1, p_2, q_1, draft): an ordinary ratio 13/51, a sure accept (p(d) = q(d)), a ratio above 1, a ratio
-# that a uniform can equal (1/2: ``U <= p/q`` accepts there), and a residual (20, 24, 40)/84 whose float64
-# weights, normalized, add up to 1 - 2^-53 with two tokens of no mass after it (an inverse CDF over the
-# normalized row runs past its end at the largest uniform and lands on a token of no mass)
+# a uniform can equal (1/2: ``U <= p/q`` keeps it), a residual (20, 24, 40)/84 whose normalized float64
+# weights add up to 1 - 2^-53 before two tokens of no mass (an inverse CDF there runs past its end)
 EDGE_ROWS = (
     (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(102, 90, 38, 26, 0), 0),
     (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(51, 179, 13, 13, 0), 1),
