@@ -10,7 +10,7 @@ import pytest
 from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
-from specd.oracles.samplers.checks import Call, call_tensors, mixed_tensors, returns_tokens
+from specd.oracles.samplers.checks import Call, call_tensors, check_dtype_edges, mixed_tensors, returns_tokens
 from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
@@ -475,15 +475,14 @@ def test_a_chain_sampler_wrong_at_a_floats_edge_fails_dtype_edges(name):
     """Written apart against the protocol, each passed every check: the edge rows had no ratio a uniform
     can equal, no normalized residual short of 1, no tie closer than float32 tells, no weight of 1e-9.
     The rows added for them show each (and a correct float64 sampler still passes)."""
-    report = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), getattr(slips, f"edge_{name}"))
-    edges = next(c for c in report["checks"] if c["name"] == "dtype_edges")
-    assert not report["passed"] and edges["passed"] is False
+    assert check_dtype_edges(as_sampler(getattr(slips, f"edge_{name}")), tokens=True).passed is False
+    assert check_dtype_edges(as_sampler(slips.chain_exact), tokens=True).passed
 
 
 def test_a_tree_sampler_at_a_low_temperature_gets_a_verdict_not_an_internal_error(capsys):
     """At --target-temperature 0.05 a draft row on the near-ties table is nearly a point mass: 1 minus a
     refused child's mass rounded to 0 while tokens of mass remained, and drawing the next child divided
     by it (an internal error, exit 1, for specd's own sampler). What is left is summed over the tokens left."""
-    args = ["verify-oracle", "--sampler", "specd", "--tree", "2,2", "--vocab", "3", "--exact-size"]
+    args = ["verify-oracle", "--sampler", "specd", "--tree", "sampled:2,2", "--vocab", "3", "--exact-size"]
     code, out, err = run_cli([*args, "--target-temperature", "0.05"], capsys)
     assert code == 0 and "PASSED" in out and not err.strip()
