@@ -265,6 +265,12 @@ def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, ter
     return accepted[order], terminal[order]
 
 
+def chain_k_of_the_first_row(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: the batch's loop bound read from its first row, every row cut to that row's k (fewer drafts
+    kept than the rule keeps): right wherever every row has one k, or the first row the largest."""
+    return _chain(p, q, drafts, torch.minimum(k_lens, k_lens[:1]), accept_u, terminal_u)
+
+
 class chain_bonus_rows_kept_per_shape:  # noqa: N801 - a sampler class, built with no arguments
     """A slip: each row's bonus row (its k) read once per batch shape, on that shape's first call, and kept
     (as a captured graph keeps its inputs' indices): right wherever a shape comes with one k_lens."""

@@ -448,6 +448,7 @@ def test_a_sampler_that_raises_once_and_never_again_fails_in_one_line():
         "chain_rows_put_back_with_the_sorts_order",
         "chain_bonus_rows_kept_per_shape",
         "chain_terminal_uniforms_of_the_drafted_rows",
+        "chain_k_of_the_first_row",
     ],
 )
 def test_a_chain_sampler_wrong_only_beside_rows_of_other_k_fails(name):
