@@ -32,6 +32,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     a refusal leaves p' = normalize([p' - q']_+); after the last refusal the correction is drawn from
     p', after a node without children the bonus from its row. ``slip`` names one mistake to make."""
     kids = _children(parents)
+    if slip == "children_next_to_the_first":  # a node's children taken as the nodes after its first
+        kids = {parent: list(range(nodes[0], nodes[0] + len(nodes))) for parent, nodes in kids.items()}
     rows_p, rows_q = p.tolist(), q.tolist() if q is not None else None  # the rows once, as lists
     tokens, parents = tokens.tolist(), parents.tolist()
     at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
@@ -151,6 +153,10 @@ TREE_SLIPS = {
     "drawn from, so only the latest refused token is gone",
     # it divides by zero where an iid sibling repeats a refused token, and returns on every other tree
     "iid_as_without_replacement": "children drawn i.i.d. verified as if drawn without replacement (q loses d)",
+    # shows only where a node's children are not next to each other (nodes depth-first, an elder sibling's
+    # descendants between them): breadth-first, every size's order, they always are
+    "children_next_to_the_first": "a node's children taken to be the nodes right after its first child (as a "
+    "breadth-first layout has them)",
     # below the root only (a walk that special-cases the root's children): under a tree of one level it is exact
     "younger_walked_as_eldest": "below the root, a kept younger sibling's walk goes on from its eldest sibling "
     "(that node's row for the bonus, its children for the next test)",

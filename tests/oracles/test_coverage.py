@@ -324,6 +324,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (4, "1,1,1", 9),
         (4, "3", 8),
         (5, "1,2", 1),
+        (3, "[[0],[0,0],[1]]", 1),
     ]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
 
@@ -361,8 +362,8 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 43 tables at V = 2, 4, 5; trees "1,2" (V = 2, 4, 5), "2" (V = 5), "[[0],[1],[1,0]]" '
-        '(V = 4), "1,1,1" (V = 4), "3" (V = 4); K = 1, 2, 3'
+        and 'PASSED: exact on 44 tables at V = 2, 3, 4, 5; trees "1,2" (V = 2, 4, 5), "2" (V = 5), "[[0],[1],[1,0]]" '
+        '(V = 4), "1,1,1" (V = 4), "3" (V = 4), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)
@@ -487,3 +488,17 @@ def test_a_tree_sampler_at_a_low_temperature_gets_a_verdict_not_an_internal_erro
     args = ["verify-oracle", "--sampler", "specd", "--tree", "sampled:2,2", "--vocab", "3", "--exact-size"]
     code, out, err = run_cli([*args, "--target-temperature", "0.05"], capsys)
     assert code == 0 and "PASSED" in out and not err.strip()
+
+
+def test_a_round_laid_out_depth_first_is_the_same_tree_and_rows():
+    """Each node keeps its tokens from the root and its rows; only the order changes: parents first,
+    each node followed by its descendants, siblings in their order."""
+    from specd.oracles.samplers.tables import seeded
+    from specd.oracles.samplers.tree_rounds import depth_first, draft_trees
+
+    table = seeded(OracleConfig(vocab=3), 3, 2, 0)
+    rnd = draft_trees(parse_tree("2,2"), "sampled", table.p, table.q, table.prompt)[0]
+    relaid = depth_first(rnd)
+    assert relaid.tree.parents == (-1, 0, 0, -1, 3, 3) and rnd.tree.parents == (-1, -1, 0, 0, 1, 1)
+    rows = lambda r: {r.tree.path_tokens(n): (r.p[n + 1].tolist(), r.q[n + 1].tolist()) for n in range(6)}  # noqa: E731
+    assert rows(relaid) == rows(rnd) and relaid.mass == rnd.mass and relaid.p[0].tolist() == rnd.p[0].tolist()

@@ -17,8 +17,10 @@ states where it is hidden, and a check covers the classes:
   ``3`` at V = 4 (a third sibling, tested on what two refusals left), and ``WIDE_TREES``, where a
   root's and a node below the root's correction has three tokens: ``2`` at V = 5, the tree of a
   younger sibling with a child at V = 4 (a path through a younger sibling into its children),
-  ``1,1,1`` at V = 4 (a level between two others), and ``1,2`` at V = 5 on the seed's table alone (a node
-  below the root whose two children leave three). A tree named twice runs at the larger V. For a chain
+  ``1,1,1`` at V = 4 (a level between two others), ``1,2`` at V = 5 on the seed's table alone (a node
+  below the root whose two children leave three), and ``[[0],[0,0],[1]]`` at V = 3 on the seed's table,
+  its nodes handed over depth-first (every other tree's go breadth-first, where a node's children are next
+  to each other). A tree named twice runs at the larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
@@ -48,11 +50,12 @@ class Case:
     shape: TreeShape | None
     tables: tuple[Table, ...]
     named: bool = False
+    depth_first: bool = False  # a tree's nodes handed over depth-first (else breadth-first)
 
     @property
     def label(self) -> str:
         where = f"tree {self.shape.spec}" if self.shape is not None else f"K = {self.k}"
-        return f"V = {self.vocab}, {where}"
+        return f"V = {self.vocab}, {where}" + (" (nodes depth-first)" if self.depth_first else "")
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,10 @@ WIDE_TREES = (("2", 5), ("[[0],[1],[1,0]]", 4), ("1,1,1", 4))
 # seed's table only (a correction cut at such a node shows on any table that leaves it three tokens of mass;
 # every table would double the check of a tree of width 2, and 1,W' at V = W' + 3 cost 20% more at W' = 3).
 WIDE_BELOW_THE_ROOT = (5, "1,2")
+# An elder sibling with a child, handed over depth-first (the protocol's order is any with parents first): the
+# root's children are not next to each other, so a sampler that takes a node's children to be the nodes after
+# its first child walks into another's (breadth-first, every size's order, hides it). The seed's table.
+DEPTH_FIRST = (3, "[[0],[0,0],[1]]")
 
 
 def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) -> list[Case]:
@@ -323,6 +330,9 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     below = parse_tree(spec)
     if (vocab, below.choices) != (cfg.vocab, shape.choices):
         out.append(Case(vocab, below.depth, below, (seeded(cfg, vocab, below.depth, cfg.seed),)))
+    vocab, spec = DEPTH_FIRST
+    elder = parse_tree(spec)
+    out.append(Case(vocab, elder.depth, elder, (seeded(cfg, vocab, elder.depth, cfg.seed),), depth_first=True))
     return out
 
 
@@ -390,6 +400,7 @@ def coverage(cases: list[Case], exact_size: bool, passed: bool = True) -> dict:
                 "k": c.k,
                 **({"tree": c.shape.spec} if c.shape is not None else {}),
                 "named": c.named,
+                **({"depth_first": True} if c.depth_first else {}),
                 "tables": [t.name for t in c.tables],
             }
             for c in cases

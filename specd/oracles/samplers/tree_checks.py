@@ -32,7 +32,7 @@ from specd.oracles.samplers.covered import UNREPEATED
 from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.tables import Table, as_table, search_tables
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
-from specd.oracles.samplers.tree_rounds import TreeRound, draft_trees
+from specd.oracles.samplers.tree_rounds import TreeRound, depth_first, draft_trees
 from specd.oracles.samplers.tree_uniforms import explore
 
 
@@ -174,7 +174,7 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
     rounds in one batch. Its figures are the named table's, with ``tables`` (how many were checked),
     the largest difference of all, and where it is not exact (``not_exact_at``, priced there)."""
     pairs = [(c, t) for c in cases for t in c.tables]
-    every = [draft_trees(c.shape, drawing, t.p, t.q, t.prompt) for c, t in pairs]
+    every = [_laid_out(c, draft_trees(c.shape, drawing, t.p, t.q, t.prompt)) for c, t in pairs]
     kept = [i for i, rs in enumerate(every) if drawable(rs)]  # a table that cannot draw every tree says nothing
     if not kept:  # the named case's own, not applicable, with its reason
         return check_drawing(sampler, pairs[0][1], pairs[0][0].shape, drawing, refusable, every[0])[0]
@@ -203,6 +203,11 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
     if "undrawable_tables" in check.figures:
         check.detail += f" ({check.figures['undrawable_tables']} left out: {UNDRAWABLE.format(drawing=drawing)})"
     return check
+
+
+def _laid_out(case, rounds: list[TreeRound]) -> list[TreeRound]:
+    """The case's rounds in the node order it hands over (``Case.depth_first``)."""
+    return [depth_first(r) for r in rounds] if getattr(case, "depth_first", False) else rounds
 
 
 def _failed_at(check: Check, case, table, figures: dict, drawing: str) -> Check:

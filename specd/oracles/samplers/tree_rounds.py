@@ -127,6 +127,24 @@ def draft_trees(shape: TreeShape, drawing: str, p_of: Rows, q_of: Rows, prompt: 
     return out
 
 
+def depth_first(rnd: TreeRound) -> TreeRound:
+    """``rnd`` with its nodes in depth-first order (each node followed by its descendants, siblings in
+    their order): the same tree, rows and mass. The protocol allows any order with parents first; the
+    rounds are built breadth-first, where a node's children are always next to each other."""
+    tree, kids = rnd.tree, rnd.tree.children
+    order: list[int] = []
+    stack = list(reversed(kids.get(ROOT, [])))
+    while stack:
+        n = stack.pop()
+        order.append(n)
+        stack.extend(reversed(kids.get(n, [])))
+    place = {n: i for i, n in enumerate(order)}
+    parents = tuple(ROOT if tree.parents[n] == ROOT else place[tree.parents[n]] for n in order)
+    rows = torch.tensor([0] + [n + 1 for n in order])  # row 0 the root's, row i + 1 node i's
+    relaid = DraftTree(tuple(tree.tokens[n] for n in order), parents, tree.drawn)
+    return TreeRound(relaid, rnd.p[rows], None if rnd.q is None else rnd.q[rows], rnd.mass, rnd.drawing)
+
+
 def _options(q: list[float], earlier: list[int], drawing: str, rank: int) -> list[tuple[int, float]]:
     """(token, its probability) for the next child of a parent with draft row q, after ``earlier``."""
     if drawing in ("rank", "lookup"):
