@@ -132,10 +132,7 @@ def check_mixed(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str 
     vocab = min(ks, key=lambda v: (-len(ks[v]), v))
     group = [c for c in cases if c.vocab == vocab]
     rounds = [(case, case.tables[0], case.k) for case in group] + [(group[0], group[0].tables[0], 0)]
-    calls = []
-    for _, table, k in rounds:
-        every = round_calls(table, table.prompt, vocab, k, tokens, False, rule)
-        calls.append([replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]])
+    calls = [centres(table, vocab, k, tokens, rule) for _, table, k in rounds]
     try:
         return _mixed(sampler, rounds, calls)
     except SamplerFailed:
@@ -162,16 +159,22 @@ def _mixed(sampler: SamplerUnderTest, rounds: list, calls: list[list[Call]]):
     return None
 
 
+def centres(table, vocab: int, k: int, tokens: bool, rule: str) -> list[Call]:
+    """Every cell of one round of ``k`` drafts on ``table`` at its centre (PROBES[0]), with the cell's
+    whole mass: what a cell's ends test, the batched check has."""
+    every = round_calls(table, table.prompt, vocab, k, tokens, False, rule)
+    return [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]
+
+
 def _first_tables(cases: list, tokens: bool, rule: str, answer, failed: tuple[str, str, str]):
-    """Each case's first table, every cell at its centre with the cell's whole mass (what a cell's ends
-    test, the batched check has), the sampler's answers from ``answer(calls)`` -> None where each joint
+    """Each case's first table, every cell at its centre (``centres``), the sampler's answers from
+    ``answer(calls)`` -> None where each joint
     is exact, else ((case, table), finding, why) at the first that is not; ``failed``: (the finding, why,
     how it was called: said where it raised)."""
     finding, why, called = failed
     for case in cases:
         table = case.tables[0]
-        every = round_calls(table, table.prompt, case.vocab, case.k, tokens, False, rule)
-        calls = [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]  # PROBES[0]: the centre
+        calls = centres(table, case.vocab, case.k, tokens, rule)
         try:
             results = answer(calls)
         except SamplerFailed as err:

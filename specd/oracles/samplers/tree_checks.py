@@ -207,7 +207,7 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
 
 def _laid_out(case, rounds: list[TreeRound]) -> list[TreeRound]:
     """The case's rounds in the node order it hands over (``Case.depth_first``)."""
-    return [depth_first(r) for r in rounds] if getattr(case, "depth_first", False) else rounds
+    return [depth_first(r) for r in rounds] if case.depth_first else rounds
 
 
 def _failed_at(check: Check, case, table, figures: dict, drawing: str) -> Check:
