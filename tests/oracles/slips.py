@@ -37,12 +37,23 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     rows_p, rows_q = p.tolist(), q.tolist() if q is not None else None  # the rows once, as lists
     tokens, parents = tokens.tolist(), parents.tolist()
     at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
+    look = at  # the node whose children are tried (``at`` but for a slip)
     while True:
         left = list(rows_p[at + 1])
         unchanged = list(left)
         row = list(rows_q[at + 1]) if q is not None and drawn != "rank" else None
+        if slip == "draft_rows_in_a_ring_of_three" and row is not None and len(path) >= 3:
+            row = list(rows_q[(path[-4] if len(path) >= 4 else -1) + 1])  # a fourth level reads 3 levels up
         drawn_from = list(row) if row is not None else None
-        order = kids.get(at, [])
+        order = kids.get(look, [])
+        if slip in VALUE_SLIPS and order:
+            fast = _fast_path(slip, left, row, tokens, order)
+            if fast is not None:
+                if fast[0] is None:
+                    return path, fast[1]
+                path.append(fast[0])
+                at = look = fast[0]
+                continue
         if slip == "siblings_reordered":
             order = order[::-1]
         last = None
@@ -50,20 +61,28 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             d = tokens[c]
             law = row if row is not None else [float(x == d) for x in range(len(left))]
             key = order[0] if slip == "shared_uniform" else c
-            if u.node(key) < left[d] / law[d]:
+            third_level = slip == "siblings_at_the_third_level_on_the_unchanged_row" and len(path) >= 2
+            num = unchanged[d] if third_level else left[d]
+            den = max(law[d], 1e-5) if slip == "ratio_with_q_clamped" and row is not None else law[d]
+            if u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den:
                 younger = younger or last is not None
                 path.append(c)
-                at = order[0] if slip == "younger_walked_as_eldest" and at >= 0 else c
+                below = at >= 0
+                at = order[0] if slip == "younger_walked_as_eldest" and below else c
+                eldest = slip == "younger_children_from_the_eldest_below_the_root" and below and last is not None
+                look = order[0] if eldest else at
                 break
             last = c
             if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
                 law = list(rows_q[parents[at] + 1])  # a node with a parent and grandchildren: its parent's row
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
+            if slip == "residual_floored" and sum(residual) < 1e-6:
+                residual = list(unchanged)
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
             if (drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid") and row is not None:
-                if slip == "elder_removals_forgotten":  # each removal from the draft's row as drawn
-                    row = list(drawn_from)
+                if slip == "elder_removals_forgotten" or slip == "elder_removals_forgotten_below_the_root" and at >= 0:
+                    row = list(drawn_from)  # each removal from the draft's row as drawn
                 row[d] = 0.0
                 if slip != "no_renormalization" and sum(row) > 0:  # nothing left: there is no next child
                     row = _normalized(row)
@@ -81,11 +100,43 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             }
             if cut_here.get(slip or "") and last is not None:
                 left = _top(left)
+            if slip == "correction_top_four" and last is not None:
+                left = _top(left, 4)
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
                 return path, u.draw(left, key=("node", last))
+            if slip == "draws_at_u_at_or_below_the_running_sum":
+                return path, _draw_at_or_below(left, u.terminal())
             return path, u.draw(left)
+
+
+# Fast paths with a tolerance, each a guard a kernel's author might add: they move mass only where the
+# rows are within it (specd.oracles.samplers.tables.SMALL_VALUES).
+VALUE_SLIPS = ("greedy_when_nearly_one_hot", "first_child_kept_when_rows_allclose")
+
+
+def _fast_path(slip: str, left: list, row, tokens, order):
+    """(the child kept, or None and the terminal) where the slip's fast path is taken, else None."""
+    if slip == "greedy_when_nearly_one_hot" and max(left) >= 1 - 1e-5:  # greedy where p' is close to one-hot
+        top = max(range(len(left)), key=lambda x: (left[x], -x))
+        kept = next((c for c in order if tokens[c] == top), None)
+        return (kept, None) if kept is not None else (None, top)
+    close = row is not None and all(abs(a - b) <= 1e-8 + 1e-5 * abs(b) for a, b in zip(left, row))
+    if slip == "first_child_kept_when_rows_allclose" and close:  # torch.allclose's defaults
+        return order[0], None
+    return None
+
+
+def _draw_at_or_below(law: list, unit) -> int:
+    """An inverse CDF that keeps the first token whose running sum is at or above U (U <= cum): at U = 0 a
+    leading token of no mass."""
+    total, below = sum(law), 0.0
+    for x, w in enumerate(law):
+        below += w
+        if unit <= below / total:
+            return x
+    return len(law) - 1
 
 
 def _top(law: list, keep: int = 2) -> list:
@@ -175,7 +226,27 @@ TREE_CUT_SLIPS = {
     "correction_top_two_at_a_wide_node_below_the_root": "below the root, after two children or more are refused, "
     "the correction drawn from the two likeliest tokens left",
 }
-for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS}.items():
+# Each shows only at a shape or on a table the sizes above lacked (specd.oracles.samplers.coverage.SEED_TREES
+# and SMALL_VALUE_TREE), or where a uniform is exactly 0 (zero_target_mass): each passed the check before.
+TREE_LATER_SLIPS = {
+    "elder_removals_forgotten_below_the_root": "below the root, without replacement, each refused child removed "
+    "from the draft's row as drawn (a third child below the root shows it)",
+    "younger_children_from_the_eldest_below_the_root": "below the root, after a younger sibling is kept, its "
+    "children looked up under its eldest sibling (its rows its own)",
+    "siblings_at_the_third_level_on_the_unchanged_row": "from the third level on, each sibling tested against "
+    "its parent's unchanged target row",
+    "draft_rows_in_a_ring_of_three": "the draft's rows kept in a ring of three by depth: the fourth level reads "
+    "the row of the node three levels up",
+    "correction_top_four": "the correction drawn from the four likeliest tokens of what is left",
+    "ratio_with_q_clamped": "the ratio p'(d) / max(q'(d), 1e-5) (a division guard)",
+    "residual_floored": "a residual of mass below 1e-6 replaced by the node's target row",
+    "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where p' is within 1e-5 of a point mass",
+    "first_child_kept_when_rows_allclose": "the first child kept untested where p' and q' are allclose (rtol 1e-5)",
+    "accepts_at_u_equal_to_the_ratio": "a child kept when U <= p'(d) / q'(d): at U = 0 a child of target mass 0",
+    "draws_at_u_at_or_below_the_running_sum": "the terminal the first token whose running sum is at or above U: "
+    "at U = 0 a leading token of no mass",
+}
+for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS, **TREE_LATER_SLIPS}.items():
     globals()[_name] = _slip(_name, _doc)
 
 
@@ -196,7 +267,8 @@ def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None) -> bool:
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
-    return Fraction(u) * Fraction(rows_q[i][d]) < Fraction(row[d])
+    q_d = max(rows_q[i][d], 1e-5) if slip == "ratio_with_q_clamped" else rows_q[i][d]
+    return Fraction(u) * Fraction(q_d) < Fraction(row[d])
 
 
 def _exact(row: list[float]) -> list[Fraction]:
@@ -210,6 +282,13 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
     for b in range(len(all_d)):
         k, n = int(k_lens[b]), 0
         rows_p, rows_q, ds, us = all_p[b], all_q[b], all_d[b], all_u[b]
+        if slip == "greedy_when_nearly_one_hot" and all(max(r) >= 1 - 1e-5 for r in rows_p[: k + 1]):
+            tops = [max(range(len(r)), key=lambda x: (r[x], -x)) for r in rows_p[: k + 1]]
+            while n < k and ds[n] == tops[n]:
+                n += 1
+            accepted.append(n)
+            terminal.append(tops[n])
+            continue
         while n < k and _passes(rows_p, rows_q, ds[n], us[n], n, slip):
             n += 1
         if (
@@ -385,6 +464,9 @@ CHAIN_SLIPS = {
     "middle_draft_previous_q": "a middle draft's correction taken against the draft row before its own",
     # shows only where a row has fewer drafts than the batch's K: the same row where it has them all
     "bonus_from_the_batchs_last_row": "the bonus drawn from the batch's last target row, not the row's own p_{k+1}",
+    # each shows only on a table of small values (specd.oracles.samplers.tables.SMALL_VALUES)
+    "ratio_with_q_clamped": "the ratio p(d) / max(q(d), 1e-5) (a division guard)",
+    "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where every row is within 1e-5 of a point mass",
 }
 
 

@@ -15,9 +15,9 @@ from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cas
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.protocol import as_sampler
-from specd.oracles.samplers.tables import ADVERSARIAL, reshape, tables
-from specd.oracles.samplers.tree_checks import check_cases
-from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
+from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, reshape, tables
+from specd.oracles.samplers.tree_checks import check_cases, check_zero_mass
+from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, load_tree_sampler
 from tests.helpers import run_cli
 from tests.oracles import slips
 
@@ -119,6 +119,52 @@ def test_a_slip_only_a_third_sibling_shows_is_caught_under_a_tree_of_two():
 @pytest.mark.parametrize("name", ["exact_floats", "exact_law", "exact_one_coin"])
 def test_correct_tree_samplers_written_differently_pass_every_construction(name):
     assert verdicts(tree(name), "2,1", 3, stop=False) == dict.fromkeys(DRAWINGS, True)
+    assert check_zero_mass(tree(name), DRAWINGS).passed
+
+
+@pytest.mark.parametrize("name", list(slips.TREE_LATER_SLIPS))
+def test_a_slip_of_a_later_shape_table_or_uniform_fails_at_the_default_size(name):
+    """Each passed every size before (the issue's included): a third child below the root, a younger
+    sibling's children below the root, siblings at the third level, a fourth level and a correction of
+    five tokens or more are shapes the sizes lacked, each added on the seed's table; a guard or fast path
+    with a tolerance moves mass only on the tables of small values; a test or a draw at U <= x differs
+    from U < x only where a uniform is exactly 0, which the exact enumeration (a point has probability
+    0) cannot see, and zero_target_mass runs every uniform at 0."""
+    sampler = tree(name)
+    failed = False in verdicts(sampler, "2,2", 3).values() or check_zero_mass(sampler, DRAWINGS).passed is False
+    assert failed
+
+
+def test_u_zero_keeping_or_drawing_a_token_of_no_mass_is_its_own_finding():
+    """A test U <= p'/q' and a draw at U <= the running sum are exact in law (they differ from the rule on
+    a set of uniforms of probability 0), so the exact check passes them; at U = 0 each keeps or draws a
+    token the target never emits. EAGLE's evaluate_posterior tests ``random.random() <= gtp[x]``: the same."""
+    for name, finding in (
+        ("accepts_at_u_equal_to_the_ratio", "u_zero_accepts_p_zero"),
+        ("draws_at_u_at_or_below_the_running_sum", "zero_mass_emitted"),
+    ):
+        assert verdicts(tree(name), "2,2", 3, drawings=("sampled",)) == {"sampled": True}
+        check = check_zero_mass(tree(name), DRAWINGS)
+        assert check.passed is False and check.findings == [finding] and check.figures["wrong"]
+    eagle = check_zero_mass(load_tree_sampler("eagle"), DRAWINGS)
+    assert eagle.passed is False and eagle.findings == ["u_zero_accepts_p_zero"]
+    assert check_zero_mass(load_tree_sampler("specd"), DRAWINGS).passed
+
+
+def test_each_table_of_small_values_has_its_property_on_every_row():
+    rng = random.Random(0)
+    for p, q in (([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]), ([1.0, 0.0, 0.0], [0.0, 0.0, 1.0])):
+        for kind in SMALL_VALUES:
+            for _ in range(10):
+                p2, q2 = reshape(kind, p, q, rng)
+                assert abs(sum(p2) - 1) < 1e-12 and abs(sum(q2) - 1) < 1e-12 and min(p2 + q2) >= 0, kind
+                if kind == "nearly_equal_rows":
+                    assert p2 == p and all(abs(a - b) <= 2e-7 * a for a, b in zip(p2, q2))
+                    assert p2 != q2 or max(p) == 1  # a point mass is its own nearest row
+                if kind == "nearly_point_mass":
+                    assert max(p2) == 1 - 1e-7 and q2 == q
+                if kind == "draft_nearly_misses":
+                    assert any(a == 1e-6 and b == 1e-8 for a, b in zip(p2, q2))
 
 
 def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
@@ -139,6 +185,11 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "siblings_below_the_root",
         "middle_level",
         "younger_sibling_subtree",
+        "third_sibling_below_the_root",
+        "younger_sibling_below_the_root",
+        "siblings_at_the_third_level",
+        "fourth_level",
+        "top_k_correction",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
@@ -269,8 +320,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 38 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 38
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 41 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 41
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -324,6 +375,12 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (4, "1,1,1", 9),
         (4, "3", 8),
         (5, "1,2", 1),
+        (4, "1,3", 1),
+        (3, "1,2,1", 1),
+        (3, "1,1,2", 1),
+        (3, "1,1,1,1", 1),
+        (16, "1", 1),
+        (4, "1,2", 3),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
     ]
     assert all(s["shown"] for s in doc["coverage"]["slips"])
@@ -362,8 +419,9 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 44 tables at V = 2, 3, 4, 5; trees "1,2" (V = 2, 4, 5), "2" (V = 5), "[[0],[1],[1,0]]" '
-        '(V = 4), "1,1,1" (V = 4), "3" (V = 4), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3'
+        and 'PASSED: exact on 52 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
+        '"1,1,1,1" (V = 3), "1" (V = 16), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

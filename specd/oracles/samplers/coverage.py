@@ -1,13 +1,8 @@
 """What a foreign sampler's check covers (``verify-oracle --sampler``): the sizes and tables it runs
 on, the classes of slip each size can show, and the verdict in words.
 
-A size can hide a slip. Where a node has V - 1 children, refusing them all leaves one token, so the
-correction is forced and a correction drawn wrongly gives the right token all the same; at V = 2 a
-second sibling's test is decided by the first's outcome; a tree of one level never reads a row past
-the root's, one of two levels has no level between two others; a chain round of one draft has no
-test after a refusal, one of two drafts no draft between two others; and where a refusal leaves
-two tokens or fewer, no correction has three. So each class of slip (``SLIPS``, ``CHAIN_SLIPS``)
-states where it is hidden, and a check covers the classes:
+A size can hide a slip, and a table too (``specd.oracles.samplers.slip_classes`` says where each class
+of slip is hidden and where it shows), so a check covers the classes:
 
 - by default, the size the user named (on the run's seed's table) and the smallest sizes where each
   class can show, each over every table of ``specd.oracles.samplers.tables`` (the seed's, more
@@ -20,24 +15,29 @@ states where it is hidden, and a check covers the classes:
   ``1,1,1`` at V = 4 (a level between two others), ``1,2`` at V = 5 on the seed's table alone (a node
   below the root whose two children leave three), and ``[[0],[0,0],[1]]`` at V = 3 on the seed's table,
   its nodes handed over depth-first (every other tree's go breadth-first, where a node's children are next
-  to each other). A tree named twice runs at the larger V. For a chain
+  to each other); ``SEED_TREES`` on the seed's table alone (a third child below the root, a younger
+  sibling below the root with a child, siblings at the third level, a fourth level, a correction of up
+  to 15 tokens); and ``1,2`` at V = 4 over the tables of small values. A tree named twice runs at the
+  larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
-  K = 3 on the seed's table alone (three tokens after two accepted drafts);
-- with ``exact_size``, the named size only, over every table: a class that size cannot show is
-  reported not applicable, with the reason and the size that would show it (never as passed).
+  K = 3 on the seed's table alone (three tokens after two accepted drafts), and V = 4, K = 2 over the
+  tables of small values;
+- with ``exact_size``, the named size only, over every table (those of small values too): a class
+  that size cannot show is reported not applicable, with the reason and the size that would show it
+  (never as passed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
-from specd.oracles.samplers.tables import Table, seeded, tables
+from specd.oracles.samplers.slip_classes import CHAIN_SLIPS, SLIPS, TOP_K_VOCAB, widest, widest_shown
+from specd.oracles.samplers.tables import Table, seeded, small_value_tables, tables
 
 
 @dataclass(frozen=True)
@@ -58,230 +58,6 @@ class Case:
         return f"V = {self.vocab}, {where}" + (" (nodes depth-first)" if self.depth_first else "")
 
 
-@dataclass(frozen=True)
-class Slip:
-    """A class of slip: ``hidden(vocab, shape or K)`` says why a size cannot show it (None: it can),
-    ``shown_at(widest)`` the flags of the smallest size that does, for a tree whose widest sibling
-    group has ``widest`` children."""
-
-    name: str
-    what: str
-    hidden: Callable[[int, object], str | None]
-    shown_at: Callable[[int], str]
-
-
-def widest(shape: TreeShape) -> int:
-    """The most children a node of the static shape has."""
-    return max((c[-1] + 1 for c in shape.choices or ()), default=0)
-
-
-def _siblings(vocab: int, shape) -> str | None:
-    if widest(shape) < 2:
-        return "no node of the tree has two children: nothing is tested on what an elder sibling left"
-    if vocab < 3:
-        return "at V = 2 a second sibling's test is decided by the first's outcome (what a refusal leaves is its token)"
-    return None
-
-
-def _third_sibling(vocab: int, shape) -> str | None:
-    if widest(shape) < 3:
-        return "no node of the tree has three children: no test follows two refusals"
-    if vocab < 4:
-        return (
-            f"at V = {vocab} two refusals leave one token in what is left of both rows: the third child is kept "
-            "whatever its law"
-        )
-    return None
-
-
-def _correction(vocab: int, shape) -> str | None:
-    w = widest(shape)
-    if vocab <= w:
-        return (
-            f"at V = {vocab} a node's {w} children hold every token: the last is never refused, no correction follows"
-        )
-    if vocab == w + 1:
-        return (
-            f"at V = {vocab} a node's {w} children, all refused, leave one token: the correction is forced, and any "
-            "draw of it gives that token"
-        )
-    return None
-
-
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
-
-
-def _wide_tree_correction(vocab: int, shape) -> str | None:
-    counts = [shape.children(c) for c in ((), *shape.choices)] if shape.choices else []
-    most = max(counts, default=0)  # a correction at every node, the widest included, needs three tokens left
-    if vocab - most < 3:
-        left = _count(max(vocab - most, 0), "token")
-        return (
-            f"at V = {vocab} a node has {most} children: drawn without replacement and all refused, they leave "
-            f"at most {left} of mass, and no correction there has three"
-        )
-    return None
-
-
-def _depth(vocab: int, shape) -> str | None:
-    if shape.depth < 2:
-        return "a tree of one level reads no row past the root's but the bonus's"
-    return None
-
-
-def _below(vocab: int, shape) -> str | None:
-    if not any(shape.children(c) >= 2 for c in shape.choices or ()):
-        return "no node below the root has two children: no sibling is tested on a later row, no node is on two paths"
-    if vocab < 3:
-        return "at V = 2 a second sibling's test is decided by the first's outcome (what a refusal leaves is its token)"
-    return None
-
-
-def _middle_level(vocab: int, shape) -> str | None:
-    if shape.depth < 3:
-        return f"a tree of {_count(shape.depth, 'level')} has no level between two others"
-    return None
-
-
-def _younger(vocab: int, shape) -> str | None:
-    if not any(c[-1] >= 1 and shape.children(c) for c in shape.choices or ()):
-        return "no younger sibling has children: no path goes down through a node tried after a refused one"
-    return None
-
-
-def _wide(w: int) -> int:
-    return max(w, 2)
-
-
-SLIPS = (
-    Slip(
-        "siblings",
-        "a sibling tested on what its elder siblings left",
-        _siblings,
-        lambda w: f"--tree {_wide(w)} --vocab {_wide(w) + 1}",
-    ),
-    Slip(
-        "third_sibling",
-        "a third sibling tested on what two refused elders left (without replacement: both their tokens gone)",
-        _third_sibling,
-        lambda w: f"--tree {max(w, 3)} --vocab {max(w, 3) + 1}",
-    ),
-    Slip(
-        "correction_draw",
-        "a correction after every child is refused, drawn from two or more tokens",
-        _correction,
-        lambda w: f"--tree {_wide(w)} --vocab {_wide(w) + 2}",
-    ),
-    Slip(
-        "wide_correction",
-        "a correction drawn from three or more tokens (a first, a middle and a last token of its law), at every node",
-        _wide_tree_correction,
-        lambda w: "--tree 2 --vocab 5",
-    ),
-    Slip(
-        "second_depth",
-        "rows past the root's: a child's test and bonus on its own row",
-        _depth,
-        lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
-    ),
-    Slip(
-        "siblings_below_the_root",
-        "siblings under a node below the root: tested on that node's row, the node on two paths",
-        _below,
-        lambda w: f"--tree 1,{_wide(w)} --vocab {_wide(w) + 2}",
-    ),
-    Slip(
-        "middle_level",
-        "a level between two others: children of a node with a parent, tested and refused with a level below",
-        _middle_level,
-        lambda w: "--tree 1,1,1 --vocab 3",
-    ),
-    Slip(
-        "younger_sibling_subtree",
-        "a path through a younger sibling into its children",
-        _younger,
-        lambda w: "--tree 2,1 --vocab 3",
-    ),
-)
-
-
-def _chain_correction(vocab: int, k) -> str | None:
-    if vocab < 3:
-        return "at V = 2 a refused draft leaves one token: the correction is forced"
-    return None
-
-
-def _second_draft(vocab: int, k) -> str | None:
-    if k < 2:
-        return "a round of one draft has no test after the first and no row past p_2"
-    return None
-
-
-def _wide_correction(vocab: int, k) -> str | None:
-    if vocab < 4:
-        left = _count(vocab - 1, "token")
-        return f"at V = {vocab} a refused draft leaves at most {left} of mass: no correction has three"
-    return None
-
-
-TOP_K_VOCAB = 16  # a refused draft there leaves up to 15 tokens of mass: a cut to a few of them shows
-
-
-def _later_wide_correction(vocab: int, k) -> str | None:
-    if k < 2:
-        return "a round of one draft has no correction after an accepted draft"
-    return _wide_correction(vocab, k)
-
-
-def _top_k_correction(vocab: int, k) -> str | None:
-    if vocab < TOP_K_VOCAB:
-        return (
-            f"at V = {vocab} a refused draft leaves at most {_count(vocab - 1, 'token')} of mass: a correction cut "
-            f"to its {vocab - 2} likeliest is exact there, and to fewer shows only where a table leaves more"
-        )
-    return None
-
-
-def _middle_draft(vocab: int, k) -> str | None:
-    if k < 3:
-        return f"a round of {_count(k, 'draft')} has no draft between two others"
-    return None
-
-
-CHAIN_SLIPS = (
-    Slip("correction_draw", "a correction drawn from two or more tokens", _chain_correction, lambda w: "--vocab 3"),
-    Slip(
-        "second_draft",
-        "a round's second draft: its test, its row, what follows a refusal",
-        _second_draft,
-        lambda w: "--k 2",
-    ),
-    Slip(
-        "wide_correction",
-        "a correction drawn from three or more tokens (a first, a middle and a last token of its law)",
-        _wide_correction,
-        lambda w: "--vocab 4",
-    ),
-    Slip(
-        "later_wide_correction",
-        "a correction after an accepted draft drawn from three or more tokens (a path of its own past the first)",
-        _later_wide_correction,
-        lambda w: "--vocab 4 --k 2",
-    ),
-    Slip(
-        "middle_draft",
-        "a draft between two others: tested after an acceptance, refused with a draft left untested",
-        _middle_draft,
-        lambda w: "--k 3",
-    ),
-    Slip(
-        "top_k_correction",
-        "a correction cut to a few of its likeliest tokens (a top-k of its law: the 3 to 8 likeliest, on these tables)",
-        _top_k_correction,
-        lambda w: f"--vocab {TOP_K_VOCAB} --k 1",
-    ),
-)
 # The sizes a chain sampler is checked at beside the named one, (V, K), each the smallest that shows
 # its classes: correction_draw and second_draft; middle_draft; wide_correction and later_wide_correction
 # (a cut past the first draft only passed V = 4, K = 1); top_k_correction (at K = 2, V = 16 costs five to
@@ -300,6 +76,16 @@ WIDE_TREES = (("2", 5), ("[[0],[1],[1,0]]", 4), ("1,1,1", 4))
 # seed's table only (a correction cut at such a node shows on any table that leaves it three tokens of mass;
 # every table would double the check of a tree of width 2, and 1,W' at V = W' + 3 cost 20% more at W' = 3).
 WIDE_BELOW_THE_ROOT = (5, "1,2")
+# The trees of the other shape classes, each on the seed's table alone (a slip of its class showed there on
+# every sampler written with one; every table would add 60% to the check of a tree of width 2): a node below
+# the root with three children (its third child tested on what two refusals left of both rows), a younger
+# sibling below the root with a child, siblings at the third level, a fourth level, and a correction of up to
+# 15 tokens. A tree checked already at the same or a larger V is not checked again.
+SEED_TREES = ((4, "1,3"), (3, "1,2,1"), (3, "1,1,2"), (3, "1,1,1,1"), (TOP_K_VOCAB, "1"))
+# The tables of small values (specd.oracles.samplers.tables.SMALL_VALUES) at one size each: a tree with
+# siblings below the root, and a chain of two drafts; with --exact-size, at the named size.
+SMALL_VALUE_TREE = (4, "1,2")
+SMALL_VALUE_CHAIN = (4, 2)
 # An elder sibling with a child, handed over depth-first (the protocol's order is any with parents first): the
 # root's children are not next to each other, so a sampler that takes a node's children to be the nodes after
 # its first child walks into another's (breadth-first, every size's order, hides it). The seed's table.
@@ -310,8 +96,9 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     """The sizes a tree sampler is checked at (module docstring): the named one first."""
     w = widest(shape)
     if exact_size:
-        return [Case(cfg.vocab, shape.depth, shape, tuple(tables(cfg, cfg.vocab, shape.depth, w)), True)]
-    wide = _wide(w)
+        every = tables(cfg, cfg.vocab, shape.depth, w) + small_value_tables(cfg, cfg.vocab, shape.depth)
+        return [Case(cfg.vocab, shape.depth, shape, tuple(every), True)]
+    wide = widest_shown(w)
     # tree -> V: the smallest sizes of the classes, WIDE_TREES, and where W' < 3 the tree 3 at V = 4 (a third
     # sibling; from W' = 3, `W'` at V = W' + 2 has one); a tree named twice at the larger V
     vocab_of = {f"{wide}": wide + 2, f"1,{wide}": wide + 2}
@@ -326,10 +113,13 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
             out[0] = Case(vocab, small.depth, shape, tuple(tables(cfg, vocab, small.depth, widest(small))), True)
             continue
         out.append(Case(vocab, small.depth, small, tuple(tables(cfg, vocab, small.depth, widest(small)))))
-    vocab, spec = WIDE_BELOW_THE_ROOT  # on the seed's table alone (every table doubles 1,2's cost)
-    below = parse_tree(spec)
-    if (vocab, below.choices) != (cfg.vocab, shape.choices):
-        out.append(Case(vocab, below.depth, below, (seeded(cfg, vocab, below.depth, cfg.seed),)))
+    for vocab, spec in (WIDE_BELOW_THE_ROOT, *SEED_TREES):  # on the seed's table alone, where not checked yet
+        seed_tree = parse_tree(spec)
+        if not any(seed_tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
+            out.append(Case(vocab, seed_tree.depth, seed_tree, (seeded(cfg, vocab, seed_tree.depth, cfg.seed),)))
+    vocab, spec = SMALL_VALUE_TREE
+    small = parse_tree(spec)
+    out.append(Case(vocab, small.depth, small, tuple(small_value_tables(cfg, vocab, small.depth))))
     vocab, spec = DEPTH_FIRST
     elder = parse_tree(spec)
     out.append(Case(vocab, elder.depth, elder, (seeded(cfg, vocab, elder.depth, cfg.seed),), depth_first=True))
@@ -339,7 +129,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
 def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     """The sizes a chain sampler is checked at (module docstring): the named one first."""
     if exact_size:
-        return [Case(cfg.vocab, cfg.k, None, tuple(tables(cfg, cfg.vocab, cfg.k, 1)), True)]
+        every = tables(cfg, cfg.vocab, cfg.k, 1) + small_value_tables(cfg, cfg.vocab, cfg.k)
+        return [Case(cfg.vocab, cfg.k, None, tuple(every), True)]
     out = [Case(cfg.vocab, cfg.k, None, (seeded(cfg, cfg.vocab, cfg.k, cfg.seed),), True)]
     for vocab, k in CHAIN_SIZES:
         if (vocab, k) == (cfg.vocab, cfg.k):  # the named size is one of them: every table
@@ -349,6 +140,8 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     for vocab, k in CHAIN_SEED_SIZES:
         if (vocab, k) != (cfg.vocab, cfg.k):
             out.append(Case(vocab, k, None, (seeded(cfg, vocab, k, cfg.seed),)))
+    vocab, k = SMALL_VALUE_CHAIN
+    out.append(Case(vocab, k, None, tuple(small_value_tables(cfg, vocab, k))))
     return out
 
 

@@ -21,6 +21,14 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
   ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
                            token, a refusal's correction the target without it
 
+and tables of small values, where a guard or a fast path with a tolerance (a division clamped at 1e-5, a
+residual floored below 1e-6, a greedy path where p is close to a point mass, an accept-all path where the rows
+are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VALUES``):
+
+  ``nearly_equal_rows``    the draft within 1e-7 of the target, relatively (a residual of about 1e-7 of mass)
+  ``nearly_point_mass``    the target 1 - 1e-7 on one token
+  ``draft_nearly_misses``  one token 1e-8 under the draft and 1e-6 under the target
+
 A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
 token the draft has, ``draft_point_mass`` where a node has two children or more).
 """
@@ -45,6 +53,11 @@ ADVERSARIAL = {
     "equal_rows": "the draft equal to the target",
     "draft_far_below": "the draft 1000 times below the target on half the tokens",
     "draft_point_mass": "the draft a point mass",
+}
+SMALL_VALUES = {
+    "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
+    "nearly_point_mass": "the target 1 - 1e-7 on one token",
+    "draft_nearly_misses": "one token 1e-8 under the draft and 1e-6 under the target",
 }
 
 
@@ -83,6 +96,12 @@ def tables(cfg: OracleConfig, vocab: int, depth: int, widest: int, seeds: int = 
     base = seeded(cfg, vocab, depth, cfg.seed)
     out = [base] + [seeded(cfg, vocab, depth, cfg.seed + i) for i in range(1, seeds + 1)]
     return out + [adversarial(base, kind, cfg.seed) for kind in ADVERSARIAL if holds(kind, vocab, widest)]
+
+
+def small_value_tables(cfg: OracleConfig, vocab: int, depth: int) -> list[Table]:
+    """The ``SMALL_VALUES`` tables, made from the run's seed's."""
+    base = seeded(cfg, vocab, depth, cfg.seed)
+    return [adversarial(base, kind, cfg.seed) for kind in SMALL_VALUES]
 
 
 def holds(kind: str, vocab: int, widest: int) -> bool:
@@ -131,7 +150,26 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
         if rest == 0:  # the draft's mass all in ``low`` (a greedy draft's point mass): the rest shared evenly
             return p, [small[x] if x in low else spare / (v - len(low)) for x in range(v)]
         return p, [small[x] if x in low else w * spare / rest for x, w in enumerate(q)]
+    if kind in SMALL_VALUES:
+        return _small_values(kind, p, q, rng)
     raise ValueError(f"no adversarial table {kind!r}")
+
+
+def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
+    """One output's rows reshaped as a ``SMALL_VALUES`` kind (module docstring)."""
+    v = len(p)
+    if kind == "nearly_equal_rows":
+        return p, _normalized([w * (1 + 1e-7 * rng.uniform(-1, 1)) for w in p])
+    if kind == "nearly_point_mass":
+        return _with(p, rng.randrange(v), 1 - 1e-7), q
+    x = rng.randrange(v)  # draft_nearly_misses
+    return _with(p, x, 1e-6), _with(q, x, 1e-8)
+
+
+def _with(row: Row, x: int, w: float) -> Row:
+    """``row`` with token x at weight w, the rest scaled to sum 1 - w (shared evenly where they have none)."""
+    rest = sum(r for t, r in enumerate(row) if t != x)
+    return [w if t == x else (1 - w) * (r / rest if rest else 1 / (len(row) - 1)) for t, r in enumerate(row)]
 
 
 def _normalized(row: Row) -> Row:
@@ -141,9 +179,11 @@ def _normalized(row: Row) -> Row:
 
 def search_tables(build_rig, vocab: int, depth: int, widest: int, seeds) -> list[Table]:
     """The tables a smallest-counterexample search tries at one size, in order: each seed's
-    (``build_rig(vocab, depth, seed)``), then the adversarial ones made from the first seed's."""
+    (``build_rig(vocab, depth, seed)``), then the adversarial ones and those of small values made from
+    the first seed's."""
     seeded_ = [as_table(build_rig(vocab, depth, seed), f"seed {seed}", seed) for seed in seeds]
-    return seeded_ + [adversarial(seeded_[0], kind, min(seeds)) for kind in ADVERSARIAL if holds(kind, vocab, widest)]
+    kinds = [kind for kind in ADVERSARIAL if holds(kind, vocab, widest)] + list(SMALL_VALUES)
+    return seeded_ + [adversarial(seeded_[0], kind, min(seeds)) for kind in kinds]
 
 
 class DyadicTables:

@@ -12,6 +12,11 @@
   variation between its joint and the target's over the horizon and per position, its expected
   accepted length, and specd's exact rule's on the same trees.
 - ``no_nodes``: a round without drafts: no path, and the terminal drawn from the root's row.
+- ``zero_target_mass``: rounds whose drafts include tokens the target gives no mass (p = 0 < q) and
+  whose rows start with such a token, run once with every uniform at 0 and once just below 1 (the
+  protocol's uniforms lie on [0, 1): a test U < p'/q' refuses p' = 0 at U = 0, and the first token of
+  an inverse CDF is drawn there only if it has mass): nothing emitted may have target probability 0.
+  The exact enumeration cannot see this (a single point of the uniforms has probability 0).
 
 A failing check comes with the smallest counterexample (``tree_counterexample``).
 """
@@ -19,6 +24,7 @@ A failing check comes with the smallest counterexample (``tree_counterexample``)
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import torch
 
@@ -27,13 +33,13 @@ from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
 from specd.oracles.reference import chain_joint
-from specd.oracles.samplers.coverage import widest
 from specd.oracles.samplers.covered import UNREPEATED
 from specd.oracles.samplers.price import tv_figures
+from specd.oracles.samplers.slip_classes import widest
 from specd.oracles.samplers.tables import Table, as_table, search_tables
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
 from specd.oracles.samplers.tree_rounds import TreeRound, depth_first, draft_trees
-from specd.oracles.samplers.tree_uniforms import explore
+from specd.oracles.samplers.tree_uniforms import ConcreteUniforms, explore
 
 
 def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, float, float, int]:
@@ -42,6 +48,8 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
     (specd.oracles.samplers.sandbox) computes it there."""
     if hasattr(sampler, "round_law"):
         return sampler.round_law(rnd)
+    if rnd.uniforms_at is not None:
+        return _law_at(sampler, rnd, rnd.uniforms_at)
     law: dict[tuple[int, ...], float] = defaultdict(float)
     accepted = reads = 0.0
     outcomes = explore(lambda u: sampler(rnd, u))
@@ -58,6 +66,30 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
         accepted += m * len(outcome.path)
         reads += m * len(stream.reads)
     return dict(law), accepted, reads, len(outcomes)
+
+
+class _Fixed:
+    """A ``random.Random`` stand-in whose every draw is ``value``."""
+
+    def __init__(self, value: float):
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def _law_at(sampler, rnd: TreeRound, value: float) -> tuple[dict, float, float, int]:
+    """``round_law``'s answer for one run of the sampler with every uniform at ``value``: what it
+    emitted (a terminal law spread over its tokens), with probability 1."""
+    stream = ConcreteUniforms(_Fixed(value))
+    outcome = sampler(rnd, stream)
+    head = tuple(rnd.tree.tokens[n] for n in outcome.path)
+    if outcome.terminal is not None:
+        law = {head + (outcome.terminal,): 1.0}
+    else:
+        total = sum(outcome.law)
+        law = {head + (x,): px / total for x, px in enumerate(outcome.law) if px > 0}
+    return law, float(len(outcome.path)), 0.0, 1
 
 
 def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, float, int]]:
@@ -269,6 +301,58 @@ def check_no_nodes(sampler: TreeSamplerUnderTest) -> Check:
         "N = 0: nothing to test, the terminal drawn from the root's row",
         ["no_nodes_wrong"] if wrong else [],
     )
+
+
+# A table where the target gives no mass to the first token and to a middle one, both of draft mass (a
+# draft of either has p = 0 < q, and each refusal's residual starts with a token of no mass), and the
+# uniforms that probe it: 0, and the largest below 1 (1 - 2^-53).
+ZERO_MASS_P, ZERO_MASS_Q = (0.0, 0.4, 0.0, 0.6), (0.3, 0.3, 0.4, 0.0)
+ZERO_MASS_TREE, EDGE_UNIFORMS = "1,2", (0.0, 1 - 2**-53)
+
+
+def check_zero_mass(sampler, drawings) -> Check:
+    """``zero_target_mass`` (module docstring), over the trees ``drawings`` draw on the table; a
+    construction the sampler refuses (it raises on its trees) is left out."""
+    shape, wrong, findings, checked = parse_tree(ZERO_MASS_TREE), [], set(), 0
+    for drawing in drawings:
+        rounds = draft_trees(shape, drawing, lambda _: list(ZERO_MASS_P), lambda _: list(ZERO_MASS_Q), ())
+        for value in EDGE_UNIFORMS:
+            try:
+                laws = round_laws(sampler, [replace(r, uniforms_at=value) for r in rounds])
+            except SamplerFailed as err:
+                if err.finding == "raised":
+                    break  # it refuses the construction (the exact check says whether it may)
+                return Check("zero_target_mass", False, {}, f"every uniform at {value}: {err}", [err.finding])
+            checked += len(rounds)
+            for rnd, (law, _, _, _) in zip(rounds, laws):
+                for emitted in law:
+                    if finding := _zero_mass_finding(emitted, value):
+                        findings.add(finding)
+                        wrong.append(
+                            f"{drawing} tree {list(rnd.tree.tokens)}, uniforms at {value}: emitted {list(emitted)}"
+                        )
+    if not checked:
+        return Check("zero_target_mass", None, {}, f"{NOT_APPLICABLE}the sampler refuses every construction asked")
+    return Check(
+        "zero_target_mass",
+        not wrong,
+        {"rounds": checked, "wrong": wrong[:5], "cases": len(wrong)},
+        "drafts of target mass 0 (p = 0 < q), rows that start with such a token, every uniform at 0 and just "
+        "below 1: no token of target mass 0 kept or drawn",
+        sorted(findings),
+    )
+
+
+def _zero_mass_finding(emitted: tuple[int, ...], value: float) -> str | None:
+    """What a round that emitted ``emitted`` (the path's tokens, then the terminal) with every uniform at
+    ``value`` shows on the zero-mass table: nothing (every token has target mass), a draft of none kept,
+    or a terminal of none."""
+    at = next((i for i, t in enumerate(emitted) if ZERO_MASS_P[t] == 0), None)
+    if at is None:
+        return None
+    if at == len(emitted) - 1:
+        return "zero_mass_emitted"
+    return "u_zero_accepts_p_zero" if value == 0 else "p_zero_accepted"
 
 
 # -- the smallest counterexample -------------------------------------------------------------------

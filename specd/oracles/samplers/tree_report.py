@@ -12,7 +12,7 @@ from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import Check
 from specd.oracles.samplers.coverage import Case, coverage, tree_cases
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
-from specd.oracles.samplers.tree_checks import check_cases, check_no_nodes, tree_counterexample
+from specd.oracles.samplers.tree_checks import check_cases, check_no_nodes, check_zero_mass, tree_counterexample
 from specd.oracles.samplers.tree_rounds import DRAWINGS, count_rounds, shape_nodes
 
 PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
@@ -98,6 +98,8 @@ def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tup
             checks.append(Check("ordinary_round", False, {}, detail, ["refused_every_tree"]))
         step = "no_nodes"
         checks.append(check_no_nodes(sampler))
+        step = "zero_target_mass"
+        checks.append(check_zero_mass(sampler, drawings))
         failed = [(d, c) for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
         build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
         step = "minimal_counterexample"

@@ -43,6 +43,7 @@ class TreeRound:
     q      float64[N + 1, V]      the draft's rows, the same way (None: withheld, a lookup's tree)
     mass   float                  the probability of drafting this tree
     drawing str                   the construction as the oracle names it (``DRAWINGS``)
+    uniforms_at float | None      every uniform of the round at this value, one run (None: integrated over)
     """
 
     tree: DraftTree
@@ -50,6 +51,7 @@ class TreeRound:
     q: torch.Tensor | None
     mass: float
     drawing: str
+    uniforms_at: float | None = None
 
     @cached_property
     def index(self) -> torch.Tensor:

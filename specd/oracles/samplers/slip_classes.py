@@ -1,0 +1,313 @@
+"""The classes of slip a foreign sampler's check covers (``verify-oracle --sampler``), each with the
+sizes that hide it and the smallest that shows it (``specd.oracles.samplers.coverage`` picks the sizes).
+
+A size can hide a slip. Where a node has V - 1 children, refusing them all leaves one token, so the
+correction is forced and a correction drawn wrongly gives the right token all the same; at V = 2 a
+second sibling's test is decided by the first's outcome; a tree of one level never reads a row past
+the root's, one of two levels has no level between two others; a chain round of one draft has no
+test after a refusal, one of two drafts no draft between two others; and where a refusal leaves
+two tokens or fewer, no correction has three. So each class (``SLIPS`` for trees, ``CHAIN_SLIPS``)
+states where it is hidden (``hidden(vocab, shape or K)``: the reason, or None) and where it shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specd.core.tree_shape import TreeShape
+
+
+@dataclass(frozen=True)
+class Slip:
+    """A class of slip: ``hidden(vocab, shape or K)`` says why a size cannot show it (None: it can),
+    ``shown_at(widest)`` the flags of the smallest size that does, for a tree whose widest sibling
+    group has ``widest`` children."""
+
+    name: str
+    what: str
+    hidden: Callable[[int, object], str | None]
+    shown_at: Callable[[int], str]
+
+
+# Why V = 2 hides a class of siblings
+DECIDED_AT_TWO = (
+    "at V = 2 a second sibling's test is decided by the first's outcome (what a refusal leaves is its token)"
+)
+
+
+def widest(shape: TreeShape) -> int:
+    """The most children a node of the static shape has."""
+    return max((c[-1] + 1 for c in shape.choices or ()), default=0)
+
+
+def _siblings(vocab: int, shape) -> str | None:
+    if widest(shape) < 2:
+        return "no node of the tree has two children: nothing is tested on what an elder sibling left"
+    if vocab < 3:
+        return DECIDED_AT_TWO
+    return None
+
+
+def _third_sibling(vocab: int, shape) -> str | None:
+    if widest(shape) < 3:
+        return "no node of the tree has three children: no test follows two refusals"
+    if vocab < 4:
+        return (
+            f"at V = {vocab} two refusals leave one token in what is left of both rows: the third child is kept "
+            "whatever its law"
+        )
+    return None
+
+
+def _correction(vocab: int, shape) -> str | None:
+    w = widest(shape)
+    if vocab <= w:
+        return (
+            f"at V = {vocab} a node's {w} children hold every token: the last is never refused, no correction follows"
+        )
+    if vocab == w + 1:
+        return (
+            f"at V = {vocab} a node's {w} children, all refused, leave one token: the correction is forced, and any "
+            "draw of it gives that token"
+        )
+    return None
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def _wide_tree_correction(vocab: int, shape) -> str | None:
+    counts = [shape.children(c) for c in ((), *shape.choices)] if shape.choices else []
+    most = max(counts, default=0)  # a correction at every node, the widest included, needs three tokens left
+    if vocab - most < 3:
+        left = _count(max(vocab - most, 0), "token")
+        return (
+            f"at V = {vocab} a node has {most} children: drawn without replacement and all refused, they leave "
+            f"at most {left} of mass, and no correction there has three"
+        )
+    return None
+
+
+def _depth(vocab: int, shape) -> str | None:
+    if shape.depth < 2:
+        return "a tree of one level reads no row past the root's but the bonus's"
+    return None
+
+
+def _below(vocab: int, shape) -> str | None:
+    if not any(shape.children(c) >= 2 for c in shape.choices or ()):
+        return "no node below the root has two children: no sibling is tested on a later row, no node is on two paths"
+    if vocab < 3:
+        return DECIDED_AT_TWO
+    return None
+
+
+def _middle_level(vocab: int, shape) -> str | None:
+    if shape.depth < 3:
+        return f"a tree of {_count(shape.depth, 'level')} has no level between two others"
+    return None
+
+
+def _younger(vocab: int, shape) -> str | None:
+    if not any(c[-1] >= 1 and shape.children(c) for c in shape.choices or ()):
+        return "no younger sibling has children: no path goes down through a node tried after a refused one"
+    return None
+
+
+def _third_sibling_below(vocab: int, shape) -> str | None:
+    if not any(shape.children(c) >= 3 for c in shape.choices or ()):
+        return "no node below the root has three children: no test there follows two refusals"
+    if vocab < 4:
+        return f"at V = {vocab} two refusals leave one token in what is left of both rows"
+    return None
+
+
+def _younger_below(vocab: int, shape) -> str | None:
+    if not any(len(c) >= 2 and c[-1] >= 1 and shape.children(c) for c in shape.choices or ()):
+        return "no younger sibling below the root has children: no path goes on from one"
+    return None
+
+
+def _siblings_third_level(vocab: int, shape) -> str | None:
+    if not any(len(c) >= 2 and shape.children(c) >= 2 for c in shape.choices or ()):
+        return "no node at the second level or below has two children: no siblings at the third level"
+    if vocab < 3:
+        return DECIDED_AT_TWO
+    return None
+
+
+def _fourth_level(vocab: int, shape) -> str | None:
+    if shape.depth < 4:
+        return f"a tree of {_count(shape.depth, 'level')} has no fourth"
+    return None
+
+
+def _tree_top_k(vocab: int, shape) -> str | None:
+    if vocab < TOP_K_VOCAB:
+        return (
+            f"at V = {vocab} a refusal leaves at most {_count(vocab - 1, 'token')} of mass: a correction cut to a "
+            "few of its likeliest shows only where a table leaves more"
+        )
+    return None
+
+
+def widest_shown(w: int) -> int:
+    """The width of the sibling groups that show the classes of siblings: the widest named, at least 2."""
+    return max(w, 2)
+
+
+SLIPS = (
+    Slip(
+        "siblings",
+        "a sibling tested on what its elder siblings left",
+        _siblings,
+        lambda w: f"--tree {widest_shown(w)} --vocab {widest_shown(w) + 1}",
+    ),
+    Slip(
+        "third_sibling",
+        "a third sibling tested on what two refused elders left (without replacement: both their tokens gone)",
+        _third_sibling,
+        lambda w: f"--tree {max(w, 3)} --vocab {max(w, 3) + 1}",
+    ),
+    Slip(
+        "correction_draw",
+        "a correction after every child is refused, drawn from two or more tokens",
+        _correction,
+        lambda w: f"--tree {widest_shown(w)} --vocab {widest_shown(w) + 2}",
+    ),
+    Slip(
+        "wide_correction",
+        "a correction drawn from three or more tokens (a first, a middle and a last token of its law), at every node",
+        _wide_tree_correction,
+        lambda w: "--tree 2 --vocab 5",
+    ),
+    Slip(
+        "second_depth",
+        "rows past the root's: a child's test and bonus on its own row",
+        _depth,
+        lambda w: f"--tree 1,{widest_shown(w)} --vocab {widest_shown(w) + 2}",
+    ),
+    Slip(
+        "siblings_below_the_root",
+        "siblings under a node below the root: tested on that node's row, the node on two paths",
+        _below,
+        lambda w: f"--tree 1,{widest_shown(w)} --vocab {widest_shown(w) + 2}",
+    ),
+    Slip(
+        "middle_level",
+        "a level between two others: children of a node with a parent, tested and refused with a level below",
+        _middle_level,
+        lambda w: "--tree 1,1,1 --vocab 3",
+    ),
+    Slip(
+        "younger_sibling_subtree",
+        "a path through a younger sibling into its children",
+        _younger,
+        lambda w: "--tree 2,1 --vocab 3",
+    ),
+    Slip(
+        "third_sibling_below_the_root",
+        "a third sibling below the root, tested on what two refused elders left of that node's rows",
+        _third_sibling_below,
+        lambda w: "--tree 1,3 --vocab 4",
+    ),
+    Slip(
+        "younger_sibling_below_the_root",
+        "a path through a younger sibling below the root into its children",
+        _younger_below,
+        lambda w: "--tree 1,2,1 --vocab 3",
+    ),
+    Slip(
+        "siblings_at_the_third_level",
+        "siblings under a node of the second level: tested on that node's rows",
+        _siblings_third_level,
+        lambda w: "--tree 1,1,2 --vocab 3",
+    ),
+    Slip("fourth_level", "a fourth level: rows read four nodes down", _fourth_level, lambda w: "--tree 1,1,1,1"),
+    Slip(
+        "top_k_correction",
+        "a correction cut to a few of its likeliest tokens (a top-k of its law)",
+        _tree_top_k,
+        lambda w: f"--tree 1 --vocab {TOP_K_VOCAB}",
+    ),
+)
+
+
+def _chain_correction(vocab: int, k) -> str | None:
+    if vocab < 3:
+        return "at V = 2 a refused draft leaves one token: the correction is forced"
+    return None
+
+
+def _second_draft(vocab: int, k) -> str | None:
+    if k < 2:
+        return "a round of one draft has no test after the first and no row past p_2"
+    return None
+
+
+def _wide_correction(vocab: int, k) -> str | None:
+    if vocab < 4:
+        left = _count(vocab - 1, "token")
+        return f"at V = {vocab} a refused draft leaves at most {left} of mass: no correction has three"
+    return None
+
+
+TOP_K_VOCAB = 16  # a refused draft there leaves up to 15 tokens of mass: a cut to a few of them shows
+
+
+def _later_wide_correction(vocab: int, k) -> str | None:
+    if k < 2:
+        return "a round of one draft has no correction after an accepted draft"
+    return _wide_correction(vocab, k)
+
+
+def _top_k_correction(vocab: int, k) -> str | None:
+    if vocab < TOP_K_VOCAB:
+        return (
+            f"at V = {vocab} a refused draft leaves at most {_count(vocab - 1, 'token')} of mass: a correction cut "
+            f"to its {vocab - 2} likeliest is exact there, and to fewer shows only where a table leaves more"
+        )
+    return None
+
+
+def _middle_draft(vocab: int, k) -> str | None:
+    if k < 3:
+        return f"a round of {_count(k, 'draft')} has no draft between two others"
+    return None
+
+
+CHAIN_SLIPS = (
+    Slip("correction_draw", "a correction drawn from two or more tokens", _chain_correction, lambda w: "--vocab 3"),
+    Slip(
+        "second_draft",
+        "a round's second draft: its test, its row, what follows a refusal",
+        _second_draft,
+        lambda w: "--k 2",
+    ),
+    Slip(
+        "wide_correction",
+        "a correction drawn from three or more tokens (a first, a middle and a last token of its law)",
+        _wide_correction,
+        lambda w: "--vocab 4",
+    ),
+    Slip(
+        "later_wide_correction",
+        "a correction after an accepted draft drawn from three or more tokens (a path of its own past the first)",
+        _later_wide_correction,
+        lambda w: "--vocab 4 --k 2",
+    ),
+    Slip(
+        "middle_draft",
+        "a draft between two others: tested after an acceptance, refused with a draft left untested",
+        _middle_draft,
+        lambda w: "--k 3",
+    ),
+    Slip(
+        "top_k_correction",
+        "a correction cut to a few of its likeliest tokens (a top-k of its law: the 3 to 8 likeliest, on these tables)",
+        _top_k_correction,
+        lambda w: f"--vocab {TOP_K_VOCAB} --k 1",
+    ),
+)
