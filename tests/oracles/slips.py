@@ -80,7 +80,10 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 residual = list(unchanged)
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
-            if (drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid") and row is not None:
+            removes = drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid"
+            if slip == "draft_removals_capped_at_two" and order.index(c) >= 2:
+                removes = False  # an unrolled loop of two removals
+            if removes and row is not None:
                 if slip == "elder_removals_forgotten" or slip == "elder_removals_forgotten_below_the_root" and at >= 0:
                     row = list(drawn_from)  # each removal from the draft's row as drawn
                 row[d] = 0.0
@@ -238,6 +241,8 @@ TREE_LATER_SLIPS = {
     "draft_rows_in_a_ring_of_three": "the draft's rows kept in a ring of three by depth: the fourth level reads "
     "the row of the node three levels up",
     "correction_top_four": "the correction drawn from the four likeliest tokens of what is left",
+    "draft_removals_capped_at_two": "without replacement, only the first two refused children removed from q' (a "
+    "fourth child is tested with the third's token still in q')",
     "ratio_with_q_clamped": "the ratio p'(d) / max(q'(d), 1e-5) (a division guard)",
     "residual_floored": "a residual of mass below 1e-6 replaced by the node's target row",
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where p' is within 1e-5 of a point mass",

@@ -190,6 +190,7 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "siblings_at_the_third_level",
         "fourth_level",
         "top_k_correction",
+        "fourth_sibling",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
@@ -380,6 +381,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (3, "1,1,2", 1),
         (3, "1,1,1,1", 1),
         (16, "1", 1),
+        (5, "4", 1),  # near_ties
         (4, "1,2", 3),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
     ]
@@ -419,9 +421,9 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 52 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 53 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
+        '"1,1,1,1" (V = 3), "1" (V = 16), "4" (V = 5), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

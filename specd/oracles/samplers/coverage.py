@@ -17,7 +17,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   its nodes handed over depth-first (every other tree's go breadth-first, where a node's children are next
   to each other); ``SEED_TREES`` on the seed's table alone (a third child below the root, a younger
   sibling below the root with a child, siblings at the third level, a fourth level, a correction of up
-  to 15 tokens); and ``1,2`` at V = 4 over the tables of small values. A tree named twice runs at the
+  to 15 tokens); ``4`` at V = 5 on the near_ties table alone (a fourth sibling, ``FOURTH_SIBLING``); and
+  ``1,2`` at V = 4 over the tables of small values. A tree named twice runs at the
   larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
@@ -37,7 +38,7 @@ from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
 from specd.oracles.samplers.slip_classes import CHAIN_SLIPS, SLIPS, TOP_K_VOCAB, widest, widest_shown
-from specd.oracles.samplers.tables import Table, seeded, small_value_tables, tables
+from specd.oracles.samplers.tables import Table, adversarial, seeded, small_value_tables, tables
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ WIDE_BELOW_THE_ROOT = (5, "1,2")
 # sibling below the root with a child, siblings at the third level, a fourth level, and a correction of up to
 # 15 tokens. A tree checked already at the same or a larger V is not checked again.
 SEED_TREES = ((4, "1,3"), (3, "1,2,1"), (3, "1,1,2"), (3, "1,1,1,1"), (TOP_K_VOCAB, "1"))
+# A fourth child, tested on what three refusals left (V = 5: at V = 4 they leave p' all on its token), on the
+# near_ties table alone: there every child's ratio is near 1, so a q' that is wrong at the fourth child moves
+# it (a removal from q' capped at two refused children passed the seed's table at V = 5, 6 and 7).
+FOURTH_SIBLING = (5, "4", "near_ties")
 # The tables of small values (specd.oracles.samplers.tables.SMALL_VALUES) at one size each: a tree with
 # siblings below the root, and a chain of two drafts; with --exact-size, at the named size.
 SMALL_VALUE_TREE = (4, "1,2")
@@ -117,6 +122,11 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         seed_tree = parse_tree(spec)
         if not any(seed_tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
             out.append(Case(vocab, seed_tree.depth, seed_tree, (seeded(cfg, vocab, seed_tree.depth, cfg.seed),)))
+    vocab, spec, kind = FOURTH_SIBLING
+    fourth = parse_tree(spec)
+    if not any(fourth.choices == c.shape.choices and vocab <= c.vocab for c in out):
+        near = adversarial(seeded(cfg, vocab, fourth.depth, cfg.seed), kind, cfg.seed)
+        out.append(Case(vocab, fourth.depth, fourth, (near,)))
     vocab, spec = SMALL_VALUE_TREE
     small = parse_tree(spec)
     out.append(Case(vocab, small.depth, small, tuple(small_value_tables(cfg, vocab, small.depth))))

@@ -116,6 +116,14 @@ def _younger(vocab: int, shape) -> str | None:
     return None
 
 
+def _fourth_sibling(vocab: int, shape) -> str | None:
+    if widest(shape) < 4:
+        return "no node of the tree has four children: no test follows three refusals"
+    if vocab < 5:
+        return f"at V = {vocab} three refusals leave p' all on the fourth child's token: it is kept whatever its law"
+    return None
+
+
 def _third_sibling_below(vocab: int, shape) -> str | None:
     if not any(shape.children(c) >= 3 for c in shape.choices or ()):
         return "no node below the root has three children: no test there follows two refusals"
@@ -206,6 +214,12 @@ SLIPS = (
         "a path through a younger sibling into its children",
         _younger,
         lambda w: "--tree 2,1 --vocab 3",
+    ),
+    Slip(
+        "fourth_sibling",
+        "a fourth sibling tested on what three refused elders left (without replacement: their tokens gone)",
+        _fourth_sibling,
+        lambda w: f"--tree {max(w, 4)} --vocab {max(w, 4) + 1}",
     ),
     Slip(
         "third_sibling_below_the_root",
