@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from types import SimpleNamespace
 
 import torch
 
@@ -68,20 +69,10 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
     return dict(law), accepted, reads, len(outcomes)
 
 
-class _Fixed:
-    """A ``random.Random`` stand-in whose every draw is ``value``."""
-
-    def __init__(self, value: float):
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
-
-
 def _law_at(sampler, rnd: TreeRound, value: float) -> tuple[dict, float, float, int]:
     """``round_law``'s answer for one run of the sampler with every uniform at ``value``: what it
     emitted (a terminal law spread over its tokens), with probability 1."""
-    stream = ConcreteUniforms(_Fixed(value))
+    stream = ConcreteUniforms(SimpleNamespace(random=lambda: value))  # every draw of its "rng" is value
     outcome = sampler(rnd, stream)
     head = tuple(rnd.tree.tokens[n] for n in outcome.path)
     if outcome.terminal is not None:
@@ -202,9 +193,10 @@ def _joint_figures(tj: TreeJoint, rounds: list[TreeRound], table, horizon: int) 
 def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
     """``exact_joint_<drawing>`` over every case and table a check covers (specd.oracles.samplers.coverage): the
     named case on its first table as ``check_drawing`` (a sampler that raises there refuses the
-    construction, where ``refusable``), then, where it is exact there, every other case and table, their
-    rounds in one batch. Its figures are the named table's, with ``tables`` (how many were checked),
-    the largest difference of all, and where it is not exact (``not_exact_at``, priced there)."""
+    construction, where ``refusable``), then, where it is exact there, every other case and table, each
+    case's rounds in one batch, in order (a failure ends the check). Its figures are the named table's,
+    with ``tables`` (how many were checked), the largest difference of all, and where it is not exact
+    (``not_exact_at``, priced there)."""
     pairs = [(c, t) for c in cases for t in c.tables]
     every = [_laid_out(c, draft_trees(c.shape, drawing, t.p, t.q, t.prompt)) for c, t in pairs]
     kept = [i for i, rs in enumerate(every) if drawable(rs)]  # a table that cannot draw every tree says nothing
@@ -217,20 +209,23 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
         check.figures["undrawable_tables"] = len(pairs) - len(kept)
     if not check.passed:
         return check
-    work, rounds = [pairs[i] for i in rest], [every[i] for i in rest]
-    try:
-        laws = round_laws(sampler, [r for rs in rounds for r in rs])
-    except SamplerFailed:
-        return _first_refusal(sampler, check, work, rounds, drawing)
-    at = 0
-    for (case, table), rs in zip(work, rounds):
-        tj = TreeJoint(sampler, rs, table.p, table.prompt, case.shape.depth + 1, laws[at : at + len(rs)])
-        at += len(rs)
-        figures = _joint_figures(tj, rs, table, case.shape.depth + 1)
-        check.figures["tables"] += 1
-        check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], figures["max_abs_diff"])
-        if not figures.pop("passed"):
-            return _failed_at(check, case, table, figures, drawing)
+    for case in cases:
+        if not (mine := [i for i in rest if pairs[i][0] is case]):
+            continue
+        work, rounds = [pairs[i] for i in mine], [every[i] for i in mine]
+        try:
+            laws = round_laws(sampler, [r for rs in rounds for r in rs])
+        except SamplerFailed:
+            return _first_refusal(sampler, check, work, rounds, drawing)
+        at = 0
+        for (case, table), rs in zip(work, rounds):
+            tj = TreeJoint(sampler, rs, table.p, table.prompt, case.shape.depth + 1, laws[at : at + len(rs)])
+            at += len(rs)
+            figures = _joint_figures(tj, rs, table, case.shape.depth + 1)
+            check.figures["tables"] += 1
+            check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], figures["max_abs_diff"])
+            if not figures.pop("passed"):
+                return _failed_at(check, case, table, figures, drawing)
     check.detail += f", on {check.figures['tables']} tables"
     if "undrawable_tables" in check.figures:
         check.detail += f" ({check.figures['undrawable_tables']} left out: {UNDRAWABLE.format(drawing=drawing)})"
