@@ -16,7 +16,8 @@ from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check
 from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, reshape, tables
-from specd.oracles.samplers.tree_checks import check_cases, check_zero_mass
+from specd.oracles.samplers.tree_checks import check_cases
+from specd.oracles.samplers.tree_degenerate import check_zero_mass
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, load_tree_sampler
 from tests.helpers import run_cli
 from tests.oracles import slips

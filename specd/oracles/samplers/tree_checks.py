@@ -11,12 +11,7 @@
   sampler that is not exact is priced beside the failure (``specd.oracles.samplers.price``): the exact total
   variation between its joint and the target's over the horizon and per position, its expected
   accepted length, and specd's exact rule's on the same trees.
-- ``no_nodes``: a round without drafts: no path, and the terminal drawn from the root's row.
-- ``zero_target_mass``: rounds whose drafts include tokens the target gives no mass (p = 0 < q) and
-  whose rows start with such a token, run once with every uniform at 0 and once just below 1 (the
-  protocol's uniforms lie on [0, 1): a test U < p'/q' refuses p' = 0 at U = 0, and the first token of
-  an inverse CDF is drawn there only if it has mass): nothing emitted may have target probability 0.
-  The exact enumeration cannot see this (a single point of the uniforms has probability 0).
+- ``no_nodes`` and ``zero_target_mass``: the degenerate rounds (``specd.oracles.samplers.tree_degenerate``).
 
 A failing check comes with the smallest counterexample (``tree_counterexample``).
 """
@@ -24,12 +19,8 @@ A failing check comes with the smallest counterexample (``tree_counterexample``)
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 from types import SimpleNamespace
 
-import torch
-
-from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
@@ -198,21 +189,27 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
     with ``tables`` (how many were checked), the largest difference of all, and where it is not exact
     (``not_exact_at``, priced there)."""
     pairs = [(c, t) for c in cases for t in c.tables]
-    every = [_laid_out(c, draft_trees(c.shape, drawing, t.p, t.q, t.prompt)) for c, t in pairs]
-    kept = [i for i, rs in enumerate(every) if drawable(rs)]  # a table that cannot draw every tree says nothing
-    if not kept:  # the named case's own, not applicable, with its reason
-        return check_drawing(sampler, pairs[0][1], pairs[0][0].shape, drawing, refusable, every[0])[0]
-    (named, first), rest = pairs[kept[0]], kept[1:]
-    check, _ = check_drawing(sampler, first, named.shape, drawing, refusable, every[kept[0]])
+    every: dict[int, list[TreeRound]] = {}
+
+    def rounds_at(i: int) -> list[TreeRound]:  # a table's draft trees, enumerated once it is reached
+        if i not in every:
+            case, table = pairs[i]
+            every[i] = _laid_out(case, draft_trees(case.shape, drawing, table.p, table.q, table.prompt))
+        return every[i]
+
+    # a table that cannot draw every tree says nothing; none can: the named case's own n/a, with its reason
+    start = next((i for i in range(len(pairs)) if drawable(rounds_at(i))), None)
+    if start is None:
+        return check_drawing(sampler, pairs[0][1], pairs[0][0].shape, drawing, refusable, rounds_at(0))[0]
+    check, _ = check_drawing(sampler, pairs[start][1], pairs[start][0].shape, drawing, refusable, rounds_at(start))
     check.figures["tables"] = 1
-    if len(kept) < len(pairs):
-        check.figures["undrawable_tables"] = len(pairs) - len(kept)
-    if not check.passed:
-        return check
-    for case in cases:
-        if not (mine := [i for i in rest if pairs[i][0] is case]):
+    left_out = start
+    for case in cases if check.passed else ():
+        mine = [i for i in range(start + 1, len(pairs)) if pairs[i][0] is case]
+        left_out += sum(not drawable(rounds_at(i)) for i in mine)
+        if not (mine := [i for i in mine if drawable(rounds_at(i))]):
             continue
-        work, rounds = [pairs[i] for i in mine], [every[i] for i in mine]
+        work, rounds = [pairs[i] for i in mine], [rounds_at(i) for i in mine]
         try:
             laws = round_laws(sampler, [r for rs in rounds for r in rs])
         except SamplerFailed:
@@ -226,6 +223,10 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
             check.figures["max_abs_diff"] = max(check.figures["max_abs_diff"], figures["max_abs_diff"])
             if not figures.pop("passed"):
                 return _failed_at(check, case, table, figures, drawing)
+    if left_out:
+        check.figures["undrawable_tables"] = left_out
+    if not check.passed:
+        return check
     check.detail += f", on {check.figures['tables']} tables"
     if "undrawable_tables" in check.figures:
         check.detail += f" ({check.figures['undrawable_tables']} left out: {UNDRAWABLE.format(drawing=drawing)})"
@@ -271,83 +272,6 @@ PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_
 
 def _specd() -> TreeSamplerUnderTest:
     return TreeSamplerUnderTest("specd", specd_tree_sampler, "specd's tree rule")
-
-
-def check_no_nodes(sampler: TreeSamplerUnderTest) -> Check:
-    """A round without drafts: the terminal is the root's row, nothing accepted."""
-    p0 = [0.125, 0.625, 0.25]
-    rnd = TreeRound(
-        DraftTree((), ()),
-        torch.tensor([p0], dtype=torch.float64),
-        torch.tensor([p0], dtype=torch.float64),
-        1.0,
-        "sampled",
-    )
-    try:
-        law, accepted, _, _ = round_law(sampler, rnd)
-    except SamplerFailed as err:
-        return Check("no_nodes", False, {}, f"a round without drafts: {err}", [err.finding])
-    got = [law.get((x,), 0.0) for x in range(3)]
-    wrong = accepted != 0 or sum(law.values()) < 1 - EXACT_TOLERANCE or max(abs(a - b) for a, b in zip(got, p0)) > 1e-12
-    return Check(
-        "no_nodes",
-        not wrong,
-        {"terminal_law": got, "expected_accepted": accepted},
-        "N = 0: nothing to test, the terminal drawn from the root's row",
-        ["no_nodes_wrong"] if wrong else [],
-    )
-
-
-# A table where the target gives no mass to the first token and to a middle one, both of draft mass (a
-# draft of either has p = 0 < q, and each refusal's residual starts with a token of no mass), and the
-# uniforms that probe it: 0, and the largest below 1 (1 - 2^-53).
-ZERO_MASS_P, ZERO_MASS_Q = (0.0, 0.4, 0.0, 0.6), (0.3, 0.3, 0.4, 0.0)
-ZERO_MASS_TREE, EDGE_UNIFORMS = "1,2", (0.0, 1 - 2**-53)
-
-
-def check_zero_mass(sampler, drawings) -> Check:
-    """``zero_target_mass`` (module docstring), over the trees ``drawings`` draw on the table; a
-    construction the sampler refuses (it raises on its trees) is left out."""
-    shape, wrong, findings, checked = parse_tree(ZERO_MASS_TREE), [], set(), 0
-    for drawing in drawings:
-        rounds = draft_trees(shape, drawing, lambda _: list(ZERO_MASS_P), lambda _: list(ZERO_MASS_Q), ())
-        for value in EDGE_UNIFORMS:
-            try:
-                laws = round_laws(sampler, [replace(r, uniforms_at=value) for r in rounds])
-            except SamplerFailed as err:
-                if err.finding == "raised":
-                    break  # it refuses the construction (the exact check says whether it may)
-                return Check("zero_target_mass", False, {}, f"every uniform at {value}: {err}", [err.finding])
-            checked += len(rounds)
-            for rnd, (law, _, _, _) in zip(rounds, laws):
-                for emitted in law:
-                    if finding := _zero_mass_finding(emitted, value):
-                        findings.add(finding)
-                        wrong.append(
-                            f"{drawing} tree {list(rnd.tree.tokens)}, uniforms at {value}: emitted {list(emitted)}"
-                        )
-    if not checked:
-        return Check("zero_target_mass", None, {}, f"{NOT_APPLICABLE}the sampler refuses every construction asked")
-    return Check(
-        "zero_target_mass",
-        not wrong,
-        {"rounds": checked, "wrong": wrong[:5], "cases": len(wrong)},
-        "drafts of target mass 0 (p = 0 < q), rows that start with such a token, every uniform at 0 and just "
-        "below 1: no token of target mass 0 kept or drawn",
-        sorted(findings),
-    )
-
-
-def _zero_mass_finding(emitted: tuple[int, ...], value: float) -> str | None:
-    """What a round that emitted ``emitted`` (the path's tokens, then the terminal) with every uniform at
-    ``value`` shows on the zero-mass table: nothing (every token has target mass), a draft of none kept,
-    or a terminal of none."""
-    at = next((i for i, t in enumerate(emitted) if ZERO_MASS_P[t] == 0), None)
-    if at is None:
-        return None
-    if at == len(emitted) - 1:
-        return "zero_mass_emitted"
-    return "u_zero_accepts_p_zero" if value == 0 else "p_zero_accepted"
 
 
 # -- the smallest counterexample -------------------------------------------------------------------

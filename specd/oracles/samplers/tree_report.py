@@ -12,7 +12,8 @@ from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import Check
 from specd.oracles.samplers.coverage import Case, coverage, tree_cases
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
-from specd.oracles.samplers.tree_checks import check_cases, check_no_nodes, check_zero_mass, tree_counterexample
+from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
+from specd.oracles.samplers.tree_degenerate import check_no_nodes, check_zero_mass
 from specd.oracles.samplers.tree_rounds import DRAWINGS, count_rounds, shape_nodes
 
 PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
