@@ -66,6 +66,37 @@ def _integer_row(row) -> tuple[list[int], int]:
     return nums, common
 
 
+_HITS: dict = {}  # a draw's answer by its row and cell: a sampler's replays of a round draw alike many times
+
+
+def _hits(row, lo: Fraction, hi: Fraction) -> tuple[tuple[int, ...], int, list[tuple]]:
+    """The tokens a draw from ``row`` can give where its uniform lies in [lo, hi): -> (the row's integer
+    weights, their denominator, [(a token whose interval meets the cell, the cell left if it is drawn, its
+    ends as floats)])."""
+    plain = row.tolist() if isinstance(row, torch.Tensor) else list(row)
+    key = (tuple(plain), lo, hi) if all(type(w) is float or type(w) is int for w in plain) else None
+    if key is not None and key in _HITS:  # plain numbers only: a key of objects hashed by identity could recur
+        return _HITS[key]
+    ints, common = _integer_row(plain)
+    total, below, hits = sum(ints), 0, []
+    for token, w in enumerate(ints):
+        # token's interval [below, below + w) / total meets the cell [lo, hi)
+        if (
+            w > 0
+            and below * hi.denominator < hi.numerator * total
+            and (below + w) * lo.denominator > lo.numerator * total
+        ):
+            cell = (max(Fraction(below, total), lo), min(Fraction(below + w, total), hi))
+            hits.append((token, cell, (float(cell[0]), float(cell[1]))))
+        below += w
+    out = (tuple(ints), common, hits)
+    if key is not None:
+        if len(_HITS) > 4096:
+            _HITS.clear()
+        _HITS[key] = out
+    return out
+
+
 class Uniform:
     """One uniform of a round, scaled and shifted (``scale * U + shift``), seen only through
     comparisons (module docstring)."""
@@ -218,22 +249,10 @@ class Uniforms:
         """The token whose interval of the inverse CDF of ``row`` (weights, any scale; a sequence or a
         1-D tensor) holds U_key: the first token whose cumulative weight exceeds U_key * total. Decided
         in integers: the weights over their common denominator, so every sum is exact and cheap."""
-        nums, common = _integer_row(row)
+        nums, common, hits = _hits(row, *self._cells.get(key, _UNIT))  # a row that is none raises first
         self.uniform(key)
-        lo, hi = self._cells[key]
-        total, below, hits = sum(nums), 0, []
-        for token, w in enumerate(nums):
-            # token's interval [below, below + w) / total meets the cell [lo, hi)
-            if (
-                w > 0
-                and below * hi.denominator < hi.numerator * total
-                and (below + w) * lo.denominator > lo.numerator * total
-            ):
-                hits.append((token, below, below + w))
-            below += w
-        side = self._choose(("draw", key, tuple(nums), common), len(hits)) if len(hits) > 1 else 0
-        token, a, b = hits[side]
-        self._set(key, (max(Fraction(a, total), lo), min(Fraction(b, total), hi)))
+        side = self._choose(("draw", key, nums, common), len(hits)) if len(hits) > 1 else 0
+        token, self._cells[key], self._floats[key] = hits[side]
         return token
 
     def _choose(self, asked: tuple, sides: int) -> int:
