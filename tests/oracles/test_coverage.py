@@ -18,7 +18,7 @@ from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, reshape, tables
 from specd.oracles.samplers.tree_checks import check_cases
 from specd.oracles.samplers.tree_degenerate import check_zero_mass
-from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, load_tree_sampler
+from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
 from tests.helpers import run_cli
 from tests.oracles import slips
 
@@ -134,22 +134,6 @@ def test_a_slip_of_a_later_shape_table_or_uniform_fails_at_the_default_size(name
     sampler = tree(name)
     failed = False in verdicts(sampler, "2,2", 3).values() or check_zero_mass(sampler, DRAWINGS).passed is False
     assert failed
-
-
-def test_u_zero_keeping_or_drawing_a_token_of_no_mass_is_its_own_finding():
-    """A test U <= p'/q' and a draw at U <= the running sum are exact in law (they differ from the rule on
-    a set of uniforms of probability 0), so the exact check passes them; at U = 0 each keeps or draws a
-    token the target never emits. EAGLE's evaluate_posterior tests ``random.random() <= gtp[x]``: the same."""
-    for name, finding in (
-        ("accepts_at_u_equal_to_the_ratio", "u_zero_accepts_p_zero"),
-        ("draws_at_u_at_or_below_the_running_sum", "zero_mass_emitted"),
-    ):
-        assert verdicts(tree(name), "2,2", 3, drawings=("sampled",)) == {"sampled": True}
-        check = check_zero_mass(tree(name), DRAWINGS)
-        assert check.passed is False and check.findings == [finding] and check.figures["wrong"]
-    eagle = check_zero_mass(load_tree_sampler("eagle"), DRAWINGS)
-    assert eagle.passed is False and eagle.findings == ["u_zero_accepts_p_zero"]
-    assert check_zero_mass(load_tree_sampler("specd"), DRAWINGS).passed
 
 
 def test_each_table_of_small_values_has_its_property_on_every_row():
