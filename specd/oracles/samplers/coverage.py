@@ -101,8 +101,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     """The sizes a tree sampler is checked at (module docstring): the named one first."""
     w = widest(shape)
     if exact_size:
-        every = tables(cfg, cfg.vocab, shape.depth, w) + small_value_tables(cfg, cfg.vocab, shape.depth)
-        return [Case(cfg.vocab, shape.depth, shape, tuple(every), True)]
+        every = tables(cfg, cfg.vocab, shape.depth, w)
+        return [Case(cfg.vocab, shape.depth, shape, tuple(every + small_value_tables(every[0], cfg.seed)), True)]
     wide = widest_shown(w)
     # tree -> V: the smallest sizes of the classes, WIDE_TREES, and where W' < 3 the tree 3 at V = 4 (a third
     # sibling; from W' = 3, `W'` at V = W' + 2 has one); a tree named twice at the larger V
@@ -118,18 +118,16 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
             out[0] = Case(vocab, small.depth, shape, tuple(tables(cfg, vocab, small.depth, widest(small))), True)
             continue
         out.append(Case(vocab, small.depth, small, tuple(tables(cfg, vocab, small.depth, widest(small)))))
-    for vocab, spec in (WIDE_BELOW_THE_ROOT, *SEED_TREES):  # on the seed's table alone, where not checked yet
-        seed_tree = parse_tree(spec)
-        if not any(seed_tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
-            out.append(Case(vocab, seed_tree.depth, seed_tree, (seeded(cfg, vocab, seed_tree.depth, cfg.seed),)))
-    vocab, spec, kind = FOURTH_SIBLING
-    fourth = parse_tree(spec)
-    if not any(fourth.choices == c.shape.choices and vocab <= c.vocab for c in out):
-        near = adversarial(seeded(cfg, vocab, fourth.depth, cfg.seed), kind, cfg.seed)
-        out.append(Case(vocab, fourth.depth, fourth, (near,)))
+    one_table = [(vocab, spec, None) for vocab, spec in (WIDE_BELOW_THE_ROOT, *SEED_TREES)] + [FOURTH_SIBLING]
+    for vocab, spec, kind in one_table:  # the seed's table (or the kind made from it), where not checked yet
+        tree = parse_tree(spec)
+        if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
+            table = seeded(cfg, vocab, tree.depth, cfg.seed)
+            out.append(Case(vocab, tree.depth, tree, (adversarial(table, kind, cfg.seed) if kind else table,)))
     vocab, spec = SMALL_VALUE_TREE
     small = parse_tree(spec)
-    out.append(Case(vocab, small.depth, small, tuple(small_value_tables(cfg, vocab, small.depth))))
+    values = small_value_tables(seeded(cfg, vocab, small.depth, cfg.seed), cfg.seed)
+    out.append(Case(vocab, small.depth, small, tuple(values)))
     vocab, spec = DEPTH_FIRST
     elder = parse_tree(spec)
     out.append(Case(vocab, elder.depth, elder, (seeded(cfg, vocab, elder.depth, cfg.seed),), depth_first=True))
@@ -139,8 +137,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
 def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     """The sizes a chain sampler is checked at (module docstring): the named one first."""
     if exact_size:
-        every = tables(cfg, cfg.vocab, cfg.k, 1) + small_value_tables(cfg, cfg.vocab, cfg.k)
-        return [Case(cfg.vocab, cfg.k, None, tuple(every), True)]
+        every = tables(cfg, cfg.vocab, cfg.k, 1)
+        return [Case(cfg.vocab, cfg.k, None, tuple(every + small_value_tables(every[0], cfg.seed)), True)]
     out = [Case(cfg.vocab, cfg.k, None, (seeded(cfg, cfg.vocab, cfg.k, cfg.seed),), True)]
     for vocab, k in CHAIN_SIZES:
         if (vocab, k) == (cfg.vocab, cfg.k):  # the named size is one of them: every table
@@ -151,7 +149,7 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
         if (vocab, k) != (cfg.vocab, cfg.k):
             out.append(Case(vocab, k, None, (seeded(cfg, vocab, k, cfg.seed),)))
     vocab, k = SMALL_VALUE_CHAIN
-    out.append(Case(vocab, k, None, tuple(small_value_tables(cfg, vocab, k))))
+    out.append(Case(vocab, k, None, tuple(small_value_tables(seeded(cfg, vocab, k, cfg.seed), cfg.seed))))
     return out
 
 

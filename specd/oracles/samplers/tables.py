@@ -98,10 +98,9 @@ def tables(cfg: OracleConfig, vocab: int, depth: int, widest: int, seeds: int = 
     return out + [adversarial(base, kind, cfg.seed) for kind in ADVERSARIAL if holds(kind, vocab, widest)]
 
 
-def small_value_tables(cfg: OracleConfig, vocab: int, depth: int) -> list[Table]:
-    """The ``SMALL_VALUES`` tables, made from the run's seed's."""
-    base = seeded(cfg, vocab, depth, cfg.seed)
-    return [adversarial(base, kind, cfg.seed) for kind in SMALL_VALUES]
+def small_value_tables(base: Table, seed: int) -> list[Table]:
+    """The ``SMALL_VALUES`` tables, made from ``base`` (the run's seed's table) with ``seed``'s choices."""
+    return [adversarial(base, kind, seed) for kind in SMALL_VALUES]
 
 
 def holds(kind: str, vocab: int, widest: int) -> bool:

@@ -47,14 +47,8 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
     outcomes = explore(lambda u: sampler(rnd, u))
     for outcome, chance, stream in outcomes:
         m = float(chance)
-        head = tuple(rnd.tree.tokens[n] for n in outcome.path)
-        if outcome.terminal is not None:
-            law[head + (outcome.terminal,)] += m
-        else:
-            assert outcome.law is not None
-            for x, px in enumerate(outcome.law):
-                if px > 0:
-                    law[head + (x,)] += m * px
+        for emitted, px in _emitted(rnd, outcome):
+            law[emitted] += m * px
         accepted += m * len(outcome.path)
         reads += m * len(stream.reads)
     return dict(law), accepted, reads, len(outcomes)
@@ -62,16 +56,18 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
 
 def _law_at(sampler, rnd: TreeRound, value: float) -> tuple[dict, float, float, int]:
     """``round_law``'s answer for one run of the sampler with every uniform at ``value``: what it
-    emitted (a terminal law spread over its tokens), with probability 1."""
-    stream = ConcreteUniforms(SimpleNamespace(random=lambda: value))  # every draw of its "rng" is value
-    outcome = sampler(rnd, stream)
+    emitted, with probability 1 (a terminal law spread over its tokens)."""
+    outcome = sampler(rnd, ConcreteUniforms(SimpleNamespace(random=lambda: value)))  # every draw is value
+    return dict(_emitted(rnd, outcome)), float(len(outcome.path)), 0.0, 1
+
+
+def _emitted(rnd: TreeRound, outcome) -> list[tuple[tuple[int, ...], float]]:
+    """What one outcome emits: (the accepted path's tokens, then the terminal; its probability given the
+    outcome: 1 for a token, the law's weight for a law, which the protocol's reading normalized)."""
     head = tuple(rnd.tree.tokens[n] for n in outcome.path)
     if outcome.terminal is not None:
-        law = {head + (outcome.terminal,): 1.0}
-    else:
-        total = sum(outcome.law)
-        law = {head + (x,): px / total for x, px in enumerate(outcome.law) if px > 0}
-    return law, float(len(outcome.path)), 0.0, 1
+        return [(head + (outcome.terminal,), 1.0)]
+    return [(head + (x,), px) for x, px in enumerate(outcome.law) if px > 0]
 
 
 def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, float, int]]:
