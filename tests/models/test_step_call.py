@@ -65,3 +65,23 @@ def test_a_model_of_several_floating_dtypes_gets_sdpas_mask_boolean():
     assert mask_dtype(mixed, "sdpa") is None and mask_dtype(mixed, "eager") == torch.bfloat16
     call = plan_call(two_slots(), [KVRows(0, (1, 2), (5, 6))], pad_id=0, attention="sdpa", dtype=None)
     assert call.mask.dtype == torch.bool and torch.equal(call.mask, chain_rule(call))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, None])
+def test_one_query_a_row_at_the_spans_end_gets_the_rules_mask(dtype):
+    """Every row's one query at the span's last column (target-only decoding's calls) sees every column:
+    the mask is filled with one value, the rule's exactly; a shorter row beside them still gets the rule."""
+    even = SlotCache(torch.device("cpu"))
+    for slot in (0, 1):
+        even.open(slot)
+        even.stage(KVRows(slot, (10, 11, 12), (0, 1, 2)))
+        even.commit(slot, 3)
+    rows = [KVRows(0, (1,), (3,)), KVRows(1, (2,), (3,))]
+    call = plan_call(even, rows, pad_id=0, attention="sdpa", dtype=dtype)
+    assert call.mask.shape == (2, 1, 1, 4) and call.mask.dtype == (dtype or torch.bool)
+    assert chain_rule(call).all() and torch.equal(call.mask == (True if dtype is None else 0), chain_rule(call))
+    uneven = plan_call(
+        two_slots(), [KVRows(0, (1,), (5,)), KVRows(1, (4,), (2,))], pad_id=0, attention="sdpa", dtype=dtype
+    )
+    attends = chain_rule(uneven)
+    assert not attends.all() and torch.equal(uneven.mask == (True if dtype is None else 0), attends)

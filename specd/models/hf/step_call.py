@@ -169,12 +169,18 @@ def plan_call(
             at = [(b, first + j) for b, first, t in pending for j in range(len(t))]
             where = to_device(at, torch.long, device)
             token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
-    attends = columns_at[:, None, :, None] >= cache.store.columns(span, device)  # bool[B, 1, n, span], the chains' rule
-    if trees:
-        attends[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
-            [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
-        ).to(device, non_blocking=True)
-    mask = attends if dtype is None else torch.where(attends, *_additive(dtype, device, attention))
+    if bucket is None and n_new == 1 and not trees and all(w[0] == span - 1 for w in write):
+        # one query a row, each at the span's last column: it sees every column, a mask of one value
+        # (every call of target-only decoding; the comparison and the select are two operations more)
+        fill = torch.ones if dtype is None else torch.zeros
+        mask = fill(len(slots), 1, 1, span, dtype=dtype or torch.bool, device=device)
+    else:
+        attends = columns_at[:, None, :, None] >= cache.store.columns(span, device)  # bool[B, 1, n, span]: chains
+        if trees:
+            attends[to_device([b for b, *_ in trees], torch.int64, device), 0] = torch.stack(
+                [_tree_rows(cache, row, committed, base, n_new, span) for _, row, committed, base in trees]
+            ).to(device, non_blocking=True)
+        mask = attends if dtype is None else torch.where(attends, *_additive(dtype, device, attention))
     batch = to_device(batch_rows, torch.int64, device) if batch_rows else None
     at = tuple(slots.index(r.slot) for r in rows) if batch_rows else tuple(cache.row_of(r.slot) for r in rows)
     return Call(token_ids, positions, columns_at, mask, span, batch, at)
