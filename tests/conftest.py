@@ -66,6 +66,28 @@ def pytest_collection_modifyitems(config, items):
                 if m is not None:
                     share[j], shares[home][m] = shares[home][m], item
     items[:] = [item for share in shares for item in share]
+    config.stash[RAY_TESTS] = sum(starts_ray(item) for item in items)
+
+
+RAY_TESTS = pytest.StashKey[int]()  # the session's tests that start Ray
+_ray_tests_run = [0]  # of them, those this process has run
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Ray ended once this process has run every test that starts it: its daemons and idle workers
+    would otherwise hold a share of a core for the rest of the session (about 4% of one, on a suite
+    that keeps both cores busy). Where another process ran one of them (a test taken by another worker)
+    Ray stays up here until the session ends, as the fixture's teardown ends it."""
+    if not starts_ray(item):
+        return
+    _ray_tests_run[0] += 1
+    if _ray_tests_run[0] == item.config.stash.get(RAY_TESTS, -1):
+        import sys
+
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
 
 
 def pytest_collection_finish(session):
