@@ -24,7 +24,7 @@ from specd.errors import GraphsUnavailable, UsageError
 from specd.models.hf import cache_compat
 from specd.models.hf.graphs import StepGraphs, graphs_for, refusal
 from specd.models.hf.head import OutputHead
-from specd.models.hf.modes import own_call
+from specd.models.hf.modes import Modules, own_call
 from specd.models.hf.products import forms_of
 from specd.models.hf.slot_cache import SlotCache
 from specd.models.hf.step_call import attention_as, attention_of, mask_dtype, plain_fields, plan_call, subset
@@ -106,7 +106,7 @@ class HFCausalLM:
         plain_cpu = self.device.type == "cpu" and not hasattr(model, "hf_device_map")
         self.forms = forms_of(model) if plain_cpu else None
         self.head = self._split_head(model)
-        self.modules = tuple(model.modules())
+        self.modules = Modules(model)
         self.graph_mode = graphs
         refused = refusal(graphs, self.device, "hf")
         if refused is not None:

@@ -9,31 +9,52 @@ object is left as it was (a training loop that calls ``generate`` keeps its drop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from operator import attrgetter
+from collections.abc import Iterable, Iterator
+from operator import attrgetter, itemgetter
 
 import torch
 
 from specd.models.hf.products import ProductForms
 
 _TRAINING = attrgetter("training")
+_TRAINING_FLAG = itemgetter("training")
 # A module's flag set as ``Module.train`` sets it, without ``Module.__setattr__``'s checks for parameters,
 # buffers and submodules (about 1.3 us a module: a model of 400 modules left training paid 1 ms a call).
 _SET = object.__setattr__
 
 
+class Modules:
+    """Every module of a model, taken once (walking a tuple costs microseconds a call, the module tree
+    more), and ``flags``: the instance dicts their ``training`` flags lie in (where ``Module.train``
+    and ``evaluating`` write them), read by a dict lookup at about half an attribute read's cost
+    (SmolLM2's 397 modules: 7 us against 13 a call); None where a module keeps its flag elsewhere."""
+
+    __slots__ = ("all", "flags")
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.all = tuple(model.modules())
+        dicts = tuple(vars(m) for m in self.all)
+        plain = all(type(d.get("training")) is bool and d["training"] is m.training for m, d in zip(self.all, dicts))
+        self.flags: tuple[dict, ...] | None = dicts if plain else None
+
+    def __iter__(self) -> Iterator[torch.nn.Module]:
+        return iter(self.all)
+
+
 class evaluating:  # noqa: N801 - a context manager, used as a function: ``with evaluating(modules):``
-    """``modules``: every module of a model (``tuple(model.modules())``, taken once: walking a
-    tuple costs microseconds a call); those in training mode are in eval mode inside. A class, not a
-    generator: entered once per model call, its cost is the host's per step."""
+    """``modules``: every module of a model (``Modules``, or any sequence of them); those in training
+    mode are in eval mode inside. A class, not a generator: entered once per model call, its cost is
+    the host's per step."""
 
-    __slots__ = ("modules", "training")
+    __slots__ = ("modules", "flags", "training")
 
-    def __init__(self, modules: Sequence[torch.nn.Module]) -> None:
+    def __init__(self, modules: Iterable[torch.nn.Module]) -> None:
         self.modules, self.training = modules, ()
+        self.flags = getattr(modules, "flags", None)
 
     def __enter__(self) -> None:
-        if not any(map(_TRAINING, self.modules)):  # the usual case, found by a loop in C
+        flags = self.flags
+        if not (any(map(_TRAINING_FLAG, flags)) if flags is not None else any(map(_TRAINING, self.modules))):
             self.training = ()  # (entered again: none left over from the last call to set back)
             return
         self.training = [m for m in self.modules if m.training]
@@ -51,7 +72,7 @@ class own_call:  # noqa: N801 - a context manager, used as a function
 
     __slots__ = ("mode", "forms")
 
-    def __init__(self, modules: Sequence[torch.nn.Module], forms: ProductForms | None) -> None:
+    def __init__(self, modules: Iterable[torch.nn.Module], forms: ProductForms | None) -> None:
         self.mode, self.forms = evaluating(modules), forms.engaged() if forms is not None else None
 
     def __enter__(self) -> None:
