@@ -257,23 +257,17 @@ def decode_events(
             session.fill(batch_size)
             if session.done:
                 break
-        # A round's own tensor work keeps no autograd books (nothing of it is differentiated; its model calls
-        # were under no_grad already): about 5% of a K = 4 round's host time. Grad mode is the thread's:
-        # never held across a yield, so the caller's code between events runs in its own mode.
-        with torch.no_grad():
+            launched = launch(session)
             if launched is None:
-                launched = launch(session)
-                if launched is None:
-                    continue
-            ahead = launch_ahead(session, launched)
-            later, redraft = None, False
-            if ahead is not None and any(launched.readback.values()[1]):  # the round in flight is taken again:
-                session.discard_temporary(ahead.active)  # the one launched after it goes, and its own rows with it
-                ahead, redraft = None, True
-            elif ahead is not None:  # each provisional request's frontier row, staged after the round in flight's
-                later = {s.request_id: 1 for s in ahead.active if s.pending_ids is not None}
-            outcomes = settle(session, launched, later, redraft)
-        for outcome in outcomes:
+                continue
+        ahead = launch_ahead(session, launched)
+        later, redraft = None, False
+        if ahead is not None and any(launched.readback.values()[1]):  # the round in flight is taken again:
+            session.discard_temporary(ahead.active)  # the one launched after it goes, and its own rows with it
+            ahead, redraft = None, True
+        elif ahead is not None:  # each provisional request's frontier row, staged after the round in flight's
+            later = {s.request_id: 1 for s in ahead.active if s.pending_ids is not None}
+        for outcome in settle(session, launched, later, redraft):
             state = session.store.get(outcome.request_id)
             if stop_strings is not None and stop_strings.push(state.request_id, outcome.emitted):
                 state = session.finish(state.request_id, "stop_string")

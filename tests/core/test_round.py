@@ -146,30 +146,3 @@ def test_the_loop_is_rounds_until_done():
         fresh = engine.start()
         fresh.submit(requests)
         assert decode(fresh, batch_size=batch_size).new_tokens() == by_hand
-
-
-def test_a_rounds_tensor_work_keeps_no_autograd_books_and_the_callers_mode_is_its_own_between_events(monkeypatch):
-    """decode_events runs each round without grad mode (a draft's rows, the rule's tensors); the code
-    that consumes its events runs in the mode it set itself, on or off."""
-    import torch
-
-    from specd.core.round import decode_events
-
-    engine = table_engine(vocab=3, k=2)
-    seen_inside = []
-    plain_decide = type(engine.rule).decide
-
-    def decide(*args, **kwargs):
-        seen_inside.append(torch.is_grad_enabled())
-        return plain_decide(*args, **kwargs)
-
-    monkeypatch.setattr(type(engine.rule), "decide", decide)
-    for mode in (True, False):
-        session = engine.start([Request(f"r{mode}", (0, 1), 6, seed=3)])
-        with torch.set_grad_enabled(mode):
-            events = 0
-            for _ in decode_events(session):
-                assert torch.is_grad_enabled() is mode
-                events += 1
-        assert events > 1
-    assert seen_inside and not any(seen_inside)
