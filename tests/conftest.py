@@ -7,8 +7,9 @@ thread (two processes of two threads each on two cores collapse) and the oracle 
 tests/oracles/test_parallel.py runs the forked path on purpose), the workers share one
 specd cache (the embedded models are converted once, under specd's own lock), and the
 longest tests start first, shared among the workers, so no worker is left with one of them at
-the end; the tests that start Ray run on one worker, which starts it once; and after collection
-the cyclic collector leaves the session's own objects alone and runs less often."""
+the end; the tests that start Ray run on one worker, which starts it once and ends it after the
+last; and after collection the cyclic collector leaves the session's own objects alone and runs
+less often."""
 
 import gc
 import os

@@ -170,8 +170,8 @@ def plan_call(
             where = to_device(at, torch.long, device)
             token_ids.index_put_((where[:, 0], where[:, 1]), torch.cat([t.to(device) for _, _, t in pending]))
     if bucket is None and n_new == 1 and not trees and all(w[0] == span - 1 for w in write):
-        # one query a row, each at the span's last column: it sees every column, a mask of one value
-        # (every call of target-only decoding; the comparison and the select are two operations more)
+        # one query a row, each at the span's last column: it sees every column, a mask of one value (a
+        # target-only call whose slots are of one length, at batch 1 every one; a model draft's steps)
         fill = torch.ones if dtype is None else torch.zeros
         mask = fill(len(slots), 1, 1, span, dtype=dtype or torch.bool, device=device)
     else:
