@@ -30,6 +30,7 @@ import pickle
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing import Pipe
@@ -47,6 +48,12 @@ DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take befor
 LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
 ENDING = 5.0  # seconds a keeper may take to end what the child left, and itself
 REFUSALS = {e.__name__: e for e in (UsageError, SamplerUnavailable, SamplerUnloadable)}  # raised again here
+# A tree sampler's child is sent AHEAD rounds behind the one it works on, so it never waits for this
+# process between rounds (one is enough for that; more would leave the other children idle at the end),
+# and holds IN_FLIGHT bytes of requests unanswered at most: below a pipe's capacity (64 KiB on Linux), so
+# that sending never blocks while the child waits to send an answer this process has not read yet.
+AHEAD = 1
+IN_FLIGHT = 32 * 1024
 
 
 # The dtypes a request's tensors go as numpy arrays in (not bfloat16: numpy has none, torch pickles it).
@@ -142,35 +149,54 @@ class ChildTreeSampler:
 
     def round_laws(self, rounds: list) -> list[tuple[dict, float, float, int]]:
         """Each round's law, in the order given, the rounds dealt in order to whichever process is
-        free. The errors are a serial run's: where rounds fail (SamplerFailed), no round after the
-        first failure seen is sent, those in flight are finished, and the earliest failure is raised;
-        a process that ends, hangs or forks (SamplerAborted) ends them all at once."""
+        free. A process is sent the round after the one it works on before it answers (``AHEAD``), so
+        it never waits for this one between rounds; each round's time limit runs from when its
+        process turns to it (its answer to the round before). The errors are a serial run's: where
+        rounds fail (SamplerFailed), no round after the first failure seen is sent, those in flight
+        are finished, and the earliest failure is raised; a process that ends, hangs or forks
+        (SamplerAborted) ends them all at once."""
         laws: list = [None] * len(rounds)
         failures: dict[int, SamplerFailed] = {}
         queue = iter(range(len(rounds)))
-        busy: dict[Connection, tuple[SamplerProcess, int]] = {}
+        waiting: list[tuple[int, bytes] | None] = [None]  # a round taken from the queue, not sent yet
+        held = {process.conn: process for process in self.processes}
+        sent: dict[Connection, deque[tuple[int, int]]] = {conn: deque() for conn in held}  # (round, its bytes)
 
-        def send_next(process: SamplerProcess) -> None:
-            i = next(queue, None) if not failures else None
-            if i is not None:
-                process.send(rounds[i])
-                busy[process.conn] = (process, i)
+        def send_more(process: SamplerProcess, most: int = AHEAD + 1) -> None:
+            ahead = sent[process.conn]
+            while not failures and len(ahead) < most:
+                if waiting[0] is None:
+                    i = next(queue, None)
+                    if i is None:
+                        return
+                    waiting[0] = (i, _request_bytes(rounds[i]))
+                i, request = waiting[0]
+                if ahead and sum(n for _, n in ahead) + len(request) > IN_FLIGHT:
+                    return
+                process.send_bytes(request, starts=not ahead)
+                ahead.append((i, len(request)))
+                waiting[0] = None
 
         try:
-            for process in self.processes:
-                send_next(process)
-            while busy:
-                ready = wait(list(busy), timeout=LOOK)
-                for conn, (process, _) in busy.items():  # one that hangs while the others answer, too
-                    if conn not in ready and (not ready or time.monotonic() >= process.deadline):
-                        process.still_working("instead of returning")
+            for most in (1, AHEAD + 1):  # a round to each process first, then one more behind it
+                for process in self.processes:
+                    send_more(process, most)
+            while any(sent.values()):
+                busy = [conn for conn, ahead in sent.items() if ahead]
+                ready = wait(busy, timeout=LOOK)
+                for conn in busy:  # one that hangs while the others answer, too
+                    if conn not in ready and (not ready or time.monotonic() >= held[conn].deadline):
+                        held[conn].still_working("instead of returning")
                 for conn in ready:
-                    process, i = busy.pop(conn)
+                    process, (i, _) = held[conn], sent[conn].popleft()
+                    reply = process.answer("instead of returning")
+                    if sent[conn]:  # it has turned to the next round sent it: that round's time starts
+                        process.deadline = time.monotonic() + process.timeout
                     try:
-                        laws[i] = process.law(process.answer("instead of returning"))
+                        laws[i] = process.law(reply)
                     except SamplerFailed as err:
                         failures[i] = err
-                    send_next(process)
+                    send_more(process)
         except SamplerAborted as err:
             for process in self.processes:
                 process.abort(str(err), err.finding)
@@ -245,11 +271,17 @@ class SamplerProcess:
 
     def send(self, request) -> None:
         """Send one request to the child; its time limit starts now."""
+        self.send_bytes(_request_bytes(request))
+
+    def send_bytes(self, request: bytes, starts: bool = True) -> None:
+        """Send one request, pickled (``_request_bytes``), to the child; its time limit starts now, or
+        (``starts`` False: queued behind requests the child has not answered) when the child turns to it."""
         if self.aborted is not None:
             raise self.aborted
-        self.deadline = time.monotonic() + self.timeout
+        if starts:
+            self.deadline = time.monotonic() + self.timeout
         try:
-            self.conn.send_bytes(_request_bytes(request))
+            self.conn.send_bytes(request)
         except OSError:  # gone: answer() says how
             pass
 
