@@ -445,3 +445,30 @@ def test_a_sampler_runs_in_inference_mode_in_its_process_and_this_one_leaves_it_
     tree = specd.check_sampler(_in_inference_mode(specd_tree_sampler), tree="1", vocab=2, exact_size=True)
     assert chain.passed and tree.passed, (chain.findings, tree.findings)
     assert not torch.is_inference_mode_enabled()
+
+
+def test_a_rounds_time_limit_runs_from_when_its_process_turns_to_it():
+    """The round after the one a process works on waits in its pipe, sent ahead: its time limit starts
+    when the process turns to it, not when it was sent. Rounds of 0.6 of the limit each all pass; a
+    round past the limit still fails as timed_out."""
+    from dataclasses import replace
+
+    from specd.core.tree_shape import parse_tree
+    from specd.errors import SamplerAborted
+    from specd.oracles.samplers.sandbox import sampler_session
+    from specd.oracles.samplers.tree_rounds import draft_trees
+    from tests.oracles.slips import exact_floats
+
+    def slow(tokens, parents, depths, p, q, drawn, u):
+        time.sleep(0.6 if len(tokens) else 1.5)
+        return exact_floats(tokens, parents, depths, p, q, drawn, u)
+
+    rows = lambda _: [0.2, 0.3, 0.5]  # noqa: E731
+    rounds = [replace(r, uniforms_at=0.5) for r in draft_trees(parse_tree("2"), "sampled", rows, rows, ())[:3]]
+    with sampler_session(slow, timeout=1.0, tree=True) as sampler:
+        laws = sampler.round_laws(rounds)
+    assert len(laws) == 3 and all(sum(law.values()) == pytest.approx(1.0) for law, *_ in laws)
+    empty = replace(rounds[0], tree=type(rounds[0].tree)((), ()))  # no nodes: the slow branch, 1.5 s
+    with sampler_session(slow, timeout=1.0, tree=True) as sampler, pytest.raises(SamplerAborted) as err:
+        sampler.round_laws([rounds[0], empty])
+    assert err.value.finding == "timed_out"
