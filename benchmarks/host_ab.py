@@ -74,12 +74,12 @@ def switch(change: str, systems, before) -> dict:
             "now": lambda: setattr(model, "plan_call", now),
         }
     if change == "modules":
-        import gc
-
         from specd.models.hf.model import HFCausalLM
 
-        systems.run("specd target-only", 4)  # the adapters exist once a run was made
-        adapters = [o for o in gc.get_objects() if isinstance(o, HFCausalLM)]
+        # the pipeline's causal LMs (its target's and its draft's), which every run's options keep
+        adapters = [lm for lm in systems.pair._pipe.lms if isinstance(lm, HFCausalLM)]
+        if not adapters:
+            raise SystemExit("host_ab.py: the pair runs no Hugging Face model: nothing to measure")
         taken = {id(a): a.modules for a in adapters}
 
         def put(old: bool) -> None:

@@ -132,7 +132,7 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
         missing = [0.0 if x == gone else w for x, w in enumerate(q)]
         return p, _normalized(missing) if sum(missing) > 0 else q  # a point-mass draft (greedy) has no token to lose
     if kind == "near_ties":
-        return p, _normalized([w * (1 + 1e-3 * rng.uniform(-1, 1)) for w in p])
+        return p, _jittered(p, 1e-3, rng)
     if kind == "point_mass":
         top = rng.randrange(v)
         return [float(x == top) for x in range(v)], q
@@ -158,7 +158,7 @@ def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, R
     """One output's rows reshaped as a ``SMALL_VALUES`` kind (module docstring)."""
     v = len(p)
     if kind == "nearly_equal_rows":
-        return p, _normalized([w * (1 + 1e-7 * rng.uniform(-1, 1)) for w in p])
+        return p, _jittered(p, 1e-7, rng)
     if kind == "nearly_point_mass":
         return _with(p, rng.randrange(v), 1 - 1e-7), q
     x = rng.randrange(v)  # draft_nearly_misses
@@ -169,6 +169,12 @@ def _with(row: Row, x: int, w: float) -> Row:
     """``row`` with token x at weight w, the rest scaled to sum 1 - w (shared evenly where they have none)."""
     rest = sum(r for t, r in enumerate(row) if t != x)
     return [w if t == x else (1 - w) * (r / rest if rest else 1 / (len(row) - 1)) for t, r in enumerate(row)]
+
+
+def _jittered(row: Row, by: float, rng: random.Random) -> Row:
+    """``row`` with each weight moved by a relative amount drawn in [-by, by], normalized (a draft close to
+    the target: near_ties at 1e-3, nearly_equal_rows at 1e-7)."""
+    return _normalized([w * (1 + by * rng.uniform(-1, 1)) for w in row])
 
 
 def _normalized(row: Row) -> Row:
