@@ -81,8 +81,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
             removes = drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid"
-            if slip == "draft_removals_capped_at_two" and order.index(c) >= 2:
-                removes = False  # an unrolled loop of two removals
+            capped = {"draft_removals_capped_at_two": 2, "draft_removals_capped_at_three": 3}.get(slip or "")
+            if capped is not None and order.index(c) >= capped:
+                removes = False  # an unrolled loop of two (three) removals
             if removes and row is not None:
                 if slip == "elder_removals_forgotten" or slip == "elder_removals_forgotten_below_the_root" and at >= 0:
                     row = list(drawn_from)  # each removal from the draft's row as drawn
@@ -251,7 +252,12 @@ TREE_LATER_SLIPS = {
     "draws_at_u_at_or_below_the_running_sum": "the terminal the first token whose running sum is at or above U: "
     "at U = 0 a leading token of no mass",
 }
-for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS, **TREE_LATER_SLIPS}.items():
+# Shows only where the named tree has a node of five children (specd.oracles.samplers.coverage.late_siblings).
+TREE_WIDE_NODE_SLIPS = {
+    "draft_removals_capped_at_three": "without replacement, only the first three refused children removed from q' "
+    "(a fifth child is tested with the fourth's token still in q')",
+}
+for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS, **TREE_LATER_SLIPS, **TREE_WIDE_NODE_SLIPS}.items():
     globals()[_name] = _slip(_name, _doc)
 
 

@@ -4,6 +4,7 @@ correct samplers written in other ways pass; --exact-size reports what the named
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -11,11 +12,11 @@ from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers.checks import Call, call_tensors, check_dtype_edges, mixed_tensors, returns_tokens
-from specd.oracles.samplers.coverage import chain_cases, slips_covered, tree_cases
+from specd.oracles.samplers.coverage import FOURTH_SIBLING, Case, chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.protocol import as_sampler
-from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, reshape, tables
+from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, adversarial, reshape, seeded, tables
 from specd.oracles.samplers.tree_checks import check_cases
 from specd.oracles.samplers.tree_degenerate import check_zero_mass
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
@@ -332,6 +333,50 @@ def test_each_adversarial_table_has_its_property_on_every_row():
                 assert sorted(q2) == [0, 0, 0, 1] and p2 == p
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_the_fourth_sibling_case_fails_q_removals_capped_at_two_whatever_the_seed(seed):
+    """The fourth sibling's case alone (V = 5, tree 4, on draft_apart): a q' that still holds the third refused
+    child's token fails on every seed's table, and the rule written in floats passes. (On near_ties, its
+    table before, the slip passed seeds 1, 3 and 5: there the fourth child's ratio was 1 or more.)"""
+    vocab, spec, kind = FOURTH_SIBLING
+    shape = parse_tree(spec)
+    table = adversarial(seeded(OracleConfig(vocab=vocab, seed=seed), vocab, shape.depth, seed), kind, seed)
+    case = Case(vocab, shape.depth, shape, (table,), named=True)
+    assert check_cases(tree("draft_removals_capped_at_two"), [case], "sampled", refusable=False).passed is False
+    assert check_cases(tree("exact_floats"), [case], "sampled", refusable=False).passed
+
+
+def test_a_named_node_of_five_children_gets_each_later_siblings_case():
+    """A removal from q' capped at three shows at a fifth child alone: a named tree of five children at V = 6
+    adds draft_apart to its own case, where the slip fails and the rule passes; the fourth child's case
+    (V = 5, tree 4) is kept, and there the slip passes (its test at a fourth child is right)."""
+    cases = tree_cases(OracleConfig(vocab=6, seed=3), parse_tree("5"))
+    named, fourth = cases[0], next(c for c in cases if (c.vocab, c.shape.spec) == (5, "4"))
+    assert (named.vocab, named.shape.spec) == (6, "5")
+    assert [t.name for t in named.tables] == ["seed 3", "draft_apart (seed 3)"]
+    apart = replace(named, tables=named.tables[1:])
+    assert check_cases(tree("draft_removals_capped_at_three"), [apart], "sampled", refusable=False).passed is False
+    assert check_cases(tree("draft_removals_capped_at_three"), [fourth], "sampled", refusable=False).passed
+    assert check_cases(tree("exact_floats"), [apart], "sampled", refusable=False).passed
+    later = [(c.vocab, c.shape.spec) for c in tree_cases(OracleConfig(vocab=9), parse_tree("1,6"))]
+    assert {(5, "4"), (6, "5"), (7, "6")} <= set(later)
+
+
+def test_draft_apart_leaves_the_two_tokens_the_target_and_refuses_the_rest():
+    """The shaped table's rows: p 0.9 on two tokens split (s, 1 - s), q 0.01 on them split (1 - s, s), so one
+    of the two has p' < q' once every other token is refused."""
+    rng = random.Random(0)
+    for v in (3, 5, 8):
+        for _ in range(20):
+            p, q = reshape("draft_apart", [1.0] + [0.0] * (v - 1), [0.0] * (v - 1) + [1.0], rng)
+            assert abs(sum(p) - 1) < 1e-12 and abs(sum(q) - 1) < 1e-12 and min(p + q) > 0
+            pair = sorted(range(v), key=lambda x: -p[x])[:2]
+            s = min(p[x] for x in pair) / 0.9
+            assert 0.2 <= s <= 0.4 and abs(sum(q[x] for x in pair) - 0.01) < 1e-12
+            assert all(p[x] / q[x] == pytest.approx(0.1 / 0.99) for x in range(v) if x not in pair)
+            assert sorted(p[x] / 0.9 for x in pair) == pytest.approx(sorted(q[x] / 0.01 for x in pair))
+
+
 def test_the_tables_a_size_holds():
     """The run's seed, two more and every adversarial table; without a token the draft could not fill a
     node's children drawn without replacement, so that table is left out where it cannot."""
@@ -366,7 +411,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (3, "1,1,2", 1),
         (3, "1,1,1,1", 1),
         (16, "1", 1),
-        (5, "4", 1),  # near_ties
+        (5, "4", 1),  # draft_apart
         (4, "1,2", 3),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
     ]

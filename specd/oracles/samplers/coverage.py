@@ -17,7 +17,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   its nodes handed over depth-first (every other tree's go breadth-first, where a node's children are next
   to each other); ``SEED_TREES`` on the seed's table alone (a third child below the root, a younger
   sibling below the root with a child, siblings at the third level, a fourth level, a correction of up
-  to 15 tokens); ``4`` at V = 5 on the near_ties table alone (a fourth sibling, ``FOURTH_SIBLING``); and
+  to 15 tokens); ``4`` at V = 5 on the draft_apart table alone (a fourth sibling, ``FOURTH_SIBLING``), and
+  ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); and
   ``1,2`` at V = 4 over the tables of small values. A tree named twice runs at the
   larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
@@ -32,7 +33,7 @@ of slip is hidden and where it shows), so a check covers the classes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
@@ -83,10 +84,22 @@ WIDE_BELOW_THE_ROOT = (5, "1,2")
 # sibling below the root with a child, siblings at the third level, a fourth level, and a correction of up to
 # 15 tokens. A tree checked already at the same or a larger V is not checked again.
 SEED_TREES = ((4, "1,3"), (3, "1,2,1"), (3, "1,1,2"), (3, "1,1,1,1"), (TOP_K_VOCAB, "1"))
-# A fourth child, tested on what three refusals left (V = 5: at V = 4 they leave p' all on its token), on the
-# near_ties table alone: there every child's ratio is near 1, so a q' that is wrong at the fourth child moves
-# it (a removal from q' capped at two refused children passed the seed's table at V = 5, 6 and 7).
-FOURTH_SIBLING = (5, "4", "near_ties")
+# A fourth child, tested on what three refusals left (V = 5: at V = 4 they leave p' all on its token), and each
+# later child up to the named tree's widest node's last: the tree n at V = n + 1 for n from 4, on the
+# draft_apart table alone. There n - 1 refusals are likely and leave p' below q' on one of the two tokens left,
+# so a q' or p' that is wrong at the n-th child moves its test; a slip at the n-th child shows at n alone (at a
+# wider node the n-th child's test is decided). A removal from q' capped at two refused children passed the
+# seed's table at V = 5, 6 and 7, and the near_ties table on seeds 1, 3 and 5. (The tree 6 at V = 7 costs
+# 3.4 s in one process, 7 about seven times that: no more than the named tree's own check at its width.)
+FOURTH_SIBLING = (5, "4", "draft_apart")
+
+
+def late_siblings(w: int) -> list[tuple[int, str, str]]:
+    """(V, tree, table) for the fourth child and every later one of a node of ``w`` children (above)."""
+    _, first, kind = FOURTH_SIBLING
+    return [(n + 1, str(n), kind) for n in range(int(first), max(int(first), w) + 1)]
+
+
 # The tables of small values (specd.oracles.samplers.tables.SMALL_VALUES) at one size each: a tree with
 # siblings below the root, and a chain of two drafts; with --exact-size, at the named size.
 SMALL_VALUE_TREE = (4, "1,2")
@@ -118,12 +131,18 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
             out[0] = Case(vocab, small.depth, shape, tuple(tables(cfg, vocab, small.depth, widest(small))), True)
             continue
         out.append(Case(vocab, small.depth, small, tuple(tables(cfg, vocab, small.depth, widest(small)))))
-    one_table = [(vocab, spec, None) for vocab, spec in (WIDE_BELOW_THE_ROOT, *SEED_TREES)] + [FOURTH_SIBLING]
-    for vocab, spec, kind in one_table:  # the seed's table (or the kind made from it), where not checked yet
+    for vocab, spec in (WIDE_BELOW_THE_ROOT, *SEED_TREES):  # the seed's table, where not checked yet
         tree = parse_tree(spec)
         if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
-            table = seeded(cfg, vocab, tree.depth, cfg.seed)
-            out.append(Case(vocab, tree.depth, tree, (adversarial(table, kind, cfg.seed) if kind else table,)))
+            out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
+    for vocab, spec, kind in late_siblings(w):  # a shaped table: beside a case of the same size, in it
+        tree = parse_tree(spec)
+        table = adversarial(seeded(cfg, vocab, tree.depth, cfg.seed), kind, cfg.seed)
+        at = next((i for i, c in enumerate(out) if (c.vocab, c.shape.choices) == (vocab, tree.choices)), None)
+        if at is None:
+            out.append(Case(vocab, tree.depth, tree, (table,)))
+        else:
+            out[at] = replace(out[at], tables=out[at].tables + (table,))
     vocab, spec = SMALL_VALUE_TREE
     small = parse_tree(spec)
     values = small_value_tables(seeded(cfg, vocab, small.depth, cfg.seed), cfg.seed)

@@ -217,7 +217,8 @@ SLIPS = (
     ),
     Slip(
         "fourth_sibling",
-        "a fourth sibling tested on what three refused elders left (without replacement: their tokens gone)",
+        "a fourth sibling (and each later one, up to the named tree's widest node's last) tested on what the refused "
+        "elders left (without replacement: their tokens gone)",
         _fourth_sibling,
         lambda w: f"--tree {max(w, 4)} --vocab {max(w, 4) + 1}",
     ),

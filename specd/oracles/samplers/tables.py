@@ -29,6 +29,15 @@ are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VAL
   ``nearly_point_mass``    the target 1 - 1e-7 on one token
   ``draft_nearly_misses``  one token 1e-8 under the draft and 1e-6 under the target
 
+and a table shaped for one class of slip (``SHAPED``):
+
+  ``draft_apart``          the target's mass 0.9 on two tokens drawn, split (s, 1 - s) with s in
+                           [0.2, 0.4], the draft's 0.01 on them split (1 - s, s), the rest shared
+                           evenly: every other token is refused nine times in ten, and what the
+                           refusals leave of both rows is on the two, with p' below q' on one; so a
+                           child tested after every other token was refused is tested on rows
+                           that tell a right q' (or p') from a wrong one
+
 A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
 token the draft has, ``draft_point_mass`` where a node has two children or more).
 """
@@ -54,6 +63,10 @@ ADVERSARIAL = {
     "draft_far_below": "the draft 1000 times below the target on half the tokens",
     "draft_point_mass": "the draft a point mass",
 }
+# A table shaped for one class of slip, checked at that class's size only (every size would cost the check an
+# eighth more): ``draft_apart`` for a fourth child (specd.oracles.samplers.coverage.FOURTH_SIBLING).
+SHAPED = {"draft_apart": "the target's mass on two tokens, the draft's on the others"}
+APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
     "nearly_point_mass": "the target 1 - 1e-7 on one token",
@@ -105,9 +118,12 @@ def small_value_tables(base: Table, seed: int) -> list[Table]:
 
 def holds(kind: str, vocab: int, widest: int) -> bool:
     """Whether a size can hold the table: a draft without one token must still have a token of
-    mass for each sibling drawn without replacement, and a point-mass draft has one token for one child."""
+    mass for each sibling drawn without replacement, a point-mass draft has one token for one child, and
+    draft_apart needs a token beside its two."""
     if kind == "draft_point_mass":
         return widest <= 1
+    if kind in SHAPED:
+        return vocab >= 3
     return kind != "draft_misses_target" or vocab - 1 >= max(widest, 1)
 
 
@@ -149,6 +165,8 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
         if rest == 0:  # the draft's mass all in ``low`` (a greedy draft's point mass): the rest shared evenly
             return p, [small[x] if x in low else spare / (v - len(low)) for x in range(v)]
         return p, [small[x] if x in low else w * spare / rest for x, w in enumerate(q)]
+    if kind in SHAPED:
+        return _apart(v, rng)
     if kind in SMALL_VALUES:
         return _small_values(kind, p, q, rng)
     raise ValueError(f"no adversarial table {kind!r}")
@@ -163,6 +181,17 @@ def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, R
         return _with(p, rng.randrange(v), 1 - 1e-7), q
     x = rng.randrange(v)  # draft_nearly_misses
     return _with(p, x, 1e-6), _with(q, x, 1e-8)
+
+
+def _apart(v: int, rng: random.Random) -> tuple[Row, Row]:
+    """``draft_apart``'s rows over ``v`` tokens (made anew, v >= 3): two tokens drawn, the target's APART of mass
+    on them split (s, 1 - s) with s drawn in [0.2, 0.4], the draft's 1 - DRAFT_ON_REST split (1 - s, s);
+    the rest shared evenly."""
+    pair, s = rng.sample(range(v), 2), rng.uniform(0.2, 0.4)
+    target, draft = [(1 - APART) / (v - 2)] * v, [DRAFT_ON_REST / (v - 2)] * v
+    for x, share in zip(pair, (s, 1 - s)):
+        target[x], draft[x] = APART * share, (1 - DRAFT_ON_REST) * (1 - share)
+    return target, draft
 
 
 def _with(row: Row, x: int, w: float) -> Row:
@@ -184,10 +213,10 @@ def _normalized(row: Row) -> Row:
 
 def search_tables(build_rig, vocab: int, depth: int, widest: int, seeds) -> list[Table]:
     """The tables a smallest-counterexample search tries at one size, in order: each seed's
-    (``build_rig(vocab, depth, seed)``), then the adversarial ones and those of small values made from
-    the first seed's."""
+    (``build_rig(vocab, depth, seed)``), then the adversarial and shaped ones the size holds and those of
+    small values, made from the first seed's."""
     seeded_ = [as_table(build_rig(vocab, depth, seed), f"seed {seed}", seed) for seed in seeds]
-    kinds = [kind for kind in ADVERSARIAL if holds(kind, vocab, widest)] + list(SMALL_VALUES)
+    kinds = [kind for kind in {**ADVERSARIAL, **SHAPED} if holds(kind, vocab, widest)] + list(SMALL_VALUES)
     return seeded_ + [adversarial(seeded_[0], kind, min(seeds)) for kind in kinds]
 
 
