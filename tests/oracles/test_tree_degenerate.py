@@ -22,13 +22,24 @@ def test_u_zero_keeping_or_drawing_a_token_of_no_mass_is_its_own_finding():
     assert check_zero_mass(load_tree_sampler("specd"), DRAWINGS).passed
 
 
-def test_a_sampler_that_refuses_every_zero_mass_tree_is_not_applicable_not_passed():
-    """A check that ran on nothing says so: a sampler raising on every tree of the table is n/a there."""
+def test_a_sampler_raising_on_a_zero_mass_round_fails_it_and_a_construction_refused_before_is_not_asked():
+    """The rounds are ones a run can draw (uniforms on [0, 1), targets with zeros), so raising on one fails
+    the check, even where the sampler raises on every one, or only at U = 0 (before, that was taken as
+    refusing the construction: n/a, and the probe just below 1 never ran). A construction the exact check
+    saw refused is not passed here; none left: n/a, never a pass on nothing."""
 
     def refuses(tokens, parents, depths, p, q, drawn, u):
         raise ValueError("p has a zero")
 
-    check = check_zero_mass(TreeSamplerUnderTest("refuses", refuses, "refuses"), DRAWINGS)
+    def raises_at_zero(tokens, parents, depths, p, q, drawn, u):
+        if u.node(0) == 0.0:
+            raise ValueError("log(0)")
+        return [], u.draw(p[0])
+
+    for fn in (refuses, raises_at_zero):
+        check = check_zero_mass(TreeSamplerUnderTest(fn.__name__, fn, fn.__name__), DRAWINGS)
+        assert check.passed is False and check.findings == ["raised"] and "every uniform at 0.0" in check.detail
+    check = check_zero_mass(TreeSamplerUnderTest("refuses", refuses, "refuses"), ())
     assert check.passed is None and check.detail.startswith("not applicable at this size: ")
 
 

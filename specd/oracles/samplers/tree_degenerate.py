@@ -5,8 +5,9 @@ one check each:
 - ``zero_target_mass``: rounds whose drafts include tokens the target gives no mass (p = 0 < q) and
   whose rows start with such a token, run once with every uniform at 0 and once just below 1 (the
   protocol's uniforms lie on [0, 1): a test U < p'/q' refuses p' = 0 at U = 0, and the first token of
-  an inverse CDF is drawn there only if it has mass): nothing emitted may have target probability 0.
-  The exact enumeration cannot see this (a single point of the uniforms has probability 0).
+  an inverse CDF is drawn there only if it has mass): nothing emitted may have target probability 0,
+  and nothing may raise (a run can draw these rounds). The exact enumeration cannot see this (a single
+  point of the uniforms has probability 0).
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ ZERO_MASS_TREE, EDGE_UNIFORMS = "1,2", (0.0, 1 - 2**-53)
 
 
 def check_zero_mass(sampler, drawings) -> Check:
-    """``zero_target_mass`` (module docstring), over the trees ``drawings`` draw on the table; a
-    construction the sampler refuses (it raises on its trees) is left out."""
+    """``zero_target_mass`` (module docstring), over the trees ``drawings`` draw on the table: the
+    constructions the sampler answered in the exact check (one it refused there is not passed here), so a
+    sampler that raises on one of these rounds fails: the rounds are ones a run can draw."""
     shape, wrong, findings, checked = parse_tree(ZERO_MASS_TREE), [], set(), 0
     for drawing in drawings:
         rounds = draft_trees(shape, drawing, lambda _: list(ZERO_MASS_P), lambda _: list(ZERO_MASS_Q), ())
@@ -66,9 +68,8 @@ def check_zero_mass(sampler, drawings) -> Check:
             try:
                 laws = round_laws(sampler, [replace(r, uniforms_at=value) for r in rounds])
             except SamplerFailed as err:
-                if err.finding == "raised":
-                    break  # it refuses the construction (the exact check says whether it may)
-                return Check("zero_target_mass", False, {}, f"every uniform at {value}: {err}", [err.finding])
+                detail = f"{drawing}, every uniform at {value}: {err}"
+                return Check("zero_target_mass", False, {}, detail, [err.finding])
             checked += len(rounds)
             for rnd, (law, _, _, _) in zip(rounds, laws):
                 for emitted in law:
@@ -77,7 +78,7 @@ def check_zero_mass(sampler, drawings) -> Check:
                         wrong.append(
                             f"{drawing} tree {list(rnd.tree.tokens)}, uniforms at {value}: emitted {list(emitted)}"
                         )
-    if not checked:
+    if not drawings:
         return Check("zero_target_mass", None, {}, f"{NOT_APPLICABLE}the sampler refuses every construction asked")
     return Check(
         "zero_target_mass",

@@ -100,7 +100,8 @@ def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tup
         step = "no_nodes"
         checks.append(check_no_nodes(sampler))
         step = "zero_target_mass"
-        checks.append(check_zero_mass(sampler, drawings))
+        answered = [d for d, c in zip(drawings, checks) if c.passed is not None]  # a refused one is n/a there
+        checks.append(check_zero_mass(sampler, answered))
         failed = [(d, c) for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
         build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
         step = "minimal_counterexample"
