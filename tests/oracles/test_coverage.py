@@ -9,15 +9,16 @@ from dataclasses import replace
 import pytest
 
 from specd.core.tree_shape import parse_tree
-from specd.oracles.fixture import OracleConfig
+from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.report import run_sampler_oracle
+from specd.oracles.samplers import tree_checks
 from specd.oracles.samplers.checks import Call, call_tensors, check_dtype_edges, mixed_tensors, returns_tokens
 from specd.oracles.samplers.coverage import FOURTH_SIBLING, Case, chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, adversarial, reshape, seeded, tables
-from specd.oracles.samplers.tree_checks import check_cases
+from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
 from specd.oracles.samplers.tree_degenerate import check_zero_mass
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
 from tests.helpers import run_cli
@@ -360,6 +361,25 @@ def test_a_named_node_of_five_children_gets_each_later_siblings_case():
     assert check_cases(tree("exact_floats"), [apart], "sampled", refusable=False).passed
     later = [(c.vocab, c.shape.spec) for c in tree_cases(OracleConfig(vocab=9), parse_tree("1,6"))]
     assert {(5, "4"), (6, "5"), (7, "6")} <= set(later)
+
+
+def test_a_failure_the_search_cannot_reach_still_has_its_counterexample(monkeypatch):
+    """The smallest-counterexample search walks its sizes on its own tables; where the check found the
+    sampler not exact on a table or tree it does not make, that case and table are tried last (a sampler
+    failing only on a choices tree got no counterexample, after 40 s of search)."""
+    monkeypatch.setattr(tree_checks, "SEARCH", [(2, "1")])
+    vocab, spec, kind = FOURTH_SIBLING
+    shape = parse_tree(spec)
+    cfg = OracleConfig(vocab=vocab, seed=3)
+    table = adversarial(seeded(cfg, vocab, shape.depth, 3), kind, 3)
+    case = Case(vocab, shape.depth, shape, (table,))
+    build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed))  # noqa: E731
+    sampler = tree("draft_removals_capped_at_two")
+    assert tree_counterexample(sampler, ["sampled"], build) is None
+    found = tree_counterexample(sampler, ["sampled"], build, failed_at=(case, table))
+    assert (found["vocab"], found["tree"], found["table"], found["search_order"]) == (5, "4", table.name, [1, 0])
+    assert found["moved"] != 0 and abs(found["sampler_mass"] - found["exact_mass"]) == abs(found["moved"])
+    assert tree_counterexample(tree("exact_floats"), ["sampled"], build, failed_at=(case, table)) is None
 
 
 def test_draft_apart_leaves_the_two_tokens_the_target_and_refuses_the_rest():

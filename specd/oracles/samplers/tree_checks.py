@@ -295,12 +295,15 @@ SEARCH = [
 ]
 
 
-def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=()) -> dict | None:
+def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=(), failed_at=None) -> dict | None:
     """The smallest (V, tree) and table (``search_tables``), over ``drawings``, where the sampler's joint
     is not the target's: the sequence whose mass moved most and by how much, and the draft tree (with
     its rows) that moved it most against specd's exact rule on the same tree. ``sizes``: (V, tree)
-    searched after SEARCH's; ``search_order``: the size's and the table's place in the search."""
-    for order, (vocab, spec) in enumerate(SEARCH + [s for s in sizes if s not in SEARCH]):
+    searched after SEARCH's; ``failed_at``: (case, table) where a check found it not exact, tried last,
+    so that a failure found on a table or in a node order the search does not make still has its
+    counterexample; ``search_order``: the size's and the table's place in the search."""
+    searched = SEARCH + [s for s in sizes if s not in SEARCH]
+    for order, (vocab, spec) in enumerate(searched):
         shape = parse_tree(spec)
         wide = widest(shape)
         for rank, table in enumerate(search_tables(build_rig, vocab, shape.depth, wide, seeds)):
@@ -310,12 +313,20 @@ def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=()) 
                     if found is not None:
                         where = {"vocab": vocab, "tree": spec, "drawing": drawing, "seed": table.seed}
                         return {**where, **found, "search_order": [order, rank]}
+    if failed_at is not None:
+        case, table = failed_at
+        for drawing in drawings:
+            if (found := _counterexample(sampler, case.shape, drawing, table, case)) is not None:
+                where = {"vocab": case.vocab, "tree": case.shape.spec, "drawing": drawing, "seed": table.seed}
+                return {**where, **found, "table": table.name, "search_order": [len(searched), 0]}
     return None
 
 
-def _counterexample(sampler, shape, drawing: str, table: Table) -> dict | None:
-    """Where the sampler is not exact on one size and table: the sequence that moved most, and the round."""
+def _counterexample(sampler, shape, drawing: str, table: Table, case=None) -> dict | None:
+    """Where the sampler is not exact on one size and table: the sequence that moved most, and the round
+    (``case``: its nodes laid out as that case hands them over)."""
     rounds = draft_trees(shape, drawing, table.p, table.q, table.prompt)
+    rounds = _laid_out(case, rounds) if case is not None else rounds
     if not drawable(rounds):
         return None
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from specd.core.tree_shape import parse_tree
+from specd.core.tree_shape import parse_tree, tree_file
 from specd.errors import SamplerAborted, UsageError
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import Check
@@ -105,7 +105,10 @@ def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tup
         failed = [(d, c) for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
         build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
         step = "minimal_counterexample"
-        found = {d: tree_counterexample(sampler, [d], build, sizes=_sizes(cases)) for d, _ in failed}
+        found = {
+            d: tree_counterexample(sampler, [d], build, sizes=_sizes(cases), failed_at=_failed_at(cases, c))
+            for d, c in failed
+        }
     except SamplerAborted as err:
         checks.append(Check(step, False, {}, f"{err}; nothing more was asked of it", [err.finding]))
         return checks, {}
@@ -113,14 +116,24 @@ def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tup
 
 
 def _sizes(cases: list[Case]) -> list[tuple[int, str]]:
-    """The checked sizes as the counterexample search names them (V, branching), where the tree is one
-    it can name so (a choices file is searched through SEARCH's sizes only)."""
+    """The checked sizes as the counterexample search names them (V, tree without its construction),
+    where the tree is not a file's (a choices file is searched through SEARCH's sizes and ``failed_at``)."""
     out = []
     for case in cases:
-        widths = case.shape.spec.partition(":")[2] or case.shape.spec
-        if all(part.strip().isdigit() for part in widths.split(",")):
-            out.append((case.vocab, widths.replace(" ", "")))
+        spec = case.shape.spec.partition(":")[2] if case.shape.drawn else case.shape.spec
+        if tree_file(spec) is None:
+            out.append((case.vocab, spec.replace(" ", "")))
     return out
+
+
+def _failed_at(cases: list[Case], check: Check) -> tuple[Case, object] | None:
+    """The case and table a check found the sampler not exact on (its figures' ``not_exact_at``)."""
+    at = check.figures.get("not_exact_at")
+    for case in cases if at else ():
+        for table in case.tables if case.label == at["case"] else ():
+            if table.name == at["table"]:
+                return case, table
+    return None
 
 
 def _fewer_tables_said(covered: dict, checks: list) -> dict:
