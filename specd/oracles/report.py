@@ -353,7 +353,7 @@ def _sampler_checks(
             if checks[0].findings != [READ_OTHERWISE]:  # its cells' masses are the rule's reading: none to show
                 step = "minimal_counterexample"
                 build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
-                counterexample = minimal_counterexample(sampler, tokens, build, rule=rule)
+                counterexample = minimal_counterexample(sampler, tokens, build, rule=rule, failed_at=failed_at)
         elif checks[2].passed is False:
             counterexample = checks[2].counterexample
     except SamplerAborted as err:

@@ -13,6 +13,7 @@ from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers import tree_checks
 from specd.oracles.samplers.checks import Call, call_tensors, check_dtype_edges, mixed_tensors, returns_tokens
+from specd.oracles.samplers.counterexample import minimal_counterexample
 from specd.oracles.samplers.coverage import FOURTH_SIBLING, Case, chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
@@ -251,6 +252,18 @@ def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_
     assert chain_check(slip, vocab, k, exact_size=True).passed
     cases = chain_cases(OracleConfig(vocab=vocab, k=k), exact_size=True)
     assert hidden in [s["slip"] for s in slips_covered(cases, 1) if not s["shown"]]
+
+
+def test_a_chain_failure_past_the_search_still_has_its_counterexample():
+    """The search walks V <= 4, K <= 3 on its own tables; a correction cut to five tokens shows at V = 16
+    alone, so the case and table the check failed on are tried last (before, no counterexample)."""
+    sampler = as_sampler(slips.chain_correction_top_five)
+    cases = chain_cases(OracleConfig(vocab=2, k=3))
+    check, failed_at = check_exact_cases(sampler, cases, returns_tokens(sampler))
+    build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
+    found = minimal_counterexample(sampler, returns_tokens(sampler), build, failed_at=failed_at)
+    assert check.passed is False and (found["vocab"], found["k"], found["table"]) == (16, 1, "seed 0")
+    assert found["exact_mass"] != found["sampler_mass"] and found["cell"]["rule"] != found["cell"]["sampler"]
 
 
 @pytest.mark.parametrize(

@@ -15,15 +15,20 @@ SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
 
 
 def minimal_counterexample(
-    sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3), rule: str = "maximal"
+    sampler: SamplerUnderTest, tokens: bool, build_rig, seeds=range(3), rule: str = "maximal", failed_at=None
 ) -> dict | None:
     """The smallest (V, K) and table (each seed's, then the adversarial ones, specd.oracles.samplers.tables)
-    where the joint is not the target's, with the cell that shows it."""
+    where the joint is not the target's, with the cell that shows it; past SEARCH, ``failed_at`` (case,
+    table), where the check found it not exact (a slip only a larger size shows: V = 16, K = 3)."""
     for vocab, k in SEARCH:
         for table in search_tables(build_rig, vocab, k, 1, seeds):
             found = _counterexample(sampler, tokens, table, k, rule)
             if found is not None:
                 return {"vocab": vocab, "k": k, "seed": table.seed, "table": table.name, **found}
+    if failed_at is not None:
+        case, table = failed_at
+        if (found := _counterexample(sampler, tokens, table, case.k, rule)) is not None:
+            return {"vocab": case.vocab, "k": case.k, "seed": table.seed, "table": table.name, **found}
     return None
 
 
