@@ -295,15 +295,13 @@ SEARCH = [
 ]
 
 
-def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=(), failed_at=None) -> dict | None:
-    """The smallest (V, tree) and table (``search_tables``), over ``drawings``, where the sampler's joint
-    is not the target's: the sequence whose mass moved most and by how much, and the draft tree (with
-    its rows) that moved it most against specd's exact rule on the same tree. ``sizes``: (V, tree)
-    searched after SEARCH's; ``failed_at``: (case, table) where a check found it not exact, tried last,
-    so that a failure found on a table or in a node order the search does not make still has its
-    counterexample; ``search_order``: the size's and the table's place in the search."""
-    searched = SEARCH + [s for s in sizes if s not in SEARCH]
-    for order, (vocab, spec) in enumerate(searched):
+def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), failed_at=None) -> dict | None:
+    """The smallest (V, tree) of SEARCH and table (``search_tables``), over ``drawings``, where the sampler's
+    joint is not the target's: the sequence whose mass moved most and by how much, and the draft tree (with
+    its rows) that moved it most against specd's exact rule on the same tree; past SEARCH, ``failed_at``
+    (case, table), where a check found it not exact (the sizes past SEARCH are in no order of size, and the
+    check passed the others on their tables); ``search_order``: the size's and the table's place."""
+    for order, (vocab, spec) in enumerate(SEARCH):
         shape = parse_tree(spec)
         wide = widest(shape)
         for rank, table in enumerate(search_tables(build_rig, vocab, shape.depth, wide, seeds)):
@@ -318,7 +316,7 @@ def tree_counterexample(sampler, drawings, build_rig, seeds=range(3), sizes=(), 
         for drawing in drawings:
             if (found := _counterexample(sampler, case.shape, drawing, table, case)) is not None:
                 where = {"vocab": case.vocab, "tree": case.shape.spec, "drawing": drawing, "seed": table.seed}
-                return {**where, **found, "table": table.name, "search_order": [len(searched), 0]}
+                return {**where, **found, "table": table.name, "search_order": [len(SEARCH), 0]}
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from specd.core.tree_shape import parse_tree, tree_file
+from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerAborted, UsageError
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import Check
@@ -105,25 +105,11 @@ def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tup
         failed = [(d, c) for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
         build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
         step = "minimal_counterexample"
-        found = {
-            d: tree_counterexample(sampler, [d], build, sizes=_sizes(cases), failed_at=_failed_at(cases, c))
-            for d, c in failed
-        }
+        found = {d: tree_counterexample(sampler, [d], build, failed_at=_failed_at(cases, c)) for d, c in failed}
     except SamplerAborted as err:
         checks.append(Check(step, False, {}, f"{err}; nothing more was asked of it", [err.finding]))
         return checks, {}
     return checks, {d: cx for d, cx in found.items() if cx is not None}
-
-
-def _sizes(cases: list[Case]) -> list[tuple[int, str]]:
-    """The checked sizes as the counterexample search names them (V, tree without its construction),
-    where the tree is not a file's (a choices file is searched through SEARCH's sizes and ``failed_at``)."""
-    out = []
-    for case in cases:
-        spec = case.shape.spec.partition(":")[2] if case.shape.drawn else case.shape.spec
-        if tree_file(spec) is None:
-            out.append((case.vocab, spec.replace(" ", "")))
-    return out
 
 
 def _failed_at(cases: list[Case], check: Check) -> tuple[Case, object] | None:
