@@ -101,6 +101,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 "correction_top_two_at_a_wide_node": len(order) >= 2,
                 "correction_top_two_under_a_younger_sibling": younger,
                 "correction_top_two_at_a_wide_node_below_the_root": at >= 0 and len(order) >= 2,
+                "correction_top_two_after_three_accepted": len(path) >= 3,
             }
             if cut_here.get(slip or "") and last is not None:
                 left = _top(left)
@@ -257,7 +258,13 @@ TREE_WIDE_NODE_SLIPS = {
     "draft_removals_capped_at_three": "without replacement, only the first three refused children removed from q' "
     "(a fifth child is tested with the fourth's token still in q')",
 }
-for _name, _doc in {**TREE_SLIPS, **TREE_CUT_SLIPS, **TREE_LATER_SLIPS, **TREE_WIDE_NODE_SLIPS}.items():
+# Shows only where the named tree is four levels deep or more (specd.oracles.samplers.coverage.DEEP_VOCAB).
+TREE_DEEP_SLIPS = {
+    "correction_top_two_after_three_accepted": "after three accepted nodes, the correction drawn from the two "
+    "likeliest tokens left",
+}
+TREE_SLIP_SETS = (TREE_SLIPS, TREE_CUT_SLIPS, TREE_LATER_SLIPS, TREE_WIDE_NODE_SLIPS, TREE_DEEP_SLIPS)
+for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
 
 
@@ -317,6 +324,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             if slip == "correction_top_two" or slip == "correction_top_two_after_an_accepted_draft" and n >= 1:
                 law = _top(law)
             if slip == "correction_top_two_after_two_accepted_drafts" and n >= 2:
+                law = _top(law)
+            if slip == "correction_top_two_after_three_accepted_drafts" and n >= 3:
                 law = _top(law)
             if slip == "correction_top_five":
                 law = _top(law, 5)
@@ -490,5 +499,10 @@ def _chain_slip(name: str, doc: str):
     return sampler
 
 
-for _name, _doc in CHAIN_SLIPS.items():
+# Shows only where the named K is 4 or more (specd.oracles.samplers.coverage.DEEP_VOCAB).
+CHAIN_DEEP_SLIPS = {
+    "correction_top_two_after_three_accepted_drafts": "after three accepted drafts, the correction drawn from the "
+    "two likeliest tokens of the residual",
+}
+for _name, _doc in {**CHAIN_SLIPS, **CHAIN_DEEP_SLIPS}.items():
     globals()["chain_" + _name] = _chain_slip(_name, _doc)

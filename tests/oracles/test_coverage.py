@@ -254,6 +254,30 @@ def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_
     assert hidden in [s["slip"] for s in slips_covered(cases, 1) if not s["shown"]]
 
 
+@pytest.mark.parametrize("vocab, k", [(2, 4), (3, 5), (2, 8)])
+def test_a_correction_cut_after_three_accepted_drafts_fails_at_any_named_k_from_4(vocab, k):
+    """It passed --vocab 2 and 3 at --k 4 and 5 (the named size alone reaches that deep, and there a
+    correction has two tokens at most); the deep case (V = 4, the named K up to 6, on draft_point_mass)
+    shows it, and the rule passes there."""
+    check = chain_check(slips.chain_correction_top_two_after_three_accepted_drafts, vocab, k)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == f"V = 4, K = {min(k, 6)}"
+    deep = next(c for c in chain_cases(OracleConfig(vocab=vocab, k=k)) if (c.vocab, c.k) == (4, min(k, 6)))
+    assert check_exact_cases(as_sampler(slips.chain_exact), [deep], True)[0].passed
+
+
+@pytest.mark.parametrize("spec, vocab", [("1,1,1,1", 3), ("2,1,1,1", 2)])
+def test_a_tree_correction_cut_after_three_accepted_nodes_fails_where_the_named_tree_is_four_deep(spec, vocab):
+    """The tree's form of the same slip: the fourth level's trees of the check were at V = 3 (two tokens in
+    a correction at most); the deep case, the named depth at V = 4 on draft_point_mass, shows it."""
+    cases = tree_cases(OracleConfig(vocab=vocab), parse_tree(spec))
+    deep = next(c for c in cases if (c.vocab, c.shape.spec) == (4, "1,1,1,1"))
+    assert [t.name for t in deep.tables] == ["draft_point_mass (seed 0)"]
+    assert check_cases(tree("correction_top_two_after_three_accepted"), [deep], "sampled", False).passed is False
+    assert check_cases(tree("exact_floats"), [deep], "sampled", False).passed
+    short = [c for c in cases if c is not deep]
+    assert check_cases(tree("correction_top_two_after_three_accepted"), short, "sampled", False).passed
+
+
 def test_a_chain_failure_past_the_search_still_has_its_counterexample():
     """The search walks V <= 4, K <= 3 on its own tables; a correction cut to five tokens shows at V = 16
     alone, so the case and table the check failed on are tried last (before, no counterexample)."""

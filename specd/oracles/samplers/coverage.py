@@ -19,13 +19,15 @@ of slip is hidden and where it shows), so a check covers the classes:
   sibling below the root with a child, siblings at the third level, a fourth level, a correction of up
   to 15 tokens); ``4`` at V = 5 on the draft_apart table alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); and
-  ``1,2`` at V = 4 over the tables of small values. A tree named twice runs at the
-  larger V. For a chain
+  ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
+  the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
+  runs at the larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
-  K = 3 on the seed's table alone (three tokens after two accepted drafts), and V = 4, K = 2 over the
-  tables of small values;
+  K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
+  tables of small values, and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on
+  draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
   (never as passed).
@@ -67,6 +69,12 @@ class Case:
 # has three tokens (a cut at the third position only passed V = 4, K = 2).
 CHAIN_SIZES = ((3, 2), (3, 3), (4, 2), (TOP_K_VOCAB, 1))
 CHAIN_SEED_SIZES = ((4, 3),)  # on the seed's table alone: every table costs the check a third more
+# A named round deeper than these (K or a tree's depth >= 4): the same depth at V = 4, up to DEEP_MAX, on the
+# draft_point_mass table alone (one draft a position, each accepted with p(d) > 0, a refusal leaving the
+# target's other three tokens), so a correction after three accepted drafts or more is drawn from three
+# tokens (a cut to two there passed --vocab 2 and 3 at --k 4 and 5, where the named size is all that reaches
+# that deep). V = 4 costs 4^(K + 1) sequences: 0.3 s at K = 5, 1 s at K = 6; deeper, the named size alone.
+DEEP_VOCAB, DEEP_MAX, DEEP_TABLE = 4, 6, "draft_point_mass"
 
 
 # The cheapest trees where each kind of node has a correction of three tokens or more once its children are
@@ -150,7 +158,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     vocab, spec = DEPTH_FIRST
     elder = parse_tree(spec)
     out.append(Case(vocab, elder.depth, elder, (seeded(cfg, vocab, elder.depth, cfg.seed),), depth_first=True))
-    return out
+    return _with_deep(out, cfg, shape.depth, shape)
 
 
 def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
@@ -169,6 +177,22 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
             out.append(Case(vocab, k, None, (seeded(cfg, vocab, k, cfg.seed),)))
     vocab, k = SMALL_VALUE_CHAIN
     out.append(Case(vocab, k, None, tuple(small_value_tables(seeded(cfg, vocab, k, cfg.seed), cfg.seed))))
+    return _with_deep(out, cfg, cfg.k, None)
+
+
+def _with_deep(out: list[Case], cfg: OracleConfig, depth: int, shape: TreeShape | None) -> list[Case]:
+    """``out`` with the deep case (DEEP_VOCAB above) where the named round is 4 levels deep or more: beside a
+    case of the same size, its table added to it."""
+    if depth < 4:
+        return out
+    k = min(depth, DEEP_MAX)
+    tree = parse_tree(",".join(["1"] * k)) if shape is not None else None
+    table = adversarial(seeded(cfg, DEEP_VOCAB, k, cfg.seed), DEEP_TABLE, cfg.seed)
+    same = (DEEP_VOCAB, k, tree.choices if tree else None)
+    at = next((i for i, c in enumerate(out) if (c.vocab, c.k, c.shape.choices if c.shape else None) == same), None)
+    if at is None:
+        return out + [Case(DEEP_VOCAB, k, tree, (table,))]
+    out[at] = replace(out[at], tables=out[at].tables + (table,))
     return out
 
 
