@@ -19,7 +19,7 @@ def minimal_counterexample(
 ) -> dict | None:
     """The smallest (V, K) and table (each seed's, then the adversarial ones, specd.oracles.samplers.tables)
     where the joint is not the target's, with the cell that shows it; past SEARCH, ``failed_at`` (case,
-    table), where the check found it not exact (a slip only a larger size shows: V = 16, K = 3)."""
+    table), where the check found it not exact (a slip only a larger size shows: V = 16, K = 1)."""
     for vocab, k in SEARCH:
         for table in search_tables(build_rig, vocab, k, 1, seeds):
             found = _counterexample(sampler, tokens, table, k, rule)
