@@ -286,6 +286,8 @@ def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None) -> bool:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
     q_d = max(rows_q[i][d], 1e-5) if slip == "ratio_with_q_clamped" else rows_q[i][d]
+    if slip == "kept_within_1e_9_of_a_ratio_of_one" and Fraction(row[d]) >= Fraction(q_d) * (1 - Fraction(1, 10**9)):
+        return True
     return Fraction(u) * Fraction(q_d) < Fraction(row[d])
 
 
@@ -359,6 +361,20 @@ def chain_fast_path_alone(p, q, drafts, k_lens, accept_u, terminal_u):
     if drafts.shape[0] == 1:
         accept_u = accept_u[:, :1].expand_as(accept_u)
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+def chain_greedy_draft_alone_corrects_from_p(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for a batch of one row whose draft rows are one-hot (a greedy or lookup
+    draft): a refused draft's correction drawn from the target's row, its token left in; a batch of more
+    rows is decided exactly."""
+    slip = "correction_from_the_target_after_a_point_mass_draft" if drafts.shape[0] == 1 else None
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
+
+
+def chain_kept_within_1e_9_of_a_ratio_of_one(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a fast path that keeps a draft whose ratio p/q is within 1e-9 of 1, without its uniform (the
+    moved mass is below 1e-9 of a table's, and no table's ratios fall there)."""
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip="kept_within_1e_9_of_a_ratio_of_one")
 
 
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):

@@ -314,6 +314,16 @@ def test_a_chain_sampler_exact_in_a_batch_and_not_alone_fails(vocab, k):
     assert chain_check(slips.chain_exact, vocab, k).passed
 
 
+@pytest.mark.parametrize("vocab, k", [(2, 3), (3, 2)])
+def test_a_greedy_draft_path_taken_for_one_row_alone_fails(vocab, k):
+    """A refused one-hot draft's correction drawn from p, its token left in, at B = 1 only: every table but
+    the point-mass draft's is decided right, and that one came in one batch only; it is met a row at a time
+    too (ALONE_TABLES)."""
+    check = chain_check(slips.chain_greedy_draft_alone_corrects_from_p, vocab, k)
+    assert check.passed is False and check.findings == ["not_exact_alone"]
+    assert check.figures["not_exact_at"]["table"] == "draft_point_mass (seed 0)"
+
+
 @pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])
 def test_a_chain_sampler_reading_past_a_rows_k_fails(vocab, k):
     """Every batched check gives each row the batch's K; beside a request with more drafts a row has

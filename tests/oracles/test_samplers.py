@@ -81,6 +81,17 @@ def test_inverse_cdf_at_the_ends_and_at_zero_mass():
 
 
 # -- the checks on production and on known-wrong samplers ------------------------------------------
+def test_dtype_edges_catch_a_draft_kept_within_a_tolerance_of_a_ratio_of_one():
+    """Rows of ratio 1 - 2^-40 and 1 - 2^-50 in float64, at a uniform just past the ratio: a fast path that
+    keeps such a draft untested (ratio >= 1 - 1e-9) passed every table and every other edge."""
+    from tests.oracles import slips
+
+    check = sc.check_dtype_edges(SamplerUnderTest("near", slips.chain_kept_within_1e_9_of_a_ratio_of_one, ""), True)
+    assert check.passed is False and check.counterexample["exact_ratio"] == 1 - 2**-40
+    assert check.counterexample["rule"]["accepted"] == 0 and check.counterexample["sampler"]["accepted"] == 1
+    assert sc.check_dtype_edges(SamplerUnderTest("exact", slips.chain_exact, ""), True).passed
+
+
 def test_dtype_edges_pass_on_production_and_catch_the_float32_comparison():
     assert sc.check_dtype_edges(SamplerUnderTest("specd", rule_sampler(), ""), tokens=True).passed
     broken = sc.check_dtype_edges(SamplerUnderTest("f32", rule_sampler(Float32UniformComparison()), ""), tokens=True)
