@@ -331,6 +331,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = _top(law)
             if slip == "correction_top_five":
                 law = _top(law, 5)
+            kept = [w if x < 4 else Fraction(0) for x, w in enumerate(law)]  # a scratch buffer of four tokens
+            if slip == "correction_ids_below_four_after_an_accepted_draft" and n >= 1 and sum(kept) > 0:
+                law = kept
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
                 law = _exact(rows_p[n])
         elif slip == "bonus_wrong_row" and k:
@@ -493,6 +496,9 @@ CHAIN_SLIPS = {
     "likeliest tokens of the residual",
     # shows only where a refusal leaves six tokens of mass or more (V = 16 here; exact at V <= 6)
     "correction_top_five": "the correction drawn from the five likeliest tokens of the residual",
+    # shows only where a correction after an accepted draft has mass on a token of id 4 or more (V = 16, K = 2)
+    "correction_ids_below_four_after_an_accepted_draft": "after an accepted draft, the correction drawn from the "
+    "tokens of id below 4 only (a scratch buffer of four)",
     # shows only where a draft row is a point mass (a greedy or lookup draft; the table draft_point_mass)
     "correction_from_the_target_after_a_point_mass_draft": "after a point-mass draft is refused, the correction "
     "drawn from the target's row, its token not taken out",

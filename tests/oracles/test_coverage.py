@@ -355,8 +355,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 41 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 41
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 42 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 42
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -479,6 +479,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (3, "1,1,1,1", 1),
         (16, "1", 1),
         (5, "4", 1),  # draft_apart
+        (16, "1,1", 1),  # draft_point_mass
         (4, "1,2", 3),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
     ]
@@ -518,9 +519,9 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 53 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 54 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16), "4" (V = 5), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
+        '"1,1,1,1" (V = 3), "1" (V = 16), "4" (V = 5), "1,1" (V = 16), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

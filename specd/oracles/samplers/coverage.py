@@ -75,6 +75,11 @@ CHAIN_SEED_SIZES = ((4, 3),)  # on the seed's table alone: every table costs the
 # tokens (a cut to two there passed --vocab 2 and 3 at --k 4 and 5, where the named size is all that reaches
 # that deep). V = 4 costs 4^(K + 1) sequences: 0.3 s at K = 5, 1 s at K = 6; deeper, the named size alone.
 DEEP_VOCAB, DEEP_MAX, DEEP_TABLE = 4, 6, "draft_point_mass"
+# A correction after an accepted draft (or node) drawn from up to 15 tokens: a chain of two at V = 16 on the
+# draft_point_mass table alone (one draft a position, so the cost is the target's joint: 16^3 sequences). A
+# correction cut to the few tokens a buffer holds (ids below 4), or to its five likeliest, after an accepted
+# draft passed every other size (V = 16 had one position, the sizes with two had V <= 4).
+WIDE_AFTER_ONE_ACCEPTED = (TOP_K_VOCAB, "1,1", "draft_point_mass")
 
 
 # The cheapest trees where each kind of node has a correction of three tokens or more once its children are
@@ -143,14 +148,9 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         tree = parse_tree(spec)
         if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
             out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
-    for vocab, spec, kind in late_siblings(w):  # a shaped table: beside a case of the same size, in it
+    for vocab, spec, kind in late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED]:  # one table made for its class
         tree = parse_tree(spec)
-        table = adversarial(seeded(cfg, vocab, tree.depth, cfg.seed), kind, cfg.seed)
-        at = next((i for i, c in enumerate(out) if (c.vocab, c.shape.choices) == (vocab, tree.choices)), None)
-        if at is None:
-            out.append(Case(vocab, tree.depth, tree, (table,)))
-        else:
-            out[at] = replace(out[at], tables=out[at].tables + (table,))
+        out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
     vocab, spec = SMALL_VALUE_TREE
     small = parse_tree(spec)
     values = small_value_tables(seeded(cfg, vocab, small.depth, cfg.seed), cfg.seed)
@@ -177,22 +177,32 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
             out.append(Case(vocab, k, None, (seeded(cfg, vocab, k, cfg.seed),)))
     vocab, k = SMALL_VALUE_CHAIN
     out.append(Case(vocab, k, None, tuple(small_value_tables(seeded(cfg, vocab, k, cfg.seed), cfg.seed))))
+    vocab, spec, kind = WIDE_AFTER_ONE_ACCEPTED
+    out = _beside(out, Case(vocab, len(spec.split(",")), None, (_made(cfg, vocab, len(spec.split(",")), kind),)))
     return _with_deep(out, cfg, cfg.k, None)
 
 
 def _with_deep(out: list[Case], cfg: OracleConfig, depth: int, shape: TreeShape | None) -> list[Case]:
-    """``out`` with the deep case (DEEP_VOCAB above) where the named round is 4 levels deep or more: beside a
-    case of the same size, its table added to it."""
+    """``out`` with the deep case (DEEP_VOCAB above) where the named round is 4 levels deep or more."""
     if depth < 4:
         return out
     k = min(depth, DEEP_MAX)
     tree = parse_tree(",".join(["1"] * k)) if shape is not None else None
-    table = adversarial(seeded(cfg, DEEP_VOCAB, k, cfg.seed), DEEP_TABLE, cfg.seed)
-    same = (DEEP_VOCAB, k, tree.choices if tree else None)
-    at = next((i for i, c in enumerate(out) if (c.vocab, c.k, c.shape.choices if c.shape else None) == same), None)
+    return _beside(out, Case(DEEP_VOCAB, k, tree, (_made(cfg, DEEP_VOCAB, k, DEEP_TABLE),)))
+
+
+def _made(cfg: OracleConfig, vocab: int, depth: int, kind: str) -> Table:
+    """The table ``kind`` made from the run's seed's at ``vocab``, ``depth``."""
+    return adversarial(seeded(cfg, vocab, depth, cfg.seed), kind, cfg.seed)
+
+
+def _beside(out: list[Case], case: Case) -> list[Case]:
+    """``out`` with ``case``: its tables added to a case of the same size where there is one."""
+    size = (case.vocab, case.k, case.shape.choices if case.shape else None)
+    at = next((i for i, c in enumerate(out) if (c.vocab, c.k, c.shape.choices if c.shape else None) == size), None)
     if at is None:
-        return out + [Case(DEEP_VOCAB, k, tree, (table,))]
-    out[at] = replace(out[at], tables=out[at].tables + (table,))
+        return out + [case]
+    out[at] = replace(out[at], tables=out[at].tables + case.tables)
     return out
 
 
