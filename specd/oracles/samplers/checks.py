@@ -322,17 +322,13 @@ EDGE_ROWS = (
 )
 
 
-# Rows exact in float64 only: a draft a hair more likely under q than p (ratio 1 - 2^-29: a test decided
-# in float32, where the two are equal, keeps it always; 1 - 2^-40 and 1 - 2^-50: a fast path that keeps a
-# draft whose ratio is within a tolerance of 1, 1e-9 say, without its uniform, keeps it at U past the
-# ratio), and a residual with a token of 2^-40 of mass (a correction that drops weights below a threshold
-# never draws it)
-EDGE_ROWS_FLOAT64 = (
-    ([0.5 - 2**-30, 0.25 + 2**-30, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(128, 64, 64, 0, 0), 0),
-    ([0.5 - 2**-41, 0.25 + 2**-41, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(128, 64, 64, 0, 0), 0),
-    ([0.5 - 2**-51, 0.25 + 2**-51, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(128, 64, 64, 0, 0), 0),
-    ([0.25 + 2**-40, 0.5, 0.25 - 2**-40, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(64, 64, 128, 0, 0), 2),
-)
+# Rows exact in float64 only: drafts a hair more likely under q than p, of ratio 1 - 2^-e for e = 29 (a test
+# decided in float32, where p = q, keeps it always), 40 and 50 (a fast path that keeps a ratio within 1e-9 of
+# 1 untested keeps it at U past the ratio), and a residual token of 2^-40 (a threshold on weights drops it)
+HALF = _dyadic(128, 64, 64, 0, 0)  # q(d) = 1/2: p(d) = 1/2 - 2^-(e + 1) gives the ratio 1 - 2^-e
+EDGE_ROWS_FLOAT64 = tuple(
+    ([0.5 - 2.0**-e, 0.25 + 2.0**-e, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), HALF, 0) for e in (30, 41, 51)
+) + (([0.25 + 2**-40, 0.5, 0.25 - 2**-40, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(64, 64, 128, 0, 0), 2),)
 
 
 def grid_neighbours(x: Fraction) -> list[float]:
