@@ -59,6 +59,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
         last = None
         for c in order:
             d = tokens[c]
+            if slip == "child_of_no_target_mass_skipped" and unchanged[d] == 0:
+                continue  # no test, no residual step, no removal: exact wherever the target is a point mass
             law = row if row is not None else [float(x == d) for x in range(len(left))]
             key = order[0] if slip == "shared_uniform" else c
             third_level = slip == "siblings_at_the_third_level_on_the_unchanged_row" and len(path) >= 2
@@ -243,6 +245,8 @@ TREE_LATER_SLIPS = {
     "draft_rows_in_a_ring_of_three": "the draft's rows kept in a ring of three by depth: the fourth level reads "
     "the row of the node three levels up",
     "correction_top_four": "the correction drawn from the four likeliest tokens of what is left",
+    "child_of_no_target_mass_skipped": "a child the node's target row gives no mass skipped: no test, no residual "
+    "step, no removal from q' (a point-mass target hides it: its residual is that point again)",
     "draft_removals_capped_at_two": "without replacement, only the first two refused children removed from q' (a "
     "fourth child is tested with the third's token still in q')",
     "ratio_with_q_clamped": "the ratio p'(d) / max(q'(d), 1e-5) (a division guard)",

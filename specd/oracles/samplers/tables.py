@@ -20,6 +20,11 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
                            exceeds it on several (a correction with several tokens of mass)
   ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
                            token, a refusal's correction the target without it
+  ``target_top_half``      the target cut to its ceil(V / 2) likeliest tokens, renormalized (a top-k
+                           target), the draft as it was: drafts of target mass 0 whose refusal still
+                           moves the residual (a point-mass target's residual is that point again, so
+                           a child of no target mass skipped untested, its residual step with it,
+                           passed every other table)
 
 and tables of small values, where a guard or a fast path with a tolerance (a division clamped at 1e-5, a
 residual floored below 1e-6, a greedy path where p is close to a point mass, an accept-all path where the rows
@@ -62,6 +67,7 @@ ADVERSARIAL = {
     "equal_rows": "the draft equal to the target",
     "draft_far_below": "the draft 1000 times below the target on half the tokens",
     "draft_point_mass": "the draft a point mass",
+    "target_top_half": "the target cut to its likeliest half of the tokens",
 }
 # A table shaped for one class of slip, checked at that class's size only (every size would cost the check an
 # eighth more): ``draft_apart`` for a fourth child (specd.oracles.samplers.coverage.FOURTH_SIBLING).
@@ -119,11 +125,11 @@ def small_value_tables(base: Table, seed: int) -> list[Table]:
 def holds(kind: str, vocab: int, widest: int) -> bool:
     """Whether a size can hold the table: a draft without one token must still have a token of
     mass for each sibling drawn without replacement, a point-mass draft has one token for one child, and
-    draft_apart needs a token beside its two."""
+    draft_apart needs a token beside its two, target_top_half one past its half."""
     if kind == "draft_point_mass":
         return widest <= 1
-    if kind in SHAPED:
-        return vocab >= 3
+    if kind in SHAPED or kind == "target_top_half":
+        return vocab >= 3  # at V = 2 the top half is a point mass (point_mass)
     return kind != "draft_misses_target" or vocab - 1 >= max(widest, 1)
 
 
@@ -157,6 +163,9 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
     if kind == "draft_point_mass":
         top = rng.randrange(v)
         return p, [float(x == top) for x in range(v)]
+    if kind == "target_top_half":
+        kept = set(sorted(range(v), key=lambda x: (-p[x], rng.random()))[: (v + 1) // 2])
+        return _normalized([w if x in kept else 0.0 for x, w in enumerate(p)]), q
     if kind == "draft_far_below":
         low = set(rng.sample(range(v), max(1, v // 2)))
         small = [w * 1e-3 for w in p]
