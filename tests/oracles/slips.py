@@ -66,7 +66,10 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             third_level = slip == "siblings_at_the_third_level_on_the_unchanged_row" and len(path) >= 2
             num = unchanged[d] if third_level else left[d]
             den = max(law[d], 1e-5) if slip == "ratio_with_q_clamped" and row is not None else law[d]
-            if u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den:
+            near_one = slip == "kept_within_1e_9_of_a_ratio_of_one" and num / den >= 1 - 1e-9
+            if near_one or (
+                u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den
+            ):
                 younger = younger or last is not None
                 path.append(c)
                 below = at >= 0
@@ -245,6 +248,8 @@ TREE_LATER_SLIPS = {
     "draft_rows_in_a_ring_of_three": "the draft's rows kept in a ring of three by depth: the fourth level reads "
     "the row of the node three levels up",
     "correction_top_four": "the correction drawn from the four likeliest tokens of what is left",
+    "kept_within_1e_9_of_a_ratio_of_one": "a child whose ratio p'/q' is within 1e-9 of 1 kept without its uniform "
+    "(a fast path: the tables of small values' ratios_near_one shows it)",
     "child_of_no_target_mass_skipped": "a child the node's target row gives no mass skipped: no test, no residual "
     "step, no removal from q' (a point-mass target hides it: its residual is that point again)",
     "draft_removals_capped_at_two": "without replacement, only the first two refused children removed from q' (a "

@@ -31,6 +31,10 @@ residual floored below 1e-6, a greedy path where p is close to a point mass, an 
 are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VALUES``):
 
   ``nearly_equal_rows``    the draft within 1e-7 of the target, relatively (a residual of about 1e-7 of mass)
+  ``ratios_near_one``      each of the draft's weights off the target's by a relative 1e-11 to 1e-8
+                           (log-uniform, either way): ratios that close to 1, where a fast path keeping a
+                           ratio within a tolerance of 1 (1e-9, say) untested moves mass over the check's
+                           1e-12 for any tolerance from about 1e-10 up
   ``nearly_point_mass``    the target 1 - 1e-7 on one token
   ``draft_nearly_misses``  one token 1e-8 under the draft and 1e-6 under the target
 
@@ -75,6 +79,7 @@ SHAPED = {"draft_apart": "the target's mass on two tokens, the draft's on the ot
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
+    "ratios_near_one": "the draft off the target by 1e-11 to 1e-8 on every token",
     "nearly_point_mass": "the target 1 - 1e-7 on one token",
     "draft_nearly_misses": "one token 1e-8 under the draft and 1e-6 under the target",
 }
@@ -186,6 +191,8 @@ def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, R
     v = len(p)
     if kind == "nearly_equal_rows":
         return p, _jittered(p, 1e-7, rng)
+    if kind == "ratios_near_one":  # each weight moved by a relative 10^-u, u uniform in [8, 11], either way
+        return p, _normalized([w * (1 + rng.choice((-1, 1)) * 10 ** -rng.uniform(8, 11)) for w in p])
     if kind == "nearly_point_mass":
         return _with(p, rng.randrange(v), 1 - 1e-7), q
     x = rng.randrange(v)  # draft_nearly_misses
