@@ -389,6 +389,21 @@ def chain_kept_within_1e_9_of_a_ratio_of_one(p, q, drafts, k_lens, accept_u, ter
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip="kept_within_1e_9_of_a_ratio_of_one")
 
 
+def chain_masked_draft_alone_corrects_from_p(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for a batch of one row where the target gives the draft no mass (a top-k
+    target): the draft refused and the correction drawn from p, not from the residual; a batch of more rows
+    is decided exactly."""
+    if drafts.shape[0] == 1 and p[0, 0, int(drafts[0, 0])] == 0:
+        d = int(drafts[0, 0])
+        q = q.clone()
+        q[0, 0] = 0.0
+        q[0, 0, d] = 1.0  # a one-hot draft row: _chain's point-mass slip draws the correction from p
+        return _chain(
+            p, q, drafts, k_lens, accept_u, terminal_u, slip="correction_from_the_target_after_a_point_mass_draft"
+        )
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
     """A slip: rows sorted by k, longest first (as engines group rows of one length), decided, and put back
     with the sort's order instead of its inverse: right wherever that order is its own inverse (every row

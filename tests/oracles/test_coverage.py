@@ -317,13 +317,20 @@ def test_a_chain_sampler_exact_in_a_batch_and_not_alone_fails(vocab, k):
 
 
 @pytest.mark.parametrize("vocab, k", [(2, 3), (3, 2)])
-def test_a_greedy_draft_path_taken_for_one_row_alone_fails(vocab, k):
-    """A refused one-hot draft's correction drawn from p, its token left in, at B = 1 only: every table but
-    the point-mass draft's is decided right, and that one came in one batch only; it is met a row at a time
-    too (ALONE_TABLES)."""
-    check = chain_check(slips.chain_greedy_draft_alone_corrects_from_p, vocab, k)
+@pytest.mark.parametrize(
+    "name, table",
+    [
+        ("greedy_draft_alone_corrects_from_p", "draft_point_mass"),
+        ("masked_draft_alone_corrects_from_p", "target_top_half"),
+    ],
+)
+def test_a_path_taken_for_one_row_alone_fails_on_the_rows_it_takes(name, table, vocab, k):
+    """At B = 1 only: a refused one-hot draft's correction drawn from p, its token left in; a draft the target
+    gives no mass corrected from p. Every table but the one with such rows is decided right, and that one
+    came in one batch only; it is met a row at a time too, at every probe (ALONE_TABLES)."""
+    check = chain_check(getattr(slips, f"chain_{name}"), vocab, k)
     assert check.passed is False and check.findings == ["not_exact_alone"]
-    assert check.figures["not_exact_at"]["table"] == "draft_point_mass (seed 0)"
+    assert check.figures["not_exact_at"]["table"] == f"{table} (seed 0)"
 
 
 @pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])

@@ -81,19 +81,23 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
 ALONE = "exact when a round's cells come in one batch, not when each comes alone (a batch of one row)"
 
 
-# The tables met a row at a time beside each case's first: those of a point mass (a greedy target, a greedy or
-# lookup draft), where an engine is likeliest to take a fast path for a request decoding alone (a refused
-# one-hot draft's correction drawn from p, its token left in, at B = 1 only, passed every batched table).
-ALONE_TABLES = ("point_mass", "draft_point_mass")
+# The tables met a row at a time beside each case's first: those whose rows hold a point mass or a zero (a greedy
+# target, a greedy or lookup draft, a top-k target, a draft missing a token), where an engine's path for a
+# request decoding alone is likeliest to differ: a refused one-hot draft's correction drawn from p, its token
+# left in, at B = 1 only, passed every batched table, and so did one drawn from p where p(d) = 0. Every table
+# a row at a time costs the check 2.4 times as much (one call a cell, each a round trip to the sampler).
+ALONE_TABLES = ("point_mass", "draft_point_mass", "target_top_half", "draft_misses_target")
 
 
 def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
-    """Each case's first table again, and its ALONE_TABLES, every cell in a call of its own (B = 1, as a
-    request decoding alone meets the sampler): a sampler's answer for a row must not depend on the rows
-    beside it, and the batched checks never call it with one row (``_first_tables``)."""
+    """Each case's first table again, and its ALONE_TABLES, every cell at every probe in a call of its own
+    (B = 1, as a request decoding alone meets the sampler): a sampler's answer for a row must not depend on
+    the rows beside it, and the batched checks never call it with one row (``_first_tables``)."""
     answer = lambda calls: one_at_a_time(sampler, calls)  # noqa: E731
     failed = ("not_exact_alone", ALONE, "called with one row")
-    return _first_tables(cases, tokens, rule, answer, failed, more=ALONE_TABLES)
+    every_probe = lambda table, vocab, k, tokens, rule: round_calls(table, table.prompt, vocab, k, tokens, False, rule)  # noqa: E731
+    alone = lambda _, table: table.name.split(" (")[0] in ALONE_TABLES  # noqa: E731
+    return _first_tables(cases, tokens, rule, answer, failed, alone, every_probe)
 
 
 PAD = 1  # drafts past a row's k in ``check_padded``'s batch
@@ -173,17 +177,16 @@ def centres(table, vocab: int, k: int, tokens: bool, rule: str) -> list[Call]:
     return [replace(c, mass=c.mass * len(PROBES)) for c in every[:: len(PROBES)]]
 
 
-def _first_tables(cases: list, tokens: bool, rule: str, answer, failed: tuple[str, str, str], more=()):
-    """Each case's first table (and its tables of the kinds ``more`` names), every cell at its centre
+def _first_tables(cases: list, tokens: bool, rule: str, answer, failed: tuple[str, str, str], more=None, cells=None):
+    """Each case's first table (and its tables ``more(case, table)`` names), every cell at its centre
     (``centres``), the sampler's answers from ``answer(calls)`` -> None where each joint is exact, else
     ((case, table), finding, why) at the first that is not; ``failed``: (the finding, why, how it was
     called: said where it raised)."""
     finding, why, called = failed
-    every = [
-        (c, t) for c in cases for t in c.tables[:1] + tuple(t for t in c.tables[1:] if t.name.split(" (")[0] in more)
-    ]
+    cells = cells or centres
+    every = [(c, t) for c in cases for t in c.tables if t is c.tables[0] or more is not None and more(c, t)]
     for case, table in every:
-        calls = centres(table, case.vocab, case.k, tokens, rule)
+        calls = (centres if table is case.tables[0] else cells)(table, case.vocab, case.k, tokens, rule)
         try:
             results = answer(calls)
         except SamplerFailed as err:
