@@ -90,9 +90,10 @@ ALONE_TABLES = ("point_mass", "draft_point_mass", "target_top_half", "draft_miss
 
 
 def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
-    """Each case's first table again, and its ALONE_TABLES, every cell at every probe in a call of its own
-    (B = 1, as a request decoding alone meets the sampler): a sampler's answer for a row must not depend on
-    the rows beside it, and the batched checks never call it with one row (``_first_tables``)."""
+    """Each case's first table again (every cell at its centre) and its ALONE_TABLES (every cell at every
+    probe), each cell in a call of its own (B = 1, as a request decoding alone meets the sampler): a
+    sampler's answer for a row must not depend on the rows beside it, and the batched checks never call it
+    with one row (``_first_tables``)."""
     answer = lambda calls: one_at_a_time(sampler, calls)  # noqa: E731
     failed = ("not_exact_alone", ALONE, "called with one row")
     every_probe = lambda table, vocab, k, tokens, rule: round_calls(table, table.prompt, vocab, k, tokens, False, rule)  # noqa: E731
@@ -178,10 +179,10 @@ def centres(table, vocab: int, k: int, tokens: bool, rule: str) -> list[Call]:
 
 
 def _first_tables(cases: list, tokens: bool, rule: str, answer, failed: tuple[str, str, str], more=None, cells=None):
-    """Each case's first table (and its tables ``more(case, table)`` names), every cell at its centre
-    (``centres``), the sampler's answers from ``answer(calls)`` -> None where each joint is exact, else
-    ((case, table), finding, why) at the first that is not; ``failed``: (the finding, why, how it was
-    called: said where it raised)."""
+    """Each case's first table, every cell at its centre (``centres``), and its tables ``more(case, table)``
+    names, the calls ``cells`` makes of them; the sampler's answers from ``answer(calls)`` -> None where
+    each joint is exact, else ((case, table), finding, why) at the first that is not; ``failed``: (the
+    finding, why, how it was called: said where it raised)."""
     finding, why, called = failed
     cells = cells or centres
     every = [(c, t) for c in cases for t in c.tables if t is c.tables[0] or more is not None and more(c, t)]
