@@ -135,7 +135,7 @@ def check_sampler(
     "sglang@0.5,1", "eagle", "trtllm", "trtllm-12588", "llamacpp", "medusa-typical"), checked over
     every draft tree of the constructions the shape names (all four without a prefix); K is the
     tree's depth. The exact check runs at the size named and at the smallest sizes where each class
-    of slip can show, over eight tables (``exact_size``: the named size only, each class it cannot
+    of slip can show, over ten tables (``exact_size``: the named size only, each class it cannot
     show not applicable); ``document["coverage"]`` says what was covered, its ``claim`` what was proved.
 
     The sampler runs in a process of its own (on Linux, unless this process has initialized CUDA):
