@@ -404,6 +404,26 @@ def chain_masked_draft_alone_corrects_from_p(p, q, drafts, k_lens, accept_u, ter
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
 
 
+def chain_last_row_decided_on_the_rows_before(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: the batch's last row decided on the target and draft rows of the row before it where both have
+    one K (an off-by-one in a row index): right wherever neighbouring rows are equal, as a round's cells in
+    order are."""
+    if drafts.shape[0] >= 2 and int(k_lens[-1]) == int(k_lens[-2]):
+        p, q = p.clone(), q.clone()
+        p[-1], q[-1] = p[-2], q[-2]
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+def chain_one_draft_rows_bonus_from_p1_beside_other_k(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: in a batch of rows of different K, a row of one draft that keeps it draws its bonus from p_1
+    (its draft's row) instead of p_2; every other batch is decided exactly."""
+    if len(set(k_lens.tolist())) > 1 and (k_lens == 1).any():
+        p = p.clone()
+        ones = k_lens == 1
+        p[ones, 1] = p[ones, 0]
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
     """A slip: rows sorted by k, longest first (as engines group rows of one length), decided, and put back
     with the sort's order instead of its inverse: right wherever that order is its own inverse (every row

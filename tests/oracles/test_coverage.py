@@ -333,6 +333,20 @@ def test_a_path_taken_for_one_row_alone_fails_on_the_rows_it_takes(name, table, 
     assert check.figures["not_exact_at"]["table"] == f"{table} (seed 0)"
 
 
+def test_a_row_decided_on_its_neighbours_rows_fails_in_a_shuffled_batch():
+    """A round's cells in order are neighbours with the same rows, so the last row decided on the row before's
+    rows passed every batch; the batches now come in a fixed shuffled order."""
+    check = chain_check(slips.chain_last_row_decided_on_the_rows_before, 2, 3)
+    assert check.passed is False
+
+
+def test_a_one_draft_rows_bonus_read_wrong_beside_other_k_fails():
+    """The mixed-K batch had rows of K = 0 and of the cases' K (2 and 3 at V = 3 and 4), never one of a
+    single draft: a bonus drawn from p_1 there passed. A round of K = 1 joins the batch."""
+    check = chain_check(slips.chain_one_draft_rows_bonus_from_p1_beside_other_k, 2, 3)
+    assert check.passed is False and check.findings == ["not_exact_mixed_k"]
+
+
 @pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1)])
 def test_a_chain_sampler_reading_past_a_rows_k_fails(vocab, k):
     """Every batched check gives each row the batch's K; beside a request with more drafts a row has

@@ -20,6 +20,7 @@ from specd.oracles.samplers.checks import (
     round_calls,
     verdict,
 )
+from specd.oracles.samplers.price import shuffled_batch
 from specd.oracles.samplers.protocol import SamplerUnderTest
 
 
@@ -41,7 +42,7 @@ def check_exact_cases(sampler: SamplerUnderTest, cases: list, tokens: bool, rule
             continue
         calls = [round_calls(t, t.prompt, case.vocab, case.k, tokens, False, rule) for t in work]
         try:
-            results, refused = call_batch(sampler, [c for cs in calls for c in cs])
+            results, refused = shuffled_batch(sampler, [c for cs in calls for c in cs])
             alone_already[i] = alone_already[i] or refused
         except SamplerFailed as err:  # it raised where it had not on the named table: which table, alone
             table = next((t for t, cs in zip(work, calls) if _raises(sampler, cs)), None)
@@ -126,8 +127,9 @@ MIXED = (
 
 
 def check_mixed(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str = "maximal"):
-    """The first tables of the vocabulary whose cases have the most different K, and a round of K = 0 (the
-    bonus alone) on its first, every cell at its centre, in one batch: the rows dealt in turn from each K
+    """The first tables of the vocabulary whose cases have the most different K, and rounds of K = 1 (where
+    none of them has it) and K = 0 (the bonus alone) on its first, every cell at its centre, in one batch:
+    the rows dealt in turn from each K
     (so K changes from row to row, and the order sorting by K gives is not its own inverse), each padded
     to the largest K (``mixed_tensors``) with its own ``k_lens``; then the same rows reversed, a call of the
     same shape with other ``k_lens``. A sampler must answer each row from its own k, its own uniforms and
@@ -143,7 +145,9 @@ def check_mixed(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str 
         ks.setdefault(case.vocab, set()).add(case.k)
     vocab = min(ks, key=lambda v: (-len(ks[v]), v))
     group = [c for c in cases if c.vocab == vocab]
-    rounds = [(case, case.tables[0], case.k) for case in group] + [(group[0], group[0].tables[0], 0)]
+    first = (group[0], group[0].tables[0])
+    one = [(*first, 1)] if 1 not in ks[vocab] else []  # a row of one draft: its bonus is p_2 (read as p_1, it passed)
+    rounds = [(case, case.tables[0], case.k) for case in group] + one + [(*first, 0)]
     calls = [centres(table, vocab, k, tokens, rule) for _, table, k in rounds]
     try:
         return _mixed(sampler, rounds, calls)

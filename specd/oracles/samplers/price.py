@@ -16,6 +16,7 @@ claimed exact.
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 
 from specd.errors import SamplerFailed
@@ -45,6 +46,19 @@ def _call(p_rows, q_rows, path, accept_u, terminal_u) -> Call:
     return Call(p_rows, q_rows, path, tuple(accept_u), terminal_u, 1.0, 0, None, [])
 
 
+def shuffled_batch(sampler: SamplerUnderTest, calls: list[Call]) -> tuple[list, bool]:
+    """``call_batch`` with the rows in a fixed shuffled order, answers put back in the calls' order: a round's
+    cells in order are neighbours with the same rows, so a sampler reading its neighbour row's (the last row
+    corrected from the row before it, say) would meet the same law there."""
+    order = list(range(len(calls)))
+    random.Random(len(calls)).shuffle(order)
+    results, refused = call_batch(sampler, [calls[i] for i in order])
+    out: list = [None] * len(calls)
+    for i, result in zip(order, results):
+        out[i] = result
+    return out, refused
+
+
 class _Batches:
     """call_batch, remembering a sampler that refuses a batch (then called row by row at once)."""
 
@@ -54,7 +68,7 @@ class _Batches:
     def __call__(self, calls: list[Call]):
         if self.refused:
             return [r for c in calls for r in call_batch(self.sampler, [c])[0]]
-        results, self.refused = call_batch(self.sampler, calls)
+        results, self.refused = shuffled_batch(self.sampler, calls)
         return results
 
 
