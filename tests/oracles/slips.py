@@ -424,6 +424,13 @@ def chain_one_draft_rows_bonus_from_p1_beside_other_k(p, q, drafts, k_lens, acce
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
 
 
+def chain_small_batches_correct_at_the_acceptance_uniform(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for batches of 4 to 32 rows (as an engine keeps for small batches) that draws
+    the correction at the refused draft's acceptance uniform; every other batch is decided exactly."""
+    slip = "correction_at_acceptance_uniform" if 4 <= drafts.shape[0] <= 32 else None
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
+
+
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
     """A slip: rows sorted by k, longest first (as engines group rows of one length), decided, and put back
     with the sort's order instead of its inverse: right wherever that order is its own inverse (every row

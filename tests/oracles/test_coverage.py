@@ -340,6 +340,13 @@ def test_a_row_decided_on_its_neighbours_rows_fails_in_a_shuffled_batch():
     assert check.passed is False
 
 
+def test_a_path_kept_for_small_batches_fails():
+    """Every batch had 1-3 rows or 35 and more (a case's tables in one): a path for 4 to 32 rows passed. A
+    shuffled batch is cut into batches of 4, 7, 16 and 33 rows and the rest (CHUNKS)."""
+    assert chain_check(slips.chain_small_batches_correct_at_the_acceptance_uniform, 3, 2).passed is False
+    assert chain_check(slips.chain_exact, 3, 2).passed
+
+
 def test_a_one_draft_rows_bonus_read_wrong_beside_other_k_fails():
     """The mixed-K batch had rows of K = 0 and of the cases' K (2 and 3 at V = 3 and 4), never one of a
     single draft: a bonus drawn from p_1 there passed. A round of K = 1 joins the batch."""
