@@ -98,7 +98,7 @@ def check_alone(sampler: SamplerUnderTest, cases: list, tokens: bool, rule: str 
     answer = lambda calls: one_at_a_time(sampler, calls)  # noqa: E731
     failed = ("not_exact_alone", ALONE, "called with one row")
     every_probe = lambda table, vocab, k, tokens, rule: round_calls(table, table.prompt, vocab, k, tokens, False, rule)  # noqa: E731
-    alone = lambda _, table: table.name.split(" (")[0] in ALONE_TABLES  # noqa: E731
+    alone = lambda _, table: table.kind in ALONE_TABLES  # noqa: E731
     return _first_tables(cases, tokens, rule, answer, failed, alone, every_probe)
 
 

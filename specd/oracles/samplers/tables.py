@@ -97,6 +97,7 @@ class Table:
     p: Rows
     q: Rows
     seed: int = 0
+    kind: str = ""  # the adversarial (or shaped, or small-value) kind it was made as; "" for a seed's
 
 
 def as_table(rows, name: str = "the fixture's", seed: int = 0) -> Table:
@@ -148,7 +149,8 @@ def adversarial(base: Table, kind: str, seed: int) -> Table:
             memo[output] = reshape(kind, base.p(output), base.q(output), rng)
         return memo[output]
 
-    return Table(f"{kind} (seed {seed})", base.vocab, base.prompt, lambda o: rows(o)[0], lambda o: rows(o)[1], seed)
+    p, q = (lambda o: rows(o)[0]), (lambda o: rows(o)[1])
+    return Table(f"{kind} (seed {seed})", base.vocab, base.prompt, p, q, seed, kind)
 
 
 def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
