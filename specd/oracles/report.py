@@ -42,6 +42,7 @@ from specd.oracles.samplers.counterexample import minimal_counterexample
 from specd.oracles.samplers.coverage import chain_cases, coverage
 from specd.oracles.samplers.covered import check_exact_cases
 from specd.oracles.samplers.degenerate import CASES as DEGENERATE_CASES
+from specd.oracles.samplers.edges import check_dtype_edges
 from specd.oracles.samplers.price import priced
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
 from specd.oracles.samplers.tree_report import run_tree_sampler_oracle
@@ -288,7 +289,7 @@ def run_sampler_oracle(
         t_start = time.perf_counter()
         cases = chain_cases(cfg, exact_size)
         with sampler_session(spec, input_rounding, timeout) as sampler:
-            checks, tokens, counterexample, price = _sampler_checks(sampler, cfg, rule, cases)
+            checks, tokens, counterexample, price = _sampler_checks(sampler, cfg, rule, cases, exact_size)
         document = _sampler_document(sampler, cfg, rule, checks, tokens)
         document["coverage"] = coverage(cases, exact_size, document["passed"])
         document |= {"counterexample": counterexample, "price": price, "elapsed_s": time.perf_counter() - t_start}
@@ -319,7 +320,7 @@ def _sampler_document(sampler, cfg: OracleConfig, rule: str, checks: list[Check]
 
 
 def _sampler_checks(
-    sampler, cfg: OracleConfig, rule: str, cases: list
+    sampler, cfg: OracleConfig, rule: str, cases: list, exact_size: bool = False
 ) -> tuple[list[Check], bool | None, dict | None, dict]:
     """-> (the checks, whether it returns tokens, the counterexample, what a sampler that is not exact
     costs). A sampler that raises or returns what the protocol does not allow on an ordinary round has
@@ -334,9 +335,9 @@ def _sampler_checks(
             exact, failed_at = check_exact_cases(sampler, cases, tokens, rule)
             checks.append(exact)
             step = "exact_rational"
-            checks.append(sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule))
+            checks.append(sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule, exact_size))
             step = "dtype_edges"
-            checks.append(sc.check_dtype_edges(sampler, tokens))
+            checks.append(check_dtype_edges(sampler, tokens))
         except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
             detail = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})"
             return [Check("ordinary_round", False, {}, detail, [err.finding])], tokens, None, {}
@@ -354,6 +355,8 @@ def _sampler_checks(
                 step = "minimal_counterexample"
                 build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
                 counterexample = minimal_counterexample(sampler, tokens, build, rule=rule, failed_at=failed_at)
+        elif checks[1].passed is False:  # exact in float64 on the seeded tables, not on the dyadic ones
+            counterexample = checks[1].counterexample
         elif checks[2].passed is False:
             counterexample = checks[2].counterexample
     except SamplerAborted as err:

@@ -81,6 +81,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
                 law = list(rows_q[parents[at] + 1])  # a node with a parent and grandchildren: its parent's row
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
+            if slip == "residual_keeps_p_where_the_rows_are_equal":
+                residual = [a if a == b else r for a, b, r in zip(left, law, residual)]
             if slip == "residual_floored" and sum(residual) < 1e-6:
                 residual = list(unchanged)
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
@@ -107,6 +109,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 "correction_top_two_under_a_younger_sibling": younger,
                 "correction_top_two_at_a_wide_node_below_the_root": at >= 0 and len(order) >= 2,
                 "correction_top_two_after_three_accepted": len(path) >= 3,
+                "correction_top_two_at_a_wide_node_under_a_younger_sibling": younger and len(order) >= 2,
             }
             if cut_here.get(slip or "") and last is not None:
                 left = _top(left)
@@ -262,6 +265,14 @@ TREE_LATER_SLIPS = {
     "draws_at_u_at_or_below_the_running_sum": "the terminal the first token whose running sum is at or above U: "
     "at U = 0 a leading token of no mass",
 }
+# Each passed the check before a table with exact coincidences (a coarse grid) or a younger sibling of two
+# children with a correction of three tokens.
+TREE_GRID_SLIPS = {
+    "residual_keeps_p_where_the_rows_are_equal": "the residual keeps p'(x) where p'(x) = q'(x) exactly (a mask "
+    "p' >= q' that keeps p' instead of p' - q')",
+    "correction_top_two_at_a_wide_node_under_a_younger_sibling": "below a child kept after a refused sibling, "
+    "after two children or more are refused, the correction drawn from the two likeliest tokens left",
+}
 # Shows only where the named tree has a node of five children (specd.oracles.samplers.coverage.late_siblings).
 TREE_WIDE_NODE_SLIPS = {
     "draft_removals_capped_at_three": "without replacement, only the first three refused children removed from q' "
@@ -272,7 +283,7 @@ TREE_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted": "after three accepted nodes, the correction drawn from the two "
     "likeliest tokens left",
 }
-TREE_SLIP_SETS = (TREE_SLIPS, TREE_CUT_SLIPS, TREE_LATER_SLIPS, TREE_WIDE_NODE_SLIPS, TREE_DEEP_SLIPS)
+TREE_SLIP_SETS = (TREE_SLIPS, TREE_CUT_SLIPS, TREE_LATER_SLIPS, TREE_WIDE_NODE_SLIPS, TREE_DEEP_SLIPS, TREE_GRID_SLIPS)
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
 
@@ -296,6 +307,9 @@ def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None) -> bool:
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
     q_d = max(rows_q[i][d], 1e-5) if slip == "ratio_with_q_clamped" else rows_q[i][d]
     if slip == "kept_within_1e_9_of_a_ratio_of_one" and Fraction(row[d]) >= Fraction(q_d) * (1 - Fraction(1, 10**9)):
+        return True
+    argmax = max(range(len(row)), key=lambda x: (row[x], -x))
+    if slip == "point_mass_draft_on_the_targets_argmax_kept" and max(rows_q[i]) == 1 and d == argmax:
         return True
     return Fraction(u) * Fraction(q_d) < Fraction(row[d])
 
@@ -338,6 +352,10 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = _top(law)
             if slip == "correction_top_two_after_three_accepted_drafts" and n >= 3:
                 law = _top(law)
+            if slip == "correction_ties_collapsed":  # torch.unique over the weights: one token per value
+                law = [w if w > 0 and w not in law[:x] else Fraction(0) for x, w in enumerate(law)]
+            if slip == "correction_from_the_target_after_an_accepted_draft" and n >= 1:
+                law = _exact(rows_p[n])
             if slip == "correction_top_five":
                 law = _top(law, 5)
             kept = [w if x < 4 else Fraction(0) for x, w in enumerate(law)]  # a scratch buffer of four tokens
@@ -345,7 +363,7 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = kept
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
                 law = _exact(rows_p[n])
-        elif slip == "bonus_wrong_row" and k:
+        elif (slip == "bonus_wrong_row" and k) or (slip == "bonus_from_the_row_before_after_two_drafts" and k >= 2):
             law = _exact(rows_p[k - 1])
         elif slip == "bonus_from_the_batchs_last_row":
             law = _exact(rows_p[-1])
@@ -431,6 +449,20 @@ def chain_small_batches_correct_at_the_acceptance_uniform(p, q, drafts, k_lens, 
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
 
 
+def chain_low_precision_correction_from_p_after_an_accepted_draft(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for rows in a low-precision dtype (float32, bfloat16, float16) that, after an
+    accepted draft, draws the correction from the target's row; float64 rows are decided exactly."""
+    slip = "correction_from_the_target_after_an_accepted_draft" if p.dtype != torch.float64 else None
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
+
+
+def chain_low_precision_bonus_from_the_row_before(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for rows in a low-precision dtype that, in a round of two drafts or more,
+    draws the bonus from the last draft's row; float64 rows are decided exactly."""
+    slip = "bonus_from_the_row_before_after_two_drafts" if p.dtype != torch.float64 else None
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
+
+
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
     """A slip: rows sorted by k, longest first (as engines group rows of one length), decided, and put back
     with the sort's order instead of its inverse: right wherever that order is its own inverse (every row
@@ -508,7 +540,7 @@ def _edge_slip(p, q, drafts, k_lens, accept_u, terminal_u, slip: str):
     return torch.tensor(accepted), torch.tensor(terminal)
 
 
-# Each shows only where a uniform meets a float's edge (specd.oracles.samplers.checks.EDGE_ROWS and
+# Each shows only where a uniform meets a float's edge (specd.oracles.samplers.edges.EDGE_ROWS and
 # EDGE_ROWS_FLOAT64): about one draw in 2^29 to 2^53 of a round
 EDGE_SLIPS = {
     "accepts_at_the_ratio": "a draft kept at U <= p/q (p(d) = 0 refused), decided in float64",
@@ -561,6 +593,14 @@ CHAIN_SLIPS = {
     "ratio_with_q_clamped": "the ratio p(d) / max(q(d), 1e-5) (a division guard)",
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where every row is within 1e-5 of a point mass",
 }
+# Each passed the check before a table with exact coincidences (a coarse grid) or point-mass drafts on the
+# target's likeliest token.
+CHAIN_GRID_SLIPS = {
+    "correction_ties_collapsed": "the correction drawn from the residual with tied weights collapsed into the "
+    "first token that has them (torch.unique over its values)",
+    "point_mass_draft_on_the_targets_argmax_kept": "a point-mass draft (a lookup's) on the target's likeliest "
+    "token kept untested",
+}
 
 
 def _chain_slip(name: str, doc: str):
@@ -577,5 +617,5 @@ CHAIN_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted_drafts": "after three accepted drafts, the correction drawn from the "
     "two likeliest tokens of the residual",
 }
-for _name, _doc in {**CHAIN_SLIPS, **CHAIN_DEEP_SLIPS}.items():
+for _name, _doc in {**CHAIN_SLIPS, **CHAIN_DEEP_SLIPS, **CHAIN_GRID_SLIPS}.items():
     globals()["chain_" + _name] = _chain_slip(_name, _doc)

@@ -11,12 +11,14 @@ import pytest
 from specd.core.tree_shape import parse_tree
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.report import run_sampler_oracle
+from specd.oracles.samplers import checks as sc
 from specd.oracles.samplers import tree_checks
-from specd.oracles.samplers.checks import Call, call_tensors, check_dtype_edges, mixed_tensors, returns_tokens
+from specd.oracles.samplers.checks import Call, call_tensors, mixed_tensors, returns_tokens
 from specd.oracles.samplers.counterexample import minimal_counterexample
 from specd.oracles.samplers.coverage import FOURTH_SIBLING, Case, chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows
+from specd.oracles.samplers.edges import check_dtype_edges
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, adversarial, reshape, seeded, tables
 from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
@@ -112,7 +114,7 @@ def test_a_slip_only_a_third_sibling_shows_is_caught_under_a_tree_of_two():
     sampler = tree("elder_removals_forgotten")
     assert verdicts(sampler, "sampled:2,2", 3, exact_size=True, drawings=("sampled",)) == {"sampled": True}
     third = [c for c in tree_cases(OracleConfig(vocab=3), parse_tree("sampled:2,2")) if c.shape.spec == "3"]
-    assert [(c.vocab, len(c.tables)) for c in third] == [(4, 9)]
+    assert [(c.vocab, len(c.tables)) for c in third] == [(4, 10)]
     assert check_cases(sampler, third, "sampled", refusable=False).passed is False
     named = tree_cases(OracleConfig(vocab=3), parse_tree("2,2"), exact_size=True)
     hidden = {s["slip"]: s["detail"] for s in slips_covered(named, 2) if not s["shown"]}
@@ -385,8 +387,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 47 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 47
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 51 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 51
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -408,9 +410,57 @@ def test_each_adversarial_table_has_its_property_on_every_row():
             if kind == "draft_far_below":
                 assert sum(a > 100 * b for a, b in zip(p2, q2)) >= 2  # a correction with two tokens of mass
             if kind == "draft_point_mass":
-                assert sorted(q2) == [0, 0, 0, 1] and p2 == p
+                assert sorted(q2) == [0, 0, 0, 1] and p2 == p and q2[3] == 1  # at depth 0: the target's likeliest
+            if kind == "coarse_grid":  # multiples of 1/16, every token drafted, the rows apart but not everywhere
+                assert all((16 * w).is_integer() for w in p2 + q2) and min(q2) > 0 and p2 != q2
             if kind == "target_top_half":  # the likeliest half kept, in proportion; the draft as it was
                 assert p2[:2] == [0.0, 0.0] and p2[2:] == pytest.approx([3 / 7, 4 / 7]) and q2 == q
+
+
+def test_the_coarse_grid_has_rows_equal_on_some_tokens_and_tied_residuals_and_the_point_mass_alternates():
+    rng = random.Random(1)
+    rows = [reshape("coarse_grid", [0.25] * 4, [0.25] * 4, rng) for _ in range(40)]
+    assert any(0 < sum(a == b for a, b in zip(p, q)) < 4 for p, q in rows)  # equal on some tokens, not all
+    residuals = [sorted(a - b for a, b in zip(p, q) if a > b) for p, q in rows]
+    assert any(len(r) >= 2 and r[0] == r[1] for r in residuals)  # two tokens of the residual tied
+    p, q = [0.1, 0.2, 0.4, 0.3], [0.25] * 4
+    deeper = [reshape("draft_point_mass", p, q, random.Random(i), depth=1)[1].index(1.0) for i in range(12)]
+    assert reshape("draft_point_mass", p, q, rng, depth=2)[1] == [0, 0, 1, 0] and len(set(deeper)) > 1
+
+
+@pytest.mark.parametrize("vocab, k", [(2, 3), (3, 2)])
+@pytest.mark.parametrize("name", list(slips.CHAIN_GRID_SLIPS))
+def test_a_chain_slip_only_tied_weights_or_a_drafted_argmax_show_fails(name, vocab, k):
+    """Collapsing tied residual weights, and keeping a point-mass draft on the target's likeliest token
+    untested, passed --vocab 2 --k 3 and --vocab 3 --k 2 (a second helper's samplers): random tables never
+    tie, and the point-mass draft's point missed the argmax on the rows the round reached."""
+    assert chain_check(getattr(slips, f"chain_{name}"), vocab, k).passed is False
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", list(slips.TREE_GRID_SLIPS))
+def test_a_tree_slip_only_equal_weights_or_a_younger_siblings_two_children_show_fails(name, seed):
+    """A residual that keeps p' where p' = q' exactly passed --tree 2,2 --vocab 3 (random tables never meet);
+    a correction cut to two tokens under a younger sibling of two children passed every size (none had one
+    at V = 5)."""
+    cases = tree_cases(OracleConfig(vocab=3, seed=seed), parse_tree("2,2"))
+    assert any(check_cases(tree(name), cases, d, refusable=False).passed is False for d in ("sampled", "rank"))
+
+
+LOW_PRECISION_SLIPS = ["chain_low_precision_correction_from_p_after_an_accepted_draft"]
+LOW_PRECISION_SLIPS += ["chain_low_precision_bonus_from_the_row_before"]
+
+
+@pytest.mark.parametrize("vocab, k", [(2, 3), (2, 1), (3, 2)])
+@pytest.mark.parametrize("name", LOW_PRECISION_SLIPS)
+def test_a_path_kept_for_low_precision_rows_fails_the_rational_check_with_its_counterexample(name, vocab, k):
+    """A path taken for float32, bfloat16 or float16 rows only passed: only dtype_edges passed such rows, in
+    rounds of one draft. The rational check runs its rounds in every dtype, at the named size and V = 4,
+    K = 3, and names the dtype where it differs."""
+    check = sc.check_rational(as_sampler(getattr(slips, name)), vocab, k, 0, True)
+    assert check.passed is False and check.counterexample["dtype"] != "float64"
+    assert check.counterexample["cell"]["rule"] != check.counterexample["cell"]["sampler"]
+    assert sc.check_rational(as_sampler(slips.chain_exact), vocab, k, 0, True).passed
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -499,17 +549,18 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     younger = "[[0],[1],[1,0]]"  # a younger sibling with a child, the elder without
     assert cases == [
         (3, "2,2", 1),
-        (5, "2", 9),
-        (4, "1,2", 9),
-        (4, younger, 9),
-        (4, "1,1,1", 10),
-        (4, "3", 9),
+        (5, "2", 10),
+        (4, "1,2", 10),
+        (4, younger, 10),
+        (4, "1,1,1", 11),
+        (4, "3", 10),
         (5, "1,2", 1),
         (4, "1,3", 1),
         (3, "1,2,1", 1),
         (3, "1,1,2", 1),
         (3, "1,1,1,1", 1),
         (16, "1", 1),
+        (5, "[[0],[1],[1,0],[1,1]]", 1),  # a younger sibling's two children
         (5, "4", 1),  # draft_apart
         (16, "1,1", 1),  # draft_point_mass
         (4, "1,2", 4),  # the tables of small values
@@ -551,9 +602,10 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 60 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 66 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16), "4" (V = 5), "1,1" (V = 16), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
+        '"1,1,1,1" (V = 3), "1" (V = 16), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
+        '"[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)

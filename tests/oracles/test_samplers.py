@@ -16,6 +16,7 @@ from specd.oracles.lab.broken import Float32UniformComparison
 from specd.oracles.reference import Reference
 from specd.oracles.report import run_sampler_oracle
 from specd.oracles.samplers import checks as sc
+from specd.oracles.samplers.edges import check_dtype_edges
 from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from tests.helpers import run_cli
 from tests.oracles import slips
@@ -86,15 +87,15 @@ def test_dtype_edges_catch_a_draft_kept_within_a_tolerance_of_a_ratio_of_one():
     keeps such a draft untested (ratio >= 1 - 1e-9) passed every table and every other edge."""
     from tests.oracles import slips
 
-    check = sc.check_dtype_edges(SamplerUnderTest("near", slips.chain_kept_within_1e_9_of_a_ratio_of_one, ""), True)
+    check = check_dtype_edges(SamplerUnderTest("near", slips.chain_kept_within_1e_9_of_a_ratio_of_one, ""), True)
     assert check.passed is False and check.counterexample["exact_ratio"] == 1 - 2**-40
     assert check.counterexample["rule"]["accepted"] == 0 and check.counterexample["sampler"]["accepted"] == 1
-    assert sc.check_dtype_edges(SamplerUnderTest("exact", slips.chain_exact, ""), True).passed
+    assert check_dtype_edges(SamplerUnderTest("exact", slips.chain_exact, ""), True).passed
 
 
 def test_dtype_edges_pass_on_production_and_catch_the_float32_comparison():
-    assert sc.check_dtype_edges(SamplerUnderTest("specd", rule_sampler(), ""), tokens=True).passed
-    broken = sc.check_dtype_edges(SamplerUnderTest("f32", rule_sampler(Float32UniformComparison()), ""), tokens=True)
+    assert check_dtype_edges(SamplerUnderTest("specd", rule_sampler(), ""), tokens=True).passed
+    broken = check_dtype_edges(SamplerUnderTest("f32", rule_sampler(Float32UniformComparison()), ""), tokens=True)
     assert not broken.passed and broken.findings == ["decision_differs_from_the_exact_rule"]
     cx = broken.counterexample
     assert cx["rule"]["accepted"] != cx["sampler"]["accepted"]

@@ -29,7 +29,7 @@ from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, exact_check, max_abs_diff
 from specd.oracles.reference import Reference, target_joint
 from specd.oracles.rig import Rig, fold, multi_source_rig, ngram_rig, shared_body_columns, shared_body_rig
-from specd.oracles.samplers import checks as sc
+from specd.oracles.samplers.edges import check_dtype_edges as check_dtype_edges_of
 from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from specd.policy.autok import AutoK
 from specd.policy.costs import FixedCosts
@@ -328,7 +328,7 @@ def check_batch_invariance(fx: Fixture) -> Check:
 @cache
 def dtype_edges_of(sampler_cls: type[RejectionSampler]):
     """dtype_edges depends on the rule alone: once per rule class (production, or a lab variant)."""
-    return sc.check_dtype_edges(SamplerUnderTest(sampler_cls.__name__, rule_sampler(sampler_cls()), ""), tokens=True)
+    return check_dtype_edges_of(SamplerUnderTest(sampler_cls.__name__, rule_sampler(sampler_cls()), ""), tokens=True)
 
 
 def check_dtype_edges(fx: Fixture) -> Check:

@@ -7,14 +7,11 @@
   the emitted block, completed by the target chain, must have the target's joint
   (float64, 1e-12).
 - ``exact_rational``: the same on dyadic tables (probabilities k / 32, exact in
-  floats), every mass in Fraction arithmetic: the difference must be exactly 0.
+  floats), every mass in Fraction arithmetic, rows in four dtypes, at the named size
+  and at V = 4, K = 3: the difference must be exactly 0.
   Only for samplers that return tokens (a returned distribution has rounding).
-- ``dtype_edges``: each decision at adversarial uniforms (0, the smallest positive,
-  just below 1, the float32, bfloat16 and float16 roundings of p/q and the stream
-  uniforms on both sides of the exact boundary), with rows passed as float64,
-  float32, bfloat16 and float16 tensors (multiples of 1/256 summing to exactly 1,
-  so every dtype holds the same distribution exactly), against the rule in exact
-  (Fraction) arithmetic.
+- ``dtype_edges`` (specd.oracles.samplers.edges): each decision at adversarial
+  uniforms, with rows passed in four dtypes, against the rule in exact arithmetic.
 - degenerate cases, one check each: an impossible draft (q(d) = 0), a draft the
   target never emits (p(d) = 0), p == q, disjoint supports, a row with no drafts,
   and a batch of rows with different K.
@@ -26,6 +23,7 @@ uniforms, what the rule does and what the sampler did, and the mass that moved.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -39,6 +37,7 @@ from specd.oracles.samplers.protocol import SamplerResult, SamplerUnderTest
 from specd.oracles.samplers.tables import DyadicTables, as_table
 
 TWO53 = 2**53
+EDGE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)  # the dtypes rows come in
 U_MAX = 1 - 2.0**-53  # the largest uniform the streams produce
 
 
@@ -70,6 +69,29 @@ def call_batch(
         if len(calls) == 1:
             raise
     return one_at_a_time(sampler, calls, dtype, pad), True
+
+
+# The sizes of the first batches a shuffled batch is cut into (the rest in one): a path kept for small batches
+# (4 <= B <= 32, say) passed where every batch had 1-3 rows or 35 and more.
+CHUNKS = (4, 7, 16, 33)
+
+
+def shuffled_batch(sampler: SamplerUnderTest, calls: list[Call]) -> tuple[list, bool]:
+    """``call_batch`` with the rows in a fixed shuffled order, cut into batches of CHUNKS' sizes and the rest,
+    answers put back in the calls' order: a round's cells in order are neighbours with the same rows, so a
+    sampler reading its neighbour row's (the last row corrected from the row before it, say) would meet the
+    same law there. -> (the results, whether the sampler refused a batch: then each call went alone)."""
+    order = list(range(len(calls)))
+    random.Random(len(calls)).shuffle(order)
+    results, refused, at = [], False, 0
+    for size in (*CHUNKS, len(calls)):
+        if at < len(order):
+            part, gone = call_batch(sampler, [calls[i] for i in order[at : at + size]])
+            results, refused, at = results + part, refused or gone, at + size
+    out: list = [None] * len(calls)
+    for i, result in zip(order, results):
+        out[i] = result
+    return out, refused
 
 
 def one_at_a_time(sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0):
@@ -241,6 +263,24 @@ def joint_of(calls: list[Call], results: list[SamplerResult], rows, prompt, k: i
     return joint, mismatches
 
 
+def cell_report(call: Call, result: SamplerResult) -> dict:
+    """One cell where the sampler's outcome is not the rule's, as a counterexample reports it."""
+    return {
+        "p_rows": [[round(float(x), 6) for x in row] for row in call.p],
+        "q_rows": [[round(float(x), 6) for x in row] for row in call.q],
+        "drafts": list(call.drafts),
+        "acceptance_uniforms": list(call.accept_u),
+        "terminal_uniform": call.terminal_u,
+        "cell_mass": float(call.mass),
+        "rule": {"accepted": call.accepted, "terminal": call.terminal, "law": [round(float(x), 6) for x in call.law]},
+        "sampler": {
+            "accepted": int(result.accepted[0]),
+            "terminal": None if result.terminal is None else int(result.terminal[0]),
+            "law": None if result.terminal_rows is None else [round(x, 6) for x in result.terminal_rows[0].tolist()],
+        },
+    }
+
+
 def verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
     """(exact, max |diff|, total mass) of a round's joint against the target's on ``rows``."""
     diff, mass = max_abs_diff(chain_joint(rows.p, rows.prompt, k + 1), joint), sum(joint.values())
@@ -276,9 +316,19 @@ def check_exact_on(sampler: SamplerUnderTest, rows, k: int, tokens: bool, rule: 
     return check, refused
 
 
+# Beside the named size, the rational check runs at V = 4, K = 3 (a second and a middle draft, a correction of
+# three tokens after two accepted drafts, a bonus after three), in each of EDGE_DTYPES: a path kept for rows in a
+# low precision (a correction from p after an accepted draft, a bonus from the row before) passed where only
+# dtype_edges' rounds of one draft had such rows.
+RATIONAL_SIZE = (4, 3)
+
+
 def check_rational(
-    sampler: SamplerUnderTest, vocab: int, k: int, seed: int, tokens: bool, rule: str = "maximal"
+    sampler: SamplerUnderTest, vocab: int, k: int, seed: int, tokens: bool, rule: str = "maximal", exact_size=False
 ) -> Check:
+    """``exact_rational``: one round on dyadic tables at the named size and (unless ``exact_size``) RATIONAL_SIZE,
+    rows in each of EDGE_DTYPES (multiples of 1/32: the same law in each), every mass a Fraction: each
+    difference exactly 0."""
     if not tokens:
         return Check(
             "exact_rational",
@@ -286,163 +336,42 @@ def check_rational(
             {},
             "not applicable: the sampler returns distributions (float rows), not tokens drawn with a uniform",
         )
-    rows = DyadicTables(vocab, seed)
-    prompt = (0,)
-    joint, mismatches, _ = sampler_joint(sampler, rows, prompt, vocab, k, tokens, exact=True, rule=rule)
-    target = chain_joint(rows.p, prompt, k + 1, Fraction(1))
-    diff = max_abs_diff(target, joint) if joint or target else Fraction(0)
-    return Check(
-        "exact_rational",
-        diff == 0,
-        {"vocab": vocab, "k": k, "difference": str(diff), "cells_where_the_outcome_is_not_the_rule's": len(mismatches)},
-        "dyadic tables (k / 32), every mass a Fraction",
-        [] if diff == 0 else ["not_exact_in_rational_arithmetic"],
-    )
-
-
-# -- dtype edges -------------------------------------------------------------------------------
-EDGE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
-
-
-def _dyadic(*weights: int) -> list[float]:
-    """A row of multiples of 1/256 summing to exactly 1: exact in float64, float32, bfloat16 and float16."""
-    assert sum(weights) == 256
-    return [w / 256 for w in weights]
-
-
-# (p_1, p_2, q_1, draft): an ordinary ratio 13/51, a sure accept (p(d) = q(d)), a ratio above 1, a ratio
-# a uniform can equal (1/2: ``U <= p/q`` keeps it), a residual (20, 24, 40)/84 whose normalized float64
-# weights add up to 1 - 2^-53 before two tokens of no mass (an inverse CDF there runs past its end)
-EDGE_ROWS = (
-    (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(102, 90, 38, 26, 0), 0),
-    (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(51, 179, 13, 13, 0), 1),
-    (_dyadic(26, 179, 50, 1, 0), _dyadic(1, 1, 254, 0, 0), _dyadic(100, 100, 38, 18, 0), 2),
-    (_dyadic(64, 120, 50, 22, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(128, 60, 40, 28, 0), 0),
-    (_dyadic(20, 24, 40, 172, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(0, 0, 0, 196, 60), 3),
-)
-
-
-# Rows exact in float64 only: drafts a hair more likely under q than p, of ratio 1 - 2^-e for e = 29 (a test
-# decided in float32, where p = q, keeps it always), 40 and 50 (a fast path that keeps a ratio within 1e-9 of
-# 1 untested keeps it at U past the ratio), and a residual token of 2^-40 (a threshold on weights drops it)
-HALF = _dyadic(128, 64, 64, 0, 0)  # q(d) = 1/2: p(d) = 1/2 - 2^-(e + 1) gives the ratio 1 - 2^-e
-EDGE_ROWS_FLOAT64 = tuple(
-    ([0.5 - 2.0**-e, 0.25 + 2.0**-e, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), HALF, 0) for e in (30, 41, 51)
-) + (([0.25 + 2**-40, 0.5, 0.25 - 2**-40, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(64, 64, 128, 0, 0), 2),)
-
-
-def grid_neighbours(x: Fraction) -> list[float]:
-    """The stream uniforms (multiples of 2^-53 in [0, 1)) just below and at or above x."""
-    below = (x * TWO53).__ceil__() - 1
-    return [float(Fraction(n, TWO53)) for n in (below, below + 1) if 0 <= n < TWO53]
-
-
-def acceptance_uniforms(ratio: Fraction) -> list[float]:
-    """Adversarial acceptance uniforms for an exact ratio p/q."""
-    points = {0.0, 2.0**-53, 0.5, U_MAX, 1 - 2.0**-25, 1 - 2.0**-26, 1 - 2.0**-30}
-    points.update(grid_neighbours(min(ratio, Fraction(1))))
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # where a low-precision ratio lands
-        rounded = Fraction(torch.tensor(float(ratio)).to(dtype).item())
-        points.update(grid_neighbours(rounded))
-    return sorted(u for u in points if 0 <= u < 1)
-
-
-def edge_cases(tokens: bool) -> list[tuple[str, torch.dtype, Call]]:
-    """The dtype-edge decisions, each with the exact rule's answer: (what, row dtype, call)."""
-    cases = []
-    for dtype in EDGE_DTYPES:
-        name = str(dtype).removeprefix("torch.")
-        for p1, p2, q1, d in EDGE_ROWS + (EDGE_ROWS_FLOAT64 if dtype is torch.float64 else ()):
-            ratio = min(Fraction(1), Fraction(p1[d]) / Fraction(q1[d]))
-            residual = [max(Fraction(0), Fraction(a) - Fraction(b)) for a, b in zip(p1, q1)]
-            # every acceptance edge with a middling terminal uniform, then every terminal edge in both
-            # branches (U = 0 accepts whenever the ratio is positive, the largest U rejects unless it is 1)
-            pairs = [(u, None) for u in acceptance_uniforms(ratio)] + [(u, "edges") for u in (0.0, U_MAX)]
-            for u, terminal in pairs:
-                accepted = 1 if Fraction(u) < ratio else 0
-                law = residual if accepted == 0 else [Fraction(x) for x in p2]
-                total = sum(law)
-                law = [x / total for x in law]
-                for t in terminal_uniforms(law) if (terminal and tokens) else [0.5]:
-                    token = exact_token(law, t) if tokens else None
-                    call = Call([p1, p2], [q1], (d,), (u,), t, 1, accepted, token, law)
-                    cases.append((f"{name} rows, ratio {float(ratio):.6g}", dtype, call))
-    return cases
-
-
-def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
-    """Each decision at adversarial uniforms, rows in four dtypes, against the exact rule."""
-    cases = edge_cases(tokens)
-    failures, inconclusive = [], 0
-    results = []
-    for dtype in EDGE_DTYPES:
-        results += call_batch(sampler, [c for _, dt, c in cases if dt is dtype], dtype)[0]
-    slack = Fraction(sampler.input_rounding)
-    for (what, _, call), result in zip(cases, results):
-        got_token = None if result.terminal is None else int(result.terminal[0])
-        ratio = _ratio(call)
-        wrong = int(result.accepted[0]) != call.accepted or (tokens and got_token != call.terminal)
-        if not tokens and not wrong:
-            wrong = max(abs(x - float(y)) for x, y in zip(result.terminal_rows[0].tolist(), call.law)) > 1e-12
-        if wrong and slack and abs(Fraction(call.accept_u[0]) - ratio) <= slack * max(ratio, Fraction(1, 10**300)):
-            inconclusive += 1  # within the rounding of the sampler's own inputs
-            continue
-        if wrong:
-            failures.append(_edge_failure(what, call, ratio, result, got_token))
+    runs, worst, wrong, found = [], Fraction(0), 0, None
+    for v, depth in dict.fromkeys(((vocab, k),) + (() if exact_size else (RATIONAL_SIZE,))):
+        rows, prompt = DyadicTables(v, seed), (0,)
+        calls = round_calls(rows, prompt, v, depth, tokens, True, rule)
+        target = chain_joint(rows.p, prompt, depth + 1, Fraction(1))
+        for dtype in EDGE_DTYPES:
+            joint, mismatches = joint_of(calls, call_batch(sampler, calls, dtype)[0], rows, prompt, depth, True)
+            diff = max_abs_diff(target, joint) if joint or target else Fraction(0)
+            name = str(dtype).removeprefix("torch.")
+            runs.append({"vocab": v, "k": depth, "dtype": name, "difference": str(diff)})
+            worst, wrong = max(worst, diff), wrong + len(mismatches)
+            if diff and found is None:
+                found = {"vocab": v, "k": depth, "dtype": name} | _rational_counterexample(target, joint, mismatches)
     check = Check(
-        "dtype_edges",
-        not failures,
-        {
-            "decisions": len(cases),
-            "wrong": len(failures),
-            "inconclusive": inconclusive,
-            "dtypes": [str(d).removeprefix("torch.") for d in EDGE_DTYPES],
-        },
-        "adversarial uniforms and rows in four dtypes vs the rule in exact (Fraction) arithmetic"
-        + (
-            f"; {inconclusive} decisions within the rounding of the sampler's inputs ({float(slack):g}) are not counted"
-            if inconclusive
-            else ""
-        ),
+        "exact_rational",
+        worst == 0,
+        {"vocab": vocab, "k": k, "difference": str(worst), "cells_where_the_outcome_is_not_the_rule's": wrong}
+        | {"runs": runs},
+        "dyadic tables (k / 32), every mass a Fraction, at the named size"
+        + ("" if exact_size else f" and V = {RATIONAL_SIZE[0]}, K = {RATIONAL_SIZE[1]}")
+        + ", rows in float64, float32, bfloat16 and float16",
+        [] if worst == 0 else ["not_exact_in_rational_arithmetic"],
     )
-    if failures:
-        at_ratio = any(
-            f["sampler"]["accepted"] and Fraction(f["acceptance_uniform"]) == Fraction(f["exact_ratio"])
-            for f in failures
-        )
-        check.findings.append("accepts_u_equal_to_ratio" if at_ratio else "decision_differs_from_the_exact_rule")
-        check.counterexample = failures[0]
+    check.counterexample = found
     return check
 
 
-def _edge_failure(what: str, call: Call, ratio: Fraction, result, got_token) -> dict:
-    """A wrong dtype-edge decision, as the counterexample reports it."""
-    return {
-        "case": what,
-        "p_row": call.p[0],
-        "q_row": call.q[0],
-        "draft": call.drafts[0],
-        "acceptance_uniform": call.accept_u[0],
-        "exact_ratio": float(ratio),
-        "terminal_uniform": call.terminal_u,
-        "rule": {"accepted": call.accepted, "terminal": call.terminal},
-        "sampler": {"accepted": int(result.accepted[0]), "terminal": got_token},
-    }
-
-
-def _ratio(call: Call) -> Fraction:
-    d = call.drafts[0]
-    return min(Fraction(1), Fraction(call.p[0][d]) / Fraction(call.q[0][d]))
-
-
-def terminal_uniforms(law: list[Fraction]) -> list[float]:
-    """0, the smallest positive, just below 1, and the stream uniforms around every interval boundary."""
-    points = {0.0, 2.0**-53, U_MAX}
-    below = Fraction(0)
-    for m in law[:-1]:
-        below += m
-        points.update(grid_neighbours(below))
-    return sorted(u for u in points if 0 <= u < 1)
+def _rational_counterexample(target: dict, joint: dict, mismatches: list) -> dict:
+    """Where a rational run differs: the sequence that moved most, and the heaviest cell that shows it."""
+    worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
+    exact, got = target.get(worst, Fraction(0)), joint.get(worst, Fraction(0))
+    out = {"table": "dyadic (k / 32)", "sequence": list(worst), "exact_mass": float(exact), "sampler_mass": float(got)}
+    out["moved_exactly"] = str(got - exact)
+    if mismatches:
+        out["cell"] = cell_report(*max(mismatches, key=lambda m: m[0].mass))
+    return out
 
 
 def exact_token(law: list[Fraction], u: float) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import chain_joint
-from specd.oracles.samplers.checks import sampler_joint
+from specd.oracles.samplers.checks import cell_report, sampler_joint
 from specd.oracles.samplers.protocol import SamplerUnderTest
 from specd.oracles.samplers.tables import search_tables
 
@@ -41,25 +41,5 @@ def _counterexample(sampler: SamplerUnderTest, tokens: bool, table, k: int, rule
     worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
     out = {"sequence": list(worst), "exact_mass": target.get(worst, 0.0), "sampler_mass": joint.get(worst, 0.0)}
     if mismatches:
-        call, result = max(mismatches, key=lambda m: m[0].mass)
-        out["cell"] = {
-            "p_rows": [[round(x, 6) for x in row] for row in call.p],
-            "q_rows": [[round(x, 6) for x in row] for row in call.q],
-            "drafts": list(call.drafts),
-            "acceptance_uniforms": list(call.accept_u),
-            "terminal_uniform": call.terminal_u,
-            "cell_mass": float(call.mass),
-            "rule": {
-                "accepted": call.accepted,
-                "terminal": call.terminal,
-                "law": [round(float(x), 6) for x in call.law],
-            },
-            "sampler": {
-                "accepted": int(result.accepted[0]),
-                "terminal": None if result.terminal is None else int(result.terminal[0]),
-                "law": None
-                if result.terminal_rows is None
-                else [round(x, 6) for x in result.terminal_rows[0].tolist()],
-            },
-        }
+        out["cell"] = cell_report(*max(mismatches, key=lambda m: m[0].mass))
     return out

@@ -17,7 +17,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   its nodes handed over depth-first (every other tree's go breadth-first, where a node's children are next
   to each other); ``SEED_TREES`` on the seed's table alone (a third child below the root, a younger
   sibling below the root with a child, siblings at the third level, a fourth level, a correction of up
-  to 15 tokens); ``4`` at V = 5 on the draft_apart table alone (a fourth sibling, ``FOURTH_SIBLING``), and
+  to 15 tokens, a younger sibling's two children at V = 5); ``4`` at V = 5 on the draft_apart table
+  alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); and
   ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
@@ -94,9 +95,18 @@ WIDE_BELOW_THE_ROOT = (5, "1,2")
 # The trees of the other shape classes, each on the seed's table alone (a slip of its class showed there on
 # every sampler written with one; every table would add 60% to the check of a tree of width 2): a node below
 # the root with three children (its third child tested on what two refusals left of both rows), a younger
-# sibling below the root with a child, siblings at the third level, a fourth level, and a correction of up to
-# 15 tokens. A tree checked already at the same or a larger V is not checked again.
-SEED_TREES = ((4, "1,3"), (3, "1,2,1"), (3, "1,1,2"), (3, "1,1,1,1"), (TOP_K_VOCAB, "1"))
+# sibling below the root with a child, siblings at the third level, a fourth level, a correction of up to
+# 15 tokens, and a younger sibling of two children at V = 5, both refused, leaving three tokens (a cut to two
+# there passed every other size: ranked and lookup children leave three on any table whose target has every
+# token). A tree checked already at the same or a larger V is not checked again.
+SEED_TREES = (
+    (4, "1,3"),
+    (3, "1,2,1"),
+    (3, "1,1,2"),
+    (3, "1,1,1,1"),
+    (TOP_K_VOCAB, "1"),
+    (5, "[[0],[1],[1,0],[1,1]]"),
+)
 # A fourth child, tested on what three refusals left (V = 5: at V = 4 they leave p' all on its token), and each
 # later child up to the named tree's widest node's last: the tree n at V = n + 1 for n from 4, on the
 # draft_apart table alone. There n - 1 refusals are likely and leave p' below q' on one of the two tokens left,

@@ -16,12 +16,11 @@ claimed exact.
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 
 from specd.errors import SamplerFailed
 from specd.oracles.reference import chain_joint
-from specd.oracles.samplers.checks import Call, call_batch
+from specd.oracles.samplers.checks import Call, call_batch, shuffled_batch
 from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from specd.oracles.samplers.tables import as_table
 
@@ -44,29 +43,6 @@ def tv_figures(joint: dict, target: dict, horizon: int) -> dict:
 
 def _call(p_rows, q_rows, path, accept_u, terminal_u) -> Call:
     return Call(p_rows, q_rows, path, tuple(accept_u), terminal_u, 1.0, 0, None, [])
-
-
-# The sizes of the first batches a shuffled batch is cut into (the rest in one): a path kept for small batches
-# (4 <= B <= 32, say) passed where every batch had 1-3 rows or 35 and more.
-CHUNKS = (4, 7, 16, 33)
-
-
-def shuffled_batch(sampler: SamplerUnderTest, calls: list[Call]) -> tuple[list, bool]:
-    """``call_batch`` with the rows in a fixed shuffled order, cut into batches of CHUNKS' sizes and the rest,
-    answers put back in the calls' order: a round's cells in order are neighbours with the same rows, so a
-    sampler reading its neighbour row's (the last row corrected from the row before it, say) would meet the
-    same law there. -> (the results, whether the sampler refused a batch: then each call went alone)."""
-    order = list(range(len(calls)))
-    random.Random(len(calls)).shuffle(order)
-    results, refused, at = [], False, 0
-    for size in (*CHUNKS, len(calls)):
-        if at < len(order):
-            part, gone = call_batch(sampler, [calls[i] for i in order[at : at + size]])
-            results, refused, at = results + part, refused or gone, at + size
-    out: list = [None] * len(calls)
-    for i, result in zip(order, results):
-        out[i] = result
-    return out, refused
 
 
 class _Batches:

@@ -19,12 +19,19 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
   ``draft_far_below``      the draft 1000 times below the target on half the tokens, so the target
                            exceeds it on several (a correction with several tokens of mass)
   ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
-                           token, a refusal's correction the target without it
+                           token, a refusal's correction the target without it; at every other
+                           depth the point is the target's likeliest token (a lookup's guess often is:
+                           a path kept for it untested passed where the point missed it)
   ``target_top_half``      the target cut to its ceil(V / 2) likeliest tokens, renormalized (a top-k
                            target), the draft as it was: drafts of target mass 0 whose refusal still
                            moves the residual (a point-mass target's residual is that point again, so
                            a child of no target mass skipped untested, its residual step with it,
                            passed every other table)
+  ``coarse_grid``          both rows multiples of 1 / T (T a power of two, at least 4 V: exact in
+                           floats), the target the draft's with a few units moved between tokens: the
+                           rows equal on some tokens and not on others, and residual weights that tie
+                           exactly (a mask that keeps p where p = q, a correction that collapses tied
+                           weights, passed every table whose weights never meet)
 
 and tables of small values, where a guard or a fast path with a tolerance (a division clamped at 1e-5, a
 residual floored below 1e-6, a greedy path where p is close to a point mass, an accept-all path where the rows
@@ -72,6 +79,7 @@ ADVERSARIAL = {
     "draft_far_below": "the draft 1000 times below the target on half the tokens",
     "draft_point_mass": "the draft a point mass",
     "target_top_half": "the target cut to its likeliest half of the tokens",
+    "coarse_grid": "both rows on a coarse grid, equal on some tokens, residual weights tied",
 }
 # A table shaped for one class of slip, checked at that class's size only (every size would cost the check an
 # eighth more): ``draft_apart`` for a fourth child (specd.oracles.samplers.coverage.FOURTH_SIBLING).
@@ -131,10 +139,11 @@ def small_value_tables(base: Table, seed: int) -> list[Table]:
 def holds(kind: str, vocab: int, widest: int) -> bool:
     """Whether a size can hold the table: a draft without one token must still have a token of
     mass for each sibling drawn without replacement, a point-mass draft has one token for one child, and
-    draft_apart needs a token beside its two, target_top_half one past its half."""
+    draft_apart needs a token beside its two, target_top_half one past its half, coarse_grid a third token (at
+    V = 2 rows equal on one token are equal)."""
     if kind == "draft_point_mass":
         return widest <= 1
-    if kind in SHAPED or kind == "target_top_half":
+    if kind in SHAPED or kind in ("target_top_half", "coarse_grid"):
         return vocab >= 3  # at V = 2 the top half is a point mass (point_mass)
     return kind != "draft_misses_target" or vocab - 1 >= max(widest, 1)
 
@@ -146,15 +155,16 @@ def adversarial(base: Table, kind: str, seed: int) -> Table:
     def rows(output: tuple[int, ...]) -> tuple[Row, Row]:
         if output not in memo:
             rng = random.Random(f"{seed}:{kind}:{output}")
-            memo[output] = reshape(kind, base.p(output), base.q(output), rng)
+            memo[output] = reshape(kind, base.p(output), base.q(output), rng, len(output))
         return memo[output]
 
     p, q = (lambda o: rows(o)[0]), (lambda o: rows(o)[1])
     return Table(f"{kind} (seed {seed})", base.vocab, base.prompt, p, q, seed, kind)
 
 
-def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
-    """One output's rows (p, q) reshaped as ``kind`` (module docstring)."""
+def reshape(kind: str, p: Row, q: Row, rng: random.Random, depth: int = 0) -> tuple[Row, Row]:
+    """One output's rows (p, q) reshaped as ``kind`` (module docstring); ``depth``: the output's length (the
+    point-mass draft's point alternates with it)."""
     v = len(p)
     if kind == "draft_misses_target":
         gone = rng.randrange(v)
@@ -168,8 +178,10 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
     if kind == "equal_rows":
         return p, list(p)
     if kind == "draft_point_mass":
-        top = rng.randrange(v)
+        top = max(range(v), key=lambda x: (p[x], -x)) if depth % 2 == 0 else rng.randrange(v)
         return p, [float(x == top) for x in range(v)]
+    if kind == "coarse_grid":
+        return _grid(v, rng)
     if kind == "target_top_half":
         kept = set(sorted(range(v), key=lambda x: (-p[x], rng.random()))[: (v + 1) // 2])
         return _normalized([w if x in kept else 0.0 for x, w in enumerate(p)]), q
@@ -210,6 +222,22 @@ def _apart(v: int, rng: random.Random) -> tuple[Row, Row]:
     for x, share in zip(pair, (s, 1 - s)):
         target[x], draft[x] = APART * share, (1 - DRAFT_ON_REST) * (1 - share)
     return target, draft
+
+
+def _grid(v: int, rng: random.Random) -> tuple[Row, Row]:
+    """``coarse_grid``'s rows over ``v`` tokens (made anew): the draft T units (T the power of two at or above
+    4 v), at least one on each token; the target the draft's with 1 to v moves of one unit from a token that
+    has one to another (more where they undo each other)."""
+    units = 1 << (4 * v - 1).bit_length()
+    cuts = sorted(rng.sample(range(1, units), v - 1))
+    draft = [b - a for a, b in zip([0, *cuts], [*cuts, units])]
+    target, moves = list(draft), rng.randint(1, v)
+    while moves > 0 or target == draft:  # moves that undo each other: one more
+        src = rng.choice([x for x in range(v) if target[x] > 0])
+        target[src] -= 1
+        target[rng.choice([x for x in range(v) if x != src])] += 1
+        moves -= 1
+    return [w / units for w in target], [w / units for w in draft]
 
 
 def _with(row: Row, x: int, w: float) -> Row:
