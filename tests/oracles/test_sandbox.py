@@ -472,3 +472,29 @@ def test_a_rounds_time_limit_runs_from_when_its_process_turns_to_it():
     with sampler_session(slow, timeout=1.0, tree=True) as sampler, pytest.raises(SamplerAborted) as err:
         sampler.round_laws([rounds[0], empty])
     assert err.value.finding == "timed_out"
+
+
+def test_calls_each_alone_are_sent_ahead_answered_in_order_and_a_failure_is_the_first():
+    """A chain sampler's calls of one row each (a request decoding alone) go to its process one behind the
+    other: the answers come back in the calls' order, each call's time limit runs from when the process
+    turns to it (calls of 0.6 of the limit all pass), and where calls raise, the first one's error is raised."""
+    from specd.errors import SamplerFailed
+    from specd.oracles.samplers.checks import Call, call_tensors
+    from specd.oracles.samplers.sandbox import sampler_session
+    from tests.oracles.slips import chain_exact
+
+    def slow(p, q, drafts, k_lens, accept_u, terminal_u):
+        time.sleep(0.6 if terminal_u[0] < 0.9 else 0)
+        if terminal_u[0] >= 0.95:
+            raise ValueError(f"at {terminal_u[0].item()}")
+        return chain_exact(p, q, drafts, k_lens, accept_u, terminal_u)
+
+    p, q = [[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]], [[0.2, 0.5, 0.3]]
+    calls = [call_tensors([Call(p, q, (1,), (0.1,), t, 1.0, 0, 0, [])]) for t in (0.1, 0.3, 0.8)]
+    with sampler_session(slow, timeout=1.0) as sampler:
+        results = sampler.each(calls)
+        assert [(r.accepted, r.terminal) for r in results] == [([1], [0]), ([1], [1]), ([1], [2])]  # the bonus
+        late = [call_tensors([Call(p, q, (1,), (0.1,), t, 1.0, 0, 0, [])]) for t in (0.5, 0.96, 0.99)]
+        with pytest.raises(SamplerFailed, match="at 0.96"):
+            sampler.each(late)
+        assert sampler.each(calls[:1])[0].terminal == [0]  # still answering

@@ -95,7 +95,11 @@ def shuffled_batch(sampler: SamplerUnderTest, calls: list[Call]) -> tuple[list, 
 
 
 def one_at_a_time(sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype = torch.float64, pad: int = 0):
-    """Each call in a batch of its own (one row), rows in ``dtype`` -> a result per call."""
+    """Each call in a batch of its own (one row), rows in ``dtype`` -> a result per call (a sampler in a
+    process of its own is sent them in turn without waiting between them: ``each``)."""
+    each = getattr(sampler, "each", None)
+    if each is not None:
+        return each([call_tensors([c], dtype, pad) for c in calls])
     return [sampler(*call_tensors([c], dtype, pad)) for c in calls]
 
 

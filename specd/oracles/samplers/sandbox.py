@@ -39,10 +39,9 @@ from multiprocessing.connection import Connection, wait
 import torch
 
 from specd.errors import SamplerAborted, SamplerFailed, SamplerUnavailable, SamplerUnloadable, UsageError
-from specd.oracles.lifeline import die_with_parent, keep
-from specd.oracles.samplers.protocol import SamplerResult, SamplerUnderTest, as_sampler, described, load_sampler
-from specd.oracles.samplers.tree_checks import round_law
-from specd.oracles.samplers.tree_protocol import as_tree_sampler, load_tree_sampler
+from specd.oracles.lifeline import keep
+from specd.oracles.samplers.child import load, serve
+from specd.oracles.samplers.protocol import SamplerResult, SamplerUnderTest
 
 DEFAULT_TIMEOUT = 60.0  # seconds a call (or loading the sampler) may take before it is a finding
 LOOK = 0.1  # seconds between looks at whether the child still lives, while an answer is awaited
@@ -96,14 +95,6 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and not torch.cuda.is_initialized()
 
 
-def load(spec, input_rounding: float = 0.0, tree: bool = False):
-    """A shipped adapter's name or ``module:attr`` (imported), or a callable (a class is built); with
-    ``tree``, under the tree-sampler protocol (specd.oracles.samplers.tree_protocol)."""
-    if tree:
-        return load_tree_sampler(spec) if isinstance(spec, str) else as_tree_sampler(spec)
-    return load_sampler(spec) if isinstance(spec, str) else as_sampler(spec, input_rounding=input_rounding)
-
-
 @contextmanager
 def sampler_session(
     spec, input_rounding: float = 0.0, timeout: float = DEFAULT_TIMEOUT, tree: bool = False, processes: int = 1
@@ -130,9 +121,14 @@ class ChildSampler(SamplerUnderTest):
 
     def __init__(self, process: SamplerProcess, name: str, description: str, input_rounding: float):
         super().__init__(name, process.call, description, input_rounding)
+        self.process = process
 
     def __call__(self, p, q, drafts, k_lens, accept_u, terminal_u) -> SamplerResult:
         return self.fn((p, q, drafts, k_lens, accept_u, terminal_u))
+
+    def each(self, calls: list[tuple]) -> list[SamplerResult]:
+        """Each call's six tensors, a call of its own each, answered in turn (``SamplerProcess.calls``)."""
+        return self.process.calls(calls)
 
 
 class ChildTreeSampler:
@@ -297,7 +293,41 @@ class SamplerProcess:
     def call(self, tensors: tuple) -> SamplerResult:
         """One call's tensors to the child -> its result, SamplerFailed (it raised, or returned what
         the protocol does not allow), or SamplerAborted (this call and every later one)."""
-        reply = self.ask(tensors)
+        return self.result(self.ask(tensors))
+
+    def calls(self, requests: list[tuple]) -> list[SamplerResult]:
+        """Each call's tensors to the child, in order, each a call of its own -> a result per call, as
+        ``call`` on each in turn gives. The child is sent the call after the one it works on (``AHEAD``,
+        within IN_FLIGHT bytes), so it never waits for this process between them; each call's time limit
+        runs from when the child turns to it. The first failure (SamplerFailed) is raised once the calls
+        in flight behind it are answered; none is sent after it."""
+        out: list = [None] * len(requests)
+        in_flight: deque[tuple[int, int]] = deque()  # (call, its bytes)
+        failure, at, request = None, 0, b""
+        while True:
+            while failure is None and at < len(requests) and len(in_flight) <= AHEAD:
+                request = request or _request_bytes(requests[at])
+                if in_flight and sum(n for _, n in in_flight) + len(request) > IN_FLIGHT:
+                    break
+                self.send_bytes(request, starts=not in_flight)
+                in_flight.append((at, len(request)))
+                at, request = at + 1, b""
+            if not in_flight:
+                break
+            i, _ = in_flight.popleft()
+            reply = self.answer("instead of returning")
+            if in_flight:  # it has turned to the next call sent it: that call's time starts
+                self.deadline = time.monotonic() + self.timeout
+            try:
+                out[i] = self.result(reply)
+            except SamplerFailed as err:
+                failure = failure or err
+        if failure is not None:
+            raise failure
+        return out
+
+    def result(self, reply: list) -> SamplerResult:
+        """The child's reply to a call -> its result (as ``call``: SamplerFailed, SamplerAborted)."""
         try:
             if reply[0] == "ok":
                 rows = None if reply[3] is None else torch.tensor(reply[3], dtype=torch.float64)
@@ -383,64 +413,3 @@ class SamplerProcess:
                     break
                 time.sleep(LOOK / 20)
             self.pid = None
-
-
-# -- the child's side --------------------------------------------------------------------------
-def serve(conn: Connection, parent: int, spec, input_rounding: float, tree: bool = False) -> None:
-    """Load the sampler, then answer calls until this side closes: each reply is JSON, a list whose
-    first item says what it is ("ready", "refused", "ok", "law" (a tree round's), "failed", "aborted")."""
-    die_with_parent(parent)
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_DFL)
-    os.dup2(2, 1)  # what the sampler prints goes to standard error: standard output is the report's
-    sys.stdout = sys.stderr
-    torch.set_num_threads(1)
-    me = os.getpid()
-    name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", type(spec).__name__)
-    try:
-        sampler = load(spec, input_rounding, tree)
-    except UsageError as err:  # SamplerUnloadable, SamplerUnavailable, a bad module:attr
-        reply(conn, me, name, ["refused", type(err).__name__, str(err)])
-        return
-    except BaseException as err:  # noqa: BLE001 - loading ran the user's code
-        reply(conn, me, name, ["refused", "SamplerUnloadable", f"cannot load the sampler: {described(err)}"])
-        return
-    rounding = getattr(sampler, "input_rounding", 0.0)
-    reply(conn, me, sampler.name, ["ready", sampler.name, sampler.description, rounding])
-    while True:
-        try:
-            tensors = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):
-            return
-        try:
-            if tree:
-                law, accepted, reads, runs = round_law(sampler, tensors)
-                answer = ["law", [[list(k), v] for k, v in law.items()], accepted, reads, runs]
-            else:
-                result = sampler(*tensors)
-                rows = None if result.terminal_rows is None else result.terminal_rows.tolist()
-                answer = ["ok", result.accepted, result.terminal, rows]
-        except SamplerFailed as err:
-            answer = ["failed", str(err), err.finding]
-        except BaseException as err:  # noqa: BLE001 - e.g. a KeyboardInterrupt the sampler raised itself
-            answer = ["failed", f"sampler {sampler.name} raised {described(err)}", "raised"]
-        reply(conn, me, sampler.name, answer)
-
-
-def reply(conn: Connection, me: int, name: str, answer: list) -> None:
-    """Send ``answer``, from the child itself only: a copy the sampler forked ends here, unheard,
-    and a child that has a child of its own (running, or ended and not waited for) forked."""
-    if os.getpid() != me:
-        os._exit(0)
-    try:
-        os.waitpid(-1, os.WNOHANG)
-        forked = True
-    except ChildProcessError:
-        forked = False
-    if forked:
-        answer = ["aborted", f"sampler {name} forked a process (specd cannot vouch for what it does)", "forked"]
-    conn.send_bytes(json.dumps(answer).encode())
