@@ -29,8 +29,10 @@ def test_prove_is_verify_oracle(capsys):
 
 
 def test_check_sampler_takes_a_callable_a_class_or_a_name(capsys):
-    for sampler in (rule_sampler(), "specd"):
-        report = specd.check_sampler(sampler, vocab=3, k=2)
+    """What it takes, at the named size for the callable and the class (the default coverage of the same rule,
+    by name, runs here and in tests/oracles/test_samplers.py)."""
+    for sampler, exact_size in ((rule_sampler(), True), ("specd", False)):
+        report = specd.check_sampler(sampler, vocab=3, k=2, exact_size=exact_size)
         assert report.passed and report.findings == () and report.counterexample is None
     assert specd.check_sampler(rule_sampler(block=True), rule="block", vocab=3, k=2).passed
 
@@ -40,7 +42,7 @@ def test_check_sampler_takes_a_callable_a_class_or_a_name(capsys):
         def __call__(self, *args):
             return rule_sampler()(*args)
 
-    report = specd.check_sampler(Correct)
+    report = specd.check_sampler(Correct, exact_size=True)
     assert report.passed and report.document["sampler"]["description"].startswith("specd's rule")
     # the named size only: the command's default coverage of hf runs in tests/oracles/test_samplers.py
     args = ["verify-oracle", "--sampler", "hf", "--vocab", "2", "--k", "1", "--exact-size", "--json"]
