@@ -36,6 +36,10 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
         kids = {parent: list(range(nodes[0], nodes[0] + len(nodes))) for parent, nodes in kids.items()}
     rows_p, rows_q = p.tolist(), q.tolist() if q is not None else None  # the rows once, as lists
     tokens, parents = tokens.tolist(), parents.tolist()
+    if slip == "greedy_where_the_root_target_row_is_a_point_mass" and max(rows_p[0]) == 1:
+        return _greedy(kids, tokens, rows_p, law_out)
+    root_equal = slip == "first_child_kept_below_where_the_root_rows_are_equal" and drawn in ("sampled", "iid")
+    root_equal = root_equal and rows_p[0] == rows_q[0]  # children drawn from q (ranked ones test against a point)
     at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
     look = at  # the node whose children are tried (``at`` but for a slip)
     while True:
@@ -67,6 +71,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             num = unchanged[d] if third_level else left[d]
             den = max(law[d], 1e-5) if slip == "ratio_with_q_clamped" and row is not None else law[d]
             near_one = slip == "kept_within_1e_9_of_a_ratio_of_one" and num / den >= 1 - 1e-9
+            near_one = near_one or (root_equal and at >= 0 and c == order[0])  # "the draft is the target"
             if near_one or (
                 u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den
             ):
@@ -122,6 +127,20 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "draws_at_u_at_or_below_the_running_sum":
                 return path, _draw_at_or_below(left, u.terminal())
             return path, u.draw(left)
+
+
+def _greedy(kids: dict, tokens: list, rows_p: list, law_out: bool):
+    """A greedy walk: at each node the first child holding its row's argmax is kept, else the argmax is the
+    terminal (the tree's law only where every row on the path is a point mass)."""
+    at, path = -1, []
+    while True:
+        row = rows_p[at + 1]
+        top = max(range(len(row)), key=lambda x: (row[x], -x))
+        kept = next((c for c in kids.get(at, []) if tokens[c] == top), None)
+        if kept is None:
+            return (path, [float(x == top) for x in range(len(row))]) if law_out else (path, top)
+        path.append(kept)
+        at = kept
 
 
 # Fast paths with a tolerance, each a guard a kernel's author might add: they move mass only where the
@@ -283,7 +302,22 @@ TREE_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted": "after three accepted nodes, the correction drawn from the two "
     "likeliest tokens left",
 }
-TREE_SLIP_SETS = (TREE_SLIPS, TREE_CUT_SLIPS, TREE_LATER_SLIPS, TREE_WIDE_NODE_SLIPS, TREE_DEEP_SLIPS, TREE_GRID_SLIPS)
+# Each decides the tree on its root's rows, and passed every table whose rows were all alike (a second helper's).
+TREE_FIRST_ROW_SLIPS = {
+    "first_child_kept_below_where_the_root_rows_are_equal": "children drawn from q (sampled or i.i.d.): where the "
+    "root's rows are equal (p = q: the draft taken to be the target), below the root each first child kept untested",
+    "greedy_where_the_root_target_row_is_a_point_mass": "the tree walked greedily (each node's argmax child kept, "
+    "else the argmax emitted) where the root's target row is a point mass",
+}
+TREE_SLIP_SETS = (
+    TREE_SLIPS,
+    TREE_CUT_SLIPS,
+    TREE_LATER_SLIPS,
+    TREE_WIDE_NODE_SLIPS,
+    TREE_DEEP_SLIPS,
+    TREE_GRID_SLIPS,
+    TREE_FIRST_ROW_SLIPS,
+)
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
 
@@ -325,7 +359,12 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
     for b in range(len(all_d)):
         k, n = int(k_lens[b]), 0
         rows_p, rows_q, ds, us = all_p[b], all_q[b], all_d[b], all_u[b]
-        if slip == "greedy_when_nearly_one_hot" and all(max(r) >= 1 - 1e-5 for r in rows_p[: k + 1]):
+        if slip == "every_draft_kept_where_the_first_rows_are_equal" and k and rows_p[0] == rows_q[0]:
+            accepted.append(k)  # "the draft is the target": nothing to test
+            terminal.append(_draw(_exact(rows_p[k]), terminal_u[b].item()))
+            continue
+        first_greedy = slip == "greedy_where_the_first_target_row_is_a_point_mass" and max(rows_p[0]) == 1
+        if first_greedy or (slip == "greedy_when_nearly_one_hot" and all(max(r) >= 1 - 1e-5 for r in rows_p[: k + 1])):
             tops = [max(range(len(r)), key=lambda x: (r[x], -x)) for r in rows_p[: k + 1]]
             while n < k and ds[n] == tops[n]:
                 n += 1
@@ -593,6 +632,13 @@ CHAIN_SLIPS = {
     "ratio_with_q_clamped": "the ratio p(d) / max(q(d), 1e-5) (a division guard)",
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where every row is within 1e-5 of a point mass",
 }
+# Each decides the round on its first row, and passed every table whose rows were all alike (a second helper's).
+CHAIN_FIRST_ROW_SLIPS = {
+    "every_draft_kept_where_the_first_rows_are_equal": "every draft kept untested where p_1 = q_1 (the draft taken "
+    "to be the target)",
+    "greedy_where_the_first_target_row_is_a_point_mass": "the round decided greedily (the argmax kept and emitted) "
+    "where p_1 is a point mass (a greedy target taken from the first row)",
+}
 # Each passed the check before a table with exact coincidences (a coarse grid) or point-mass drafts on the
 # target's likeliest token.
 CHAIN_GRID_SLIPS = {
@@ -617,5 +663,5 @@ CHAIN_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted_drafts": "after three accepted drafts, the correction drawn from the "
     "two likeliest tokens of the residual",
 }
-for _name, _doc in {**CHAIN_SLIPS, **CHAIN_DEEP_SLIPS, **CHAIN_GRID_SLIPS}.items():
+for _name, _doc in {**CHAIN_SLIPS, **CHAIN_DEEP_SLIPS, **CHAIN_GRID_SLIPS, **CHAIN_FIRST_ROW_SLIPS}.items():
     globals()["chain_" + _name] = _chain_slip(_name, _doc)

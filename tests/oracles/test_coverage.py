@@ -387,8 +387,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 51 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 51
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 53 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 53
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -424,8 +424,8 @@ def test_the_coarse_grid_has_rows_equal_on_some_tokens_and_tied_residuals_and_th
     residuals = [sorted(a - b for a, b in zip(p, q) if a > b) for p, q in rows]
     assert any(len(r) >= 2 and r[0] == r[1] for r in residuals)  # two tokens of the residual tied
     p, q = [0.1, 0.2, 0.4, 0.3], [0.25] * 4
-    deeper = [reshape("draft_point_mass", p, q, random.Random(i), depth=1)[1].index(1.0) for i in range(12)]
-    assert reshape("draft_point_mass", p, q, rng, depth=2)[1] == [0, 0, 1, 0] and len(set(deeper)) > 1
+    deeper = [reshape("draft_point_mass", p, q, random.Random(i), position=1)[1].index(1.0) for i in range(12)]
+    assert reshape("draft_point_mass", p, q, rng, position=2)[1] == [0, 0, 1, 0] and len(set(deeper)) > 1
 
 
 @pytest.mark.parametrize("vocab, k", [(2, 3), (3, 2)])
@@ -435,6 +435,29 @@ def test_a_chain_slip_only_tied_weights_or_a_drafted_argmax_show_fails(name, voc
     untested, passed --vocab 2 --k 3 and --vocab 3 --k 2 (a second helper's samplers): random tables never
     tie, and the point-mass draft's point missed the argmax on the rows the round reached."""
     assert chain_check(getattr(slips, f"chain_{name}"), vocab, k).passed is False
+
+
+@pytest.mark.parametrize("vocab, k", [(2, 3), (3, 2)])
+@pytest.mark.parametrize("name", list(slips.CHAIN_FIRST_ROW_SLIPS))
+def test_a_chain_round_decided_on_its_first_row_fails(name, vocab, k):
+    """Greedy where p_1 is a point mass, every draft kept where p_1 = q_1: exact on every table whose rows are
+    all alike (all point masses, all equal), so each passed before the tables whose first row alone is."""
+    assert chain_check(getattr(slips, f"chain_{name}"), vocab, k).passed is False
+
+
+@pytest.mark.parametrize("spec, vocab", [("2,2", 3), ("1,2", 2)])
+@pytest.mark.parametrize("name", list(slips.TREE_FIRST_ROW_SLIPS))
+def test_a_tree_decided_on_its_roots_rows_fails(name, spec, vocab):
+    assert False in verdicts(tree(name), spec, vocab).values()
+
+
+def test_the_first_row_tables_reshape_a_rounds_first_row_alone():
+    p, q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
+    for position in (0, 1, 2):
+        p2, q2 = reshape("equal_first_row", p, q, random.Random(position), position)
+        assert (p2, q2) == ((p, p) if position == 0 else (p, q))
+        p2, q2 = reshape("point_mass_first_row", p, q, random.Random(position), position)
+        assert (sorted(p2) == [0, 0, 0, 1]) == (position == 0) and q2 == q
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -550,7 +573,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
     assert cases == [
         (3, "2,2", 1),
         (5, "2", 10),
-        (4, "1,2", 10),
+        (4, "1,2", 12),  # and the two first-row tables
         (4, younger, 10),
         (4, "1,1,1", 11),
         (4, "3", 10),
@@ -602,7 +625,7 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 66 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 68 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
         '"1,1,1,1" (V = 3), "1" (V = 16), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
         '"[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'

@@ -19,7 +19,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   sibling below the root with a child, siblings at the third level, a fourth level, a correction of up
   to 15 tokens, a younger sibling's two children at V = 5); ``4`` at V = 5 on the draft_apart table
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
-  ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); and
+  ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
+  also on the two first-row tables (``FIRST_ROW``); and
   ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
   runs at the larger V. For a chain
@@ -27,7 +28,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
-  tables of small values, and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on
+  tables of small values, V = 3, K = 2 also on the two first-row tables, and where the named K is 4 or
+  more, V = 4 at that K (at most DEEP_MAX) on
   draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
@@ -123,6 +125,13 @@ def late_siblings(w: int) -> list[tuple[int, str, str]]:
     return [(n + 1, str(n), kind) for n in range(int(first), max(int(first), w) + 1)]
 
 
+# A round decided on its first row (greedy where p_1 is a point mass, every draft kept where p_1 = q_1): the
+# tables equal_first_row and point_mass_first_row, whose later rows are the seed's, at a chain of two (V = 3) and
+# the tree 1,2 (V = 4), two levels past the root. Each such path passed every table whose rows were all alike.
+FIRST_ROW = ("equal_first_row", "point_mass_first_row")
+FIRST_ROW_CHAIN, FIRST_ROW_TREE = (3, 2), (4, "1,2")
+
+
 # The tables of small values (specd.oracles.samplers.tables.SMALL_VALUES) at one size each: a tree with
 # siblings below the root, and a chain of two drafts; with --exact-size, at the named size.
 SMALL_VALUE_TREE = (4, "1,2")
@@ -158,7 +167,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         tree = parse_tree(spec)
         if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
             out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
-    for vocab, spec, kind in late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED]:  # one table made for its class
+    first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
+    for vocab, spec, kind in late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED] + first_row:  # a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
     vocab, spec = SMALL_VALUE_TREE
@@ -189,6 +199,9 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     out.append(Case(vocab, k, None, tuple(small_value_tables(seeded(cfg, vocab, k, cfg.seed), cfg.seed))))
     vocab, spec, kind = WIDE_AFTER_ONE_ACCEPTED
     out = _beside(out, Case(vocab, len(spec.split(",")), None, (_made(cfg, vocab, len(spec.split(",")), kind),)))
+    vocab, k = FIRST_ROW_CHAIN
+    for kind in FIRST_ROW:
+        out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_deep(out, cfg, cfg.k, None)
 
 

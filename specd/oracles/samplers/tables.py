@@ -20,7 +20,7 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
                            exceeds it on several (a correction with several tokens of mass)
   ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
                            token, a refusal's correction the target without it; at every other
-                           depth the point is the target's likeliest token (a lookup's guess often is:
+                           position the point is the target's likeliest token (a lookup's guess often is:
                            a path kept for it untested passed where the point missed it)
   ``target_top_half``      the target cut to its ceil(V / 2) likeliest tokens, renormalized (a top-k
                            target), the draft as it was: drafts of target mass 0 whose refusal still
@@ -47,6 +47,12 @@ are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VAL
 
 and a table shaped for one class of slip (``SHAPED``):
 
+  ``equal_first_row``      the draft the target at a round's first row (its root), every later row the
+                           seed's; ``point_mass_first_row``: the target a point mass there (on a token
+                           the draft has), every later row the seed's. A path that decides a whole
+                           round on its first row (greedy where p_1 is a point mass, every draft kept
+                           where p_1 = q_1, "the draft is the target") passed every table whose rows
+                           were all alike (a second helper's samplers)
   ``draft_apart``          the target's mass 0.9 on two tokens drawn, split (s, 1 - s) with s in
                            [0.2, 0.4], the draft's 0.01 on them split (1 - s, s), the rest shared
                            evenly: every other token is refused nine times in ten, and what the
@@ -81,9 +87,14 @@ ADVERSARIAL = {
     "target_top_half": "the target cut to its likeliest half of the tokens",
     "coarse_grid": "both rows on a coarse grid, equal on some tokens, residual weights tied",
 }
-# A table shaped for one class of slip, checked at that class's size only (every size would cost the check an
-# eighth more): ``draft_apart`` for a fourth child (specd.oracles.samplers.coverage.FOURTH_SIBLING).
-SHAPED = {"draft_apart": "the target's mass on two tokens, the draft's on the others"}
+# Tables shaped for one class of slip, each checked at that class's sizes only (every size would cost the check
+# an eighth more a table): ``draft_apart`` for a fourth child (specd.oracles.samplers.coverage.FOURTH_SIBLING),
+# the first-row tables for a round decided on its first row (coverage.FIRST_ROW).
+SHAPED = {
+    "draft_apart": "the target's mass on two tokens, the draft's on the others",
+    "equal_first_row": "the draft the target at a round's first row only",
+    "point_mass_first_row": "the target a point mass at a round's first row only",
+}
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
@@ -155,16 +166,17 @@ def adversarial(base: Table, kind: str, seed: int) -> Table:
     def rows(output: tuple[int, ...]) -> tuple[Row, Row]:
         if output not in memo:
             rng = random.Random(f"{seed}:{kind}:{output}")
-            memo[output] = reshape(kind, base.p(output), base.q(output), rng, len(output))
+            position = len(output) - len(base.prompt)  # the row's place in a round from the prompt
+            memo[output] = reshape(kind, base.p(output), base.q(output), rng, position)
         return memo[output]
 
     p, q = (lambda o: rows(o)[0]), (lambda o: rows(o)[1])
     return Table(f"{kind} (seed {seed})", base.vocab, base.prompt, p, q, seed, kind)
 
 
-def reshape(kind: str, p: Row, q: Row, rng: random.Random, depth: int = 0) -> tuple[Row, Row]:
-    """One output's rows (p, q) reshaped as ``kind`` (module docstring); ``depth``: the output's length (the
-    point-mass draft's point alternates with it)."""
+def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) -> tuple[Row, Row]:
+    """One output's rows (p, q) reshaped as ``kind`` (module docstring); ``position``: the row's place in a
+    round (0: its first row; what some kinds reshape depends on it)."""
     v = len(p)
     if kind == "draft_misses_target":
         gone = rng.randrange(v)
@@ -178,7 +190,7 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, depth: int = 0) -> tu
     if kind == "equal_rows":
         return p, list(p)
     if kind == "draft_point_mass":
-        top = max(range(v), key=lambda x: (p[x], -x)) if depth % 2 == 0 else rng.randrange(v)
+        top = max(range(v), key=lambda x: (p[x], -x)) if position % 2 == 0 else rng.randrange(v)
         return p, [float(x == top) for x in range(v)]
     if kind == "coarse_grid":
         return _grid(v, rng)
@@ -193,6 +205,11 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, depth: int = 0) -> tu
         if rest == 0:  # the draft's mass all in ``low`` (a greedy draft's point mass): the rest shared evenly
             return p, [small[x] if x in low else spare / (v - len(low)) for x in range(v)]
         return p, [small[x] if x in low else w * spare / rest for x, w in enumerate(q)]
+    if kind == "equal_first_row":
+        return p, list(p if position == 0 else q)
+    if kind == "point_mass_first_row":  # on a token the draft can propose, so a round goes on past it
+        top = rng.choice([x for x in range(v) if q[x] > 0])
+        return ([float(x == top) for x in range(v)] if position == 0 else p), q
     if kind in SHAPED:
         return _apart(v, rng)
     if kind in SMALL_VALUES:
