@@ -348,13 +348,19 @@ def _sampler_checks(
             if rule == "maximal" and failed_at is not None and checks[0].findings == ["not_exact"]:
                 step = "price"
                 case, table = failed_at  # what the lossy sampler costs, exactly, where it is not exact
-                price = {"chain": priced(sampler, table, case.k, tokens)}
-                checks[0].figures["tv_horizon"] = price["chain"].get("tv_horizon")
-                read_otherwise(checks[0], price["chain"], table.name)
+                differs = sc.batch_difference(sampler, table, case.k, tokens, rule)
+                if differs is None:  # a law of its own, to price
+                    price = {"chain": priced(sampler, table, case.k, tokens)}
+                    checks[0].figures["tv_horizon"] = price["chain"].get("tv_horizon")
+                    read_otherwise(checks[0], price["chain"], table.name)
+                else:  # a row's answer depends on the batch it came in: no one law to price
+                    checks[0].findings.append(BATCH_DEPENDENT)
+                    counterexample = {"vocab": case.vocab, "k": case.k, "table": table.name, **differs}
             if checks[0].findings != [READ_OTHERWISE]:  # its cells' masses are the rule's reading: none to show
                 step = "minimal_counterexample"
                 build = lambda v, k, seed: build_rig(OracleConfig(vocab=v, k=k, seed=seed, lab=False))  # noqa: E731
-                counterexample = minimal_counterexample(sampler, tokens, build, rule=rule, failed_at=failed_at)
+                found = minimal_counterexample(sampler, tokens, build, rule=rule, failed_at=failed_at)
+                counterexample = found or counterexample  # else the cell its batch changed
         elif checks[1].passed is False:  # exact in float64 on the seeded tables, not on the dyadic ones
             counterexample = checks[1].counterexample
         elif checks[2].passed is False:
@@ -366,6 +372,7 @@ def _sampler_checks(
 
 
 READ_OTHERWISE = "uniforms_read_otherwise"
+BATCH_DEPENDENT = "answers_depend_on_the_batch"  # a table's cells answered otherwise in one batch than in several
 
 
 def read_otherwise(exact: Check, price: dict, table: str) -> None:

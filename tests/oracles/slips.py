@@ -120,6 +120,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 left = _top(left)
             if slip == "correction_top_four" and last is not None:
                 left = _top(left, 4)
+            if slip == "terminal_over_the_first_32_tokens" and sum(left[:32]) > 0:  # one warp's lanes
+                left = left[:32] + [0.0] * len(left[32:])
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -303,6 +305,11 @@ TREE_DEEP_SLIPS = {
     "likeliest tokens left",
 }
 # Each decides the tree on its root's rows, and passed every table whose rows were all alike (a second helper's).
+# Shows only at V > 32 (the tree 1 at V = 72, wide_vocabulary).
+TREE_WIDE_VOCAB_SLIPS = {
+    "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
+    "and running sum), where they have mass",
+}
 TREE_FIRST_ROW_SLIPS = {
     "first_child_kept_below_where_the_root_rows_are_equal": "children drawn from q (sampled or i.i.d.): where the "
     "root's rows are equal (p = q: the draft taken to be the target), below the root each first child kept untested",
@@ -317,6 +324,7 @@ TREE_SLIP_SETS = (
     TREE_DEEP_SLIPS,
     TREE_GRID_SLIPS,
     TREE_FIRST_ROW_SLIPS,
+    TREE_WIDE_VOCAB_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -408,6 +416,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             law = _exact(rows_p[-1])
         elif slip == "bonus_from_the_longest_rows_k":  # a row of no mass there: the row's own
             law = _exact(rows_p[int(k_lens.max())]) if any(rows_p[int(k_lens.max())]) else law
+        if slip == "terminal_over_the_first_32_tokens" and sum(law[:32]) > 0:  # one warp's lanes
+            law = law[:32] + [Fraction(0)] * len(law[32:])
         accepted.append(n)
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
@@ -500,6 +510,22 @@ def chain_low_precision_bonus_from_the_row_before(p, q, drafts, k_lens, accept_u
     draws the bonus from the last draft's row; float64 rows are decided exactly."""
     slip = "bonus_from_the_row_before_after_two_drafts" if p.dtype != torch.float64 else None
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
+
+
+def chain_batches_of_a_power_of_two_from_64_count_every_passed_test(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for batches of 64, 128, ... rows (a captured batch size) that counts a row's
+    accepted drafts as the number of its tests passed, not of those passed before the first refusal (a sum
+    where a cumulative product belongs); every other batch is decided exactly."""
+    b = drafts.shape[0]
+    accepted, terminal = _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+    if b >= 64 and b & (b - 1) == 0:
+        for r in range(b):
+            passed = [
+                float(accept_u[r, i]) * float(q[r, i, drafts[r, i]]) < float(p[r, i, drafts[r, i]])
+                for i in range(int(k_lens[r]))
+            ]
+            accepted[r] = sum(passed)
+    return accepted, terminal
 
 
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
@@ -631,6 +657,9 @@ CHAIN_SLIPS = {
     # each shows only on a table of small values (specd.oracles.samplers.tables.SMALL_VALUES)
     "ratio_with_q_clamped": "the ratio p(d) / max(q(d), 1e-5) (a division guard)",
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where every row is within 1e-5 of a point mass",
+    # shows only at V > 32 (V = 72 here, wide_vocabulary)
+    "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
+    "and running sum), where they have mass",
 }
 # Each decides the round on its first row, and passed every table whose rows were all alike (a second helper's).
 CHAIN_FIRST_ROW_SLIPS = {

@@ -183,6 +183,7 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "fourth_level",
         "top_k_correction",
         "fourth_sibling",
+        "wide_vocabulary",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
@@ -232,8 +233,9 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 6
-    hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction"
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 7
+    hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction, "
+    hidden += "wide_vocabulary"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -344,7 +346,7 @@ def test_a_row_decided_on_its_neighbours_rows_fails_in_a_shuffled_batch():
 
 def test_a_path_kept_for_small_batches_fails():
     """Every batch had 1-3 rows or 35 and more (a case's tables in one): a path for 4 to 32 rows passed. A
-    shuffled batch is cut into batches of 4, 7, 16 and 33 rows and the rest (CHUNKS)."""
+    shuffled batch is cut into batches of CHUNKS' sizes (4, 7, 16 and 33 among them) and the rest."""
     assert chain_check(slips.chain_small_batches_correct_at_the_acceptance_uniform, 3, 2).passed is False
     assert chain_check(slips.chain_exact, 3, 2).passed
 
@@ -387,8 +389,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 53 tables at V = 2, 3, 4, 16; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 53
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 54 tables at V = 2, 3, 4, 16, 72; K = 1, 2, 3"
+    assert doc["checks"][0]["figures"]["tables"] == 54
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -449,6 +451,24 @@ def test_a_chain_round_decided_on_its_first_row_fails(name, vocab, k):
 @pytest.mark.parametrize("name", list(slips.TREE_FIRST_ROW_SLIPS))
 def test_a_tree_decided_on_its_roots_rows_fails(name, spec, vocab):
     assert False in verdicts(tree(name), spec, vocab).values()
+
+
+@pytest.mark.parametrize("name", list(slips.TREE_WIDE_VOCAB_SLIPS))
+def test_a_tree_terminal_drawn_over_one_warps_tokens_fails(name):
+    """Exact wherever V <= 32; the tree 1 at V = 72 (on draft_point_mass) shows it."""
+    assert False in verdicts(tree(name), "2,2", 3).values()
+    assert verdicts(tree(name), "2,2", 3, exact_size=True) == dict.fromkeys(DRAWINGS, True)
+
+
+def test_a_path_kept_for_batches_of_a_power_of_two_from_64_fails_and_says_its_answers_depend_on_the_batch():
+    """No batch had 64 rows before (a helper's sampler passed): the shuffled batches now have powers of two from 2
+    to 128 among their sizes. Its answer for a row depends on its batch, so it is not priced as a law of its own
+    (nor said to read the uniforms otherwise), and its counterexample is the cell its batch changed."""
+    slip = slips.chain_batches_of_a_power_of_two_from_64_count_every_passed_test
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slip)
+    assert not doc["passed"] and doc["checks"][0]["findings"] == ["not_exact", "answers_depend_on_the_batch"]
+    cx = doc["counterexample"]
+    assert cx["batch_size"] >= 64 and cx["cell"]["sampler"]["accepted"] != cx["answer_in_one_batch"]["accepted"]
 
 
 def test_the_first_row_tables_reshape_a_rounds_first_row_alone():
@@ -586,6 +606,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (5, "[[0],[1],[1,0],[1,1]]", 1),  # a younger sibling's two children
         (5, "4", 1),  # draft_apart
         (16, "1,1", 1),  # draft_point_mass
+        (72, "1", 1),  # draft_point_mass: wider than a warp or a wavefront
         (4, "1,2", 4),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
     ]
@@ -625,9 +646,9 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 68 tables at V = 2, 3, 4, 5, 16; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 69 tables at V = 2, 3, 4, 5, 16, 72; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
+        '"1,1,1,1" (V = 3), "1" (V = 16, 72), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
         '"[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
         in out
     )

@@ -71,9 +71,11 @@ def call_batch(
     return one_at_a_time(sampler, calls, dtype, pad), True
 
 
-# The sizes of the first batches a shuffled batch is cut into (the rest in one): a path kept for small batches
-# (4 <= B <= 32, say) passed where every batch had 1-3 rows or 35 and more.
-CHUNKS = (4, 7, 16, 33)
+# The sizes of the first batches a shuffled batch is cut into (the rest in one), as far as its rows go: a path
+# kept for small batches (4 <= B <= 32, say) passed where every batch had 1-3 rows or 35 and more, and one kept
+# for a captured batch size (a power of two from 64) where none had one. Powers of two from 2 to 128 (the
+# batch buckets engines capture or tile at) and odd sizes between them.
+CHUNKS = (4, 7, 16, 33, 64, 128, 2, 8, 32)
 
 
 def shuffled_batch(sampler: SamplerUnderTest, calls: list[Call]) -> tuple[list, bool]:
@@ -220,11 +222,33 @@ def _branches(rows, prompt, k: int, one, paths: list, rule: str):
     return out
 
 
-def sampler_joint(sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact: bool = False, rule="maximal"):
-    """-> (joint over k + 1 tokens, [(call, result)] where the sampler's outcome is not the rule's, batch refused)."""
+def sampler_joint(
+    sampler, rows, prompt, vocab: int, k: int, tokens: bool, exact: bool = False, rule="maximal", shuffled=False
+):
+    """-> (joint over k + 1 tokens, [(call, result)] where the sampler's outcome is not the rule's, batch refused);
+    ``shuffled``: the cells in ``shuffled_batch``'s batches, as the covered tables meet the sampler, not in one."""
     calls = round_calls(rows, prompt, vocab, k, tokens, exact, rule)
-    results, refused = call_batch(sampler, calls)
+    results, refused = (shuffled_batch if shuffled else call_batch)(sampler, calls)
     return (*joint_of(calls, results, rows, prompt, k, exact), refused)
+
+
+def batch_difference(sampler, rows, k: int, tokens: bool, rule: str = "maximal") -> dict | None:
+    """Where the sampler answers a table's cell (``round_calls``) otherwise in a batch of one of CHUNKS' sizes (the
+    cells taken in turn, again from the first where they run out) than with all the table's cells in one: the
+    batch's size, the cell and both answers (None: alike everywhere; a sampler whose answer for a row depends on
+    the batch it came in has no one law to price)."""
+    table = as_table(rows)
+    calls = round_calls(table, table.prompt, table.vocab, k, tokens, False, rule)
+    key = lambda r: (list(r.accepted), r.terminal, None if r.terminal_rows is None else r.terminal_rows.tolist())  # noqa: E731
+    whole = call_batch(sampler, calls)[0]
+    for size in CHUNKS:
+        at = [i % len(calls) for i in range(size)]
+        for i, result in zip(at, call_batch(sampler, [calls[i] for i in at])[0]):
+            if key(result) != key(whole[i]):
+                terminal = None if whole[i].terminal is None else int(whole[i].terminal[0])
+                one = {"accepted": int(whole[i].accepted[0]), "terminal": terminal}
+                return {"batch_size": size, "cell": cell_report(calls[i], result), "answer_in_one_batch": one}
+    return None
 
 
 def joint_of(calls: list[Call], results: list[SamplerResult], rows, prompt, k: int, exact: bool = False):

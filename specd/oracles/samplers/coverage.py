@@ -20,7 +20,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   to 15 tokens, a younger sibling's two children at V = 5); ``4`` at V = 5 on the draft_apart table
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
-  also on the two first-row tables (``FIRST_ROW``); and
+  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 72 on draft_point_mass (``WIDE_VOCAB_CASE``);
+  and
   ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
   runs at the larger V. For a chain
@@ -28,7 +29,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
-  tables of small values, V = 3, K = 2 also on the two first-row tables, and where the named K is 4 or
+  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 72, K = 1 on draft_point_mass,
+  and where the named K is 4 or
   more, V = 4 at that K (at most DEEP_MAX) on
   draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
@@ -43,7 +45,7 @@ from dataclasses import dataclass, replace
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
-from specd.oracles.samplers.slip_classes import CHAIN_SLIPS, SLIPS, TOP_K_VOCAB, widest, widest_shown
+from specd.oracles.samplers.slip_classes import CHAIN_SLIPS, SLIPS, TOP_K_VOCAB, WIDE_VOCAB, widest, widest_shown
 from specd.oracles.samplers.tables import Table, adversarial, seeded, small_value_tables, tables
 
 
@@ -125,6 +127,13 @@ def late_siblings(w: int) -> list[tuple[int, str, str]]:
     return [(n + 1, str(n), kind) for n in range(int(first), max(int(first), w) + 1)]
 
 
+# A terminal drawn over more tokens than a warp (32 lanes) or a wavefront (64) holds: one draft (a chain of K = 1,
+# the tree 1) at V = 72 on the draft_point_mass table alone (one path: a refusal's correction from 71 tokens, a
+# bonus from 72; the target's joint 72^2 sequences). A total summed over the first 32 tokens passed every size up
+# to V = 16 (a helper's sampler).
+WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
+
+
 # A round decided on its first row (greedy where p_1 is a point mass, every draft kept where p_1 = q_1): the
 # tables equal_first_row and point_mass_first_row, whose later rows are the seed's, at a chain of two (V = 3) and
 # the tree 1,2 (V = 4), two levels past the root. Each such path passed every table whose rows were all alike.
@@ -168,7 +177,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
             out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
-    for vocab, spec, kind in late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED] + first_row:  # a table made for its class
+    made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE] + first_row
+    for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
     vocab, spec = SMALL_VALUE_TREE
@@ -202,6 +212,8 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     vocab, k = FIRST_ROW_CHAIN
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
+    vocab, _, kind = WIDE_VOCAB_CASE
+    out = _beside(out, Case(vocab, 1, None, (_made(cfg, vocab, 1, kind),)))
     return _with_deep(out, cfg, cfg.k, None)
 
 

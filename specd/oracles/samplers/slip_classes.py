@@ -161,6 +161,18 @@ def _tree_top_k(vocab: int, shape) -> str | None:
     return None
 
 
+WIDE_VOCAB = 72  # past a warp's 32 lanes and a wavefront's 64: a total or a scan over one of them shows
+
+
+def _wide_vocabulary(vocab: int, _) -> str | None:
+    if vocab <= 64:
+        return (
+            f"at V = {vocab} every law fits a wavefront's 64 lanes: a total or running sum over the first 64 "
+            "tokens (or a warp's 32, where V <= 32) is the whole law's"
+        )
+    return None
+
+
 def widest_shown(w: int) -> int:
     """The width of the sibling groups that show the classes of siblings: the widest named, at least 2."""
     return max(w, 2)
@@ -247,6 +259,12 @@ SLIPS = (
         _tree_top_k,
         lambda w: f"--tree 1 --vocab {TOP_K_VOCAB}",
     ),
+    Slip(
+        "wide_vocabulary",
+        "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum",
+        _wide_vocabulary,
+        lambda w: f"--tree 1 --vocab {WIDE_VOCAB}",
+    ),
 )
 
 
@@ -324,5 +342,11 @@ CHAIN_SLIPS = (
         "a correction cut to a few of its likeliest tokens (a top-k of its law: the 3 to 8 likeliest, on these tables)",
         _top_k_correction,
         lambda w: f"--vocab {TOP_K_VOCAB} --k 1",
+    ),
+    Slip(
+        "wide_vocabulary",
+        "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum",
+        _wide_vocabulary,
+        lambda w: f"--vocab {WIDE_VOCAB} --k 1",
     ),
 )
