@@ -304,7 +304,7 @@ TREE_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted": "after three accepted nodes, the correction drawn from the two "
     "likeliest tokens left",
 }
-# Each decides the tree on its root's rows, and passed every table whose rows were all alike (a second helper's).
+# Each decides the tree on its root's rows, and passed every table whose rows were all alike (a helper's).
 # Shows only at V > 32 (the tree 1 at V = 72, wide_vocabulary).
 TREE_WIDE_VOCAB_SLIPS = {
     "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
@@ -661,7 +661,7 @@ CHAIN_SLIPS = {
     "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
     "and running sum), where they have mass",
 }
-# Each decides the round on its first row, and passed every table whose rows were all alike (a second helper's).
+# Each decides the round on its first row, and passed every table whose rows were all alike (a helper's).
 CHAIN_FIRST_ROW_SLIPS = {
     "every_draft_kept_where_the_first_rows_are_equal": "every draft kept untested where p_1 = q_1 (the draft taken "
     "to be the target)",

@@ -18,9 +18,9 @@ from specd.oracles.samplers.checks import (
     joint_of,
     one_at_a_time,
     round_calls,
+    shuffled_batch,
     verdict,
 )
-from specd.oracles.samplers.price import shuffled_batch
 from specd.oracles.samplers.protocol import SamplerUnderTest
 
 

@@ -52,7 +52,7 @@ and a table shaped for one class of slip (``SHAPED``):
                            the draft has), every later row the seed's. A path that decides a whole
                            round on its first row (greedy where p_1 is a point mass, every draft kept
                            where p_1 = q_1, "the draft is the target") passed every table whose rows
-                           were all alike (a second helper's samplers)
+                           were all alike (a helper's samplers)
   ``draft_apart``          the target's mass 0.9 on two tokens drawn, split (s, 1 - s) with s in
                            [0.2, 0.4], the draft's 0.01 on them split (1 - s, s), the rest shared
                            evenly: every other token is refused nine times in ten, and what the
