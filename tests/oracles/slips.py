@@ -528,6 +528,14 @@ def chain_batches_of_a_power_of_two_from_64_count_every_passed_test(p, q, drafts
     return accepted, terminal
 
 
+def chain_plain_rows_beside_one_speculating_row_drawn_at_accept_u(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: in a batch where exactly one row has drafts, the rows without draw their token at their first
+    acceptance uniform (a packed index off by the plain rows); every other batch is decided exactly."""
+    if drafts.shape[0] > 1 and drafts.shape[1] > 0 and int((k_lens > 0).sum()) == 1:
+        terminal_u = torch.where(k_lens > 0, terminal_u, accept_u[:, 0])
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
 def chain_rows_put_back_with_the_sorts_order(p, q, drafts, k_lens, accept_u, terminal_u):
     """A slip: rows sorted by k, longest first (as engines group rows of one length), decided, and put back
     with the sort's order instead of its inverse: right wherever that order is its own inverse (every row

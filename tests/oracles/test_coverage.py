@@ -373,8 +373,20 @@ def test_a_bonus_read_at_the_batchs_longest_k_fails_the_batch_of_rows_with_diffe
     """Three rows with K = 2, 0, 1 in one call: past a row's p_{k+1} its target rows are a point mass no
     row's outcome is (they were zero rows, which a sampler falling back to its own row skipped)."""
     check = batch_rows(as_sampler(slips.chain_bonus_from_the_longest_rows_k), True)
-    assert check.passed is False and check.findings == ["batch_rows_wrong"] and check.figures["wrong_rows"] == [1]
+    assert check.passed is False and check.findings == ["batch_rows_wrong"] and check.figures["wrong_rows"] == [1, 4, 5]
     assert batch_rows(as_sampler(slips.chain_exact), True).passed
+
+
+def test_a_path_for_one_speculating_row_in_a_plain_batch_fails():
+    """One row with drafts beside rows without (a request speculating in a batch decoding plainly): a path for
+    that batch that draws the plain rows at their first acceptance uniform passed every batch with two rows of
+    drafts or none (a helper's sampler). batch_rows also calls K = 2, 0, 0."""
+    check = batch_rows(as_sampler(slips.chain_plain_rows_beside_one_speculating_row_drawn_at_accept_u), True)
+    assert check.passed is False and check.figures["wrong_rows"] == [4, 5]
+    cases = chain_cases(OracleConfig(vocab=2, k=3))
+    assert check_exact_cases(
+        as_sampler(slips.chain_plain_rows_beside_one_speculating_row_drawn_at_accept_u), cases, True
+    )[0].passed
 
 
 def test_a_row_padded_past_its_k_reads_as_the_protocol_says():

@@ -162,9 +162,11 @@ def batch_of_two(sampler: SamplerUnderTest, tokens: bool) -> Check:
 
 
 def batch_rows(sampler: SamplerUnderTest, tokens: bool) -> Check:
-    """Three rows with different K in one call: each row's outcome must be the rule's. Past a row's
-    p_{k+1} its target rows are a law of their own (a point mass on token 1, which no row's own
-    outcome is), so a sampler reading another row's K there draws another token."""
+    """Rows with different K in one call, each row's outcome the rule's: three rows with K = 2, 0, 1, then the
+    same K = 2 row beside two rows without drafts (one row speculating in a batch decoding plainly: a path for
+    that batch passed every other). Past a row's p_{k+1} its target rows are a law of their own (a point mass
+    on token 1, which no row's own outcome is), so a sampler reading another row's K there draws another
+    token. ``wrong_rows`` counts the second call's rows on from 3."""
     zero, other = [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]
     p = [
         [[0.2, 0.5, 0.3], [0.6, 0.2, 0.2], [0.3, 0.3, 0.4]],  # both drafts pass, bonus from p_3
@@ -175,34 +177,36 @@ def batch_rows(sampler: SamplerUnderTest, tokens: bool) -> Check:
     drafts, k_lens = [[1, 0], [-1, -1], [0, -1]], [2, 0, 1]
     accept_u, terminal_u = [[0.1, 0.5], [1.0, 1.0], [0.95, 1.0]], [0.5, 0.5, 0.05]
     rule = [(2, [0.3, 0.3, 0.4]), (0, [0.7, 0.2, 0.1]), (0, [0.0, 0.0, 1.0])]  # accepted, terminal law
-    try:
-        out = sampler(
-            torch.tensor(p, dtype=torch.float64),
-            torch.tensor(q, dtype=torch.float64),
-            torch.tensor(drafts),
-            torch.tensor(k_lens),
-            torch.tensor(accept_u, dtype=torch.float64),
-            torch.tensor(terminal_u, dtype=torch.float64),
-        )
-    except SamplerFailed as err:
-        err = err.__cause__ or err
-        return Check(
-            "batch_rows", False, {"raised": _raised(err)}, "a batch of 3 rows with K = 2, 0, 1", ["batch_raises"]
-        )
     wrong = []
-    for i, (accepted, law) in enumerate(rule):
-        if out.accepted[i] != accepted:
-            wrong.append(i)
-        elif out.terminal is not None:
-            if out.terminal[i] != exact_token([Fraction(x) for x in law], terminal_u[i]):
-                wrong.append(i)
-        elif (out.terminal_rows[i] - torch.tensor(law, dtype=torch.float64)).abs().max() > 1e-12:
-            wrong.append(i)
+    for first, rows in enumerate(((0, 1, 2), (0, 1, 1))):
+        pick = lambda values, rows=rows: [values[r] for r in rows]  # noqa: E731
+        try:
+            out = sampler(
+                torch.tensor(pick(p), dtype=torch.float64),
+                torch.tensor(pick(q), dtype=torch.float64),
+                torch.tensor(pick(drafts)),
+                torch.tensor(pick(k_lens)),
+                torch.tensor(pick(accept_u), dtype=torch.float64),
+                torch.tensor(pick(terminal_u), dtype=torch.float64),
+            )
+        except SamplerFailed as err:
+            err = err.__cause__ or err
+            detail = f"a batch of 3 rows with K = {', '.join(str(k_lens[r]) for r in rows)}"
+            return Check("batch_rows", False, {"raised": _raised(err)}, detail, ["batch_raises"])
+        for i, r in enumerate(rows):
+            accepted, law = rule[r]
+            if out.accepted[i] != accepted:
+                wrong.append(3 * first + i)
+            elif out.terminal is not None:
+                if out.terminal[i] != exact_token([Fraction(x) for x in law], terminal_u[r]):
+                    wrong.append(3 * first + i)
+            elif (out.terminal_rows[i] - torch.tensor(law, dtype=torch.float64)).abs().max() > 1e-12:
+                wrong.append(3 * first + i)
     return Check(
         "batch_rows",
         not wrong,
         {"rows": 3, "k": k_lens, "wrong_rows": wrong},
-        "a batch of 3 rows with K = 2, 0, 1: each row as the rule decides it alone",
+        "a batch of 3 rows with K = 2, 0, 1, and one of K = 2, 0, 0: each row as the rule decides it alone",
         ["batch_rows_wrong"] if wrong else [],
     )
 
