@@ -392,11 +392,18 @@ def check_rational(
 
 
 def _rational_counterexample(target: dict, joint: dict, mismatches: list) -> dict:
-    """Where a rational run differs: the sequence that moved most, and the heaviest cell that shows it."""
-    worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
-    exact, got = target.get(worst, Fraction(0)), joint.get(worst, Fraction(0))
-    out = {"table": "dyadic (k / 32)", "sequence": list(worst), "exact_mass": float(exact), "sampler_mass": float(got)}
-    out["moved_exactly"] = str(got - exact)
+    """Where a rational run differs (``moved_most``), its masses as floats and the exact difference."""
+    out = moved_most(target, joint, mismatches, Fraction(0))
+    exact, got = out["exact_mass"], out["sampler_mass"]
+    out |= {"exact_mass": float(exact), "sampler_mass": float(got), "moved_exactly": str(got - exact)}
+    return {"table": "dyadic (k / 32)", **out}
+
+
+def moved_most(target: dict, joint: dict, mismatches: list, zero=0.0) -> dict:
+    """The sequence whose mass differs most between the target's joint and the sampler's, with both masses
+    (``zero`` where a joint lacks it), and the heaviest cell where the sampler's outcome is not the rule's."""
+    worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, zero) - joint.get(s, zero)))
+    out = {"sequence": list(worst), "exact_mass": target.get(worst, zero), "sampler_mass": joint.get(worst, zero)}
     if mismatches:
         out["cell"] = cell_report(*max(mismatches, key=lambda m: m[0].mass))
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
 from specd.oracles.reference import chain_joint
-from specd.oracles.samplers.checks import cell_report, sampler_joint
+from specd.oracles.samplers.checks import moved_most, sampler_joint
 from specd.oracles.samplers.protocol import SamplerUnderTest
 from specd.oracles.samplers.tables import search_tables
 
@@ -40,8 +40,4 @@ def _counterexample(sampler: SamplerUnderTest, tokens: bool, table, k: int, rule
     target = chain_joint(table.p, table.prompt, k + 1)
     if max_abs_diff(target, joint) <= EXACT_TOLERANCE:
         return None
-    worst = max(set(target) | set(joint), key=lambda s: abs(target.get(s, 0) - joint.get(s, 0)))
-    out = {"sequence": list(worst), "exact_mass": target.get(worst, 0.0), "sampler_mass": joint.get(worst, 0.0)}
-    if mismatches:
-        out["cell"] = cell_report(*max(mismatches, key=lambda m: m[0].mass))
-    return out
+    return moved_most(target, joint, mismatches)
