@@ -3,7 +3,6 @@ independent correct sampler, the failure lab's tree bugs caught through the prot
 
 import json
 import textwrap
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -264,13 +263,11 @@ def test_draft_trees_have_their_probabilities():
 
 
 # -- the command ------------------------------------------------------------------------------------------
-def test_the_command_checks_a_tree_sampler_in_seconds(capsys):
-    t0 = time.perf_counter()
+def test_the_command_passes_specds_own_tree_sampler_under_every_drawing(capsys):
+    """(Its time is benchmarks/oracle_time.py's to measure, side by side: a timed test proves nothing here.)"""
     code, out, _ = run_cli(["verify-oracle", "--sampler", "specd", "--tree", "2,2", "--vocab", "3", "--json"], capsys)
-    elapsed = time.perf_counter() - t0
     report = json.loads(out)
     assert code == 0 and report["passed"] and report["tree"]["drawings"] == list(DRAWINGS)
-    assert elapsed < 30, elapsed  # 10 s is the target on a quiet machine; this one is shared
 
 
 def test_the_command_prices_a_lossy_rule_and_names_its_counterexample(capsys):

@@ -17,7 +17,9 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
   ``point_mass``           the target a point mass (a greedy target)
   ``equal_rows``           the draft the target (p = q: every test passes)
   ``draft_far_below``      the draft 1000 times below the target on half the tokens, so the target
-                           exceeds it on several (a correction with several tokens of mass)
+                           exceeds it on several (a correction with several tokens of mass); at every
+                           other position the target exactly flat (1 / V each: a draft kept untested
+                           where the target is uniform passed every table without such a row)
   ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
                            token, a refusal's correction the target without it; at every other
                            position the point is the target's likeliest token (a lookup's guess often is:
@@ -82,7 +84,7 @@ ADVERSARIAL = {
     "near_ties": "the draft within 1e-3 of the target on every token",
     "point_mass": "the target a point mass",
     "equal_rows": "the draft equal to the target",
-    "draft_far_below": "the draft 1000 times below the target on half the tokens",
+    "draft_far_below": "the draft 1000 times below the target on half the tokens, the target flat at every other row",
     "draft_point_mass": "the draft a point mass",
     "target_top_half": "the target cut to its likeliest half of the tokens",
     "coarse_grid": "both rows on a coarse grid, equal on some tokens, residual weights tied",
@@ -198,6 +200,7 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         kept = set(sorted(range(v), key=lambda x: (-p[x], rng.random()))[: (v + 1) // 2])
         return _normalized([w if x in kept else 0.0 for x, w in enumerate(p)]), q
     if kind == "draft_far_below":
+        p = [1 / v] * v if position % 2 else p  # a flat target: a path that takes it to accept anything
         low = set(rng.sample(range(v), max(1, v // 2)))
         small = [w * 1e-3 for w in p]
         rest = sum(w for x, w in enumerate(q) if x not in low)
