@@ -39,6 +39,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     tokens, parents = tokens.tolist(), parents.tolist()
     if slip == "greedy_where_the_root_target_row_is_a_point_mass" and max(rows_p[0]) == 1:
         return _greedy(kids, tokens, rows_p, law_out)
+    both = slip == "greedy_where_the_root_rows_are_both_point_masses" and rows_q is not None
+    if both and max(rows_p[0]) == 1 and max(rows_q[0]) == 1:  # a greedy request, its processors' one-hot rows
+        return _greedy(kids, tokens, rows_p, law_out)
     root_equal = slip == "first_child_kept_below_where_the_root_rows_are_equal" and drawn in ("sampled", "iid")
     root_equal = root_equal and rows_p[0] == rows_q[0]  # children drawn from q (ranked ones test against a point)
     at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
@@ -74,6 +77,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             near_one = slip == "kept_within_1e_9_of_a_ratio_of_one" and num / den >= 1 - 1e-9
             near_one = near_one or (root_equal and at >= 0 and c == order[0])  # "the draft is the target"
             near_one = near_one or (slip == "child_kept_where_the_target_row_is_flat" and len(set(left)) == 1)
+            flat_q = slip == "child_kept_where_the_draft_row_is_flat" and row is not None and len(set(row)) == 1
+            near_one = near_one or flat_q  # "no draft law": nothing to test against
             if near_one or (
                 u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den
             ):
@@ -124,6 +129,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 left = _top(left, 4)
             if slip == "terminal_over_the_first_32_tokens" and sum(left[:32]) > 0:  # one warp's lanes
                 left = left[:32] + [0.0] * len(left[32:])
+            whole = len(left) - len(left) % 8  # blocks of eight tokens: the tail block dropped
+            if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8 and sum(left[:whole]) > 0:
+                left = left[:whole] + [0.0] * (len(left) - whole)
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -307,12 +315,16 @@ TREE_DEEP_SLIPS = {
     "likeliest tokens left",
 }
 # Each decides the tree on its root's rows, and passed every table whose rows were all alike (a helper's).
-# Shows only at V > 32 (the tree 1 at V = 72, wide_vocabulary).
+# Shows only at V > 32 (the tree 1 at V = 71, wide_vocabulary).
 TREE_WIDE_VOCAB_SLIPS = {
     "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
     "and running sum), where they have mass",
+    "terminal_over_whole_blocks_of_eight": "the terminal drawn over whole blocks of eight tokens (V >= 8): the tail "
+    "block of V % 8 tokens dropped, where the rest has mass (shows where 8 does not divide V: 71)",
 }
 TREE_FIRST_ROW_SLIPS = {
+    "greedy_where_the_root_rows_are_both_point_masses": "the tree walked greedily where the root's target and draft "
+    "rows are both point masses (a greedy request's processors leave them so; a third helper's)",
     "first_child_kept_below_where_the_root_rows_are_equal": "children drawn from q (sampled or i.i.d.): where the "
     "root's rows are equal (p = q: the draft taken to be the target), below the root each first child kept untested",
     "greedy_where_the_root_target_row_is_a_point_mass": "the tree walked greedily (each node's argmax child kept, "
@@ -321,6 +333,8 @@ TREE_FIRST_ROW_SLIPS = {
 TREE_FLAT_SLIPS = {
     "child_kept_where_the_target_row_is_flat": "a child kept untested where what is left of its node's target row "
     "is exactly uniform",
+    "child_kept_where_the_draft_row_is_flat": "a child kept untested where its node's draft row is exactly uniform "
+    "(taken for no draft law)",
 }
 TREE_SLIP_SETS = (
     TREE_FLAT_SLIPS,
@@ -353,15 +367,27 @@ def _draw(law: list[Fraction], u: float) -> int:
     return max(t for t, w in enumerate(weights) if w > 0)
 
 
-def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None) -> bool:
+def _uniform(rows_p, us, n: int, slip: str | None) -> float:
+    """Draft n's acceptance uniform (for a slip: that of the first of the positions before it with its target row)."""
+    if slip == "uniform_reused_where_the_target_row_repeats":
+        while n > 0 and rows_p[n - 1] == rows_p[n]:
+            n -= 1
+    return us[n]
+
+
+def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=()) -> bool:
     """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) in Fractions (each float
     read exactly: the rows stay floats until a decision or a law reads them)."""
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
     q_d = max(rows_q[i][d], 1e-5) if slip == "ratio_with_q_clamped" else rows_q[i][d]
+    if slip == "ratio_memoized_by_the_target_row":  # the first position with this target row and token's q
+        q_d = rows_q[next(j for j in range(i + 1) if rows_p[j] == row and ds[j] == d)][d]
     if slip == "kept_within_1e_9_of_a_ratio_of_one" and Fraction(row[d]) >= Fraction(q_d) * (1 - Fraction(1, 10**9)):
         return True
+    if slip == "draft_kept_where_the_draft_row_is_flat" and len(set(rows_q[i])) == 1:
+        return True  # "no draft law": nothing to test against
     if slip == "draft_kept_where_the_target_row_is_flat" and len(set(row)) == 1:
         return True  # "no preference": a flat target taken to accept anything
     if slip == "point_mass_draft_on_the_targets_argmax_kept" and max(rows_q[i]) == 1:
@@ -387,6 +413,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             terminal.append(_draw(_exact(rows_p[k]), terminal_u[b].item()))
             continue
         first_greedy = slip == "greedy_where_the_first_target_row_is_a_point_mass" and max(rows_p[0]) == 1
+        both = slip == "greedy_where_the_first_rows_are_both_point_masses" and k > 0
+        first_greedy = first_greedy or (both and max(rows_p[0]) == 1 and max(rows_q[0]) == 1)
         if first_greedy or (slip == "greedy_when_nearly_one_hot" and all(max(r) >= 1 - 1e-5 for r in rows_p[: k + 1])):
             tops = [max(range(len(r)), key=lambda x: (r[x], -x)) for r in rows_p[: k + 1]]
             while n < k and ds[n] == tops[n]:
@@ -394,7 +422,17 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             accepted.append(n)
             terminal.append(tops[n])
             continue
-        while n < k and _passes(rows_p, rows_q, ds[n], us[n], n, slip):
+        if slip == "padded_rows_read_at_the_unpadded_stride" and len(rows_p[0]) >= 8:  # rows padded to 8 tokens
+            v, width = len(rows_p[0]), -(-len(rows_p[0]) // 8) * 8
+            padded = [x for r in rows_p for x in r + [0.0] * (width - v)]
+            rows_p = [padded[j * v : (j + 1) * v] for j in range(len(rows_p))]
+        while n < k and _passes(rows_p, rows_q, ds[n], _uniform(rows_p, us, n, slip), n, slip, ds):
+            if (
+                slip == "rest_kept_where_both_rows_are_one_hot_on_the_draft"
+                and rows_p[n][ds[n]] == rows_q[n][ds[n]] == 1
+            ):
+                n = k  # "both models certain and agreeing": the rest of the round taken as verified
+                break
             n += 1
         if (
             slip == "continue_after_rejection"
@@ -425,6 +463,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = kept
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
                 law = _exact(rows_p[n])
+            if slip == "correction_memoized_by_the_target_row":  # the first drafted row with this p's residual
+                first = next(i for i in range(k) if rows_p[i] == rows_p[n])
+                law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(_exact(rows_p[n]), rows_q[first])]
         elif (slip == "bonus_wrong_row" and k) or (slip == "bonus_from_the_row_before_after_two_drafts" and k >= 2):
             law = _exact(rows_p[k - 1])
         elif slip == "bonus_from_the_batchs_last_row":
@@ -433,6 +474,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             law = _exact(rows_p[int(k_lens.max())]) if any(rows_p[int(k_lens.max())]) else law
         if slip == "terminal_over_the_first_32_tokens" and sum(law[:32]) > 0:  # one warp's lanes
             law = law[:32] + [Fraction(0)] * len(law[32:])
+        whole = len(law) - len(law) % 8  # blocks of eight tokens: the tail block dropped
+        if slip == "terminal_over_whole_blocks_of_eight" and len(law) >= 8 and sum(law[:whole]) > 0:
+            law = law[:whole] + [Fraction(0)] * (len(law) - whole)
         accepted.append(n)
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
@@ -680,12 +724,21 @@ CHAIN_SLIPS = {
     # each shows only on a table of small values (specd.oracles.samplers.tables.SMALL_VALUES)
     "ratio_with_q_clamped": "the ratio p(d) / max(q(d), 1e-5) (a division guard)",
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where every row is within 1e-5 of a point mass",
-    # shows only at V > 32 (V = 72 here, wide_vocabulary)
+    # shows only at V > 32 (V = 71 here, wide_vocabulary)
     "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
     "and running sum), where they have mass",
+    # shows only where V >= 8 is not a multiple of 8 (V = 71 here, wide_vocabulary; 16 and 72 hid it)
+    "terminal_over_whole_blocks_of_eight": "the terminal drawn over whole blocks of eight tokens (V >= 8): the tail "
+    "block of V % 8 tokens dropped, where the rest has mass (a third helper's)",
+    "padded_rows_read_at_the_unpadded_stride": "the target's rows padded to a multiple of eight tokens (V >= 8) and "
+    "read back at the unpadded stride V: every row after the first shifted (a third helper's)",
 }
 # Each decides the round on its first row, and passed every table whose rows were all alike (a helper's).
 CHAIN_FIRST_ROW_SLIPS = {
+    "rest_kept_where_both_rows_are_one_hot_on_the_draft": "where p and q are both one-hot on the drafted token (both "
+    "models certain and agreeing), every later draft of the round kept untested",
+    "greedy_where_the_first_rows_are_both_point_masses": "the round decided greedily where p_1 and q_1 are both "
+    "point masses (a greedy request's processors leave them so; a third helper's)",
     "every_draft_kept_where_the_first_rows_are_equal": "every draft kept untested where p_1 = q_1 (the draft taken "
     "to be the target)",
     "greedy_where_the_first_target_row_is_a_point_mass": "the round decided greedily (the argmax kept and emitted) "
@@ -714,6 +767,14 @@ def _chain_slip(name: str, doc: str):
 # other position): a helper's sampler.
 CHAIN_FLAT_SLIPS = {
     "draft_kept_where_the_target_row_is_flat": "a draft kept untested where the target's row is exactly uniform",
+    "draft_kept_where_the_draft_row_is_flat": "a draft kept untested where the draft's row is exactly uniform (taken "
+    "for no draft law)",
+    "correction_memoized_by_the_target_row": "the correction memoized by the target's row alone: a later position "
+    "with the same target row reuses the first one's residual (its draft row forgotten)",
+    "ratio_memoized_by_the_target_row": "the ratio p(d) / q(d) memoized by the target's row and the token: a later "
+    "position with both the same reuses the first one's q(d)",
+    "uniform_reused_where_the_target_row_repeats": "where a position's target row is the one before it, the test "
+    "reads the earlier position's acceptance uniform (uniforms keyed by the state)",
 }
 # Shows only where the named K is 4 or more (specd.oracles.samplers.coverage.DEEP_VOCAB).
 CHAIN_DEEP_SLIPS = {

@@ -20,7 +20,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   to 15 tokens, a younger sibling's two children at V = 5); ``4`` at V = 5 on the draft_apart table
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
-  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 72 on draft_point_mass (``WIDE_VOCAB_CASE``);
+  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 71 on draft_point_mass (``WIDE_VOCAB_CASE``);
   and
   ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
@@ -29,7 +29,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
-  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 72, K = 1 on draft_point_mass,
+  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 71, K = 1 on draft_point_mass,
   and where the named K is 4 or
   more, V = 4 at that K (at most DEEP_MAX) on
   draft_point_mass;
@@ -128,9 +128,11 @@ def late_siblings(w: int) -> list[tuple[int, str, str]]:
 
 
 # A terminal drawn over more tokens than a warp (32 lanes) or a wavefront (64) holds: one draft (a chain of K = 1,
-# the tree 1) at V = 72 on the draft_point_mass table alone (one path: a refusal's correction from 71 tokens, a
-# bonus from 72; the target's joint 72^2 sequences). A total summed over the first 32 tokens passed every size up
-# to V = 16 (a helper's sampler).
+# the tree 1) at V = 71 on the draft_point_mass table alone (one path: a refusal's correction from 70 tokens, a
+# bonus from 71; the target's joint 71^2 sequences). A total summed over the first 32 tokens passed every size up
+# to V = 16 (a helper's sampler). 71 is a prime: no block width from 2 to 64 divides it, so a law cut into blocks
+# of 8 (16, 32, 64) has a tail block, which a block loop that drops it, or a row padded to the block and read
+# back at the unpadded stride, gets wrong (a third helper's samplers passed at V = 16 and 72).
 WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
 
 

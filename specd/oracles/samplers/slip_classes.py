@@ -161,7 +161,7 @@ def _tree_top_k(vocab: int, shape) -> str | None:
     return None
 
 
-WIDE_VOCAB = 72  # past a warp's 32 lanes and a wavefront's 64: a total or a scan over one of them shows
+WIDE_VOCAB = 71  # past a warp's 32 lanes and a wavefront's 64 (a total or a scan over one of them shows); a prime
 
 
 def _wide_vocabulary(vocab: int, _) -> str | None:

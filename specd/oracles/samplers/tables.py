@@ -17,9 +17,11 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
   ``point_mass``           the target a point mass (a greedy target)
   ``equal_rows``           the draft the target (p = q: every test passes)
   ``draft_far_below``      the draft 1000 times below the target on half the tokens, so the target
-                           exceeds it on several (a correction with several tokens of mass); at every
-                           other position the target exactly flat (1 / V each: a draft kept untested
-                           where the target is uniform passed every table without such a row)
+                           exceeds it on several (a correction with several tokens of mass); from a
+                           round's second row on, the target exactly flat (1 / V each: a draft kept
+                           untested where the target is uniform, and a correction memoized by the
+                           target's row alone, which rows that repeat show, passed every table
+                           without such rows)
   ``draft_point_mass``     the draft a point mass (a greedy draft's, a lookup's): every draft the same
                            token, a refusal's correction the target without it; at every other
                            position the point is the target's likeliest token (a lookup's guess often is:
@@ -28,7 +30,9 @@ after any output (the prompt followed by tokens), float64 lists summing to 1.
                            target), the draft as it was: drafts of target mass 0 whose refusal still
                            moves the residual (a point-mass target's residual is that point again, so
                            a child of no target mass skipped untested, its residual step with it,
-                           passed every other table)
+                           passed every other table); at every other position the draft exactly flat
+                           (1 / V each: a flat draft row taken for "no draft law" and its draft kept
+                           untested passed every table without one)
   ``coarse_grid``          both rows multiples of 1 / T (T a power of two, at least 4 V: exact in
                            floats), the target the draft's with a few units moved between tokens: the
                            rows equal on some tokens and not on others, and residual weights that tie
@@ -50,11 +54,12 @@ are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VAL
 and a table shaped for one class of slip (``SHAPED``):
 
   ``equal_first_row``      the draft the target at a round's first row (its root), every later row the
-                           seed's; ``point_mass_first_row``: the target a point mass there (on a token
-                           the draft has), every later row the seed's. A path that decides a whole
-                           round on its first row (greedy where p_1 is a point mass, every draft kept
-                           where p_1 = q_1, "the draft is the target") passed every table whose rows
-                           were all alike (a helper's samplers)
+                           seed's; ``point_mass_first_row``: the target and the draft the same point mass
+                           there (every round goes on past it), every later row the seed's. A path
+                           that decides a whole round on its first row (greedy where p_1 is a point
+                           mass, or where p_1 and q_1 both are, as a greedy request's processors
+                           leave them; every draft kept where p_1 = q_1, "the draft is the target")
+                           passed every table whose rows were all alike (helpers' samplers)
   ``draft_apart``          the target's mass 0.9 on two tokens drawn, split (s, 1 - s) with s in
                            [0.2, 0.4], the draft's 0.01 on them split (1 - s, s), the rest shared
                            evenly: every other token is refused nine times in ten, and what the
@@ -84,9 +89,9 @@ ADVERSARIAL = {
     "near_ties": "the draft within 1e-3 of the target on every token",
     "point_mass": "the target a point mass",
     "equal_rows": "the draft equal to the target",
-    "draft_far_below": "the draft 1000 times below the target on half the tokens, the target flat at every other row",
+    "draft_far_below": "the draft 1000 times below the target on half the tokens, the target flat after the first row",
     "draft_point_mass": "the draft a point mass",
-    "target_top_half": "the target cut to its likeliest half of the tokens",
+    "target_top_half": "the target cut to its likeliest half of the tokens, the draft flat at every other row",
     "coarse_grid": "both rows on a coarse grid, equal on some tokens, residual weights tied",
 }
 # Tables shaped for one class of slip, each checked at that class's sizes only (every size would cost the check
@@ -95,7 +100,7 @@ ADVERSARIAL = {
 SHAPED = {
     "draft_apart": "the target's mass on two tokens, the draft's on the others",
     "equal_first_row": "the draft the target at a round's first row only",
-    "point_mass_first_row": "the target a point mass at a round's first row only",
+    "point_mass_first_row": "the target and the draft the same point mass at a round's first row only",
 }
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
@@ -198,9 +203,10 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         return _grid(v, rng)
     if kind == "target_top_half":
         kept = set(sorted(range(v), key=lambda x: (-p[x], rng.random()))[: (v + 1) // 2])
-        return _normalized([w if x in kept else 0.0 for x, w in enumerate(p)]), q
+        flat = [1 / v] * v  # at every other position: a path that takes a flat draft row for no draft law
+        return _normalized([w if x in kept else 0.0 for x, w in enumerate(p)]), (flat if position % 2 else q)
     if kind == "draft_far_below":
-        p = [1 / v] * v if position % 2 else p  # a flat target: a path that takes it to accept anything
+        p = [1 / v] * v if position else p  # flat from the second row on: rows that repeat, uniform ones
         low = set(rng.sample(range(v), max(1, v // 2)))
         small = [w * 1e-3 for w in p]
         rest = sum(w for x, w in enumerate(q) if x not in low)
@@ -210,9 +216,10 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         return p, [small[x] if x in low else w * spare / rest for x, w in enumerate(q)]
     if kind == "equal_first_row":
         return p, list(p if position == 0 else q)
-    if kind == "point_mass_first_row":  # on a token the draft can propose, so a round goes on past it
+    if kind == "point_mass_first_row":  # the draft's point too: a round always goes on past it
         top = rng.choice([x for x in range(v) if q[x] > 0])
-        return ([float(x == top) for x in range(v)] if position == 0 else p), q
+        point = [float(x == top) for x in range(v)]
+        return (point, list(point)) if position == 0 else (p, q)
     if kind in SHAPED:
         return _apart(v, rng)
     if kind in SMALL_VALUES:
