@@ -45,6 +45,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     root_equal = slip == "first_child_kept_below_where_the_root_rows_are_equal" and drawn in ("sampled", "iid")
     root_equal = root_equal and rows_p[0] == rows_q[0]  # children drawn from q (ranked ones test against a point)
     at, path, younger = -1, [], False  # younger: the walk passed a child kept after a refused sibling
+    memo: dict = {}
     look = at  # the node whose children are tried (``at`` but for a slip)
     while True:
         left = list(rows_p[at + 1])
@@ -74,6 +75,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             third_level = slip == "siblings_at_the_third_level_on_the_unchanged_row" and len(path) >= 2
             num = unchanged[d] if third_level else left[d]
             den = max(law[d], 1e-5) if slip == "ratio_with_q_clamped" and row is not None else law[d]
+            if slip == "ratio_memoized_by_what_is_left":  # the first node's q'(d) where p' and d were these
+                den = memo.setdefault((tuple(left), d), den)
             near_one = slip == "kept_within_1e_9_of_a_ratio_of_one" and num / den >= 1 - 1e-9
             near_one = near_one or (root_equal and at >= 0 and c == order[0])  # "the draft is the target"
             near_one = near_one or (slip == "child_kept_where_the_target_row_is_flat" and len(set(left)) == 1)
@@ -335,6 +338,8 @@ TREE_FLAT_SLIPS = {
     "is exactly uniform",
     "child_kept_where_the_draft_row_is_flat": "a child kept untested where its node's draft row is exactly uniform "
     "(taken for no draft law)",
+    "ratio_memoized_by_what_is_left": "the ratio p'(d) / q'(d) memoized by what is left of the target's row and the "
+    "token: a later node with both the same reuses the first one's q'(d) (rows that repeat show it)",
 }
 TREE_SLIP_SETS = (
     TREE_FLAT_SLIPS,
