@@ -132,9 +132,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 left = _top(left, 4)
             if slip == "terminal_over_the_first_32_tokens" and sum(left[:32]) > 0:  # one warp's lanes
                 left = left[:32] + [0.0] * len(left[32:])
-            whole = len(left) - len(left) % 8  # blocks of eight tokens: the tail block dropped
-            if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8 and sum(left[:whole]) > 0:
-                left = left[:whole] + [0.0] * (len(left) - whole)
+            if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8:  # the tail block dropped
+                whole = len(left) - len(left) % 8
+                left = left[:whole] + [0.0] * (len(left) - whole) if sum(left[:whole]) > 0 else left
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -381,8 +381,8 @@ def _uniform(rows_p, us, n: int, slip: str | None) -> float:
 
 
 def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=()) -> bool:
-    """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) in Fractions (each float
-    read exactly: the rows stay floats until a decision or a law reads them)."""
+    """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) exactly, in the integers of each
+    float's ratio (the rows stay floats until a decision or a law reads them)."""
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
@@ -479,9 +479,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             law = _exact(rows_p[int(k_lens.max())]) if any(rows_p[int(k_lens.max())]) else law
         if slip == "terminal_over_the_first_32_tokens" and sum(law[:32]) > 0:  # one warp's lanes
             law = law[:32] + [Fraction(0)] * len(law[32:])
-        whole = len(law) - len(law) % 8  # blocks of eight tokens: the tail block dropped
-        if slip == "terminal_over_whole_blocks_of_eight" and len(law) >= 8 and sum(law[:whole]) > 0:
-            law = law[:whole] + [Fraction(0)] * (len(law) - whole)
+        if slip == "terminal_over_whole_blocks_of_eight" and len(law) >= 8:  # the tail block dropped
+            whole = len(law) - len(law) % 8
+            law = law[:whole] + [Fraction(0)] * (len(law) - whole) if sum(law[:whole]) > 0 else law
         accepted.append(n)
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)

@@ -21,8 +21,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
   also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 71 on draft_point_mass (``WIDE_VOCAB_CASE``);
-  and
-  ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
+  and ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
   runs at the larger V. For a chain
   (``CHAIN_SIZES``): V = 3, K = 2 (a correction drawn, a second draft), V = 3, K = 3 (a middle
@@ -30,9 +29,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
   tables of small values, V = 3, K = 2 also on the two first-row tables, V = 71, K = 1 on draft_point_mass,
-  and where the named K is 4 or
-  more, V = 4 at that K (at most DEEP_MAX) on
-  draft_point_mass;
+  and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
   (never as passed).
