@@ -51,8 +51,12 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
         left = list(rows_p[at + 1])
         unchanged = list(left)
         row = list(rows_q[at + 1]) if q is not None and drawn != "rank" else None
-        if slip == "draft_rows_in_a_ring_of_three" and row is not None and len(path) >= 3:
-            row = list(rows_q[(path[-4] if len(path) >= 4 else -1) + 1])  # a fourth level reads 3 levels up
+        ring = RINGS.get(slip or "")
+        if ring is not None and row is not None and len(path) >= ring:  # level ring + 1 reads `ring` levels up
+            row = list(rows_q[(path[-ring - 1] if len(path) > ring else -1) + 1])
+        if slip == "draft_rows_read_at_a_stride_of_64" and row is not None and len(row) > 64:
+            flat = [x for r in rows_q for x in r] + [0.0] * len(row)  # every row 64 tokens on from the one before
+            row = flat[(at + 1) * 64 : (at + 1) * 64 + len(row)]
         drawn_from = list(row) if row is not None else None
         order = kids.get(look, [])
         if slip in VALUE_SLIPS and order:
@@ -82,6 +86,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             near_one = near_one or (slip == "child_kept_where_the_target_row_is_flat" and len(set(left)) == 1)
             flat_q = slip == "child_kept_where_the_draft_row_is_flat" and row is not None and len(set(row)) == 1
             near_one = near_one or flat_q  # "no draft law": nothing to test against
+            near_one = near_one or (den == 0 and slip in FAR_ROW_SLIPS)  # a row read from elsewhere: p' / 0 = inf
             if near_one or (
                 u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den
             ):
@@ -341,7 +346,20 @@ TREE_FLAT_SLIPS = {
     "ratio_memoized_by_what_is_left": "the ratio p'(d) / q'(d) memoized by what is left of the target's row and the "
     "token: a later node with both the same reuses the first one's q'(d) (rows that repeat show it)",
 }
+# Each reads a node's draft row from another's place, and passed every size before the chain-shaped tree of
+# eight levels at V = 71 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE), where such a row puts
+# q'(d) = 0 under the child (a float ratio p' / 0 = inf keeps it).
+TREE_FAR_ROW_SLIPS = {
+    "draft_rows_in_a_ring_of_four": "the draft's rows kept in a ring of four by depth: the fifth level reads the "
+    "row of the node four levels up",
+    "draft_rows_in_a_ring_of_seven": "the draft's rows kept in a ring of seven by depth: the eighth level reads the "
+    "row of the node seven levels up",
+    "draft_rows_read_at_a_stride_of_64": "where V > 64, the draft's rows read 64 tokens apart (a block's stride), "
+    "not V: every row after the root's shifted",
+}
+RINGS = {"draft_rows_in_a_ring_of_three": 3, "draft_rows_in_a_ring_of_four": 4, "draft_rows_in_a_ring_of_seven": 7}
 TREE_SLIP_SETS = (
+    TREE_FAR_ROW_SLIPS,
     TREE_FLAT_SLIPS,
     TREE_SLIPS,
     TREE_CUT_SLIPS,
@@ -383,6 +401,8 @@ def _uniform(rows_p, us, n: int, slip: str | None) -> float:
 def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=()) -> bool:
     """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) exactly, in the integers of each
     float's ratio (the rows stay floats until a decision or a law reads them)."""
+    if rows_q[i][d] <= 0 and slip in FAR_ROW_SLIPS:
+        return True  # a row read from elsewhere: p(d) / 0 = inf, kept
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
@@ -431,6 +451,12 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             v, width = len(rows_p[0]), -(-len(rows_p[0]) // 8) * 8
             padded = [x for r in rows_p for x in r + [0.0] * (width - v)]
             rows_p = [padded[j * v : (j + 1) * v] for j in range(len(rows_p))]
+        if slip in CHAIN_RINGS:  # draft rows kept in a ring by position
+            rows_q = [rows_q[j % CHAIN_RINGS[slip]] for j in range(len(rows_q))]
+        if slip == "draft_rows_read_at_a_stride_of_64" and len(rows_q[0]) > 64:  # 64 tokens a row, not V
+            v = len(rows_q[0])
+            flat = [x for r in rows_q for x in r] + [0.0] * v
+            rows_q = [flat[j * 64 : j * 64 + v] for j in range(len(rows_q))]
         while n < k and _passes(rows_p, rows_q, ds[n], _uniform(rows_p, us, n, slip), n, slip, ds):
             if (
                 slip == "rest_kept_where_both_rows_are_one_hot_on_the_draft"
@@ -786,6 +812,26 @@ CHAIN_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted_drafts": "after three accepted drafts, the correction drawn from the "
     "two likeliest tokens of the residual",
 }
-CHAIN_SLIP_SETS = (CHAIN_SLIPS, CHAIN_DEEP_SLIPS, CHAIN_GRID_SLIPS, CHAIN_FIRST_ROW_SLIPS, CHAIN_FLAT_SLIPS)
+# Each reads a draft row from another position's place, and passed every size before the round of eight drafts
+# at V = 71 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE): there such a row puts q(d) = 0
+# under the draft (a float ratio p / 0 = inf keeps it). The first two are a helper's.
+CHAIN_FAR_ROW_SLIPS = {
+    "draft_rows_in_a_ring_of_three": "the draft's rows kept in a ring of three by position: the fourth draft is "
+    "tested against the first one's row",
+    "draft_rows_read_at_a_stride_of_64": "where V > 64, the draft's rows read 64 tokens apart (a block's stride), "
+    "not V: every row after the first shifted",
+    "draft_rows_in_a_ring_of_seven": "the draft's rows kept in a ring of seven by position: the eighth draft is "
+    "tested against the first one's row",
+}
+CHAIN_RINGS = {"draft_rows_in_a_ring_of_three": 3, "draft_rows_in_a_ring_of_seven": 7}
+FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
+CHAIN_SLIP_SETS = (
+    CHAIN_FAR_ROW_SLIPS,
+    CHAIN_SLIPS,
+    CHAIN_DEEP_SLIPS,
+    CHAIN_GRID_SLIPS,
+    CHAIN_FIRST_ROW_SLIPS,
+    CHAIN_FLAT_SLIPS,
+)
 for _name, _doc in {k: v for slips_ in CHAIN_SLIP_SETS for k, v in slips_.items()}.items():
     globals()["chain_" + _name] = _chain_slip(_name, _doc)

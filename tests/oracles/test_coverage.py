@@ -20,6 +20,7 @@ from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check
 from specd.oracles.samplers.degenerate import batch_rows
 from specd.oracles.samplers.edges import check_dtype_edges
 from specd.oracles.samplers.protocol import as_sampler
+from specd.oracles.samplers.slip_classes import WIDE_VOCAB
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, adversarial, reshape, seeded, tables
 from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
 from specd.oracles.samplers.tree_degenerate import check_zero_mass
@@ -184,6 +185,7 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "top_k_correction",
         "fourth_sibling",
         "wide_vocabulary",
+        "far_rows",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
@@ -233,9 +235,9 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 7
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 8
     hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction, "
-    hidden += "wide_vocabulary"
+    hidden += "wide_vocabulary, far_rows"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -401,8 +403,8 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 54 tables at V = 2, 3, 4, 16, 71; K = 1, 2, 3"
-    assert doc["checks"][0]["figures"]["tables"] == 54
+    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 55 tables at V = 2, 3, 4, 16, 71; K = 1, 2, 3, 8"
+    assert doc["checks"][0]["figures"]["tables"] == 55
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -622,6 +624,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (5, "4", 1),  # draft_apart
         (16, "1,1", 1),  # draft_point_mass
         (71, "1", 1),  # draft_point_mass: wider than a warp or a wavefront
+        (71, "1,1,1,1,1,1,1,1", 1),  # sparse_rows: a row read from another level's place
         (4, "1,2", 4),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
     ]
@@ -661,10 +664,10 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 69 tables at V = 2, 3, 4, 5, 16, 71; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 70 tables at V = 2, 3, 4, 5, 16, 71; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
         '"1,1,1,1" (V = 3), "1" (V = 16, 71), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
-        '"[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4'
+        '"1,1,1,1,1,1,1,1" (V = 71), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4, 8'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)
@@ -812,6 +815,27 @@ def test_a_chain_path_for_a_flat_row_fails(name, vocab, k):
     draft law): each passed every table (helpers' samplers), none of whose rows was flat. draft_far_below's
     target is flat from a round's second row on (the draft far from it), target_top_half's draft at every other."""
     assert chain_check(getattr(slips, f"chain_{name}"), vocab, k).passed is False
+
+
+@pytest.mark.parametrize("name", list(slips.CHAIN_FAR_ROW_SLIPS))
+def test_a_chain_sampler_reading_a_row_from_another_place_fails(name):
+    """Draft rows kept in a ring by position, or read at a stride of 64 where V > 64: each passed every size
+    before (a helper's), as a ring of n shows only past n drafts and a stride only past V = 64. The round of
+    eight drafts at V = 71 on sparse_rows shows each at the default size; the same sampler at one draft is exact
+    there (the slip is the far row's, nothing else)."""
+    fn = getattr(slips, f"chain_{name}")
+    assert chain_check(fn, 2, 3).passed is False
+    table = adversarial(seeded(OracleConfig(vocab=3), WIDE_VOCAB, 1, 0), "sparse_rows", 0)
+    sampler = as_sampler(fn)
+    one = [Case(WIDE_VOCAB, 1, None, (table,))]
+    assert check_exact_cases(sampler, one, returns_tokens(sampler))[0].passed is True
+
+
+@pytest.mark.parametrize("name", list(slips.TREE_FAR_ROW_SLIPS))
+def test_a_tree_sampler_reading_a_row_from_another_place_fails(name):
+    """The same for a tree's node rows: a ring of four or seven levels, a stride of 64 (the ring of three shows on
+    `1,1,1,1` at V = 3 already)."""
+    assert False in verdicts(tree(name), "2,2", 3).values()
 
 
 @pytest.mark.parametrize("spec, vocab", ISSUE_SIZES)

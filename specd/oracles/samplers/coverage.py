@@ -42,8 +42,16 @@ from dataclasses import dataclass, replace
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
-from specd.oracles.samplers.slip_classes import CHAIN_SLIPS, SLIPS, TOP_K_VOCAB, WIDE_VOCAB, widest, widest_shown
-from specd.oracles.samplers.tables import Table, adversarial, seeded, small_value_tables, tables
+from specd.oracles.samplers.slip_classes import (
+    CHAIN_SLIPS,
+    FAR_DEPTH,
+    SLIPS,
+    TOP_K_VOCAB,
+    WIDE_VOCAB,
+    widest,
+    widest_shown,
+)
+from specd.oracles.samplers.tables import MADE_ANEW, Table, adversarial, seeded, small_value_tables, tables
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,13 @@ def late_siblings(w: int) -> list[tuple[int, str, str]]:
 # of 8 (16, 32, 64) has a tail block, which a block loop that drops it, or a row padded to the block and read
 # back at the unpadded stride, gets wrong (a third helper's samplers passed at V = 16 and 72).
 WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
+# Rows read from another position's place: row buffers kept in a ring by position (of up to FAR_DEPTH - 1), rows
+# wider than 64 tokens read at a stride of 64 (a block's) or of any width but V. A round of FAR_DEPTH drafts (a
+# chain-shaped tree of that depth) at V = 71 on the sparse_rows table alone: one draft a position, each a point
+# mass on a token of its own, so a row read from elsewhere has q(d) = 0 under the draft and keeps it untested;
+# two tokens of target mass a row, so its joint is 2^(FAR_DEPTH + 1) sequences. A ring of three rows (K = 4
+# shows it) and a stride of 64 at V > 64 (K = 2 does) passed every other size (a helper's samplers).
+FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
 
 
 # A round decided on its first row (greedy where p_1 is a point mass, every draft kept where p_1 = q_1): the
@@ -176,7 +191,9 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
             out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
-    made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE] + first_row
+    far_vocab, far_depth, far_kind = FAR_ROWS_CASE
+    far = (far_vocab, ",".join(["1"] * far_depth), far_kind)
+    made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, far] + first_row
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
@@ -211,8 +228,8 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     vocab, k = FIRST_ROW_CHAIN
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
-    vocab, _, kind = WIDE_VOCAB_CASE
-    out = _beside(out, Case(vocab, 1, None, (_made(cfg, vocab, 1, kind),)))
+    for vocab, k, kind in ((WIDE_VOCAB_CASE[0], 1, WIDE_VOCAB_CASE[2]), FAR_ROWS_CASE):
+        out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_deep(out, cfg, cfg.k, None)
 
 
@@ -226,8 +243,9 @@ def _with_deep(out: list[Case], cfg: OracleConfig, depth: int, shape: TreeShape 
 
 
 def _made(cfg: OracleConfig, vocab: int, depth: int, kind: str) -> Table:
-    """The table ``kind`` made from the run's seed's at ``vocab``, ``depth``."""
-    return adversarial(seeded(cfg, vocab, depth, cfg.seed), kind, cfg.seed)
+    """The table ``kind`` made from the run's seed's at ``vocab``, ``depth`` (a kind made anew reads only its
+    prompt: the seed's rows of one level, so that a depth past what the seed's rows could enumerate holds)."""
+    return adversarial(seeded(cfg, vocab, 1 if kind in MADE_ANEW else depth, cfg.seed), kind, cfg.seed)
 
 
 def _beside(out: list[Case], case: Case) -> list[Case]:

@@ -173,6 +173,24 @@ def _wide_vocabulary(vocab: int, _) -> str | None:
     return None
 
 
+FAR_DEPTH = 8  # a round this deep at V = WIDE_VOCAB shows a row read up to 7 places back, or at a stride of 64
+
+
+def _far_rows(vocab: int, depth: int) -> str | None:
+    if depth < FAR_DEPTH or vocab <= 64:
+        return (
+            f"a round {depth} deep at V = {vocab}: a row read from {FAR_DEPTH - 1} places back (row buffers kept in "
+            f"a ring) shows only {FAR_DEPTH} deep, one read at a stride of 64 tokens only past V = 64"
+        )
+    return None
+
+
+FAR_ROWS_WHAT = (
+    f"a row read from another position's place: row buffers kept in a ring of up to {FAR_DEPTH - 1} by position, "
+    "rows wider than 64 tokens read at a stride of 64"
+)
+
+
 def widest_shown(w: int) -> int:
     """The width of the sibling groups that show the classes of siblings: the widest named, at least 2."""
     return max(w, 2)
@@ -265,6 +283,12 @@ SLIPS = (
         _wide_vocabulary,
         lambda w: f"--tree 1 --vocab {WIDE_VOCAB}",
     ),
+    Slip(
+        "far_rows",
+        FAR_ROWS_WHAT,
+        lambda vocab, shape: _far_rows(vocab, shape.depth),
+        lambda w: f"--tree {','.join(['1'] * FAR_DEPTH)} --vocab {WIDE_VOCAB}",
+    ),
 )
 
 
@@ -349,4 +373,5 @@ CHAIN_SLIPS = (
         _wide_vocabulary,
         lambda w: f"--vocab {WIDE_VOCAB} --k 1",
     ),
+    Slip("far_rows", FAR_ROWS_WHAT, _far_rows, lambda w: f"--vocab {WIDE_VOCAB} --k {FAR_DEPTH}"),
 )

@@ -66,6 +66,13 @@ and a table shaped for one class of slip (``SHAPED``):
                            refusals leave of both rows is on the two, with p' below q' on one; so a
                            child tested after every other token was refused is tested on rows
                            that tell a right q' (or p') from a wrong one
+  ``sparse_rows``          the target's mass on two tokens of each row, the draft a point mass on one
+                           of them (the target's weight there drawn in [0.25, 0.75]), a different
+                           token at each position of a round (token V - 1 - 29 i mod V at position i);
+                           a round's joint has 2^(K + 1) sequences at any V, so a round of many rows
+                           over a wide vocabulary is cheap: a row read from another position's place
+                           (row buffers kept in a ring, rows read at a block's stride, not V's) puts
+                           q(d) = 0 under a draft and keeps it untested, which shows
 
 A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
 token the draft has, ``draft_point_mass`` where a node has two children or more).
@@ -101,7 +108,9 @@ SHAPED = {
     "draft_apart": "the target's mass on two tokens, the draft's on the others",
     "equal_first_row": "the draft the target at a round's first row only",
     "point_mass_first_row": "the target and the draft the same point mass at a round's first row only",
+    "sparse_rows": "the target's mass on two tokens a row, the draft a point mass on one of them, another each row",
 }
+MADE_ANEW = ("coarse_grid", "draft_apart", "sparse_rows")  # kinds whose rows owe nothing to the seed's
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
@@ -159,7 +168,7 @@ def holds(kind: str, vocab: int, widest: int) -> bool:
     mass for each sibling drawn without replacement, a point-mass draft has one token for one child, and
     draft_apart needs a token beside its two, target_top_half one past its half, coarse_grid a third token (at
     V = 2 rows equal on one token are equal)."""
-    if kind == "draft_point_mass":
+    if kind in ("draft_point_mass", "sparse_rows"):
         return widest <= 1
     if kind in SHAPED or kind in ("target_top_half", "coarse_grid"):
         return vocab >= 3  # at V = 2 the top half is a point mass (point_mass)
@@ -174,7 +183,9 @@ def adversarial(base: Table, kind: str, seed: int) -> Table:
         if output not in memo:
             rng = random.Random(f"{seed}:{kind}:{output}")
             position = len(output) - len(base.prompt)  # the row's place in a round from the prompt
-            memo[output] = reshape(kind, base.p(output), base.q(output), rng, position)
+            # a kind made anew reads no row of the base (the seed's rows over a wide vocabulary cost)
+            base_rows = ([0.0] * base.vocab,) * 2 if kind in MADE_ANEW else (base.p(output), base.q(output))
+            memo[output] = reshape(kind, *base_rows, rng, position)
         return memo[output]
 
     p, q = (lambda o: rows(o)[0]), (lambda o: rows(o)[1])
@@ -220,6 +231,8 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         top = rng.choice([x for x in range(v) if q[x] > 0])
         point = [float(x == top) for x in range(v)]
         return (point, list(point)) if position == 0 else (p, q)
+    if kind == "sparse_rows":
+        return _sparse(v, rng, position)
     if kind in SHAPED:
         return _apart(v, rng)
     if kind in SMALL_VALUES:
@@ -249,6 +262,20 @@ def _apart(v: int, rng: random.Random) -> tuple[Row, Row]:
     for x, share in zip(pair, (s, 1 - s)):
         target[x], draft[x] = APART * share, (1 - DRAFT_ON_REST) * (1 - share)
     return target, draft
+
+
+SPARSE_STEP = 29  # sparse_rows' draft token moves by this many a position: prime, so V = 71 meets no repeat
+
+
+def _sparse(v: int, rng: random.Random, position: int) -> tuple[Row, Row]:
+    """``sparse_rows``' rows over ``v`` tokens (made anew, v >= 2): the draft's point at token V - 1 - 29 i
+    (mod V) at position i, the target's weight w there drawn in [0.25, 0.75] and 1 - w on one other token
+    drawn."""
+    point = (v - 1 - SPARSE_STEP * position) % v
+    other, w = rng.choice([x for x in range(v) if x != point]), rng.uniform(0.25, 0.75)
+    target = [0.0] * v
+    target[point], target[other] = w, 1 - w
+    return target, [float(x == point) for x in range(v)]
 
 
 def _grid(v: int, rng: random.Random) -> tuple[Row, Row]:

@@ -104,12 +104,9 @@ def count_rounds(shape: TreeShape, vocab: int, drawing: str) -> int:
 
 
 def draft_trees(shape: TreeShape, drawing: str, p_of: Rows, q_of: Rows, prompt: tuple[int, ...]) -> list[TreeRound]:
-    """Every tree the construction drafts after ``prompt``, with its probability (module docstring)."""
-    if count_rounds(shape, len(q_of(prompt)), drawing) > MAX_TREE_ROUNDS:
-        raise UsageError(
-            f"--tree {shape.spec}: more than {MAX_TREE_ROUNDS} draft trees ({drawing}) to enumerate at this --vocab; "
-            "take a smaller tree or vocabulary"
-        )
+    """Every tree the construction drafts after ``prompt``, with its probability (module docstring). Counted as
+    they are drafted, not by the bound ``count_rounds``: a draft with few tokens of mass (a point mass) drafts few
+    trees of a shape whose bound is far past MAX_TREE_ROUNDS."""
     parents, ranks = shape_nodes(shape)
     out: list[TreeRound] = []
     drawn = "rank" if drawing == "lookup" else drawing
@@ -117,6 +114,11 @@ def draft_trees(shape: TreeShape, drawing: str, p_of: Rows, q_of: Rows, prompt: 
     def grow(tokens: tuple[int, ...], mass: float) -> None:
         n = len(tokens)
         if n == len(parents):
+            if len(out) == MAX_TREE_ROUNDS:
+                raise UsageError(
+                    f"--tree {shape.spec}: more than {MAX_TREE_ROUNDS} draft trees ({drawing}) to enumerate at this "
+                    "--vocab; take a smaller tree or vocabulary"
+                )
             out.append(_round(DraftTree(tokens, parents, drawn), p_of, q_of, prompt, mass, drawing))
             return
         at = DraftTree(tokens, parents[:n], drawn)
