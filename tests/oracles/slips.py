@@ -103,6 +103,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
             if slip == "residual_keeps_p_where_the_rows_are_equal":
                 residual = [a if a == b else r for a, b, r in zip(left, law, residual)]
+            if slip == "residual_memoized_by_what_is_left":  # the first node's residual where p' and d were these
+                residual = memo.setdefault(("residual", tuple(left), d), residual)
             if slip == "residual_floored" and sum(residual) < 1e-6:
                 residual = list(unchanged)
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
@@ -345,6 +347,9 @@ TREE_FLAT_SLIPS = {
     "(taken for no draft law)",
     "ratio_memoized_by_what_is_left": "the ratio p'(d) / q'(d) memoized by what is left of the target's row and the "
     "token: a later node with both the same reuses the first one's q'(d) (rows that repeat show it)",
+    "residual_memoized_by_what_is_left": "the residual [p' - q']_+ memoized by what is left of the target's row and "
+    "the refused token: a later node refusing the same token under the same p' reuses the first one's (its own q' "
+    "forgotten; a helper's)",
 }
 # Each reads a node's draft row from another's place, and passed every size before the chain-shaped tree of
 # eight levels at V = 71 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE), where such a row puts

@@ -151,6 +151,12 @@ FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
 # A round decided on its first row (greedy where p_1 is a point mass, every draft kept where p_1 = q_1): the
 # tables equal_first_row and point_mass_first_row, whose later rows are the seed's, at a chain of two (V = 3) and
 # the tree 1,2 (V = 4), two levels past the root. Each such path passed every table whose rows were all alike.
+# One token refused at two levels of a path under equal target rows, each time against another draft row (a
+# residual memoized by what is left of p' and the token, its q' forgotten): a younger sibling with a child, at
+# V = 4 on repeated_target alone (the target's first row at every row), where the root's elder child and the
+# younger one's child can be the same token, both refused. The seed's rows never repeat, and on draft_far_below's
+# flat rows no path of seed 0 refused one token twice (a helper's sampler passed every size).
+REPEATED_ROWS_TREE = (4, "[[0],[1],[1,0]]", "repeated_target")
 FIRST_ROW = ("equal_first_row", "point_mass_first_row")
 FIRST_ROW_CHAIN, FIRST_ROW_TREE = (3, 2), (4, "1,2")
 
@@ -193,7 +199,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
     far_vocab, far_depth, far_kind = FAR_ROWS_CASE
     far = (far_vocab, ",".join(["1"] * far_depth), far_kind)
-    made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, far] + first_row
+    made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, far, REPEATED_ROWS_TREE] + first_row
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))

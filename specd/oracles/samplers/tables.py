@@ -66,6 +66,11 @@ and a table shaped for one class of slip (``SHAPED``):
                            refusals leave of both rows is on the two, with p' below q' on one; so a
                            child tested after every other token was refused is tested on rows
                            that tell a right q' (or p') from a wrong one
+  ``repeated_target``      the target's row at a round's first position repeated at every row of the
+                           round, the draft's rows the seed's (each its own): one token refused at two
+                           levels of a path meets the same p' with another q', so a residual or a ratio
+                           memoized by p' and the token (q' forgotten) shows (draft_far_below's flat rows
+                           repeat too, but on seed 0 no path refuses one token at two of them)
   ``sparse_rows``          the target's mass on two tokens of each row, the draft a point mass on one
                            of them (the target's weight there drawn in [0.25, 0.75]), a different
                            token at each position of a round (token V - 1 - 29 i mod V at position i);
@@ -109,6 +114,7 @@ SHAPED = {
     "equal_first_row": "the draft the target at a round's first row only",
     "point_mass_first_row": "the target and the draft the same point mass at a round's first row only",
     "sparse_rows": "the target's mass on two tokens a row, the draft a point mass on one of them, another each row",
+    "repeated_target": "the target's first row repeated at every row of a round, the draft's rows the seed's",
 }
 MADE_ANEW = ("coarse_grid", "draft_apart", "sparse_rows")  # kinds whose rows owe nothing to the seed's
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
@@ -183,6 +189,9 @@ def adversarial(base: Table, kind: str, seed: int) -> Table:
         if output not in memo:
             rng = random.Random(f"{seed}:{kind}:{output}")
             position = len(output) - len(base.prompt)  # the row's place in a round from the prompt
+            if kind == "repeated_target":  # the round's first row's target, this output's draft
+                memo[output] = (base.p(base.prompt), base.q(output))
+                return memo[output]
             # a kind made anew reads no row of the base (the seed's rows over a wide vocabulary cost)
             base_rows = ([0.0] * base.vocab,) * 2 if kind in MADE_ANEW else (base.p(output), base.q(output))
             memo[output] = reshape(kind, *base_rows, rng, position)
