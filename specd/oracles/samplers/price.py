@@ -16,7 +16,9 @@ claimed exact.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from fractions import Fraction
 
 from specd.errors import SamplerFailed
 from specd.oracles.reference import chain_joint
@@ -58,10 +60,29 @@ class _Batches:
         return results
 
 
-def _bisect(items: list, passes, lows: list[int] | None = None) -> list[int]:
+# Where a guess of an index is verified, the farthest probes beside it: a threshold computed in another float
+# order than the guess's lies within a few grid points of it, and these bound a bisection to 13 steps there.
+NEAR = 1 << 12
+
+
+def _bisect(items: list, passes, lows: list[int] | None = None, guesses: list[int | None] | None = None) -> list[int]:
     """Per item, the smallest grid index m in [its low, GRID] where ``passes(items, ms)`` (batched, each
-    item at its m) is False, given it is True from its low up to it and False from it on (GRID: never)."""
+    item at its m) is False, given it is True from its low up to it and False from it on (GRID: never).
+    ``guesses``: per item, where the exact rule's threshold lies (or None); the first batch asks at it, a
+    point or two either side (a threshold rounded once more) and NEAR either side, and each answer bounds
+    the bisection as any probe does: a right guess is proved in one call, not 53; a wrong one costs that
+    call and no error."""
     bounds = [[lo, GRID] for lo in (lows or [0] * len(items))]
+    probes = [
+        (i, m)
+        for i, g in enumerate(guesses or [])
+        if g is not None
+        for m in (g - NEAR, g - 2, g - 1, g, g + 1, g + NEAR)
+        if bounds[i][0] <= m < GRID
+    ]
+    if probes:
+        for (i, m), ok in zip(probes, passes([items[i] for i, _ in probes], [m for _, m in probes])):
+            bounds[i] = [max(bounds[i][0], m + 1), bounds[i][1]] if ok else [bounds[i][0], min(bounds[i][1], m)]
     while any(a < b for a, b in bounds):
         live = [i for i, (a, b) in enumerate(bounds) if a < b]
         mids = [(bounds[i][0] + bounds[i][1]) // 2 for i in live]
@@ -89,7 +110,7 @@ def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
         calls = [_call(*rows[pa], pa, us, 0.5) for pa, us in points]
         return [int(r.accepted[0]) for r in batch(calls)] if calls else []
 
-    thresholds, below = _thresholds(paths, accepted, k)
+    thresholds, below = _thresholds(paths, accepted, k, rows)
     cells = _cells(paths, thresholds, below, k)
     shaped = accepted([(c[0], c[4]) for c in cells] + [(c[0], c[5]) for c in cells]) == [c[1] for c in cells] * 2
     laws = _terminal_laws(batch, rows, cells, tokens)
@@ -105,10 +126,11 @@ def chain_price(sampler, rig, k: int, tokens: bool) -> dict:
     return {**tv_figures(joint, target, k + 1), "expected_accepted": expected_accepted, "threshold_shaped": shaped}
 
 
-def _thresholds(paths: list, accepted, k: int) -> tuple[dict, dict]:
+def _thresholds(paths: list, accepted, k: int, rows: dict) -> tuple[dict, dict]:
     """Per draft path, each test's threshold on the grid and its side: a test passes on one side of its
     threshold, below it (U < t, the rule's reading) or at and above it (a sampler reading 1 - U), the side
-    it passes on at U = 0 with every earlier test passed. -> (thresholds, below: per path, per test)."""
+    it passes on at U = 0 with every earlier test passed. -> (thresholds, below: per path, per test).
+    ``rows``: per path, its (p rows, q rows), where the rule's own threshold is guessed first."""
     below: dict[tuple, list[bool]] = {pa: [] for pa, _ in paths}
 
     def earlier(pa, i: int) -> tuple:  # the first i uniforms, each inside its test's pass side
@@ -127,9 +149,26 @@ def _thresholds(paths: list, accepted, k: int) -> tuple[dict, dict]:
         at_zero = accepted([(pa, earlier(pa, i) + (0.0,) + (0.5,) * (k - i - 1)) for pa in live])
         for pa, a in zip(live, at_zero):
             below[pa].append(a > i)
-        for pa, t in zip(live, _bisect(live, passes_test(i))):
+        rule = [_rule_threshold(rows[pa][0][i][pa[i]], rows[pa][1][i][pa[i]]) for pa in live]
+        guesses = [t if below[pa][i] else None for pa, t in zip(live, rule)]
+        for pa, t in zip(live, _bisect(live, passes_test(i), guesses=guesses)):
             thresholds[pa].append(t)
     return thresholds, below
+
+
+def _rule_threshold(p_d: float, q_d: float) -> int:
+    """The first grid index where the token-wise rule refuses a draft (U < p(d) / q(d) keeps it), exactly."""
+    ratio = Fraction(p_d) / Fraction(q_d)
+    return GRID if ratio >= 1 else math.ceil(ratio * GRID)
+
+
+def _rule_end(weights: list[Fraction], token: int) -> int | None:
+    """The first grid index past ``token``'s interval of the inverse CDF of ``weights`` (any scale: the first
+    token whose running sum exceeds U times the total), exactly; None where it has no mass."""
+    total = sum(weights)
+    if total <= 0 or weights[token] <= 0:
+        return None
+    return math.ceil(sum(weights[: token + 1]) * GRID / total)
 
 
 def _cells(paths: list, thresholds: dict, below: dict, k: int) -> list[tuple]:
@@ -175,6 +214,12 @@ def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
         calls = [_call(*rows[cells[c][0]], cells[c][0], cells[c][3], m / GRID) for c, m in zip(items, ms)]
         return [int(r.terminal[0]) for r in batch(calls)]
 
+    def rule_law(c: int) -> list[Fraction]:  # the rule's terminal law at cell c: its residual, or its bonus row
+        pa, a = cells[c][0], cells[c][1]
+        p_rows, q_rows = rows[pa]
+        p = [Fraction(x) for x in p_rows[a]]
+        return [max(Fraction(0), x - Fraction(y)) for x, y in zip(p, q_rows[a])] if a < len(q_rows) else p
+
     laws: list[dict[int, float]] = [{} for _ in cells]
     start = {c: 0 for c in range(len(cells))}  # where each cell's next token interval begins
     while start:
@@ -184,6 +229,7 @@ def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
             live,
             lambda items, ms, here=here: [t == here[c] for c, t in zip(items, token_at(items, ms))],
             [start[c] + 1 for c in live],
+            [_rule_end(rule_law(c), here[c]) for c in live],
         )
         for c, end in zip(live, ends):
             laws[c][here[c]] = laws[c].get(here[c], 0.0) + (end - start[c]) / GRID
