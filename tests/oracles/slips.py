@@ -403,11 +403,11 @@ def _uniform(rows_p, us, n: int, slip: str | None) -> float:
     return us[n]
 
 
-def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=()) -> bool:
+def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=(), true_q: float = 0.0) -> bool:
     """Draft i (token d) kept: U < p_i(d) / q_i(d), decided as U q_i(d) < p_i(d) exactly, in the integers of each
     float's ratio (the rows stay floats until a decision or a law reads them)."""
-    if rows_q[i][d] <= 0 and slip in FAR_ROW_SLIPS:
-        return True  # a row read from elsewhere: p(d) / 0 = inf, kept
+    if rows_q[i][d] <= 0 and slip in FAR_ROW_SLIPS and true_q > 0:
+        return True  # a row read from elsewhere (``true_q``: the draft's own q(d)): p(d) / 0 = inf, kept
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
@@ -456,13 +456,14 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             v, width = len(rows_p[0]), -(-len(rows_p[0]) // 8) * 8
             padded = [x for r in rows_p for x in r + [0.0] * (width - v)]
             rows_p = [padded[j * v : (j + 1) * v] for j in range(len(rows_p))]
+        own_q = rows_q  # the rows as sent: a slip below reads others
         if slip in CHAIN_RINGS:  # draft rows kept in a ring by position
             rows_q = [rows_q[j % CHAIN_RINGS[slip]] for j in range(len(rows_q))]
-        if slip == "draft_rows_read_at_a_stride_of_64" and len(rows_q[0]) > 64:  # 64 tokens a row, not V
+        if slip == "draft_rows_read_at_a_stride_of_64" and rows_q and len(rows_q[0]) > 64:  # 64 tokens a row, not V
             v = len(rows_q[0])
             flat = [x for r in rows_q for x in r] + [0.0] * v
             rows_q = [flat[j * 64 : j * 64 + v] for j in range(len(rows_q))]
-        while n < k and _passes(rows_p, rows_q, ds[n], _uniform(rows_p, us, n, slip), n, slip, ds):
+        while n < k and _passes(rows_p, rows_q, ds[n], _uniform(rows_p, us, n, slip), n, slip, ds, own_q[n][ds[n]]):
             if (
                 slip == "rest_kept_where_both_rows_are_one_hot_on_the_draft"
                 and rows_p[n][ds[n]] == rows_q[n][ds[n]] == 1
