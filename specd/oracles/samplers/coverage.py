@@ -148,15 +148,17 @@ WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
 FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
 
 
-# A round decided on its first row (greedy where p_1 is a point mass, every draft kept where p_1 = q_1): the
-# tables equal_first_row and point_mass_first_row, whose later rows are the seed's, at a chain of two (V = 3) and
-# the tree 1,2 (V = 4), two levels past the root. Each such path passed every table whose rows were all alike.
 # One token refused at two levels of a path under equal target rows, each time against another draft row (a
 # residual memoized by what is left of p' and the token, its q' forgotten): a younger sibling with a child, at
 # V = 4 on repeated_target alone (the target's first row at every row), where the root's elder child and the
 # younger one's child can be the same token, both refused. The seed's rows never repeat, and on draft_far_below's
 # flat rows no path of seed 0 refused one token twice (a helper's sampler passed every size).
 REPEATED_ROWS_TREE = (4, "[[0],[1],[1,0]]", "repeated_target")
+
+
+# A round decided on its first row (greedy where p_1 is a point mass, every draft kept where p_1 = q_1): the
+# tables equal_first_row and point_mass_first_row, whose later rows are the seed's, at a chain of two (V = 3) and
+# the tree 1,2 (V = 4), two levels past the root. Each such path passed every table whose rows were all alike.
 FIRST_ROW = ("equal_first_row", "point_mass_first_row")
 FIRST_ROW_CHAIN, FIRST_ROW_TREE = (3, 2), (4, "1,2")
 
