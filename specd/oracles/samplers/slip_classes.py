@@ -179,8 +179,8 @@ FAR_DEPTH = 8  # a round this deep at V = WIDE_VOCAB shows a row read up to 7 pl
 def _far_rows(vocab: int, depth: int) -> str | None:
     if depth < FAR_DEPTH or vocab <= 64:
         return (
-            f"a round {depth} deep at V = {vocab}: a row read from {FAR_DEPTH - 1} places back (row buffers kept in "
-            f"a ring) shows only {FAR_DEPTH} deep, one read at a stride of 64 tokens only past V = 64"
+            f"a round {depth} deep at V = {vocab}: row buffers kept in a ring of up to {FAR_DEPTH - 1} show only "
+            f"{FAR_DEPTH} deep, rows read at a stride of 64 tokens only past V = 64"
         )
     return None
 
