@@ -88,7 +88,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             near_one = near_one or flat_q  # "no draft law": nothing to test against
             near_one = near_one or (den == 0 and slip in FAR_ROW_SLIPS)  # a row read from elsewhere: p' / 0 = inf
             if near_one or (
-                u.node(key) <= num / den if slip == "accepts_at_u_equal_to_the_ratio" else u.node(key) < num / den
+                u.node(key) <= num / den if _at_or_below(slip, len(path), order.index(c)) else u.node(key) < num / den
             ):
                 younger = younger or last is not None
                 path.append(c)
@@ -146,7 +146,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
                 return path, u.draw(left, key=("node", last))
-            if slip == "draws_at_u_at_or_below_the_running_sum":
+            deep = slip == "draws_at_u_at_or_below_the_running_sum_from_the_fourth_level" and len(path) >= 3
+            if slip == "draws_at_u_at_or_below_the_running_sum" or deep:
                 return path, _draw_at_or_below(left, u.terminal())
             return path, u.draw(left)
 
@@ -180,6 +181,16 @@ def _fast_path(slip: str, left: list, row, tokens, order):
     if slip == "first_child_kept_when_rows_allclose" and close:  # torch.allclose's defaults
         return order[0], None
     return None
+
+
+def _at_or_below(slip: str | None, depth: int, rank: int) -> bool:
+    """Whether a child's test reads U <= p'/q' (a slip) rather than U < p'/q': everywhere, or only at the third
+    level (``depth``: nodes accepted above it) or from a node's third child (``rank``: its place among them)."""
+    return (
+        slip == "accepts_at_u_equal_to_the_ratio"
+        or (slip == "accepts_at_u_equal_to_the_ratio_from_the_third_level" and depth >= 2)
+        or (slip == "accepts_at_u_equal_to_the_ratio_from_the_third_child" and rank >= 2)
+    )
 
 
 def _draw_at_or_below(law: list, unit) -> int:
@@ -303,6 +314,12 @@ TREE_LATER_SLIPS = {
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where p' is within 1e-5 of a point mass",
     "first_child_kept_when_rows_allclose": "the first child kept untested where p' and q' are allclose (rtol 1e-5)",
     "accepts_at_u_equal_to_the_ratio": "a child kept when U <= p'(d) / q'(d): at U = 0 a child of target mass 0",
+    # each passed before zero_target_mass ran on the trees 1,1,1 and 3 (a helper's)
+    "accepts_at_u_equal_to_the_ratio_from_the_third_level": "from the third level on, a child kept when U <= p'/q'",
+    "accepts_at_u_equal_to_the_ratio_from_the_third_child": "from a node's third child on, a child kept when "
+    "U <= p'/q'",
+    "draws_at_u_at_or_below_the_running_sum_from_the_fourth_level": "after three accepted nodes, the terminal the "
+    "first token whose running sum is at or above U",
     "draws_at_u_at_or_below_the_running_sum": "the terminal the first token whose running sum is at or above U: "
     "at U = 0 a leading token of no mass",
 }
@@ -424,6 +441,8 @@ def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=(), t
         if d == max(range(len(row)), key=lambda x: (row[x], -x)):
             return True
     (a, b), (c, e), (f, g) = (float(x).as_integer_ratio() for x in (u, q_d, row[d]))
+    if slip == "kept_at_u_equal_to_the_ratio_past_the_first_draft" and i >= 1:
+        return a * c * g <= f * b * e  # u q(d) <= p(d): at U = 0 a draft of no target mass kept
     return a * c * g < f * b * e  # u q(d) < p(d), exactly: (a / b) (c / e) < f / g
 
 
@@ -515,6 +534,9 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             whole = len(law) - len(law) % 8
             law = law[:whole] + [Fraction(0)] * (len(law) - whole) if sum(law[:whole]) > 0 else law
         accepted.append(n)
+        if slip == "bonus_drawn_at_or_below_the_running_sum_after_two_drafts" and n == k >= 2:
+            terminal.append(_draw_at_or_below(law, u))  # the first token whose running sum is >= U times the total
+            continue
         terminal.append(_draw(law, u))
     return torch.tensor(accepted, dtype=torch.int64), torch.tensor(terminal, dtype=torch.int64)
 
@@ -830,8 +852,17 @@ CHAIN_FAR_ROW_SLIPS = {
     "tested against the first one's row",
 }
 CHAIN_RINGS = {"draft_rows_in_a_ring_of_three": 3, "draft_rows_in_a_ring_of_seven": 7}
+# Each is wrong only at a uniform of exactly 0 past the first draft (a point: the exact enumeration cannot see it),
+# and passed before zero_target_mass probed the second and third drafts and a terminal after them (a helper's).
+CHAIN_EDGE_SLIPS = {
+    "kept_at_u_equal_to_the_ratio_past_the_first_draft": "from the second draft on, a draft kept when U <= p(d)/q(d): "
+    "at U = 0 one of no target mass",
+    "bonus_drawn_at_or_below_the_running_sum_after_two_drafts": "after two drafts or more all kept, the bonus the "
+    "first token whose running sum is at or above U times the total: at U = 0 a leading token of no mass",
+}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
+    CHAIN_EDGE_SLIPS,
     CHAIN_FAR_ROW_SLIPS,
     CHAIN_SLIPS,
     CHAIN_DEEP_SLIPS,

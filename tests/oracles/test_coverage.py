@@ -17,7 +17,7 @@ from specd.oracles.samplers.checks import Call, call_tensors, mixed_tensors, ret
 from specd.oracles.samplers.counterexample import minimal_counterexample
 from specd.oracles.samplers.coverage import FOURTH_SIBLING, Case, chain_cases, slips_covered, tree_cases
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
-from specd.oracles.samplers.degenerate import batch_rows
+from specd.oracles.samplers.degenerate import batch_rows, zero_target_mass
 from specd.oracles.samplers.edges import check_dtype_edges
 from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.slip_classes import WIDE_VOCAB
@@ -815,6 +815,17 @@ def test_a_chain_path_for_a_flat_row_fails(name, vocab, k):
     draft law): each passed every table (helpers' samplers), none of whose rows was flat. draft_far_below's
     target is flat from a round's second row on (the draft far from it), target_top_half's draft at every other."""
     assert chain_check(getattr(slips, f"chain_{name}"), vocab, k).passed is False
+
+
+@pytest.mark.parametrize("name", list(slips.CHAIN_EDGE_SLIPS))
+def test_a_chain_slip_at_a_uniform_of_zero_past_the_first_draft_fails(name):
+    """Wrong only at U = 0 past the first draft (a test U <= p/q; a bonus taking the first running sum >= U):
+    zero_target_mass now probes the second and third drafts and a terminal after them. It probed the first
+    draft alone, and each passed (a helper's samplers)."""
+    sampler = as_sampler(getattr(slips, f"chain_{name}"))
+    check = zero_target_mass(sampler, returns_tokens(sampler))
+    assert check.passed is False and check.figures["accepted_at"] == [] and check.figures["later"]
+    assert set(check.findings) <= {"u_zero_accepts_p_zero", "zero_mass_emitted"} and check.findings
 
 
 @pytest.mark.parametrize("name", list(slips.CHAIN_FAR_ROW_SLIPS))

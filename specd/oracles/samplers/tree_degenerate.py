@@ -3,11 +3,11 @@ one check each:
 
 - ``no_nodes``: a round without drafts: no path, and the terminal drawn from the root's row.
 - ``zero_target_mass``: rounds whose drafts include tokens the target gives no mass (p = 0 < q) and
-  whose rows start with such a token, run once with every uniform at 0 and once just below 1 (the
-  protocol's uniforms lie on [0, 1): a test U < p'/q' refuses p' = 0 at U = 0, and the first token of
-  an inverse CDF is drawn there only if it has mass): nothing emitted may have target probability 0,
-  and nothing may raise (a run can draw these rounds). The exact enumeration cannot see this (a single
-  point of the uniforms has probability 0).
+  whose rows start with such a token, on the trees 1,2, 1,1,1 and 3 (``ZERO_MASS_TREES``), run once with
+  every uniform at 0 and once just below 1 (the protocol's uniforms lie on [0, 1): a test U < p'/q'
+  refuses p' = 0 at U = 0, and the first token of an inverse CDF is drawn there only if it has mass):
+  nothing emitted may have target probability 0, and nothing may raise (a run can draw these rounds).
+  The exact enumeration cannot see this (a single point of the uniforms has probability 0).
 """
 
 from __future__ import annotations
@@ -54,21 +54,24 @@ def check_no_nodes(sampler: TreeSamplerUnderTest) -> Check:
 # draft of either has p = 0 < q, and each refusal's residual starts with a token of no mass), and the
 # uniforms that probe it: 0, and the largest below 1 (1 - 2^-53).
 ZERO_MASS_P, ZERO_MASS_Q = (0.0, 0.4, 0.0, 0.6), (0.3, 0.3, 0.4, 0.0)
-ZERO_MASS_TREE, EDGE_UNIFORMS = "1,2", (0.0, 1 - 2**-53)
+# The trees: siblings below the root (1,2), a third level (1,1,1) and a third sibling (3): a test U <= p'/q' or a
+# draw that takes the first running sum >= U placed at the third level or the third child only passed 1,2.
+ZERO_MASS_TREES, EDGE_UNIFORMS = ("1,2", "1,1,1", "3"), (0.0, 1 - 2**-53)
 
 
 def check_zero_mass(sampler, drawings) -> Check:
     """``zero_target_mass`` (module docstring), over the trees ``drawings`` draw on the table: the
     constructions the sampler answered in the exact check (one it refused there is not passed here), so a
     sampler that raises on one of these rounds fails: the rounds are ones a run can draw."""
-    shape, wrong, findings, checked = parse_tree(ZERO_MASS_TREE), [], set(), 0
-    for drawing in drawings:
+    wrong, findings, checked = [], set(), 0
+    for drawing, spec in ((d, spec) for d in drawings for spec in ZERO_MASS_TREES):
+        shape = parse_tree(spec)
         rounds = draft_trees(shape, drawing, lambda _: list(ZERO_MASS_P), lambda _: list(ZERO_MASS_Q), ())
         for value in EDGE_UNIFORMS:
             try:
                 laws = round_laws(sampler, [replace(r, uniforms_at=value) for r in rounds])
             except SamplerFailed as err:
-                detail = f"{drawing}, every uniform at {value}: {err}"
+                detail = f"{drawing} tree {spec}, every uniform at {value}: {err}"
                 return Check("zero_target_mass", False, {}, detail, [err.finding])
             checked += len(rounds)
             for rnd, (law, _, _, _) in zip(rounds, laws):
@@ -76,7 +79,8 @@ def check_zero_mass(sampler, drawings) -> Check:
                     if finding := _zero_mass_finding(emitted, value):
                         findings.add(finding)
                         wrong.append(
-                            f"{drawing} tree {list(rnd.tree.tokens)}, uniforms at {value}: emitted {list(emitted)}"
+                            f"{drawing} tree {spec} {list(rnd.tree.tokens)}, uniforms at {value}: "
+                            f"emitted {list(emitted)}"
                         )
     if not drawings:
         return Check("zero_target_mass", None, {}, f"{NOT_APPLICABLE}the sampler refuses every construction asked")
