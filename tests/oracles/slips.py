@@ -379,6 +379,7 @@ TREE_FAR_ROW_SLIPS = {
     "draft_rows_read_at_a_stride_of_64": "where V > 64, the draft's rows read 64 tokens apart (a block's stride), "
     "not V: every row after the root's shifted",
 }
+# ring slips, chain and tree, by name -> the ring's size
 RINGS = {"draft_rows_in_a_ring_of_three": 3, "draft_rows_in_a_ring_of_four": 4, "draft_rows_in_a_ring_of_seven": 7}
 TREE_SLIP_SETS = (
     TREE_FAR_ROW_SLIPS,
@@ -476,8 +477,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             padded = [x for r in rows_p for x in r + [0.0] * (width - v)]
             rows_p = [padded[j * v : (j + 1) * v] for j in range(len(rows_p))]
         own_q = rows_q  # the rows as sent: a slip below reads others
-        if slip in CHAIN_RINGS:  # draft rows kept in a ring by position
-            rows_q = [rows_q[j % CHAIN_RINGS[slip]] for j in range(len(rows_q))]
+        if slip in RINGS:  # draft rows kept in a ring by position
+            rows_q = [rows_q[j % RINGS[slip]] for j in range(len(rows_q))]
         if slip == "draft_rows_read_at_a_stride_of_64" and rows_q and len(rows_q[0]) > 64:  # 64 tokens a row, not V
             v = len(rows_q[0])
             flat = [x for r in rows_q for x in r] + [0.0] * v
@@ -851,7 +852,6 @@ CHAIN_FAR_ROW_SLIPS = {
     "draft_rows_in_a_ring_of_seven": "the draft's rows kept in a ring of seven by position: the eighth draft is "
     "tested against the first one's row",
 }
-CHAIN_RINGS = {"draft_rows_in_a_ring_of_three": 3, "draft_rows_in_a_ring_of_seven": 7}
 # Each is wrong only at a uniform of exactly 0 past the first draft (a point: the exact enumeration cannot see it),
 # and passed before zero_target_mass probed the second and third drafts and a terminal after them (a helper's).
 CHAIN_EDGE_SLIPS = {

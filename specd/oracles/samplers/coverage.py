@@ -200,7 +200,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
             out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
     far_vocab, far_depth, far_kind = FAR_ROWS_CASE
-    far = (far_vocab, ",".join(["1"] * far_depth), far_kind)
+    far = (far_vocab, TreeShape.chain(far_depth).spec, far_kind)
     made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, far, REPEATED_ROWS_TREE] + first_row
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
@@ -246,7 +246,7 @@ def _with_deep(out: list[Case], cfg: OracleConfig, depth: int, shape: TreeShape 
     if depth < 4:
         return out
     k = min(depth, DEEP_MAX)
-    tree = parse_tree(",".join(["1"] * k)) if shape is not None else None
+    tree = TreeShape.chain(k) if shape is not None else None
     return _beside(out, Case(DEEP_VOCAB, k, tree, (_made(cfg, DEEP_VOCAB, k, DEEP_TABLE),)))
 
 

@@ -66,16 +66,24 @@ def zero_target_mass(sampler: SamplerUnderTest, tokens: bool) -> Check:
     law starts with a token of no mass (a bonus after two accepted drafts, a correction after one) must not
     be that token at U = 0. (A slip placed past the first draft, a test U <= p/q or an inverse CDF that
     takes the first running sum >= U, passed when only the first was probed.)"""
-    accepted_at = []
-    for u in EDGES:
-        o = _single(sampler, [ZERO_P, [0.3, 0.3, 0.4]], [ZERO_Q], [1], [u], 0.5)
-        if isinstance(o, Exception):
-            accepted_at.append(f"raised at U={u}: {_raised(o)}")
-        elif o.accepted[0] != 0:
-            accepted_at.append(u)
-    later, findings = _later_zero_mass(sampler)
+    accepted_at, later, findings = [], [], set()
+    for j in (0, 1, 2):  # the draft of no target mass at position j + 1, after j sure acceptances
+        for u in EDGES:
+            o = _single(
+                sampler, [SURE] * j + [ZERO_P, SURE], [SURE] * j + [ZERO_Q], [1] * (j + 1), [0.5] * j + [u], 0.5
+            )
+            if j == 0 and isinstance(o, Exception):
+                accepted_at.append(f"raised at U={u}: {_raised(o)}")
+            elif j == 0 and o.accepted[0] != 0:
+                accepted_at.append(u)
+            elif isinstance(o, Exception):
+                later.append(f"draft {j + 1}, U={u}: raised {_raised(o)}")
+            elif o.accepted[0] != j:
+                later.append(f"draft {j + 1} (p(d) = 0) at U={u}: {int(o.accepted[0])} kept, the rule keeps {j}")
+                findings.add("u_zero_accepts_p_zero" if u == 0.0 else "p_zero_accepted")
     if accepted_at:
         findings.add("u_zero_accepts_p_zero" if 0.0 in accepted_at else "p_zero_accepted")
+    later += _zero_mass_terminals(sampler, findings)
     return Check(
         "zero_target_mass",
         not accepted_at and not later,
@@ -86,20 +94,11 @@ def zero_target_mass(sampler: SamplerUnderTest, tokens: bool) -> Check:
     )
 
 
-def _later_zero_mass(sampler: SamplerUnderTest) -> tuple[list[str], set[str]]:
-    """``zero_target_mass``'s probes past a round's first draft -> (what went wrong, its findings)."""
-    wrong, findings = [], set()
-    for j in (1, 2):  # the draft of no target mass at position j + 1, after j sure acceptances
-        for u in EDGES:
-            o = _single(
-                sampler, [SURE] * j + [ZERO_P, SURE], [SURE] * j + [ZERO_Q], [1] * (j + 1), [0.5] * j + [u], 0.5
-            )
-            if isinstance(o, Exception):
-                wrong.append(f"draft {j + 1}, U={u}: raised {_raised(o)}")
-            elif o.accepted[0] != j:
-                wrong.append(f"draft {j + 1} (p(d) = 0) at U={u}: {int(o.accepted[0])} kept, the rule keeps {j}")
-                findings.add("u_zero_accepts_p_zero" if u == 0.0 else "p_zero_accepted")
-    # the bonus after two accepted drafts, and a correction after one ([p - q]_+ = [0, 0.1, 0.3]), at U = 0
+def _zero_mass_terminals(sampler: SamplerUnderTest, findings: set[str]) -> list[str]:
+    """``zero_target_mass``'s terminals at U = 0 whose law starts with a token of no mass: the bonus after two
+    accepted drafts, and a correction after one ([p - q]_+ = [0, 0.1, 0.3]) -> what went wrong (its findings
+    added to ``findings``)."""
+    wrong = []
     bonus = ([SURE, SURE, [0.0, 0.5, 0.5]], [SURE, SURE], [1, 1], [0.5, 0.5], 2)
     correction = ([SURE, [0.2, 0.3, 0.5], SURE], [SURE, [0.6, 0.2, 0.2]], [1, 0], [0.5, U_MAX], 1)
     for what, (p, q, drafts, accept_u, kept) in (("bonus", bonus), ("correction", correction)):
@@ -111,7 +110,14 @@ def _later_zero_mass(sampler: SamplerUnderTest) -> tuple[list[str], set[str]]:
         elif _drew_token_zero(o):
             wrong.append(f"{what} at U = 0 drew token 0, which has no mass in its law")
             findings.add("zero_mass_emitted")
-    return wrong, findings
+    return wrong
+
+
+def _drew_token_zero(result) -> bool:
+    """The terminal is token 0 (a sampler returning tokens), or its law gives token 0 mass (one returning laws)."""
+    if result.terminal is not None:
+        return int(result.terminal[0]) == 0
+    return result.terminal_rows is not None and float(result.terminal_rows[0][0]) > 0
 
 
 def equal_rows(sampler: SamplerUnderTest, tokens: bool) -> Check:
@@ -251,10 +257,3 @@ def batch_rows(sampler: SamplerUnderTest, tokens: bool) -> Check:
 
 
 CASES = (impossible_draft, zero_target_mass, equal_rows, disjoint_supports, k_zero_row, batch_of_two, batch_rows)
-
-
-def _drew_token_zero(result) -> bool:
-    """The terminal is token 0 (a sampler returning tokens), or its law gives token 0 mass (one returning laws)."""
-    if result.terminal is not None:
-        return int(result.terminal[0]) == 0
-    return result.terminal_rows is not None and float(result.terminal_rows[0][0]) > 0

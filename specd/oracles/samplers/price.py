@@ -220,6 +220,7 @@ def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
         p = [Fraction(x) for x in p_rows[a]]
         return [max(Fraction(0), x - Fraction(y)) for x, y in zip(p, q_rows[a])] if a < len(q_rows) else p
 
+    rule_laws = [rule_law(c) for c in range(len(cells))]
     laws: list[dict[int, float]] = [{} for _ in cells]
     start = {c: 0 for c in range(len(cells))}  # where each cell's next token interval begins
     while start:
@@ -229,7 +230,7 @@ def _terminal_laws(batch, rows, cells, tokens: bool) -> list[dict[int, float]]:
             live,
             lambda items, ms, here=here: [t == here[c] for c, t in zip(items, token_at(items, ms))],
             [start[c] + 1 for c in live],
-            [_rule_end(rule_law(c), here[c]) for c in live],
+            [_rule_end(rule_laws[c], here[c]) for c in live],
         )
         for c, end in zip(live, ends):
             laws[c][here[c]] = laws[c].get(here[c], 0.0) + (end - start[c]) / GRID

@@ -287,7 +287,7 @@ SLIPS = (
         "far_rows",
         FAR_ROWS_WHAT,
         lambda vocab, shape: _far_rows(vocab, shape.depth),
-        lambda w: f"--tree {','.join(['1'] * FAR_DEPTH)} --vocab {WIDE_VOCAB}",
+        lambda w: f"--tree {TreeShape.chain(FAR_DEPTH).spec} --vocab {WIDE_VOCAB}",
     ),
 )
 

@@ -242,7 +242,7 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         return (point, list(point)) if position == 0 else (p, q)
     if kind == "sparse_rows":
         return _sparse(v, rng, position)
-    if kind in SHAPED:
+    if kind == "draft_apart":
         return _apart(v, rng)
     if kind in SMALL_VALUES:
         return _small_values(kind, p, q, rng)
