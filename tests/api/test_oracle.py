@@ -79,6 +79,8 @@ def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size(
         "middle_draft",
         "top_k_correction",
         "wide_vocabulary",
+        "tail_of_one",
+        "tail_of_two",
         "far_rows",
     ]
     assert exact.document["coverage"]["claim"].startswith("exact on 13 tables at V = 2; K = 1; not shown")
@@ -86,9 +88,9 @@ def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size(
     assert (
         tree.passed
         and tree.document["coverage"]["claim"]
-        == 'exact on 71 tables at V = 3, 4, 5, 16, 71; trees "rank:2" (V = 3), "2" (V = 5), "1,2" (V = 4, 5), '
+        == 'exact on 73 tables at V = 3, 4, 5, 16, 65, 66, 71; trees "rank:2" (V = 3), "2" (V = 5), "1,2" (V = 4, 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16, 71), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
+        '"1,1,1,1" (V = 3), "1" (V = 16, 65, 66, 71), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
         '"1,1,1,1,1,1,1,1" (V = 71), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4, 8'
     )
 

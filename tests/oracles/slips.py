@@ -142,6 +142,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8:  # the tail block dropped
                 whole = len(left) - len(left) % 8
                 left = left[:whole] + [0.0] * (len(left) - whole) if sum(left[:whole]) > 0 else left
+            left = _tail_dropped(slip, left)
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -149,6 +150,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             deep = slip == "draws_at_u_at_or_below_the_running_sum_from_the_fourth_level" and len(path) >= 3
             if slip == "draws_at_u_at_or_below_the_running_sum" or deep:
                 return path, _draw_at_or_below(left, u.terminal())
+            if slip == "bonus_drawn_at_u_not_times_the_total" and last is None:
+                return path, _draw_at_u(left, u.terminal())
             return path, u.draw(left)
 
 
@@ -202,6 +205,32 @@ def _draw_at_or_below(law: list, unit) -> int:
         if unit <= below / total:
             return x
     return len(law) - 1
+
+
+def _draw_at_u(law: list, unit) -> int:
+    """An inverse CDF that takes the row's total for 1: the first token of mass whose running sum exceeds U
+    (not U times the total), else the last token of mass."""
+    below = 0 * law[0]
+    for x, w in enumerate(law):
+        below += w
+        if w > 0 and unit < below:
+            return x
+    return max(x for x, w in enumerate(law) if w > 0)
+
+
+# Where V > 4 leaves a tail of one token (two) after blocks of four: that tail dropped, where the rest has mass.
+TAILS = {
+    "terminal_over_blocks_of_four_a_tail_of_one_dropped": 1,
+    "terminal_over_blocks_of_four_a_tail_of_two_dropped": 2,
+}
+
+
+def _tail_dropped(slip: str | None, law: list) -> list:
+    """``law`` as the slip ``slip`` of TAILS cuts it (or as it is)."""
+    tail = TAILS.get(slip or "")
+    if tail is None or len(law) <= 4 or len(law) % 4 != tail or sum(law[:-tail]) == 0:
+        return law
+    return law[:-tail] + [0 * law[0]] * tail
 
 
 def _top(law: list, keep: int = 2) -> list:
@@ -349,6 +378,16 @@ TREE_WIDE_VOCAB_SLIPS = {
     "terminal_over_whole_blocks_of_eight": "the terminal drawn over whole blocks of eight tokens (V >= 8): the tail "
     "block of V % 8 tokens dropped, where the rest has mass (shows where 8 does not divide V: 71)",
 }
+# Each passed every size before a terminal drawn past V = 64 with a tail of one token and of two after blocks of 4
+# to 64 (V = 65, 66), or a bonus row whose weights do not sum to 1 (bonus_row_total): a helper's.
+TREE_TAIL_SLIPS = {
+    "terminal_over_blocks_of_four_a_tail_of_one_dropped": "the terminal drawn over whole blocks of four tokens "
+    "where V % 4 = 1 (V > 4): the last token dropped, where the rest has mass",
+    "terminal_over_blocks_of_four_a_tail_of_two_dropped": "the terminal drawn over whole blocks of four tokens "
+    "where V % 4 = 2 (V > 4): the last two tokens dropped, where the rest has mass",
+    "bonus_drawn_at_u_not_times_the_total": "the bonus the first token whose running sum exceeds U, its row's "
+    "total taken for 1",
+}
 TREE_FIRST_ROW_SLIPS = {
     "greedy_where_the_root_rows_are_both_point_masses": "the tree walked greedily where the root's target and draft "
     "rows are both point masses (a greedy request's processors leave them so; a third helper's)",
@@ -392,6 +431,7 @@ TREE_SLIP_SETS = (
     TREE_GRID_SLIPS,
     TREE_FIRST_ROW_SLIPS,
     TREE_WIDE_VOCAB_SLIPS,
+    TREE_TAIL_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -518,6 +558,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             kept = [w if x < 4 else Fraction(0) for x, w in enumerate(law)]  # a scratch buffer of four tokens
             if slip == "correction_ids_below_four_after_an_accepted_draft" and n >= 1 and sum(kept) > 0:
                 law = kept
+            if slip == "correction_from_the_target_at_k_five" and k == 5:
+                law = _exact(rows_p[n])
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
                 law = _exact(rows_p[n])
             if slip == "correction_memoized_by_the_target_row":  # the first drafted row with this p's residual
@@ -534,7 +576,11 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
         if slip == "terminal_over_whole_blocks_of_eight" and len(law) >= 8:  # the tail block dropped
             whole = len(law) - len(law) % 8
             law = law[:whole] + [Fraction(0)] * (len(law) - whole) if sum(law[:whole]) > 0 else law
+        law = _tail_dropped(slip, law)
         accepted.append(n)
+        if slip == "bonus_drawn_at_u_not_times_the_total" and n == k:
+            terminal.append(_draw_at_u(law, Fraction(u)))
+            continue
         if slip == "bonus_drawn_at_or_below_the_running_sum_after_two_drafts" and n == k >= 2:
             terminal.append(_draw_at_or_below(law, u))  # the first token whose running sum is >= U times the total
             continue
@@ -860,8 +906,24 @@ CHAIN_EDGE_SLIPS = {
     "bonus_drawn_at_or_below_the_running_sum_after_two_drafts": "after two drafts or more all kept, the bonus the "
     "first token whose running sum is at or above U times the total: at U = 0 a leading token of no mass",
 }
+# Each passed every size before V = 65 and 66 (a tail of one token and of two after blocks of 4 to 64) and every K
+# from 1 to 8 (a helper's).
+CHAIN_SIZE_SLIPS = {
+    "terminal_over_blocks_of_four_a_tail_of_one_dropped": TREE_TAIL_SLIPS[
+        "terminal_over_blocks_of_four_a_tail_of_one_dropped"
+    ],
+    "terminal_over_blocks_of_four_a_tail_of_two_dropped": TREE_TAIL_SLIPS[
+        "terminal_over_blocks_of_four_a_tail_of_two_dropped"
+    ],
+    "correction_from_the_target_at_k_five": "in a row of five drafts (a branch kept for K = 5), the correction drawn "
+    "from the target's row",
+}
+# Passed every table (their rows sum to 1) before dtype_edges' bonus row summing to 255/256 (a helper's).
+CHAIN_TOTAL_SLIPS = {"bonus_drawn_at_u_not_times_the_total": TREE_TAIL_SLIPS["bonus_drawn_at_u_not_times_the_total"]}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
+    CHAIN_SIZE_SLIPS,
+    CHAIN_TOTAL_SLIPS,
     CHAIN_EDGE_SLIPS,
     CHAIN_FAR_ROW_SLIPS,
     CHAIN_SLIPS,

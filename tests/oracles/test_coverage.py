@@ -23,7 +23,7 @@ from specd.oracles.samplers.protocol import as_sampler
 from specd.oracles.samplers.slip_classes import WIDE_VOCAB
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, adversarial, reshape, seeded, tables
 from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
-from specd.oracles.samplers.tree_degenerate import check_zero_mass
+from specd.oracles.samplers.tree_degenerate import check_bonus_total, check_zero_mass
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
 from tests.helpers import run_cli
 from tests.oracles import slips
@@ -126,7 +126,7 @@ def test_a_slip_only_a_third_sibling_shows_is_caught_under_a_tree_of_two():
 @pytest.mark.parametrize("name", ["exact_floats", "exact_law", "exact_one_coin"])
 def test_correct_tree_samplers_written_differently_pass_every_construction(name):
     assert verdicts(tree(name), "2,1", 3, stop=False) == dict.fromkeys(DRAWINGS, True)
-    assert check_zero_mass(tree(name), DRAWINGS).passed
+    assert check_zero_mass(tree(name), DRAWINGS).passed and check_bonus_total(tree(name), DRAWINGS).passed
 
 
 @pytest.mark.parametrize("name", list(slips.TREE_LATER_SLIPS))
@@ -185,6 +185,8 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "top_k_correction",
         "fourth_sibling",
         "wide_vocabulary",
+        "tail_of_one",
+        "tail_of_two",
         "far_rows",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
@@ -235,9 +237,9 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 8
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 10
     hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction, "
-    hidden += "wide_vocabulary, far_rows"
+    hidden += "wide_vocabulary, tail_of_one, tail_of_two, far_rows"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -403,8 +405,9 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    assert doc["passed"] and doc["coverage"]["claim"] == "exact on 55 tables at V = 2, 3, 4, 16, 71; K = 1, 2, 3, 8"
-    assert doc["checks"][0]["figures"]["tables"] == 55
+    claim = "exact on 61 tables at V = 2, 3, 4, 16, 65, 66, 71; K = 1, 2, 3, 4, 5, 6, 7, 8"
+    assert doc["passed"] and doc["coverage"]["claim"] == claim
+    assert doc["checks"][0]["figures"]["tables"] == 61
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -475,6 +478,42 @@ def test_a_tree_terminal_drawn_over_one_warps_tokens_fails(name):
     """Exact wherever V <= 32; the tree 1 at V = 71 (on draft_point_mass) shows it."""
     assert False in verdicts(tree(name), "2,2", 3).values()
     assert verdicts(tree(name), "2,2", 3, exact_size=True) == dict.fromkeys(DRAWINGS, True)
+
+
+@pytest.mark.parametrize("name", [n for n in slips.TREE_TAIL_SLIPS if "tail" in n])
+def test_a_tree_terminal_dropping_a_blocks_tail_fails(name):
+    """A law cut into blocks of four whose tail of one token (two) is dropped: V = 5 shows the first, no tree
+    size had V % 4 = 2 past 4 (a helper's passed); the tree 1 at V = 65 and 66 shows both, and --exact-size
+    at V = 3 says so."""
+    assert False in verdicts(tree(name), "2,2", 3).values()
+    assert verdicts(tree(name), "2,2", 3, exact_size=True) == dict.fromkeys(DRAWINGS, True)
+    doc = run_sampler_oracle(OracleConfig(vocab=3, rule="maximal"), slips.exact_floats, tree="1", exact_size=True)
+    hidden = {s["slip"]: s["detail"] for s in doc["coverage"]["slips"] if not s["shown"]}
+    assert "shown at --tree 1 --vocab 65" in hidden["tail_of_one"] and "--vocab 66" in hidden["tail_of_two"]
+
+
+def test_a_bonus_drawn_at_u_not_times_its_rows_total_fails_and_correct_ones_pass():
+    """Every table's rows sum to 1, where a draw at U alone is exact (a helper's passed): bonus_row_total's bonus
+    row sums to 255/256, for a chain dtype_edges' last row. The correct samplers pass both."""
+    assert check_bonus_total(tree("bonus_drawn_at_u_not_times_the_total"), DRAWINGS).passed is False
+    chain = as_sampler(slips.chain_bonus_drawn_at_u_not_times_the_total)
+    assert check_dtype_edges(chain, True).passed is False
+    exact = as_sampler(slips.chain_exact)
+    assert check_dtype_edges(exact, True).passed and check_bonus_total(tree("exact_floats"), ("sampled",)).passed
+
+
+@pytest.mark.parametrize(
+    "name, case",
+    [
+        ("terminal_over_blocks_of_four_a_tail_of_one_dropped", "V = 65, K = 1"),
+        ("terminal_over_blocks_of_four_a_tail_of_two_dropped", "V = 66, K = 1"),
+        ("correction_from_the_target_at_k_five", "V = 3, K = 5"),
+    ],
+)
+def test_a_chain_slip_of_one_vocabulary_tail_or_one_k_fails_where_it_shows(name, case):
+    """No chain size had V % 4 = 1 or 2 past 4, nor K = 5 (shown only where --k 5 was named): a helper's passed."""
+    check = chain_check(getattr(slips, f"chain_{name}"), 2, 3)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == case
 
 
 def test_a_path_kept_for_batches_of_a_power_of_two_from_64_fails_and_says_its_answers_depend_on_the_batch():
@@ -624,6 +663,8 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (5, "4", 1),  # draft_apart
         (16, "1,1", 1),  # draft_point_mass
         (71, "1", 1),  # draft_point_mass: wider than a warp or a wavefront
+        (65, "1", 1),  # draft_point_mass: a tail of one token after blocks of 4 to 64
+        (66, "1", 1),  # and of two
         (71, "1,1,1,1,1,1,1,1", 1),  # sparse_rows: a row read from another level's place
         (4, "1,2", 4),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
@@ -664,9 +705,9 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 71 tables at V = 2, 3, 4, 5, 16, 71; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 73 tables at V = 2, 3, 4, 5, 16, 65, 66, 71; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16, 71), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
+        '"1,1,1,1" (V = 3), "1" (V = 16, 65, 66, 71), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
         '"1,1,1,1,1,1,1,1" (V = 71), "[[0],[0,0],[1]]" (V = 3); K = 1, 2, 3, 4, 8'
         in out
     )

@@ -115,7 +115,8 @@ def exact_tree_sampler(tokens, parents, depths, p, q, drawn, u):
 def test_an_independent_correct_sampler_passes_every_construction():
     report = run_tree("2,1", exact_tree_sampler, vocab=3)
     assert report["passed"], report["checks"]
-    assert [c["passed"] for c in report["checks"]] == [True] * 6  # four constructions, no_nodes, zero_target_mass
+    # four constructions, no_nodes, zero_target_mass, bonus_row_total
+    assert [c["passed"] for c in report["checks"]] == [True] * 7
 
 
 def test_a_sampler_returning_numpy_integers_passes_as_itself():

@@ -20,7 +20,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   to 15 tokens, a younger sibling's two children at V = 5); ``4`` at V = 5 on the draft_apart table
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
-  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 71 on draft_point_mass (``WIDE_VOCAB_CASE``);
+  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 71, 65 and 66 on draft_point_mass
+  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``);
   and ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
   runs at the larger V. For a chain
@@ -28,8 +29,9 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
-  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 71, K = 1 on draft_point_mass,
-  and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on draft_point_mass;
+  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 71, 65 and 66, K = 1 on
+  draft_point_mass, V = 71, K = 8 on sparse_rows, V = 3 at every other K below 8 on draft_point_mass
+  (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
   (never as passed).
@@ -46,6 +48,7 @@ from specd.oracles.samplers.slip_classes import (
     CHAIN_SLIPS,
     FAR_DEPTH,
     SLIPS,
+    TAIL_VOCABS,
     TOP_K_VOCAB,
     WIDE_VOCAB,
     widest,
@@ -146,6 +149,14 @@ WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
 # two tokens of target mass a row, so its joint is 2^(FAR_DEPTH + 1) sequences. A ring of three rows (K = 4
 # shows it) and a stride of 64 at V > 64 (K = 2 does) passed every other size (a helper's samplers).
 FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
+# A law whose last block of 4 to 64 tokens holds one token or two: one draft (K = 1, the tree 1) at each of
+# TAIL_VOCABS on the draft_point_mass table alone, as WIDE_VOCAB_CASE.
+TAIL_CASES = tuple((vocab, "1", "draft_point_mass") for vocab in TAIL_VOCABS)
+# Every K from 1 to FAR_DEPTH: a chain sampler with a branch of its own for one K (a kernel unrolled or a graph
+# captured per K) wrong at K = 5 passed every size (K = 1, 2, 3 and 8), and was shown only where --k 5 was
+# named. The K no other size has, at V = 3 on the draft_point_mass table alone (one draft a position: 3^(K + 1)
+# sequences, a refusal leaving a correction of two tokens).
+EVERY_K = (3, "draft_point_mass")
 
 
 # One token refused at two levels of a path under equal target rows, each time against another draft row (a
@@ -201,7 +212,9 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
     far_vocab, far_depth, far_kind = FAR_ROWS_CASE
     far = (far_vocab, TreeShape.chain(far_depth).spec, far_kind)
-    made = late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, far, REPEATED_ROWS_TREE] + first_row
+    made = (
+        late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, *TAIL_CASES, far, REPEATED_ROWS_TREE] + first_row
+    )
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
@@ -236,7 +249,10 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     vocab, k = FIRST_ROW_CHAIN
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
-    for vocab, k, kind in ((WIDE_VOCAB_CASE[0], 1, WIDE_VOCAB_CASE[2]), FAR_ROWS_CASE):
+    one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES)]
+    vocab, kind = EVERY_K
+    every_k = [(vocab, k, kind) for k in range(1, FAR_DEPTH) if all(c.k != k for c in out)]
+    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, *every_k):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_deep(out, cfg, cfg.k, None)
 

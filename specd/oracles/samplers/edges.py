@@ -2,8 +2,8 @@
 decision at adversarial uniforms (0, the smallest positive, just below 1, the float32, bfloat16 and float16
 roundings of p/q and the stream uniforms on both sides of the exact boundary), with rows passed as float64,
 float32, bfloat16 and float16 tensors (multiples of 1/256 summing to exactly 1, so every dtype holds the same
-distribution exactly; and rows exact in float64 only, of ratios a hair below 1), against the rule in exact
-(Fraction) arithmetic."""
+distribution exactly, and one bonus row summing to 255/256; and rows exact in float64 only, of ratios a hair
+below 1), against the rule in exact (Fraction) arithmetic."""
 
 from __future__ import annotations
 
@@ -24,13 +24,16 @@ def _dyadic(*weights: int) -> list[float]:
 
 # (p_1, p_2, q_1, draft): an ordinary ratio 13/51, a sure accept (p(d) = q(d)), a ratio above 1, a ratio
 # a uniform can equal (1/2: ``U <= p/q`` keeps it), a residual (20, 24, 40)/84 whose normalized float64
-# weights add up to 1 - 2^-53 before two tokens of no mass (an inverse CDF there runs past its end)
+# weights add up to 1 - 2^-53 before two tokens of no mass (an inverse CDF there runs past its end), and a
+# bonus row whose weights sum to 255/256, as a float16 softmax's may (the protocol draws at U times the row's
+# total: a draw at U alone takes a later token for U within 1/255 of a boundary, and none from U = 255/256)
 EDGE_ROWS = (
     (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(102, 90, 38, 26, 0), 0),
     (_dyadic(26, 179, 50, 1, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(51, 179, 13, 13, 0), 1),
     (_dyadic(26, 179, 50, 1, 0), _dyadic(1, 1, 254, 0, 0), _dyadic(100, 100, 38, 18, 0), 2),
     (_dyadic(64, 120, 50, 22, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(128, 60, 40, 28, 0), 0),
     (_dyadic(20, 24, 40, 172, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(0, 0, 0, 196, 60), 3),
+    (_dyadic(26, 179, 50, 1, 0), [w / 256 for w in (77, 26, 152, 0, 0)], _dyadic(102, 90, 38, 26, 0), 0),
 )
 
 

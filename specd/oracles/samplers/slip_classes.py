@@ -173,6 +173,31 @@ def _wide_vocabulary(vocab: int, _) -> str | None:
     return None
 
 
+# Vocabularies past 64 that leave a tail of one token and of two after every block width from 4 to 64 (65 and 66 mod 4,
+# 8, 16, 32 and 64 are 1 and 2; WIDE_VOCAB leaves 3 and 7): a law cut into blocks that drops or misreads a tail of
+# that length (a vocabulary of 50257 or 151938 tokens has one) passed every other size (a helper's samplers: blocks
+# of 4 at V = 5 and 6).
+TAIL_VOCABS = (65, 66)
+
+
+def _tail(length: int):
+    def hidden(vocab: int, _) -> str | None:
+        if vocab <= 64 or vocab % 64 != length:
+            return f"at V = {vocab} blocks of 4 to 64 tokens do not all leave a tail of {_count(length, 'token')}"
+        return None
+
+    return hidden
+
+
+def _tail_slip(length: int, shown_at) -> Slip:
+    return Slip(
+        f"tail_of_{('one', 'two')[length - 1]}",
+        f"a law cut into blocks of 4 to 64 tokens whose last holds {_count(length, 'token')} (dropped or misread)",
+        _tail(length),
+        shown_at,
+    )
+
+
 FAR_DEPTH = 8  # a round this deep at V = WIDE_VOCAB shows a row read up to 7 places back, or at a stride of 64
 
 
@@ -283,6 +308,7 @@ SLIPS = (
         _wide_vocabulary,
         lambda w: f"--tree 1 --vocab {WIDE_VOCAB}",
     ),
+    *(_tail_slip(v - 64, lambda w, v=v: f"--tree 1 --vocab {v}") for v in TAIL_VOCABS),
     Slip(
         "far_rows",
         FAR_ROWS_WHAT,
@@ -373,5 +399,6 @@ CHAIN_SLIPS = (
         _wide_vocabulary,
         lambda w: f"--vocab {WIDE_VOCAB} --k 1",
     ),
+    *(_tail_slip(v - 64, lambda w, v=v: f"--vocab {v} --k 1") for v in TAIL_VOCABS),
     Slip("far_rows", FAR_ROWS_WHAT, _far_rows, lambda w: f"--vocab {WIDE_VOCAB} --k {FAR_DEPTH}"),
 )

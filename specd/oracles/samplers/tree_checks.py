@@ -11,7 +11,8 @@
   sampler that is not exact is priced beside the failure (``specd.oracles.samplers.price``): the exact total
   variation between its joint and the target's over the horizon and per position, its expected
   accepted length, and specd's exact rule's on the same trees.
-- ``no_nodes`` and ``zero_target_mass``: the degenerate rounds (``specd.oracles.samplers.tree_degenerate``).
+- ``no_nodes``, ``zero_target_mass`` and ``bonus_row_total``: the degenerate rounds
+  (``specd.oracles.samplers.tree_degenerate``).
 
 A failing check comes with the smallest counterexample (``tree_counterexample``).
 """

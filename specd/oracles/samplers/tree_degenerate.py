@@ -8,10 +8,15 @@ one check each:
   refuses p' = 0 at U = 0, and the first token of an inverse CDF is drawn there only if it has mass):
   nothing emitted may have target probability 0, and nothing may raise (a run can draw these rounds).
   The exact enumeration cannot see this (a single point of the uniforms has probability 0).
+- ``bonus_row_total``: a bonus drawn from a row whose weights sum to 255/256, as a float16 softmax's
+  may (``TOTAL_BONUS``), after no drafts and after an accepted leaf of the tree 1: the protocol draws
+  the first token whose running sum exceeds U times the row's total, so the round's joint is the
+  target's with that row normalized. Every table's rows sum to 1, where a draw at U alone is exact.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import replace
 
 import torch
@@ -19,7 +24,7 @@ import torch
 from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
-from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check
+from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
 from specd.oracles.samplers.tree_checks import round_law, round_laws
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
 from specd.oracles.samplers.tree_rounds import TreeRound, draft_trees
@@ -91,6 +96,57 @@ def check_zero_mass(sampler, drawings) -> Check:
         "drafts of target mass 0 (p = 0 < q), rows that start with such a token, every uniform at 0 and just "
         "below 1: no token of target mass 0 kept or drawn",
         sorted(findings),
+    )
+
+
+# The rows of ``bonus_row_total``, at V = 2 (a refusal's correction forced: the check is the bonus's): the root's
+# (its test reads it) a distribution, the bonus row's weights multiples of 1/256 summing to 255/256 (exact in every
+# float dtype): a draw at U alone takes the second token for U in [128/256, 128/255), where the rule takes the
+# first, and finds none from U = 255/256.
+TOTAL_ROOT_P, TOTAL_ROOT_Q = (0.75, 0.25), (0.5, 0.5)
+TOTAL_BONUS = (128 / 256, 127 / 256)
+
+
+def check_bonus_total(sampler, drawings) -> Check:
+    """``bonus_row_total`` (module docstring): the round without drafts on the bonus row, then every tree 1
+    each construction in ``drawings`` drafts, its leaf's row the bonus row; each joint over what the round
+    emits, completed by the normalized bonus row, against the target's (1e-12)."""
+    total = sum(TOTAL_BONUS)
+    bonus = [x / total for x in TOTAL_BONUS]
+    p_of = lambda prefix: list(TOTAL_BONUS if prefix else TOTAL_ROOT_P)  # noqa: E731
+    rows = torch.tensor([TOTAL_BONUS], dtype=torch.float64), torch.tensor([TOTAL_ROOT_Q], dtype=torch.float64)
+    none = TreeRound(DraftTree((), ()), *rows, 1.0, "sampled")
+    cases = [("no drafts", [none], {(x,): px for x, px in enumerate(bonus)})]
+    target = {(x, y): px * py for x, px in enumerate(TOTAL_ROOT_P) for y, py in enumerate(bonus)}
+    for drawing in drawings:
+        cases.append(
+            (f"{drawing} tree 1", draft_trees(parse_tree("1"), drawing, p_of, lambda _: list(TOTAL_ROOT_Q), ()), target)
+        )
+    worst = 0.0
+    for what, rounds, expected in cases:
+        try:
+            laws = round_laws(sampler, rounds)
+        except SamplerFailed as err:
+            return Check(
+                "bonus_row_total", False, {}, f"{what}, the bonus row summing to 255/256: {err}", [err.finding]
+            )
+        joint: dict = defaultdict(float)
+        for rnd, (law, _, _, _) in zip(rounds, laws):
+            for emitted, mass in law.items():
+                if len(emitted) == 1 and rnd.tree.tokens:  # a correction: completed by the bonus row
+                    for y, py in enumerate(bonus):
+                        joint[(*emitted, y)] += rnd.mass * mass * py
+                else:
+                    joint[emitted] += rnd.mass * mass
+        worst = max(worst, max_abs_diff(expected, joint), abs(sum(joint.values()) - 1))
+    passed = worst <= EXACT_TOLERANCE
+    return Check(
+        "bonus_row_total",
+        passed,
+        {"max_abs_diff": worst},
+        "a bonus row whose weights sum to 255/256, after no drafts and after an accepted leaf: drawn at U times "
+        "the row's total",
+        [] if passed else ["terminal_ignores_row_total"],
     )
 
 

@@ -13,7 +13,7 @@ from specd.oracles.record import Check
 from specd.oracles.samplers.coverage import Case, coverage, tree_cases
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildTreeSampler, sampler_session
 from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
-from specd.oracles.samplers.tree_degenerate import check_no_nodes, check_zero_mass
+from specd.oracles.samplers.tree_degenerate import check_bonus_total, check_no_nodes, check_zero_mass
 from specd.oracles.samplers.tree_rounds import DRAWINGS, count_rounds, shape_nodes
 
 PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_expected_accepted")
@@ -102,6 +102,8 @@ def _tree_checks(sampler, cfg: OracleConfig, cases: list[Case], drawings) -> tup
         step = "zero_target_mass"
         answered = [d for d, c in zip(drawings, checks) if c.passed is not None]  # a refused one is n/a there
         checks.append(check_zero_mass(sampler, answered))
+        step = "bonus_row_total"
+        checks.append(check_bonus_total(sampler, answered))
         failed = [(d, c) for d, c in zip(drawings, checks) if c.passed is False and c.findings == [f"not_exact_{d}"]]
         build = lambda v, k, seed: build_rig(replace(cfg, vocab=v, k=k, seed=seed, horizon=None))  # noqa: E731
         step = "minimal_counterexample"
