@@ -122,7 +122,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
         else:
             if slip == "bonus_wrong_row" and last is None and path:
                 left = list(rows_p[parents[path[-1]] + 1])  # the bonus from the parent's row, not the leaf's
-            if slip == "correction_unchanged_target" and last is not None:
+            five = slip == "correction_unchanged_target_in_a_tree_of_five_levels" and _levels(parents) == 5
+            if (slip == "correction_unchanged_target" or five) and last is not None:
                 left = unchanged
             cut_here = {
                 "correction_top_two": True,
@@ -205,6 +206,14 @@ def _draw_at_or_below(law: list, unit) -> int:
         if unit <= below / total:
             return x
     return len(law) - 1
+
+
+def _levels(parents: list[int]) -> int:
+    """How many levels a tree of these parents (each before its children; -1: the root) has."""
+    depth: dict[int, int] = {}
+    for n, parent in enumerate(parents):
+        depth[n] = depth.get(parent, 0) + 1
+    return max(depth.values(), default=0)
 
 
 def _draw_at_u(law: list, unit) -> int:
@@ -371,16 +380,19 @@ TREE_DEEP_SLIPS = {
     "likeliest tokens left",
 }
 # Each decides the tree on its root's rows, and passed every table whose rows were all alike (a helper's).
-# Shows only at V > 32 (the tree 1 at V = 71, wide_vocabulary).
+# Shows only at V > 32 (the tree 1 at V = 65, wide_vocabulary).
 TREE_WIDE_VOCAB_SLIPS = {
     "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
     "and running sum), where they have mass",
     "terminal_over_whole_blocks_of_eight": "the terminal drawn over whole blocks of eight tokens (V >= 8): the tail "
-    "block of V % 8 tokens dropped, where the rest has mass (shows where 8 does not divide V: 71)",
+    "block of V % 8 tokens dropped, where the rest has mass (shows where 8 does not divide V: 65)",
 }
 # Each passed every size before a terminal drawn past V = 64 with a tail of one token and of two after blocks of 4
-# to 64 (V = 65, 66), or a bonus row whose weights do not sum to 1 (bonus_row_total): a helper's.
-TREE_TAIL_SLIPS = {
+# to 64 (V = 65, 66), a bonus row whose weights do not sum to 1 (bonus_row_total; a helper's), or every depth up
+# to 8 (a tree of five levels: the chain-shaped one at V = 3).
+TREE_SIZE_SLIPS = {
+    "correction_unchanged_target_in_a_tree_of_five_levels": "in a tree of five levels (a branch kept for one "
+    "depth), the correction drawn from the node's target row as it was",
     "terminal_over_blocks_of_four_a_tail_of_one_dropped": "the terminal drawn over whole blocks of four tokens "
     "where V % 4 = 1 (V > 4): the last token dropped, where the rest has mass",
     "terminal_over_blocks_of_four_a_tail_of_two_dropped": "the terminal drawn over whole blocks of four tokens "
@@ -408,7 +420,7 @@ TREE_FLAT_SLIPS = {
     "forgotten; a helper's)",
 }
 # Each reads a node's draft row from another's place, and passed every size before the chain-shaped tree of
-# eight levels at V = 71 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE), where such a row puts
+# eight levels at V = 65 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE), where such a row puts
 # q'(d) = 0 under the child (a float ratio p' / 0 = inf keeps it).
 TREE_FAR_ROW_SLIPS = {
     "draft_rows_in_a_ring_of_four": "the draft's rows kept in a ring of four by depth: the fifth level reads the "
@@ -431,7 +443,7 @@ TREE_SLIP_SETS = (
     TREE_GRID_SLIPS,
     TREE_FIRST_ROW_SLIPS,
     TREE_WIDE_VOCAB_SLIPS,
-    TREE_TAIL_SLIPS,
+    TREE_SIZE_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -830,10 +842,10 @@ CHAIN_SLIPS = {
     # each shows only on a table of small values (specd.oracles.samplers.tables.SMALL_VALUES)
     "ratio_with_q_clamped": "the ratio p(d) / max(q(d), 1e-5) (a division guard)",
     "greedy_when_nearly_one_hot": "greedy (the argmax kept or emitted) where every row is within 1e-5 of a point mass",
-    # shows only at V > 32 (V = 71 here, wide_vocabulary)
+    # shows only at V > 32 (V = 65 here, wide_vocabulary)
     "terminal_over_the_first_32_tokens": "the terminal drawn over its law's first 32 tokens only (one warp's total "
     "and running sum), where they have mass",
-    # shows only where V >= 8 is not a multiple of 8 (V = 71 here, wide_vocabulary; 16 and 72 hid it)
+    # shows only where V >= 8 is not a multiple of 8 (V = 65 here, wide_vocabulary; 16 and 72 hid it)
     "terminal_over_whole_blocks_of_eight": "the terminal drawn over whole blocks of eight tokens (V >= 8): the tail "
     "block of V % 8 tokens dropped, where the rest has mass (a third helper's)",
     "padded_rows_read_at_the_unpadded_stride": "the target's rows padded to a multiple of eight tokens (V >= 8) and "
@@ -888,7 +900,7 @@ CHAIN_DEEP_SLIPS = {
     "two likeliest tokens of the residual",
 }
 # Each reads a draft row from another position's place, and passed every size before the round of eight drafts
-# at V = 71 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE): there such a row puts q(d) = 0
+# at V = 65 on sparse_rows (specd.oracles.samplers.coverage.FAR_ROWS_CASE): there such a row puts q(d) = 0
 # under the draft (a float ratio p / 0 = inf keeps it). The first two are a helper's.
 CHAIN_FAR_ROW_SLIPS = {
     "draft_rows_in_a_ring_of_three": "the draft's rows kept in a ring of three by position: the fourth draft is "
@@ -909,17 +921,17 @@ CHAIN_EDGE_SLIPS = {
 # Each passed every size before V = 65 and 66 (a tail of one token and of two after blocks of 4 to 64) and every K
 # from 1 to 8 (a helper's).
 CHAIN_SIZE_SLIPS = {
-    "terminal_over_blocks_of_four_a_tail_of_one_dropped": TREE_TAIL_SLIPS[
+    "terminal_over_blocks_of_four_a_tail_of_one_dropped": TREE_SIZE_SLIPS[
         "terminal_over_blocks_of_four_a_tail_of_one_dropped"
     ],
-    "terminal_over_blocks_of_four_a_tail_of_two_dropped": TREE_TAIL_SLIPS[
+    "terminal_over_blocks_of_four_a_tail_of_two_dropped": TREE_SIZE_SLIPS[
         "terminal_over_blocks_of_four_a_tail_of_two_dropped"
     ],
     "correction_from_the_target_at_k_five": "in a row of five drafts (a branch kept for K = 5), the correction drawn "
     "from the target's row",
 }
 # Passed every table (their rows sum to 1) before dtype_edges' bonus row summing to 255/256 (a helper's).
-CHAIN_TOTAL_SLIPS = {"bonus_drawn_at_u_not_times_the_total": TREE_TAIL_SLIPS["bonus_drawn_at_u_not_times_the_total"]}
+CHAIN_TOTAL_SLIPS = {"bonus_drawn_at_u_not_times_the_total": TREE_SIZE_SLIPS["bonus_drawn_at_u_not_times_the_total"]}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
     CHAIN_SIZE_SLIPS,

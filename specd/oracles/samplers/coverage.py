@@ -20,8 +20,10 @@ of slip is hidden and where it shows), so a check covers the classes:
   to 15 tokens, a younger sibling's two children at V = 5); ``4`` at V = 5 on the draft_apart table
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
-  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 71, 65 and 66 on draft_point_mass
-  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``);
+  also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 65 and 66 on draft_point_mass
+  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``); the chain-shaped tree of 8 levels at V = 65 on sparse_rows
+  (``FAR_ROWS_CASE``); the chain-shaped tree of every other depth below 8 at V = 3 on draft_point_mass
+  (``EVERY_K``);
   and ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
   runs at the larger V. For a chain
@@ -29,8 +31,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 4, K = 2 (a correction from three tokens, at the first position and after an accepted
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
-  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 71, 65 and 66, K = 1 on
-  draft_point_mass, V = 71, K = 8 on sparse_rows, V = 3 at every other K below 8 on draft_point_mass
+  tables of small values, V = 3, K = 2 also on the two first-row tables, V = 65 and 66, K = 1 on
+  draft_point_mass, V = 65, K = 8 on sparse_rows, V = 3 at every other K below 8 on draft_point_mass
   (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
@@ -136,26 +138,26 @@ def late_siblings(w: int) -> list[tuple[int, str, str]]:
 
 
 # A terminal drawn over more tokens than a warp (32 lanes) or a wavefront (64) holds: one draft (a chain of K = 1,
-# the tree 1) at V = 71 on the draft_point_mass table alone (one path: a refusal's correction from 70 tokens, a
-# bonus from 71; the target's joint 71^2 sequences). A total summed over the first 32 tokens passed every size up
-# to V = 16 (a helper's sampler). 71 is a prime: no block width from 2 to 64 divides it, so a law cut into blocks
-# of 8 (16, 32, 64) has a tail block, which a block loop that drops it, or a row padded to the block and read
-# back at the unpadded stride, gets wrong (a third helper's samplers passed at V = 16 and 72).
+# the tree 1) at V = WIDE_VOCAB on the draft_point_mass table alone (one path: a refusal's correction from 64 tokens,
+# a bonus from 65; the target's joint 65^2 sequences). A total summed over the first 32 tokens passed every size up
+# to V = 16 (a helper's sampler). No block width from 2 to 64 divides 65: a law cut into blocks of 8 (16, 32, 64)
+# has a last block of one token, which a block loop that drops it, or a row padded to the block and read back at
+# the unpadded stride, gets wrong (a third helper's samplers passed at V = 16 and 72). The same at V = 66, whose
+# last block holds two tokens (TAIL_CASES; a loop dropping a last block of two passed every other size).
 WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
+TAIL_CASES = tuple((vocab, "1", "draft_point_mass") for vocab in TAIL_VOCABS if vocab != WIDE_VOCAB)
 # Rows read from another position's place: row buffers kept in a ring by position (of up to FAR_DEPTH - 1), rows
 # wider than 64 tokens read at a stride of 64 (a block's) or of any width but V. A round of FAR_DEPTH drafts (a
-# chain-shaped tree of that depth) at V = 71 on the sparse_rows table alone: one draft a position, each a point
-# mass on a token of its own, so a row read from elsewhere has q(d) = 0 under the draft and keeps it untested;
-# two tokens of target mass a row, so its joint is 2^(FAR_DEPTH + 1) sequences. A ring of three rows (K = 4
-# shows it) and a stride of 64 at V > 64 (K = 2 does) passed every other size (a helper's samplers).
+# chain-shaped tree of that depth) at V = WIDE_VOCAB on the sparse_rows table alone: one draft a position, each a
+# point mass on a token of its own, so a row read from elsewhere has q(d) = 0 under the draft and keeps it
+# untested; two tokens of target mass a row, so its joint is 2^(FAR_DEPTH + 1) sequences. A ring of three rows
+# (K = 4 shows it) and a stride of 64 at V > 64 (K = 2 does) passed every other size (a helper's samplers).
 FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
-# A law whose last block of 4 to 64 tokens holds one token or two: one draft (K = 1, the tree 1) at each of
-# TAIL_VOCABS on the draft_point_mass table alone, as WIDE_VOCAB_CASE.
-TAIL_CASES = tuple((vocab, "1", "draft_point_mass") for vocab in TAIL_VOCABS)
-# Every K from 1 to FAR_DEPTH: a chain sampler with a branch of its own for one K (a kernel unrolled or a graph
-# captured per K) wrong at K = 5 passed every size (K = 1, 2, 3 and 8), and was shown only where --k 5 was
-# named. The K no other size has, at V = 3 on the draft_point_mass table alone (one draft a position: 3^(K + 1)
-# sequences, a refusal leaving a correction of two tokens).
+# Every K (a tree's depth) from 1 to FAR_DEPTH: a chain sampler with a branch of its own for one K (a kernel
+# unrolled or a graph captured per K) wrong at K = 5 passed every size (K = 1, 2, 3 and 8), and was shown only
+# where --k 5 was named. The K no other size has (for a tree, the chain-shaped tree of that depth), at V = 3 on
+# the draft_point_mass table alone (one draft a position: 3^(K + 1) sequences, a refusal leaving a correction of
+# two tokens).
 EVERY_K = (3, "draft_point_mass")
 
 
@@ -225,7 +227,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     vocab, spec = DEPTH_FIRST
     elder = parse_tree(spec)
     out.append(Case(vocab, elder.depth, elder, (seeded(cfg, vocab, elder.depth, cfg.seed),), depth_first=True))
-    return _with_deep(out, cfg, shape.depth, shape)
+    return _with_every_k(_with_deep(out, cfg, shape.depth, shape), cfg, tree=True)
 
 
 def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
@@ -250,11 +252,19 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES)]
-    vocab, kind = EVERY_K
-    every_k = [(vocab, k, kind) for k in range(1, FAR_DEPTH) if all(c.k != k for c in out)]
-    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, *every_k):
+    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
-    return _with_deep(out, cfg, cfg.k, None)
+    return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)
+
+
+def _with_every_k(out: list[Case], cfg: OracleConfig, tree: bool) -> list[Case]:
+    """``out`` with a round of every K (a tree's depth) from 1 to FAR_DEPTH that none of its cases has
+    (EVERY_K above; a tree's chain-shaped)."""
+    vocab, kind = EVERY_K
+    for k in range(1, FAR_DEPTH):
+        if all(c.k != k for c in out):
+            out = out + [Case(vocab, k, TreeShape.chain(k) if tree else None, (_made(cfg, vocab, k, kind),))]
+    return out
 
 
 def _with_deep(out: list[Case], cfg: OracleConfig, depth: int, shape: TreeShape | None) -> list[Case]:

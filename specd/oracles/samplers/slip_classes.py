@@ -161,7 +161,9 @@ def _tree_top_k(vocab: int, shape) -> str | None:
     return None
 
 
-WIDE_VOCAB = 71  # past a warp's 32 lanes and a wavefront's 64 (a total or a scan over one of them shows); a prime
+# Past a warp's 32 lanes and a wavefront's 64 (a total or a scan over one of them shows), and odd: every block width
+# from 2 to 64 leaves a last block of one token (TAIL_VOCABS).
+WIDE_VOCAB = 65
 
 
 def _wide_vocabulary(vocab: int, _) -> str | None:
@@ -173,10 +175,10 @@ def _wide_vocabulary(vocab: int, _) -> str | None:
     return None
 
 
-# Vocabularies past 64 that leave a tail of one token and of two after every block width from 4 to 64 (65 and 66 mod 4,
-# 8, 16, 32 and 64 are 1 and 2; WIDE_VOCAB leaves 3 and 7): a law cut into blocks that drops or misreads a tail of
-# that length (a vocabulary of 50257 or 151938 tokens has one) passed every other size (a helper's samplers: blocks
-# of 4 at V = 5 and 6).
+# Vocabularies past 64 that leave a last block of one token and of two after every block width from 4 to 64 (65 and
+# 66 mod 4, 8, 16, 32 and 64 are 1 and 2): a law cut into blocks that drops or misreads a last block of that length
+# (a vocabulary of 50257 or 151938 tokens has one) passed every size before (a helper's samplers: blocks of 4 at
+# V = 5 and 6; the sizes were 2, 3, 4, 16 and 71, whose last blocks hold 3 and 7).
 TAIL_VOCABS = (65, 66)
 
 

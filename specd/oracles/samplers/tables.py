@@ -273,7 +273,7 @@ def _apart(v: int, rng: random.Random) -> tuple[Row, Row]:
     return target, draft
 
 
-SPARSE_STEP = 29  # sparse_rows' draft token moves by this many a position: prime, so V = 71 meets no repeat
+SPARSE_STEP = 29  # sparse_rows' draft token moves by this many a position: prime, so V = 65 meets no repeat
 
 
 def _sparse(v: int, rng: random.Random, position: int) -> tuple[Row, Row]:
