@@ -122,7 +122,8 @@ def check_bonus_total(sampler, drawings) -> Check:
         try:
             normalized, scaled = (_total_diff(sampler, drawing, row, expected) for row in (bonus, TOTAL_BONUS))
         except SamplerFailed as err:
-            return Check("bonus_row_total", False, {}, f"{what}, a bonus row summing to 255/256: {err}", [err.finding])
+            detail = f"{what}, the bonus row normalized or summing to 255/256: {err}"
+            return Check("bonus_row_total", False, {}, detail, [err.finding])
         if normalized > EXACT_TOLERANCE:
             left_out.append(what)
             continue
