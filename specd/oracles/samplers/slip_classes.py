@@ -185,7 +185,7 @@ TAIL_VOCABS = (65, 66)
 def _tail(length: int):
     def hidden(vocab: int, _) -> str | None:
         if vocab <= 64 or vocab % 64 != length:
-            return f"at V = {vocab} blocks of 4 to 64 tokens do not all leave a tail of {_count(length, 'token')}"
+            return f"at V = {vocab} blocks of 4 to 64 tokens do not all leave a last block of {_count(length, 'token')}"
         return None
 
     return hidden
