@@ -117,7 +117,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 if slip == "elder_removals_forgotten" or slip == "elder_removals_forgotten_below_the_root" and at >= 0:
                     row = list(drawn_from)  # each removal from the draft's row as drawn
                 row[d] = 0.0
-                if slip != "no_renormalization" and sum(row) > 0:  # nothing left: there is no next child
+                guarded = slip == "draft_renormalized_only_above_1e_3" and sum(row) < 1e-3
+                if slip != "no_renormalization" and not guarded and sum(row) > 0:  # nothing left: no next child
                     row = _normalized(row)
         else:
             if slip == "bonus_wrong_row" and last is None and path:
@@ -143,7 +144,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8:  # the tail block dropped
                 whole = len(left) - len(left) % 8
                 left = left[:whole] + [0.0] * (len(left) - whole) if sum(left[:whole]) > 0 else left
-            left = _tail_dropped(slip, left)
+            left = _block_dropped(slip, _tail_dropped(slip, left))
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -151,7 +152,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             deep = slip == "draws_at_u_at_or_below_the_running_sum_from_the_fourth_level" and len(path) >= 3
             if slip == "draws_at_u_at_or_below_the_running_sum" or deep:
                 return path, _draw_at_or_below(left, u.terminal())
-            if slip == "bonus_drawn_at_u_not_times_the_total" and last is None:
+            deep_bonus = slip == "bonus_drawn_at_u_not_times_the_total_two_levels_down" and len(path) >= 2
+            if (slip == "bonus_drawn_at_u_not_times_the_total" or deep_bonus) and last is None:
                 return path, _draw_at_u(left, u.terminal())
             return path, u.draw(left)
 
@@ -240,6 +242,15 @@ def _tail_dropped(slip: str | None, law: list) -> list:
     if tail is None or len(law) <= 4 or len(law) % 4 != tail or sum(law[:-tail]) == 0:
         return law
     return law[:-tail] + [0 * law[0]] * tail
+
+
+def _block_dropped(slip: str | None, law: list) -> list:
+    """``law`` over whole blocks of 128 tokens where V > 128 (the partial last block dropped, where the rest has
+    mass), for the slip that does so; else as it is."""
+    whole = len(law) - len(law) % 128
+    if slip != "terminal_over_blocks_of_128" or len(law) <= 128 or whole == len(law) or sum(law[:whole]) == 0:
+        return law
+    return law[:whole] + [0 * law[0]] * (len(law) - whole)
 
 
 def _top(law: list, keep: int = 2) -> list:
@@ -400,6 +411,17 @@ TREE_SIZE_SLIPS = {
     "bonus_drawn_at_u_not_times_the_total": "the bonus the first token whose running sum exceeds U, its row's "
     "total taken for 1",
 }
+# Each passed every size and table before a fifth helper's hunt: a bonus row not summing to 1 two levels down
+# (bonus_row_total's tree 1,1), a draft within 1e-7 of a point mass at a node with two children
+# (draft_nearly_point_mass), a vocabulary past 128 (V = 192).
+TREE_HUNT5_SLIPS = {
+    "bonus_drawn_at_u_not_times_the_total_two_levels_down": "the bonus after an accepted leaf two levels down or "
+    "more the first token whose running sum exceeds U, its row's total taken for 1",
+    "draft_renormalized_only_above_1e_3": "without replacement, q' renormalized after a refused child only where "
+    "what is left of it sums to 1e-3 or more (a guard against a tiny divisor)",
+    "terminal_over_blocks_of_128": "where V > 128, the terminal drawn over whole blocks of 128 tokens: the partial "
+    "last block dropped, where the rest has mass",
+}
 TREE_FIRST_ROW_SLIPS = {
     "greedy_where_the_root_rows_are_both_point_masses": "the tree walked greedily where the root's target and draft "
     "rows are both point masses (a greedy request's processors leave them so; a third helper's)",
@@ -444,6 +466,7 @@ TREE_SLIP_SETS = (
     TREE_FIRST_ROW_SLIPS,
     TREE_WIDE_VOCAB_SLIPS,
     TREE_SIZE_SLIPS,
+    TREE_HUNT5_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -572,11 +595,16 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = kept
             if slip == "correction_from_the_target_at_k_five" and k == 5:
                 law = _exact(rows_p[n])
+            half = p.dtype in (torch.float16, torch.bfloat16) and len(all_d) == 1
+            if slip == "correction_from_the_target_alone_in_half_precision" and half:
+                law = _exact(rows_p[n])
             if slip == "correction_from_the_target_after_a_point_mass_draft" and max(rows_q[n]) == 1:
                 law = _exact(rows_p[n])
             if slip == "correction_memoized_by_the_target_row":  # the first drafted row with this p's residual
                 first = next(i for i in range(k) if rows_p[i] == rows_p[n])
                 law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(_exact(rows_p[n]), rows_q[first])]
+        elif slip == "bonus_from_the_row_before_where_v_is_a_multiple_of_32" and k and len(law) % 32 == 0:
+            law = _exact(rows_p[k - 1])
         elif (slip == "bonus_wrong_row" and k) or (slip == "bonus_from_the_row_before_after_two_drafts" and k >= 2):
             law = _exact(rows_p[k - 1])
         elif slip == "bonus_from_the_batchs_last_row":
@@ -588,9 +616,13 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
         if slip == "terminal_over_whole_blocks_of_eight" and len(law) >= 8:  # the tail block dropped
             whole = len(law) - len(law) % 8
             law = law[:whole] + [Fraction(0)] * (len(law) - whole) if sum(law[:whole]) > 0 else law
-        law = _tail_dropped(slip, law)
+        law = _block_dropped(slip, _tail_dropped(slip, law))
+        vectors = slip == "float32_rows_read_as_vectors_of_four" and p.dtype == torch.float32 and len(law) > 4
+        if vectors and sum(law[: len(law) - len(law) % 4]) > 0:  # the last V mod 4 tokens: no tail loop
+            law = law[: len(law) - len(law) % 4] + [Fraction(0)] * (len(law) % 4)
         accepted.append(n)
-        if slip == "bonus_drawn_at_u_not_times_the_total" and n == k:
+        deep_bonus = slip == "bonus_drawn_at_u_not_times_the_total_after_two_drafts" and n == k >= 2
+        if (slip == "bonus_drawn_at_u_not_times_the_total" or deep_bonus) and n == k:
             terminal.append(_draw_at_u(law, Fraction(u)))
             continue
         if slip == "bonus_drawn_at_or_below_the_running_sum_after_two_drafts" and n == k >= 2:
@@ -932,8 +964,22 @@ CHAIN_SIZE_SLIPS = {
 }
 # Passed every table (their rows sum to 1) before dtype_edges' bonus row summing to 255/256 (a helper's).
 CHAIN_TOTAL_SLIPS = {"bonus_drawn_at_u_not_times_the_total": TREE_SIZE_SLIPS["bonus_drawn_at_u_not_times_the_total"]}
+# Each passed every size and table before a fifth helper's hunt: rows in a low precision at V = 9 (float16's a row
+# at a time), a bonus row not summing to 1 after two drafts, V = 192 (a multiple of 64 past 128).
+CHAIN_HUNT5_SLIPS = {
+    "float32_rows_read_as_vectors_of_four": "float32 rows read as vectors of four tokens without a tail loop: where "
+    "V > 4 the last V mod 4 tokens dropped from the correction and the bonus",
+    "correction_from_the_target_alone_in_half_precision": "a batch of one row in float16 or bfloat16 (a latency "
+    "path) draws its correction from the target's row",
+    "bonus_drawn_at_u_not_times_the_total_after_two_drafts": "after two drafts or more all kept, the bonus the first "
+    "token whose running sum exceeds U, its row's total taken for 1",
+    "bonus_from_the_row_before_where_v_is_a_multiple_of_32": "where V is a multiple of 32 (an aligned path), the "
+    "bonus drawn from the last draft's row",
+    "terminal_over_blocks_of_128": TREE_HUNT5_SLIPS["terminal_over_blocks_of_128"],
+}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
+    CHAIN_HUNT5_SLIPS,
     CHAIN_SIZE_SLIPS,
     CHAIN_TOTAL_SLIPS,
     CHAIN_EDGE_SLIPS,

@@ -187,6 +187,7 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "wide_vocabulary",
         "tail_of_one",
         "tail_of_two",
+        "aligned_vocabulary",
         "far_rows",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
@@ -237,9 +238,9 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 10
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 11
     hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction, "
-    hidden += "wide_vocabulary, tail_of_one, tail_of_two, far_rows"
+    hidden += "wide_vocabulary, tail_of_one, tail_of_two, aligned_vocabulary, far_rows"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -405,9 +406,9 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    claim = "exact on 60 tables at V = 2, 3, 4, 16, 65, 66; K = 1, 2, 3, 4, 5, 6, 7, 8"
+    claim = "exact on 62 tables at V = 2, 3, 4, 16, 65, 66, 192; K = 1, 2, 3, 4, 5, 6, 7, 8"
     assert doc["passed"] and doc["coverage"]["claim"] == claim
-    assert doc["checks"][0]["figures"]["tables"] == 60
+    assert doc["checks"][0]["figures"]["tables"] == 62
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -510,7 +511,7 @@ def test_a_bonus_drawn_at_u_not_times_its_rows_total_fails_and_correct_ones_pass
     assert check_dtype_edges(exact, True).passed and check_bonus_total(tree("exact_floats"), ("sampled",)).passed
     # a rule inexact for a construction whatever the row's total (SpecInfer's, ranked) is not blamed on the total
     specinfer = check_bonus_total(load_tree_sampler("specinfer"), ("sampled", "rank"))
-    assert specinfer.passed and specinfer.figures["left_out"] == ["rank tree 1"]
+    assert specinfer.passed and specinfer.figures["left_out"] == ["rank tree 1", "rank tree 1,1"]
 
 
 @pytest.mark.parametrize(
@@ -525,6 +526,38 @@ def test_a_chain_slip_of_one_vocabulary_tail_or_one_k_fails_where_it_shows(name,
     """No chain size had V % 4 = 1 or 2 past 4, nor K = 5 (shown only where --k 5 was named): a helper's passed."""
     check = chain_check(getattr(slips, f"chain_{name}"), 2, 3)
     assert check.passed is False and check.figures["not_exact_at"]["case"] == case
+
+
+@pytest.mark.parametrize(
+    "name, check",
+    [
+        ("float32_rows_read_as_vectors_of_four", "exact_rational"),
+        ("correction_from_the_target_alone_in_half_precision", "exact_rational"),
+        ("bonus_drawn_at_u_not_times_the_total_after_two_drafts", "dtype_edges"),
+        ("bonus_from_the_row_before_where_v_is_a_multiple_of_32", "exact_joint"),
+        ("terminal_over_blocks_of_128", "exact_joint"),
+    ],
+)
+def test_a_fifth_helpers_chain_slip_fails_at_the_default_size(name, check):
+    """Each passed every check (a fifth helper's): rows in a low precision met no V past 5 with mass on its last
+    token and no batch of one row; no bonus row summing to 255/256 came after two drafts; no V was a multiple of
+    32 nor past 128. Now: exact_rational at V = 9, K = 1 (float16 a row at a time), dtype_edges' bonus after two
+    and three kept drafts, and V = 192 on sparse_rows."""
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), getattr(slips, f"chain_{name}"))
+    assert not doc["passed"] and next(c for c in doc["checks"] if c["name"] == check)["passed"] is False
+
+
+@pytest.mark.parametrize("name", ["draft_renormalized_only_above_1e_3", "terminal_over_blocks_of_128"])
+def test_a_fifth_helpers_tree_slip_fails_at_the_default_size(name):
+    """A renormalization skipped where a refused child leaves under 1e-3 of draft mass (draft_nearly_point_mass,
+    one of the tables of small values), and a partial last block of 128 tokens dropped (the tree 1 at V = 192)."""
+    assert False in verdicts(tree(name), "2,2", 3).values()
+
+
+def test_a_tree_bonus_drawn_at_u_two_levels_down_fails():
+    """bonus_row_total ran the tree 1 only: a bonus path kept for deeper leaves passed; it runs 1,1 now."""
+    check = check_bonus_total(tree("bonus_drawn_at_u_not_times_the_total_two_levels_down"), DRAWINGS)
+    assert check.passed is False and check.findings == ["terminal_ignores_row_total"]
 
 
 def test_a_path_kept_for_batches_of_a_power_of_two_from_64_fails_and_says_its_answers_depend_on_the_batch():
@@ -675,8 +708,9 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (16, "1,1", 1),  # draft_point_mass
         (65, "1", 1),  # draft_point_mass: wider than a warp or a wavefront, a last block of one token
         (66, "1", 1),  # and of two
+        (192, "1", 1),  # sparse_rows: a multiple of 64 past 128
         (65, "1,1,1,1,1,1,1,1", 1),  # sparse_rows: a row read from another level's place
-        (4, "1,2", 4),  # the tables of small values
+        (4, "1,2", 5),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
         (3, "1,1,1,1,1", 1),  # draft_point_mass: every depth up to 8
         (3, "1,1,1,1,1,1", 1),
@@ -718,9 +752,9 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 75 tables at V = 2, 3, 4, 5, 16, 65, 66; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
+        and 'PASSED: exact on 77 tables at V = 2, 3, 4, 5, 16, 65, 66, 192; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
         '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16, 65, 66), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
+        '"1,1,1,1" (V = 3), "1" (V = 16, 65, 66, 192), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
         '"1,1,1,1,1,1,1,1" (V = 65), "[[0],[0,0],[1]]" (V = 3), "1,1,1,1,1" (V = 3), "1,1,1,1,1,1" (V = 3), '
         '"1,1,1,1,1,1,1" (V = 3); K = 1, 2, 3, 4, 5, 6, 7, 8'
         in out

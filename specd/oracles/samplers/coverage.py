@@ -21,7 +21,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
   also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 65 and 66 on draft_point_mass
-  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``); the chain-shaped tree of 8 levels at V = 65 on sparse_rows
+  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``); ``1`` at V = 192 on sparse_rows (``ALIGNED_CASE``); the
+  chain-shaped tree of 8 levels at V = 65 on sparse_rows
   (``FAR_ROWS_CASE``); the chain-shaped tree of every other depth below 8 at V = 3 on draft_point_mass
   (``EVERY_K``);
   and ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
@@ -32,7 +33,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
   tables of small values, V = 3, K = 2 also on the two first-row tables, V = 65 and 66, K = 1 on
-  draft_point_mass, V = 65, K = 8 on sparse_rows, V = 3 at every other K below 8 on draft_point_mass
+  draft_point_mass, V = 192, K = 1 and V = 65, K = 8 on sparse_rows, V = 3 at every other K below 8 on draft_point_mass
   (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
@@ -47,6 +48,7 @@ from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
 from specd.oracles.samplers.slip_classes import (
+    ALIGNED_VOCAB,
     CHAIN_SLIPS,
     FAR_DEPTH,
     SLIPS,
@@ -146,6 +148,10 @@ def late_siblings(w: int) -> list[tuple[int, str, str]]:
 # last block holds two tokens (TAIL_CASES; a loop dropping a last block of two passed every other size).
 WIDE_VOCAB_CASE = (WIDE_VOCAB, "1", "draft_point_mass")
 TAIL_CASES = tuple((vocab, "1", "draft_point_mass") for vocab in TAIL_VOCABS if vocab != WIDE_VOCAB)
+# A vocabulary a multiple of 64 past 128 (ALIGNED_VOCAB): one draft (K = 1, the tree 1) on the sparse_rows table
+# alone (two tokens of target mass a row, so its cost is its rows' width, not its cells; the draft's tokens,
+# V - 1 and V - 30, lie in the partial last block of 128).
+ALIGNED_CASE = (ALIGNED_VOCAB, "1", "sparse_rows")
 # Rows read from another position's place: row buffers kept in a ring by position (of up to FAR_DEPTH - 1), rows
 # wider than 64 tokens read at a stride of 64 (a block's) or of any width but V. A round of FAR_DEPTH drafts (a
 # chain-shaped tree of that depth) at V = WIDE_VOCAB on the sparse_rows table alone: one draft a position, each a
@@ -214,9 +220,16 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
     far_vocab, far_depth, far_kind = FAR_ROWS_CASE
     far = (far_vocab, TreeShape.chain(far_depth).spec, far_kind)
-    made = (
-        late_siblings(w) + [WIDE_AFTER_ONE_ACCEPTED, WIDE_VOCAB_CASE, *TAIL_CASES, far, REPEATED_ROWS_TREE] + first_row
-    )
+    made = [
+        *late_siblings(w),
+        WIDE_AFTER_ONE_ACCEPTED,
+        WIDE_VOCAB_CASE,
+        *TAIL_CASES,
+        ALIGNED_CASE,
+        far,
+        REPEATED_ROWS_TREE,
+        *first_row,
+    ]
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
@@ -251,7 +264,7 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     vocab, k = FIRST_ROW_CHAIN
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
-    one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES)]
+    one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE)]
     for vocab, k, kind in (*one_draft, FAR_ROWS_CASE):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)

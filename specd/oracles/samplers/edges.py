@@ -82,7 +82,26 @@ def edge_cases(tokens: bool) -> list[tuple[str, torch.dtype, Call]]:
                     token = exact_token(law, t) if tokens else None
                     call = Call([p1, p2], [q1], (d,), (u,), t, 1, accepted, token, law)
                     cases.append((f"{name} rows, ratio {float(ratio):.6g}", dtype, call))
+        cases += [(f"{name} rows, {len(c.drafts)} drafts kept", dtype, c) for c in later_bonus_calls(tokens)]
     return cases
+
+
+# A bonus after every draft of two and of three kept (each draft row the target's: every test passes), from the
+# bonus row of EDGE_ROWS whose weights sum to 255/256: a bonus path of its own past one draft (a multi-draft
+# kernel's) that draws at U alone passed where only the rounds of one draft had such a row (a fifth helper's).
+LATER_BONUS_ROW, LATER_BONUS_KS = EDGE_ROWS[-1][1], (2, 3)
+
+
+def later_bonus_calls(tokens: bool) -> list[Call]:
+    """LATER_BONUS_KS' rounds: every draft kept (U = 1/2 below a ratio of 1, read either way), the bonus at each
+    edge of LATER_BONUS_ROW's law."""
+    row, out = _dyadic(64, 120, 50, 22, 0), []
+    law = [Fraction(x) / sum(Fraction(y) for y in LATER_BONUS_ROW) for x in LATER_BONUS_ROW]
+    for k in LATER_BONUS_KS:
+        for t in terminal_uniforms(law) if tokens else [0.5]:
+            token = exact_token(law, t) if tokens else None
+            out.append(Call([row] * k + [LATER_BONUS_ROW], [row] * k, (1,) * k, (0.5,) * k, t, 1, k, token, law))
+    return out
 
 
 def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
@@ -90,8 +109,10 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
     cases = edge_cases(tokens)
     failures, inconclusive = [], 0
     results = []
-    for dtype in EDGE_DTYPES:
-        results += call_batch(sampler, [c for _, dt, c in cases if dt is dtype], dtype)[0]
+    for dtype in EDGE_DTYPES:  # a batch per dtype and K, in the cases' order
+        of_dtype = [c for _, dt, c in cases if dt is dtype]
+        for k in dict.fromkeys(len(c.drafts) for c in of_dtype):
+            results += call_batch(sampler, [c for c in of_dtype if len(c.drafts) == k], dtype)[0]
     slack = Fraction(sampler.input_rounding)
     for (what, _, call), result in zip(cases, results):
         got_token = None if result.terminal is None else int(result.terminal[0])

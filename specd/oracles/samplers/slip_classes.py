@@ -200,6 +200,24 @@ def _tail_slip(length: int, shown_at) -> Slip:
     )
 
 
+# A vocabulary a multiple of 64 past 128, as real ones are multiples of 32 or 64 (32000, 128256, 151936): a path kept
+# for aligned rows (a bonus read from the row before it, where V is a multiple of 32), and blocks of 128 or 256 that
+# leave a partial last block of 64 (dropped), passed every size below it (a fifth helper's samplers).
+ALIGNED_VOCAB = 192
+
+
+def _aligned(vocab: int, _) -> str | None:
+    if vocab <= 128 or vocab % 64 or not vocab % 128:
+        return f"at V = {vocab} no vocabulary a multiple of 64 past 128, whose blocks of 128 leave a partial last block"
+    return None
+
+
+ALIGNED_WHAT = (
+    "a vocabulary a multiple of 64 past 128 (as real ones are multiples of 32 or 64): a path kept for aligned rows, "
+    "blocks of 128 or 256 whose partial last block is dropped"
+)
+
+
 FAR_DEPTH = 8  # a round this deep at V = WIDE_VOCAB shows a row read up to 7 places back, or at a stride of 64
 
 
@@ -311,6 +329,7 @@ SLIPS = (
         lambda w: f"--tree 1 --vocab {WIDE_VOCAB}",
     ),
     *(_tail_slip(v - 64, lambda w, v=v: f"--tree 1 --vocab {v}") for v in TAIL_VOCABS),
+    Slip("aligned_vocabulary", ALIGNED_WHAT, _aligned, lambda w: f"--tree 1 --vocab {ALIGNED_VOCAB}"),
     Slip(
         "far_rows",
         FAR_ROWS_WHAT,
@@ -402,5 +421,6 @@ CHAIN_SLIPS = (
         lambda w: f"--vocab {WIDE_VOCAB} --k 1",
     ),
     *(_tail_slip(v - 64, lambda w, v=v: f"--vocab {v} --k 1") for v in TAIL_VOCABS),
+    Slip("aligned_vocabulary", ALIGNED_WHAT, _aligned, lambda w: f"--vocab {ALIGNED_VOCAB} --k 1"),
     Slip("far_rows", FAR_ROWS_WHAT, _far_rows, lambda w: f"--vocab {WIDE_VOCAB} --k {FAR_DEPTH}"),
 )

@@ -50,6 +50,9 @@ are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VAL
                            1e-12 for any tolerance from about 1e-10 up
   ``nearly_point_mass``    the target 1 - 1e-7 on one token
   ``draft_nearly_misses``  one token 1e-8 under the draft and 1e-6 under the target
+  ``draft_nearly_point_mass`` the draft 1 - 1e-7 on one token: a refused child of it leaves 1e-7 of draft
+                           mass to renormalize (a renormalization skipped below a guard of 1e-3, and a
+                           draft within 1e-3 of a point mass taken for one, passed every other table)
 
 and a table shaped for one class of slip (``SHAPED``):
 
@@ -123,6 +126,7 @@ SMALL_VALUES = {
     "ratios_near_one": "the draft off the target by 1e-11 to 1e-8 on every token",
     "nearly_point_mass": "the target 1 - 1e-7 on one token",
     "draft_nearly_misses": "one token 1e-8 under the draft and 1e-6 under the target",
+    "draft_nearly_point_mass": "the draft 1 - 1e-7 on one token",
 }
 
 
@@ -258,6 +262,8 @@ def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, R
         return p, _normalized([w * (1 + rng.choice((-1, 1)) * 10 ** -rng.uniform(8, 11)) for w in p])
     if kind == "nearly_point_mass":
         return _with(p, rng.randrange(v), 1 - 1e-7), q
+    if kind == "draft_nearly_point_mass":
+        return p, _with(q, rng.randrange(v), 1 - 1e-7)
     x = rng.randrange(v)  # draft_nearly_misses
     return _with(p, x, 1e-6), _with(q, x, 1e-8)
 

@@ -9,15 +9,17 @@ one check each:
   nothing emitted may have target probability 0, and nothing may raise (a run can draw these rounds).
   The exact enumeration cannot see this (a single point of the uniforms has probability 0).
 - ``bonus_row_total``: a bonus drawn from a row whose weights sum to 255/256, as a float16 softmax's
-  may (``TOTAL_BONUS``), after no drafts and after an accepted leaf of the tree 1: the protocol draws
+  may (``TOTAL_BONUS``), after no drafts and after an accepted leaf of the trees 1 and 1,1: the protocol draws
   the first token whose running sum exceeds U times the row's total, so the round's joint is the
   target's with that row normalized. Every table's rows sum to 1, where a draw at U alone is exact.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import replace
+from itertools import product
 
 import torch
 
@@ -105,26 +107,27 @@ def check_zero_mass(sampler, drawings) -> Check:
 # first, and finds none from U = 255/256.
 TOTAL_ROOT_P, TOTAL_ROOT_Q = (0.75, 0.25), (0.5, 0.5)
 TOTAL_BONUS = (128 / 256, 127 / 256)
+TOTAL_DEPTHS = ("1", "1,1")  # a leaf one level down and two (a bonus path kept for deeper leaves passed the first)
 
 
 def check_bonus_total(sampler, drawings) -> Check:
-    """``bonus_row_total`` (module docstring): the round without drafts on the bonus row, then every tree 1
-    each construction in ``drawings`` drafts, its leaf's row the bonus row; each joint over what the round
-    emits, completed by the normalized bonus row, against the target's (1e-12). Each is run first with the
-    bonus row normalized: one not exact there (a rule inexact for that construction: its exact check says
-    so) says nothing about the row's total and is left out, said in the detail (every one: n/a)."""
-    bonus = [x / sum(TOTAL_BONUS) for x in TOTAL_BONUS]
-    target = {(x, y): px * py for x, px in enumerate(TOTAL_ROOT_P) for y, py in enumerate(bonus)}
-    cases = [("no drafts", None, {(x,): px for x, px in enumerate(bonus)})]
-    cases += [(f"{drawing} tree 1", drawing, target) for drawing in drawings]
+    """``bonus_row_total`` (module docstring): the round without drafts on the bonus row, then every tree 1 and
+    1,1 each construction in ``drawings`` drafts, its leaf's row the bonus row (TOTAL_DEPTHS); each joint over
+    what the round emits, completed by the target's rows (the bonus row normalized), against the target's
+    (1e-12). Each is run first with the bonus row normalized: one not exact there (a rule inexact for that
+    construction: its exact check says so) says nothing about the row's total and is left out, said in the
+    detail (every one: n/a)."""
+    cases = [("no drafts", None, None)]
+    cases += [(f"{drawing} tree {spec}", drawing, spec) for drawing in drawings for spec in TOTAL_DEPTHS]
+    normalized = tuple(x / sum(TOTAL_BONUS) for x in TOTAL_BONUS)
     worst, left_out = 0.0, []
-    for what, drawing, expected in cases:
+    for what, drawing, spec in cases:
         try:
-            normalized, scaled = (_total_diff(sampler, drawing, row, expected) for row in (bonus, TOTAL_BONUS))
+            exact_there, scaled = (_total_diff(sampler, drawing, spec, row) for row in (normalized, TOTAL_BONUS))
         except SamplerFailed as err:
             detail = f"{what}, the bonus row normalized or summing to 255/256: {err}"
             return Check("bonus_row_total", False, {}, detail, [err.finding])
-        if normalized > EXACT_TOLERANCE:
+        if exact_there > EXACT_TOLERANCE:
             left_out.append(what)
             continue
         worst = max(worst, scaled)
@@ -133,8 +136,8 @@ def check_bonus_total(sampler, drawings) -> Check:
         return Check("bonus_row_total", None, {}, detail)
     passed = worst <= EXACT_TOLERANCE
     detail = (
-        "a bonus row whose weights sum to 255/256, after no drafts and after an accepted leaf: drawn at U times "
-        "the row's total"
+        "a bonus row whose weights sum to 255/256, after no drafts and after an accepted leaf one level and two "
+        "down: drawn at U times the row's total"
     )
     if left_out:
         detail += f"; left out, not exact with that row normalized either: {', '.join(left_out)}"
@@ -142,26 +145,30 @@ def check_bonus_total(sampler, drawings) -> Check:
     return Check("bonus_row_total", passed, figures, detail, [] if passed else ["terminal_ignores_row_total"])
 
 
-def _total_diff(sampler, drawing: str | None, row, expected: dict) -> float:
-    """The largest difference from ``expected`` of the joint of what the rounds of ``check_bonus_total`` emit
-    with the bonus row ``row`` (None: the round without drafts, else every tree 1 ``drawing`` drafts), a
-    correction completed by the normalized bonus row; and of its mass from 1."""
-    bonus = [x / sum(row) for x in row]
+def _total_diff(sampler, drawing: str | None, spec: str | None, row) -> float:
+    """The largest difference from the target's of the joint of what the rounds of ``check_bonus_total`` emit
+    with the bonus row ``row`` (``drawing`` None: the round without drafts, else every tree ``spec`` it drafts,
+    whose rows above the leaf are TOTAL_ROOT_P's), each emission completed by the target's rows; and of its
+    mass from 1."""
+    depth = 0 if spec is None else parse_tree(spec).depth
+    target_rows = [TOTAL_ROOT_P] * depth + [tuple(x / sum(row) for x in row)]  # the target's law at each depth
     if drawing is None:
         rows = torch.tensor([row], dtype=torch.float64), torch.tensor([TOTAL_ROOT_Q], dtype=torch.float64)
         rounds = [TreeRound(DraftTree((), ()), *rows, 1.0, "sampled")]
     else:
-        p_of = lambda prefix: list(row if prefix else TOTAL_ROOT_P)  # noqa: E731
-        rounds = draft_trees(parse_tree("1"), drawing, p_of, lambda _: list(TOTAL_ROOT_Q), ())
+        p_of = lambda prefix: list(row if len(prefix) == depth else TOTAL_ROOT_P)  # noqa: E731
+        rounds = draft_trees(parse_tree(spec), drawing, p_of, lambda _: list(TOTAL_ROOT_Q), ())
     joint: dict = defaultdict(float)
     for rnd, (law, _, _, _) in zip(rounds, round_laws(sampler, rounds)):
         for emitted, mass in law.items():
-            if len(emitted) == 1 and rnd.tree.tokens:  # a correction: completed by the bonus row
-                for y, py in enumerate(bonus):
-                    joint[(*emitted, y)] += rnd.mass * mass * py
-            else:
-                joint[emitted] += rnd.mass * mass
-    return max(max_abs_diff(expected, joint), abs(sum(joint.values()) - 1))
+            for tail in product(range(len(row)), repeat=depth + 1 - len(emitted)):  # completed by the target
+                weight = math.prod(target_rows[len(emitted) + i][t] for i, t in enumerate(tail))
+                joint[emitted + tail] += rnd.mass * mass * weight
+    target = {
+        seq: math.prod(target_rows[i][t] for i, t in enumerate(seq))
+        for seq in product(range(len(row)), repeat=depth + 1)
+    }
+    return max(max_abs_diff(target, joint), abs(sum(joint.values()) - 1))
 
 
 def _zero_mass_finding(emitted: tuple[int, ...], value: float) -> str | None:
