@@ -51,8 +51,8 @@ are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VAL
   ``nearly_point_mass``    the target 1 - 1e-7 on one token
   ``draft_nearly_misses``  one token 1e-8 under the draft and 1e-6 under the target
   ``draft_nearly_point_mass`` the draft 1 - 1e-7 on one token: a refused child of it leaves 1e-7 of draft
-                           mass to renormalize (a renormalization skipped below a guard of 1e-3, and a
-                           draft within 1e-3 of a point mass taken for one, passed every other table)
+                           mass to renormalize (a renormalization skipped below a guard of 1e-3 passed
+                           every other table)
 
 and a table shaped for one class of slip (``SHAPED``):
 
