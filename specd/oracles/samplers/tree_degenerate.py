@@ -16,10 +16,7 @@ one check each:
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from dataclasses import replace
-from itertools import product
 
 import torch
 
@@ -27,7 +24,8 @@ from specd.core.tree import DraftTree
 from specd.core.tree_shape import parse_tree
 from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, NOT_APPLICABLE, Check, max_abs_diff
-from specd.oracles.samplers.tree_checks import round_law, round_laws
+from specd.oracles.reference import chain_joint
+from specd.oracles.samplers.tree_checks import TreeJoint, round_law, round_laws
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest
 from specd.oracles.samplers.tree_rounds import TreeRound, draft_trees
 
@@ -148,27 +146,19 @@ def check_bonus_total(sampler, drawings) -> Check:
 def _total_diff(sampler, drawing: str | None, spec: str | None, row) -> float:
     """The largest difference from the target's of the joint of what the rounds of ``check_bonus_total`` emit
     with the bonus row ``row`` (``drawing`` None: the round without drafts, else every tree ``spec`` it drafts,
-    whose rows above the leaf are TOTAL_ROOT_P's), each emission completed by the target's rows; and of its
-    mass from 1."""
+    whose rows above the leaf are TOTAL_ROOT_P's), each emission completed by the target's rows (``TreeJoint``);
+    and of its mass from 1."""
     depth = 0 if spec is None else parse_tree(spec).depth
     target_rows = [TOTAL_ROOT_P] * depth + [tuple(x / sum(row) for x in row)]  # the target's law at each depth
+    target_of = lambda prefix: list(target_rows[len(prefix)])  # noqa: E731
     if drawing is None:
         rows = torch.tensor([row], dtype=torch.float64), torch.tensor([TOTAL_ROOT_Q], dtype=torch.float64)
         rounds = [TreeRound(DraftTree((), ()), *rows, 1.0, "sampled")]
     else:
         p_of = lambda prefix: list(row if len(prefix) == depth else TOTAL_ROOT_P)  # noqa: E731
         rounds = draft_trees(parse_tree(spec), drawing, p_of, lambda _: list(TOTAL_ROOT_Q), ())
-    joint: dict = defaultdict(float)
-    for rnd, (law, _, _, _) in zip(rounds, round_laws(sampler, rounds)):
-        for emitted, mass in law.items():
-            for tail in product(range(len(row)), repeat=depth + 1 - len(emitted)):  # completed by the target
-                weight = math.prod(target_rows[len(emitted) + i][t] for i, t in enumerate(tail))
-                joint[emitted + tail] += rnd.mass * mass * weight
-    target = {
-        seq: math.prod(target_rows[i][t] for i, t in enumerate(seq))
-        for seq in product(range(len(row)), repeat=depth + 1)
-    }
-    return max(max_abs_diff(target, joint), abs(sum(joint.values()) - 1))
+    joint = TreeJoint(sampler, rounds, target_of, (), depth + 1).joint
+    return max(max_abs_diff(chain_joint(target_of, (), depth + 1), joint), abs(sum(joint.values()) - 1))
 
 
 def _zero_mass_finding(emitted: tuple[int, ...], value: float) -> str | None:
