@@ -21,7 +21,7 @@ from collections import defaultdict
 from fractions import Fraction
 
 from specd.errors import SamplerFailed
-from specd.oracles.reference import cells_of, chain_joint
+from specd.oracles.reference import chain_joint
 from specd.oracles.samplers.checks import Call, call_batch, shuffled_batch
 from specd.oracles.samplers.protocol import SamplerUnderTest, rule_sampler
 from specd.oracles.samplers.tables import as_table
@@ -164,10 +164,12 @@ def _rule_threshold(p_d: float, q_d: float) -> int:
 
 def _rule_end(weights: list[Fraction], token: int) -> int | None:
     """The first grid index past ``token``'s interval of the inverse CDF of ``weights`` (any scale: the first
-    token whose running sum exceeds U times the total), exactly; None where it has no mass."""
-    if sum(weights) <= 0:
+    token whose running sum exceeds U times the total), exactly; None where it has no mass. One division, not
+    ``reference.cells_of``'s one per token: it runs per token of every cell's law."""
+    total = sum(weights)
+    if total <= 0 or weights[token] <= 0:
         return None
-    return next((math.ceil(hi * GRID) for x, _, hi in cells_of(weights) if x == token), None)
+    return math.ceil(sum(weights[: token + 1]) * GRID / total)
 
 
 def _cells(paths: list, thresholds: dict, below: dict, k: int) -> list[tuple]:
