@@ -14,6 +14,13 @@ from fractions import Fraction
 import torch
 
 
+def _top32(row: list) -> list:
+    """``row`` kept as its 32 likeliest tokens (sparse draft probabilities, as EAGLE-style engines store them), zero
+    elsewhere."""
+    kept = set(sorted(range(len(row)), key=lambda x: (-row[x], x))[:32])
+    return [w if x in kept else 0.0 for x, w in enumerate(row)]
+
+
 def _children(parents) -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for n, parent in enumerate(parents.tolist()):
@@ -100,6 +107,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             last = c
             if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
                 law = list(rows_q[parents[at] + 1])  # a node with a parent and grandchildren: its parent's row
+            if slip == "draft_rows_kept_as_their_32_likeliest" and row is not None:
+                law = _top32(law)  # the child's own test read its q'(d) from the full row
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
             if slip == "residual_keeps_p_where_the_rows_are_equal":
                 residual = [a if a == b else r for a, b, r in zip(left, law, residual)]
@@ -113,12 +122,17 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             capped = {"draft_removals_capped_at_two": 2, "draft_removals_capped_at_three": 3}.get(slip or "")
             if capped is not None and order.index(c) >= capped:
                 removes = False  # an unrolled loop of two (three) removals
+            if slip == "without_replacement_taken_as_iid_past_eight_nodes" and len(tokens) > 8:
+                removes = False  # a batched kernel for larger trees draws i.i.d.
             if removes and row is not None:
                 if slip == "elder_removals_forgotten" or slip == "elder_removals_forgotten_below_the_root" and at >= 0:
                     row = list(drawn_from)  # each removal from the draft's row as drawn
-                row[d] = 0.0
+                row[d % 64 if slip == "refused_tokens_in_a_64_bit_mask" else d] = 0.0  # 1 << d wraps at 64
                 guarded = slip == "draft_renormalized_only_above_1e_3" and sum(row) < 1e-3
-                if slip != "no_renormalization" and not guarded and sum(row) > 0:  # nothing left: no next child
+                warp = slip == "draft_renormalized_over_the_first_32_tokens"
+                if warp and sum(row[:32]) > 0:  # one warp's total
+                    row = [x / sum(row[:32]) for x in row]
+                elif slip != "no_renormalization" and not guarded and sum(row) > 0:  # nothing left: no next child
                     row = _normalized(row)
         else:
             if slip == "bonus_wrong_row" and last is None and path:
@@ -422,6 +436,19 @@ TREE_HUNT5_SLIPS = {
     "terminal_over_blocks_of_128": "where V > 128, the terminal drawn over whole blocks of 128 tokens: the partial "
     "last block dropped, where the rest has mass",
 }
+# Each passed every size and table before draft rows of more than 32 tokens of mass (the tree 1 at V = 65 on
+# wide_draft) and siblings past token 32 and 64 in a tree of more than 8 nodes (BIG_TREE at V = 65 on far_siblings;
+# a fifth helper's).
+TREE_WIDE_DRAFT_SLIPS = {
+    "draft_rows_kept_as_their_32_likeliest": "the draft's rows kept as their 32 likeliest tokens (sparse draft "
+    "probabilities): a refusal's residual formed with q' zero elsewhere",
+    "draft_renormalized_over_the_first_32_tokens": "without replacement, q' renormalized after a refused child by "
+    "the total of its first 32 tokens (one warp's)",
+    "refused_tokens_in_a_64_bit_mask": "without replacement, refused tokens kept in a 64-bit mask whose shift wraps: "
+    "a refused token d past 63 removes token d mod 64 from q'",
+    "without_replacement_taken_as_iid_past_eight_nodes": "in a tree of more than 8 nodes (a batched kernel's), "
+    "children drawn without replacement taken as i.i.d. (q' not updated after a refused sibling)",
+}
 TREE_FIRST_ROW_SLIPS = {
     "greedy_where_the_root_rows_are_both_point_masses": "the tree walked greedily where the root's target and draft "
     "rows are both point masses (a greedy request's processors leave them so; a third helper's)",
@@ -467,6 +494,7 @@ TREE_SLIP_SETS = (
     TREE_WIDE_VOCAB_SLIPS,
     TREE_SIZE_SLIPS,
     TREE_HUNT5_SLIPS,
+    TREE_WIDE_DRAFT_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -575,6 +603,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
         law, u = _exact(rows_p[n]), terminal_u[b].item()
         if n < k:
             row_q = rows_q[n - 1] if slip == "middle_draft_previous_q" and 0 < n < k - 1 else rows_q[n]
+            if slip == "draft_rows_kept_as_their_32_likeliest":
+                row_q = _top32(row_q)  # the draft's own test read q(d) as recorded
             law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(law, row_q)]
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
@@ -977,8 +1007,15 @@ CHAIN_HUNT5_SLIPS = {
     "bonus drawn from the last draft's row",
     "terminal_over_blocks_of_128": TREE_HUNT5_SLIPS["terminal_over_blocks_of_128"],
 }
+# Passed every size and table before a draft row of more than 32 tokens of mass (V = 65, K = 1 on wide_draft; a
+# fifth helper's).
+CHAIN_WIDE_DRAFT_SLIPS = {
+    "draft_rows_kept_as_their_32_likeliest": "the draft's rows kept as their 32 likeliest tokens (sparse draft "
+    "probabilities): a refusal's residual formed with q zero elsewhere"
+}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
+    CHAIN_WIDE_DRAFT_SLIPS,
     CHAIN_HUNT5_SLIPS,
     CHAIN_SIZE_SLIPS,
     CHAIN_TOTAL_SLIPS,

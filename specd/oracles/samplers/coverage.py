@@ -21,7 +21,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
   also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 65 and 66 on draft_point_mass
-  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``); ``1`` at V = 192 on sparse_rows (``ALIGNED_CASE``); the
+  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``) and at V = 65 on wide_draft (``WIDE_DRAFT_CASE``); ``2,1,1,1,1,1,1,1`` at
+  V = 65 on far_siblings (``BIG_TREE_CASE``); ``1`` at V = 192 on sparse_rows (``ALIGNED_CASE``); the
   chain-shaped tree of 8 levels at V = 65 on sparse_rows
   (``FAR_ROWS_CASE``); the chain-shaped tree of every other depth below 8 at V = 3 on draft_point_mass
   (``EVERY_K``);
@@ -33,8 +34,9 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
   tables of small values, V = 3, K = 2 also on the two first-row tables, V = 65 and 66, K = 1 on
-  draft_point_mass, V = 192, K = 1 and V = 65, K = 8 on sparse_rows, V = 3 at every other K below 8 on draft_point_mass
-  (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K (at most DEEP_MAX) on draft_point_mass;
+  draft_point_mass, V = 65, K = 1 on wide_draft, V = 192, K = 1 and V = 65, K = 8 on sparse_rows, V = 3 at
+  every other K below 8 on draft_point_mass (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K
+  (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
   that size cannot show is reported not applicable, with the reason and the size that would show it
   (never as passed).
@@ -47,9 +49,10 @@ from dataclasses import dataclass, replace
 from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
+from specd.oracles.samplers.chain_slip_classes import CHAIN_SLIPS
 from specd.oracles.samplers.slip_classes import (
     ALIGNED_VOCAB,
-    CHAIN_SLIPS,
+    BIG_TREE,
     FAR_DEPTH,
     SLIPS,
     TAIL_VOCABS,
@@ -159,6 +162,17 @@ ALIGNED_CASE = (ALIGNED_VOCAB, "1", "sparse_rows")
 # untested; two tokens of target mass a row, so its joint is 2^(FAR_DEPTH + 1) sequences. A ring of three rows
 # (K = 4 shows it) and a stride of 64 at V > 64 (K = 2 does) passed every other size (a helper's samplers).
 FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
+# A draft row with mass on more than 32 tokens: one draft (K = 1, the tree 1) at V = WIDE_VOCAB on the wide_draft
+# table (the draft's mass on every token, the target's on three, two of them past the draft's 32 likeliest). Every
+# other table's draft past V = 32 was a point mass, so a draft row kept as its 32 likeliest tokens passed every size
+# (a fifth helper's chain and tree samplers). Its V paths cost about as much as the rest of the wide case.
+WIDE_DRAFT_CASE = (WIDE_VOCAB, "1", "wide_draft")
+# Siblings drawn without replacement whose token ids are past 32 and 64, in a tree of more than 8 nodes: BIG_TREE (two
+# children at the root, a chain of point-mass drafts below each) at V = WIDE_VOCAB on the far_siblings table alone.
+# q' renormalized over the first 32 tokens after a refusal, refused tokens kept in a 64-bit mask whose shift wraps,
+# and a tree of more than 8 nodes whose children drawn without replacement are taken as i.i.d. passed every size
+# (siblings were checked at V <= 5, trees of at most 8 nodes but the named one; a fifth helper's samplers).
+BIG_TREE_CASE = (WIDE_VOCAB, BIG_TREE, "far_siblings")
 # Every K (a tree's depth) from 1 to FAR_DEPTH: a chain sampler with a branch of its own for one K (a kernel
 # unrolled or a graph captured per K) wrong at K = 5 passed every size (K = 1, 2, 3 and 8), and was shown only
 # where --k 5 was named. The K no other size has (for a tree, the chain-shaped tree of that depth), at V = 3 on
@@ -227,6 +241,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         *TAIL_CASES,
         ALIGNED_CASE,
         far,
+        WIDE_DRAFT_CASE,
+        BIG_TREE_CASE,
         REPEATED_ROWS_TREE,
         *first_row,
     ]
@@ -264,7 +280,7 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     vocab, k = FIRST_ROW_CHAIN
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
-    one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE)]
+    one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE)]
     for vocab, k, kind in (*one_draft, FAR_ROWS_CASE):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)

@@ -1,5 +1,6 @@
 """The classes of slip a foreign sampler's check covers (``verify-oracle --sampler``), each with the
-sizes that hide it and the smallest that shows it (``specd.oracles.samplers.coverage`` picks the sizes).
+sizes that hide it and the smallest that shows it (``specd.oracles.samplers.coverage`` picks the sizes): a
+tree sampler's here (``SLIPS``), a chain sampler's in specd.oracles.samplers.chain_slip_classes.
 
 A size can hide a slip. Where a node has V - 1 children, refusing them all leaves one token, so the
 correction is forced and a correction drawn wrongly gives the right token all the same; at V = 2 a
@@ -74,7 +75,7 @@ def _correction(vocab: int, shape) -> str | None:
     return None
 
 
-def _count(n: int, thing: str) -> str:
+def count(n: int, thing: str) -> str:
     return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
@@ -82,7 +83,7 @@ def _wide_tree_correction(vocab: int, shape) -> str | None:
     counts = [shape.children(c) for c in ((), *shape.choices)] if shape.choices else []
     most = max(counts, default=0)  # a correction at every node, the widest included, needs three tokens left
     if vocab - most < 3:
-        left = _count(max(vocab - most, 0), "token")
+        left = count(max(vocab - most, 0), "token")
         return (
             f"at V = {vocab} a node has {most} children: drawn without replacement and all refused, they leave "
             f"at most {left} of mass, and no correction there has three"
@@ -106,7 +107,7 @@ def _below(vocab: int, shape) -> str | None:
 
 def _middle_level(vocab: int, shape) -> str | None:
     if shape.depth < 3:
-        return f"a tree of {_count(shape.depth, 'level')} has no level between two others"
+        return f"a tree of {count(shape.depth, 'level')} has no level between two others"
     return None
 
 
@@ -148,14 +149,17 @@ def _siblings_third_level(vocab: int, shape) -> str | None:
 
 def _fourth_level(vocab: int, shape) -> str | None:
     if shape.depth < 4:
-        return f"a tree of {_count(shape.depth, 'level')} has no fourth"
+        return f"a tree of {count(shape.depth, 'level')} has no fourth"
     return None
+
+
+TOP_K_VOCAB = 16  # a refused draft there leaves up to 15 tokens of mass: a cut to a few of them shows
 
 
 def _tree_top_k(vocab: int, shape) -> str | None:
     if vocab < TOP_K_VOCAB:
         return (
-            f"at V = {vocab} a refusal leaves at most {_count(vocab - 1, 'token')} of mass: a correction cut to a "
+            f"at V = {vocab} a refusal leaves at most {count(vocab - 1, 'token')} of mass: a correction cut to a "
             "few of its likeliest shows only where a table leaves more"
         )
     return None
@@ -166,7 +170,7 @@ def _tree_top_k(vocab: int, shape) -> str | None:
 WIDE_VOCAB = 65
 
 
-def _wide_vocabulary(vocab: int, _) -> str | None:
+def wide_vocabulary(vocab: int, _) -> str | None:
     if vocab <= 64:
         return (
             f"at V = {vocab} every law fits a wavefront's 64 lanes: a total or running sum over the first 64 "
@@ -185,16 +189,16 @@ TAIL_VOCABS = (65, 66)
 def _tail(length: int):
     def hidden(vocab: int, _) -> str | None:
         if vocab <= 64 or vocab % 64 != length:
-            return f"at V = {vocab} blocks of 4 to 64 tokens do not all leave a last block of {_count(length, 'token')}"
+            return f"at V = {vocab} blocks of 4 to 64 tokens do not all leave a last block of {count(length, 'token')}"
         return None
 
     return hidden
 
 
-def _tail_slip(length: int, shown_at) -> Slip:
+def tail_slip(length: int, shown_at) -> Slip:
     return Slip(
         f"tail_of_{('one', 'two')[length - 1]}",
-        f"a law cut into blocks of 4 to 64 tokens whose last holds {_count(length, 'token')} (dropped or misread)",
+        f"a law cut into blocks of 4 to 64 tokens whose last holds {count(length, 'token')} (dropped or misread)",
         _tail(length),
         shown_at,
     )
@@ -206,7 +210,7 @@ def _tail_slip(length: int, shown_at) -> Slip:
 ALIGNED_VOCAB = 192
 
 
-def _aligned(vocab: int, _) -> str | None:
+def aligned(vocab: int, _) -> str | None:
     if vocab <= 128 or vocab % 64 or not vocab % 128:
         return f"at V = {vocab} no vocabulary a multiple of 64 past 128, whose blocks of 128 leave a partial last block"
     return None
@@ -221,7 +225,7 @@ ALIGNED_WHAT = (
 FAR_DEPTH = 8  # a round this deep at V = WIDE_VOCAB shows a row read up to 7 places back, or at a stride of 64
 
 
-def _far_rows(vocab: int, depth: int) -> str | None:
+def far_rows(vocab: int, depth: int) -> str | None:
     if depth < FAR_DEPTH or vocab <= 64:
         return (
             f"a round {depth} deep at V = {vocab}: row buffers kept in a ring of up to {FAR_DEPTH - 1} show only "
@@ -234,6 +238,41 @@ FAR_ROWS_WHAT = (
     f"a row read from another position's place: row buffers kept in a ring of up to {FAR_DEPTH - 1} by position, "
     "rows wider than 64 tokens read at a stride of 64"
 )
+
+
+WIDE_DRAFT_WHAT = (
+    "a draft row with mass on more than 32 tokens: a row kept as its 32 likeliest (sparse draft probabilities), "
+    "the residual formed without the rest"
+)
+
+
+def wide_draft(vocab: int, _) -> str | None:
+    if vocab <= 32:
+        return f"at V = {vocab} a draft row has at most 32 tokens of mass: a row kept as its 32 likeliest is whole"
+    return None
+
+
+def _far_siblings(vocab: int, shape) -> str | None:
+    if widest(shape) < 2:
+        return "no node of the tree has two children: nothing is tested on what an elder sibling left"
+    if vocab <= 64:
+        return (
+            f"at V = {vocab} every token id is below 64: q' renormalized over a warp's 32 lanes shows only past "
+            "V = 32, refused tokens kept in a 64-bit mask only past 64"
+        )
+    return None
+
+
+MANY_NODES = 8  # a tree of more nodes than this: a path kept for larger trees (a batched kernel's) shows
+# The tree that shows far_siblings and many_nodes at V = WIDE_VOCAB: two children at the root, a chain below each.
+BIG_TREE = "2,1,1,1,1,1,1,1"
+
+
+def _many_nodes(vocab: int, shape) -> str | None:
+    nodes = len(shape.choices or ())
+    if nodes <= MANY_NODES:
+        return f"a tree of {nodes} nodes: a path kept for trees of more than {MANY_NODES} nodes is never taken"
+    return None
 
 
 def widest_shown(w: int) -> int:
@@ -325,102 +364,30 @@ SLIPS = (
     Slip(
         "wide_vocabulary",
         "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum",
-        _wide_vocabulary,
+        wide_vocabulary,
         lambda w: f"--tree 1 --vocab {WIDE_VOCAB}",
     ),
-    *(_tail_slip(v - 64, lambda w, v=v: f"--tree 1 --vocab {v}") for v in TAIL_VOCABS),
-    Slip("aligned_vocabulary", ALIGNED_WHAT, _aligned, lambda w: f"--tree 1 --vocab {ALIGNED_VOCAB}"),
+    *(tail_slip(v - 64, lambda w, v=v: f"--tree 1 --vocab {v}") for v in TAIL_VOCABS),
+    Slip("aligned_vocabulary", ALIGNED_WHAT, aligned, lambda w: f"--tree 1 --vocab {ALIGNED_VOCAB}"),
     Slip(
         "far_rows",
         FAR_ROWS_WHAT,
-        lambda vocab, shape: _far_rows(vocab, shape.depth),
+        lambda vocab, shape: far_rows(vocab, shape.depth),
         lambda w: f"--tree {TreeShape.chain(FAR_DEPTH).spec} --vocab {WIDE_VOCAB}",
     ),
-)
-
-
-def _chain_correction(vocab: int, k) -> str | None:
-    if vocab < 3:
-        return "at V = 2 a refused draft leaves one token: the correction is forced"
-    return None
-
-
-def _second_draft(vocab: int, k) -> str | None:
-    if k < 2:
-        return "a round of one draft has no test after the first and no row past p_2"
-    return None
-
-
-def _wide_correction(vocab: int, k) -> str | None:
-    if vocab < 4:
-        left = _count(vocab - 1, "token")
-        return f"at V = {vocab} a refused draft leaves at most {left} of mass: no correction has three"
-    return None
-
-
-TOP_K_VOCAB = 16  # a refused draft there leaves up to 15 tokens of mass: a cut to a few of them shows
-
-
-def _later_wide_correction(vocab: int, k) -> str | None:
-    if k < 2:
-        return "a round of one draft has no correction after an accepted draft"
-    return _wide_correction(vocab, k)
-
-
-def _top_k_correction(vocab: int, k) -> str | None:
-    if vocab < TOP_K_VOCAB:
-        return (
-            f"at V = {vocab} a refused draft leaves at most {_count(vocab - 1, 'token')} of mass: a correction cut "
-            f"to its {vocab - 2} likeliest is exact there, and to fewer shows only where a table leaves more"
-        )
-    return None
-
-
-def _middle_draft(vocab: int, k) -> str | None:
-    if k < 3:
-        return f"a round of {_count(k, 'draft')} has no draft between two others"
-    return None
-
-
-CHAIN_SLIPS = (
-    Slip("correction_draw", "a correction drawn from two or more tokens", _chain_correction, lambda w: "--vocab 3"),
+    Slip("wide_draft_row", WIDE_DRAFT_WHAT, wide_draft, lambda w: f"--tree 1 --vocab {WIDE_VOCAB}"),
     Slip(
-        "second_draft",
-        "a round's second draft: its test, its row, what follows a refusal",
-        _second_draft,
-        lambda w: "--k 2",
+        "far_siblings",
+        "siblings drawn without replacement whose ids are past 32 and 64: q' renormalized over a warp's 32 lanes, "
+        "refused tokens kept in a 64-bit mask",
+        _far_siblings,
+        lambda w: f"--tree {BIG_TREE} --vocab {WIDE_VOCAB}",
     ),
     Slip(
-        "wide_correction",
-        "a correction drawn from three or more tokens (a first, a middle and a last token of its law)",
-        _wide_correction,
-        lambda w: "--vocab 4",
+        "many_nodes",
+        f"a tree of more than {MANY_NODES} nodes: a path kept for larger trees (children drawn without replacement "
+        "taken as i.i.d.)",
+        _many_nodes,
+        lambda w: f"--tree {BIG_TREE} --vocab {WIDE_VOCAB}",
     ),
-    Slip(
-        "later_wide_correction",
-        "a correction after an accepted draft drawn from three or more tokens (a path of its own past the first)",
-        _later_wide_correction,
-        lambda w: "--vocab 4 --k 2",
-    ),
-    Slip(
-        "middle_draft",
-        "a draft between two others: tested after an acceptance, refused with a draft left untested",
-        _middle_draft,
-        lambda w: "--k 3",
-    ),
-    Slip(
-        "top_k_correction",
-        "a correction cut to a few of its likeliest tokens (a top-k of its law: the 3 to 8 likeliest, on these tables)",
-        _top_k_correction,
-        lambda w: f"--vocab {TOP_K_VOCAB} --k 1",
-    ),
-    Slip(
-        "wide_vocabulary",
-        "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum",
-        _wide_vocabulary,
-        lambda w: f"--vocab {WIDE_VOCAB} --k 1",
-    ),
-    *(_tail_slip(v - 64, lambda w, v=v: f"--vocab {v} --k 1") for v in TAIL_VOCABS),
-    Slip("aligned_vocabulary", ALIGNED_WHAT, _aligned, lambda w: f"--vocab {ALIGNED_VOCAB} --k 1"),
-    Slip("far_rows", FAR_ROWS_WHAT, _far_rows, lambda w: f"--vocab {WIDE_VOCAB} --k {FAR_DEPTH}"),
 )

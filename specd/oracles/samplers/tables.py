@@ -81,6 +81,20 @@ and a table shaped for one class of slip (``SHAPED``):
                            over a wide vocabulary is cheap: a row read from another position's place
                            (row buffers kept in a ring, rows read at a block's stride, not V's) puts
                            q(d) = 0 under a draft and keeps it untested, which shows
+  ``wide_draft``           the draft's mass on every token (no two weights equal), the target's on three:
+                           the draft's likeliest token and two of its least likely half (past its 32
+                           likeliest at V = 65), every row alike drawn: a draft row kept as its 32
+                           likeliest tokens (sparse draft probabilities) gets the residual wrong where
+                           the target has mass on a token it dropped; every other table's draft at
+                           V > 32 was a point mass. One draft (K = 1, the tree 1) costs its V paths
+  ``far_siblings``         the draft's first row on three tokens, 1, 5 V / 8 and V - 1 (40 and 64 at
+                           V = 65: past a warp's 32 lanes and a 64-bit mask's bits), about 0.3, 0.3 and
+                           0.4, the target's about 0.4, 0.4 and 0.1 on them and 0.1 on token 0, so V - 1
+                           alone is refused and a second child is then tested at 2 / 3 on q' without
+                           it; every later row as ``sparse_rows``' (a point-mass draft). A q'
+                           renormalized over the first 32 tokens, refused tokens kept in a 64-bit mask
+                           whose shift wraps, or children drawn without replacement taken as i.i.d.
+                           move that test; a tree of many nodes costs the orders of the root's children
 
 A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
 token the draft has, ``draft_point_mass`` where a node has two children or more).
@@ -118,8 +132,11 @@ SHAPED = {
     "point_mass_first_row": "the target and the draft the same point mass at a round's first row only",
     "sparse_rows": "the target's mass on two tokens a row, the draft a point mass on one of them, another each row",
     "repeated_target": "the target's first row repeated at every row of a round, the draft's rows the seed's",
+    "wide_draft": "the draft's mass on every token, the target's on its likeliest and two of its least likely half",
+    "far_siblings": "the draft's first row on tokens 1, 5 V / 8 and V - 1, every later row a point mass",
 }
-MADE_ANEW = ("coarse_grid", "draft_apart", "sparse_rows")  # kinds whose rows owe nothing to the seed's
+# kinds whose rows owe nothing to the seed's
+MADE_ANEW = ("coarse_grid", "draft_apart", "sparse_rows", "wide_draft", "far_siblings")
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
@@ -248,6 +265,10 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         return _sparse(v, rng, position)
     if kind == "draft_apart":
         return _apart(v, rng)
+    if kind == "wide_draft":
+        return _wide_draft(v, rng)
+    if kind == "far_siblings":
+        return _far_siblings(v, rng) if position == 0 else _sparse(v, rng, position)
     if kind in SMALL_VALUES:
         return _small_values(kind, p, q, rng)
     raise ValueError(f"no adversarial table {kind!r}")
@@ -291,6 +312,37 @@ def _sparse(v: int, rng: random.Random, position: int) -> tuple[Row, Row]:
     target = [0.0] * v
     target[point], target[other] = w, 1 - w
     return target, [float(x == point) for x in range(v)]
+
+
+def _wide_draft(v: int, rng: random.Random) -> tuple[Row, Row]:
+    """``wide_draft``'s rows over ``v`` tokens (made anew, v >= 3): the draft's weight on every token, each drawn
+    in [1, 2) (none equal); the target's on three, drawn in [0.2, 1) and normalized: the draft's likeliest and two
+    of its least likely half (below its 32 likeliest where v > 64)."""
+    draft = _normalized([1 + rng.random() for _ in range(v)])
+    ranked = sorted(range(v), key=lambda x: -draft[x])
+    chosen = [ranked[0], *rng.sample(ranked[(v + 1) // 2 :], min(2, v // 2))]
+    target = [0.0] * v
+    for x in chosen:
+        target[x] = rng.uniform(0.2, 1.0)
+    return _normalized(target), draft
+
+
+# far_siblings' first row: token -> (the target's weight, the draft's), each within 5% drawn (5 V / 8 and V - 1
+# stand for the ids past 32 and 64)
+FAR_SIBLINGS = {"0": (0.1, 0.0), "1": (0.4, 0.3), "5V/8": (0.4, 0.3), "V-1": (0.1, 0.4)}
+
+
+def _far_siblings(v: int, rng: random.Random) -> tuple[Row, Row]:
+    """``far_siblings``' first row over ``v`` tokens (made anew, v >= 4): FAR_SIBLINGS' weights. The draft's token
+    V - 1 alone is ever refused (the target is above the draft on 1 and 5 V / 8), and what its refusal leaves,
+    p' a third on each of 0, 1 and 5 V / 8, q' a half on each of 1 and 5 V / 8, tests a second child at 2 / 3: a
+    q' left with V - 1 in it, or renormalized by another total, moves that test."""
+    ids = {"0": 0, "1": 1, "5V/8": v * 5 // 8, "V-1": v - 1}
+    target, draft = [0.0] * v, [0.0] * v
+    for name, (p_x, q_x) in FAR_SIBLINGS.items():
+        target[ids[name]] = p_x * rng.uniform(0.95, 1.05)
+        draft[ids[name]] = q_x * rng.uniform(0.95, 1.05)
+    return _normalized(target), _normalized(draft)
 
 
 def _grid(v: int, rng: random.Random) -> tuple[Row, Row]:
