@@ -34,6 +34,7 @@ from specd.errors import SamplerFailed
 from specd.oracles.record import EXACT_TOLERANCE, Check, max_abs_diff
 from specd.oracles.reference import PROBES, UNUSED, block_branch, branch, cells_of, chain_joint, probe
 from specd.oracles.samplers.protocol import SamplerResult, SamplerUnderTest
+from specd.oracles.samplers.table_store import completion
 from specd.oracles.samplers.tables import DyadicTables, as_table
 
 TWO53 = 2**53
@@ -265,7 +266,7 @@ def joint_of(calls: list[Call], results: list[SamplerResult], rows, prompt, k: i
             joint[prefix[:horizon]] = joint.get(prefix[:horizon], 0) + mass
             return
         if prefix not in memo:
-            memo[prefix] = chain_joint(rows.p, prompt + prefix, rest, Fraction(1) if exact else 1.0)
+            memo[prefix] = completion(rows, prompt + prefix, rest, exact)
         for tail, m in memo[prefix].items():
             joint[prefix + tail] = joint.get(prefix + tail, 0) + mass * m
 
@@ -311,7 +312,7 @@ def cell_report(call: Call, result: SamplerResult) -> dict:
 
 def verdict(joint: dict, rows, k: int) -> tuple[bool, float, float]:
     """(exact, max |diff|, total mass) of a round's joint against the target's on ``rows``."""
-    diff, mass = max_abs_diff(chain_joint(rows.p, rows.prompt, k + 1), joint), sum(joint.values())
+    diff, mass = max_abs_diff(completion(rows, rows.prompt, k + 1), joint), sum(joint.values())
     return diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE, diff, mass
 
 

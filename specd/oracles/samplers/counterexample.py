@@ -6,9 +6,9 @@ the rule's."""
 from __future__ import annotations
 
 from specd.oracles.record import EXACT_TOLERANCE, max_abs_diff
-from specd.oracles.reference import chain_joint
 from specd.oracles.samplers.checks import moved_most, sampler_joint
 from specd.oracles.samplers.protocol import SamplerUnderTest
+from specd.oracles.samplers.table_store import completion
 from specd.oracles.samplers.tables import search_tables
 
 SEARCH = [(2, 1), (2, 2), (3, 1), (2, 3), (3, 2), (4, 1), (4, 2), (3, 3)]
@@ -37,7 +37,7 @@ def _counterexample(sampler: SamplerUnderTest, tokens: bool, table, k: int, rule
     joint, mismatches, _ = sampler_joint(
         sampler, table, table.prompt, table.vocab, k, tokens, rule=rule, shuffled=shuffled
     )
-    target = chain_joint(table.p, table.prompt, k + 1)
+    target = completion(table, table.prompt, k + 1)
     if max_abs_diff(target, joint) <= EXACT_TOLERANCE:
         return None
     return moved_most(target, joint, mismatches)

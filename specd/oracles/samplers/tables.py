@@ -104,11 +104,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from specd.oracles.fixture import OracleConfig, build_rig
 from specd.oracles.reference import Reference
+from specd.oracles.samplers.table_store import made
 
 Row = list[float]
 Rows = Callable[[tuple[int, ...]], Row]
@@ -160,6 +161,8 @@ class Table:
     q: Rows
     seed: int = 0
     kind: str = ""  # the adversarial (or shaped, or small-value) kind it was made as; "" for a seed's
+    # the target's chains after an output computed so far (specd.oracles.samplers.table_store.completion)
+    completions: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def as_table(rows, name: str = "the fixture's", seed: int = 0) -> Table:
@@ -172,9 +175,14 @@ def as_table(rows, name: str = "the fixture's", seed: int = 0) -> Table:
 
 def seeded(cfg: OracleConfig, vocab: int, depth: int, seed: int) -> Table:
     """The fixture's tables at ``seed`` over ``vocab`` tokens (its policies, its prompt)."""
-    rig = build_rig(replace(cfg, vocab=vocab, k=depth, seed=seed, horizon=None, tree=()))
-    ref = Reference(rig)
-    return Table(f"seed {seed}", vocab, rig.prompt, ref.p, ref.q, seed)
+    rig_config = replace(cfg, vocab=vocab, k=depth, seed=seed, horizon=None, tree=())
+
+    def make() -> Table:
+        rig = build_rig(rig_config)
+        ref = Reference(rig)
+        return Table(f"seed {seed}", vocab, rig.prompt, ref.p, ref.q, seed)
+
+    return made(("seeded", repr(rig_config)), make)  # every field, a dict's items too
 
 
 def tables(cfg: OracleConfig, vocab: int, depth: int, widest: int, seeds: int = MORE_SEEDS) -> list[Table]:
@@ -204,6 +212,10 @@ def holds(kind: str, vocab: int, widest: int) -> bool:
 
 def adversarial(base: Table, kind: str, seed: int) -> Table:
     """``base`` reshaped as ``kind`` says (module docstring), each row by choices seeded by its output."""
+    return made(("adversarial", base, kind, seed), lambda: _reshaped(base, kind, seed))
+
+
+def _reshaped(base: Table, kind: str, seed: int) -> Table:
     memo: dict[tuple[int, ...], tuple[Row, Row]] = {}
 
     def rows(output: tuple[int, ...]) -> tuple[Row, Row]:

@@ -29,6 +29,7 @@ from specd.oracles.reference import chain_joint
 from specd.oracles.samplers.covered import UNREPEATED
 from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.slip_classes import widest
+from specd.oracles.samplers.table_store import completion
 from specd.oracles.samplers.tables import Table, as_table, search_tables
 from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
 from specd.oracles.samplers.tree_rounds import TreeRound, depth_first, draft_trees
@@ -80,9 +81,11 @@ def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, floa
 
 class TreeJoint:
     """A sampler's joint over the horizon for every draft tree of one construction, and its figures
-    (``laws``: each round's ``round_law``, where they were computed already)."""
+    (``laws``: each round's ``round_law``, where they were computed already). ``p_of``: the target's rows, a
+    Table (each emission's completion then kept on it for its later checks) or a function of an output."""
 
     def __init__(self, sampler, rounds: list[TreeRound], p_of, prompt: tuple[int, ...], horizon: int, laws=None):
+        rows = p_of if isinstance(p_of, Table) else SimpleNamespace(p=p_of)
         self.joint: dict[tuple[int, ...], float] = defaultdict(float)
         self.laws: list[dict] = []
         self.accepted = self.reads = 0.0
@@ -96,7 +99,7 @@ class TreeJoint:
             for head, m in law.items():
                 rest = horizon - len(head)
                 if head not in memo:
-                    memo[head] = chain_joint(p_of, prompt + head, rest) if rest > 0 else {(): 1.0}
+                    memo[head] = completion(rows, prompt + head, rest) if rest > 0 else {(): 1.0}
                 for tail, mt in memo[head].items():
                     self.joint[head + tail] += rnd.mass * m * mt
 
@@ -123,7 +126,7 @@ def check_drawing(
     if not drawable(rounds):
         return Check(name, None, base, f"{NOT_APPLICABLE}{UNDRAWABLE.format(drawing=drawing)}"), None
     try:
-        tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
+        tj = TreeJoint(sampler, rounds, table, table.prompt, shape.depth + 1)
     except SamplerFailed as err:
         if err.finding == "raised" and refusable:
             if not answers_some(sampler, rounds):
@@ -161,7 +164,7 @@ def answers_some(sampler, rounds: list[TreeRound]) -> bool:
 def _joint_figures(tj: TreeJoint, rounds: list[TreeRound], table, horizon: int) -> dict:
     """A construction's joint on one table against the target's: passed, and its figures (with the price
     where it is not exact)."""
-    target = chain_joint(table.p, table.prompt, horizon)
+    target = completion(table, table.prompt, horizon)
     diff, mass = max_abs_diff(target, tj.joint), sum(tj.joint.values())
     figures = {
         "passed": diff <= EXACT_TOLERANCE and abs(mass - 1) <= EXACT_TOLERANCE,
@@ -174,7 +177,7 @@ def _joint_figures(tj: TreeJoint, rounds: list[TreeRound], table, horizon: int) 
     }
     if not figures["passed"]:
         figures.update(tv_figures(tj.joint, target, horizon))
-        figures["exact_rule_expected_accepted"] = TreeJoint(_specd(), rounds, table.p, table.prompt, horizon).accepted
+        figures["exact_rule_expected_accepted"] = TreeJoint(_specd(), rounds, table, table.prompt, horizon).accepted
     return figures
 
 
@@ -213,7 +216,7 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
             return _first_refusal(sampler, check, work, rounds, drawing)
         at = 0
         for (case, table), rs in zip(work, rounds):
-            tj = TreeJoint(sampler, rs, table.p, table.prompt, case.shape.depth + 1, laws[at : at + len(rs)])
+            tj = TreeJoint(sampler, rs, table, table.prompt, case.shape.depth + 1, laws[at : at + len(rs)])
             at += len(rs)
             figures = _joint_figures(tj, rs, table, case.shape.depth + 1)
             check.figures["tables"] += 1
@@ -329,10 +332,10 @@ def _counterexample(sampler, shape, drawing: str, table: Table, case=None) -> di
     if not drawable(rounds):
         return None
     try:
-        tj = TreeJoint(sampler, rounds, table.p, table.prompt, shape.depth + 1)
+        tj = TreeJoint(sampler, rounds, table, table.prompt, shape.depth + 1)
     except SamplerFailed:
         return None
-    target = chain_joint(table.p, table.prompt, shape.depth + 1)
+    target = completion(table, table.prompt, shape.depth + 1)
     if max_abs_diff(target, tj.joint) <= EXACT_TOLERANCE:
         return None
     worst = max(set(target) | set(tj.joint), key=lambda s: abs(target.get(s, 0.0) - tj.joint.get(s, 0.0)))
