@@ -57,7 +57,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
     while True:
         left = list(rows_p[at + 1])
         unchanged = list(left)
-        row = list(rows_q[at + 1]) if q is not None and drawn != "rank" else None
+        as_sampled = slip == "ranked_children_tested_as_sampled_past_16_nodes" and drawn == "rank" and len(tokens) > 16
+        row = list(rows_q[at + 1]) if q is not None and (drawn != "rank" or as_sampled) else None
         ring = RINGS.get(slip or "")
         if ring is not None and row is not None and len(path) >= ring:  # level ring + 1 reads `ring` levels up
             row = list(rows_q[(path[-ring - 1] if len(path) > ring else -1) + 1])
@@ -94,8 +95,14 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             flat_q = slip == "child_kept_where_the_draft_row_is_flat" and row is not None and len(set(row)) == 1
             near_one = near_one or flat_q  # "no draft law": nothing to test against
             near_one = near_one or (den == 0 and slip in FAR_ROW_SLIPS)  # a row read from elsewhere: p' / 0 = inf
-            if near_one or (
-                u.node(key) <= num / den if _at_or_below(slip, len(path), order.index(c)) else u.node(key) < num / den
+            untested = slip == "ninth_node_refused_untested" and len(path) >= 8  # a loop unrolled eight times
+            if not untested and (
+                near_one
+                or (
+                    u.node(key) <= num / den
+                    if _at_or_below(slip, len(path), order.index(c))
+                    else u.node(key) < num / den
+                )
             ):
                 younger = younger or last is not None
                 path.append(c)
@@ -118,7 +125,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 residual = list(unchanged)
             if sum(residual) > 0:  # rounding can refuse a sure child (p' = q', ratio 1 - 2^-53): keep p' there
                 left = _normalized(residual)
-            removes = drawn == "sampled" or slip == "iid_as_without_replacement" and drawn == "iid"
+            removes = drawn == "sampled" or as_sampled or slip == "iid_as_without_replacement" and drawn == "iid"
             capped = {"draft_removals_capped_at_two": 2, "draft_removals_capped_at_three": 3}.get(slip or "")
             if capped is not None and order.index(c) >= capped:
                 removes = False  # an unrolled loop of two (three) removals
@@ -153,6 +160,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 left = _top(left)
             if slip == "correction_top_four" and last is not None:
                 left = _top(left, 4)
+            if slip == "correction_top_sixteen_where_v_is_17_to_64" and 16 < len(left) <= 64 and last is not None:
+                left = _top(left, 16)  # a path for one warp
             if slip == "terminal_over_the_first_32_tokens" and sum(left[:32]) > 0:  # one warp's lanes
                 left = left[:32] + [0.0] * len(left[32:])
             if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8:  # the tail block dropped
@@ -449,6 +458,16 @@ TREE_WIDE_DRAFT_SLIPS = {
     "without_replacement_taken_as_iid_past_eight_nodes": "in a tree of more than 8 nodes (a batched kernel's), "
     "children drawn without replacement taken as i.i.d. (q' not updated after a refused sibling)",
 }
+# Each passed every size before V = 33 (the band of 17 to 64 tokens), a ninth level, and a tree of more than 16 nodes
+# (a sixth helper's).
+TREE_SIXTH_HUNT_SLIPS = {
+    "correction_top_sixteen_where_v_is_17_to_64": "where 16 < V <= 64 (a path for one warp), the correction drawn from "
+    "the 16 likeliest tokens of what is left",
+    "ninth_node_refused_untested": "a ninth node on a path taken as refused without a test (a loop unrolled eight "
+    "times)",
+    "ranked_children_tested_as_sampled_past_16_nodes": "in a tree of more than 16 nodes, ranked children tested as if "
+    "drawn without replacement from q",
+}
 TREE_FIRST_ROW_SLIPS = {
     "greedy_where_the_root_rows_are_both_point_masses": "the tree walked greedily where the root's target and draft "
     "rows are both point masses (a greedy request's processors leave them so; a third helper's)",
@@ -476,11 +495,18 @@ TREE_FAR_ROW_SLIPS = {
     "row of the node four levels up",
     "draft_rows_in_a_ring_of_seven": "the draft's rows kept in a ring of seven by depth: the eighth level reads the "
     "row of the node seven levels up",
+    "draft_rows_in_a_ring_of_eight": "the draft's rows kept in a ring of eight by depth: the ninth level reads the "
+    "root's row (shown by the ninth level)",
     "draft_rows_read_at_a_stride_of_64": "where V > 64, the draft's rows read 64 tokens apart (a block's stride), "
     "not V: every row after the root's shifted",
 }
 # ring slips, chain and tree, by name -> the ring's size
-RINGS = {"draft_rows_in_a_ring_of_three": 3, "draft_rows_in_a_ring_of_four": 4, "draft_rows_in_a_ring_of_seven": 7}
+RINGS = {
+    "draft_rows_in_a_ring_of_three": 3,
+    "draft_rows_in_a_ring_of_four": 4,
+    "draft_rows_in_a_ring_of_seven": 7,
+    "draft_rows_in_a_ring_of_eight": 8,
+}
 TREE_SLIP_SETS = (
     TREE_FAR_ROW_SLIPS,
     TREE_FLAT_SLIPS,
@@ -495,6 +521,7 @@ TREE_SLIP_SETS = (
     TREE_SIZE_SLIPS,
     TREE_HUNT5_SLIPS,
     TREE_WIDE_DRAFT_SLIPS,
+    TREE_SIXTH_HUNT_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -600,6 +627,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             and _passes(rows_p, rows_q, ds[n + 1], us[n + 1], n + 1, slip)
         ):
             n += 2
+        if slip == "ninth_accepted_draft_read_as_the_eighth" and n >= 9:
+            n = 8  # the accepted drafts counted in one byte: the ninth read as refused
         law, u = _exact(rows_p[n]), terminal_u[b].item()
         if n < k:
             row_q = rows_q[n - 1] if slip == "middle_draft_previous_q" and 0 < n < k - 1 else rows_q[n]
@@ -620,6 +649,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = _exact(rows_p[n])
             if slip == "correction_top_five":
                 law = _top(law, 5)
+            if slip == "correction_top_sixteen_where_v_is_17_to_64" and 16 < len(law) <= 64:
+                law = _top(law, 16)  # a path for one warp
             kept = [w if x < 4 else Fraction(0) for x, w in enumerate(law)]  # a scratch buffer of four tokens
             if slip == "correction_ids_below_four_after_an_accepted_draft" and n >= 1 and sum(kept) > 0:
                 law = kept
@@ -971,6 +1002,8 @@ CHAIN_FAR_ROW_SLIPS = {
     "not V: every row after the first shifted",
     "draft_rows_in_a_ring_of_seven": "the draft's rows kept in a ring of seven by position: the eighth draft is "
     "tested against the first one's row",
+    "draft_rows_in_a_ring_of_eight": "the draft's rows kept in a ring of eight by position: the ninth draft is tested "
+    "against the first one's row (shown by the ninth draft)",
 }
 # Each is wrong only at a uniform of exactly 0 past the first draft (a point: the exact enumeration cannot see it),
 # and passed before zero_target_mass probed the second and third drafts and a terminal after them (a helper's).
@@ -1013,8 +1046,16 @@ CHAIN_WIDE_DRAFT_SLIPS = {
     "draft_rows_kept_as_their_32_likeliest": "the draft's rows kept as their 32 likeliest tokens (sparse draft "
     "probabilities): a refusal's residual formed with q zero elsewhere"
 }
+# Each passed every size before V = 33 and K = 9 (a sixth helper's).
+_TOP_SIXTEEN = "correction_top_sixteen_where_v_is_17_to_64"
+CHAIN_SIXTH_HUNT_SLIPS = {
+    _TOP_SIXTEEN: TREE_SIXTH_HUNT_SLIPS[_TOP_SIXTEEN],
+    "ninth_accepted_draft_read_as_the_eighth": "the accepted drafts counted in one byte: a ninth accepted draft read "
+    "as refused, the correction drawn at it",
+}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
+    CHAIN_SIXTH_HUNT_SLIPS,
     CHAIN_WIDE_DRAFT_SLIPS,
     CHAIN_HUNT5_SLIPS,
     CHAIN_SIZE_SLIPS,

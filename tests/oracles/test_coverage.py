@@ -192,6 +192,8 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "wide_draft_row",
         "far_siblings",
         "many_nodes",
+        "mid_vocabulary",
+        "ninth_draft",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
@@ -241,9 +243,12 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 12
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 14
     hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction, "
-    hidden += "wide_vocabulary, tail_of_one, tail_of_two, aligned_vocabulary, far_rows, wide_draft_row"
+    hidden += (
+        "wide_vocabulary, tail_of_one, tail_of_two, aligned_vocabulary, far_rows, wide_draft_row, mid_vocabulary, "
+    )
+    hidden += "ninth_draft"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -409,9 +414,9 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    claim = "exact on 63 tables at V = 2, 3, 4, 16, 65, 66, 192; K = 1, 2, 3, 4, 5, 6, 7, 8"
+    claim = "exact on 65 tables at V = 2, 3, 4, 16, 33, 65, 66, 192; K = 1, 2, 3, 4, 5, 6, 7, 8, 9"
     assert doc["passed"] and doc["coverage"]["claim"] == claim
-    assert doc["checks"][0]["figures"]["tables"] == 63
+    assert doc["checks"][0]["figures"]["tables"] == 65
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -713,7 +718,9 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (66, "1", 1),  # and of two
         (192, "1", 1),  # sparse_rows: a multiple of 64 past 128
         (65, "1,1,1,1,1,1,1,1", 1),  # sparse_rows: a row read from another level's place
-        (65, "2,1,1,1,1,1,1,1", 1),  # far_siblings: siblings past token 32 and 64, 16 nodes
+        (65, "2,1,1,1,1,1,1,1,1", 1),  # far_siblings: siblings past token 32 and 64, 18 nodes
+        (33, "1", 1),  # draft_point_mass: a vocabulary of 17 to 64 tokens
+        (65, "1,1,1,1,1,1,1,1,1", 1),  # sparse_rows: a ninth level
         (4, "1,2", 5),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
         (3, "1,1,1,1,1", 1),  # draft_point_mass: every depth up to 8
@@ -756,12 +763,12 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 79 tables at V = 2, 3, 4, 5, 16, 65, 66, 192; trees "1,2" (V = 2, 4, 5), "2" (V = 5), '
-        '"[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), "1,2,1" (V = 3), "1,1,2" (V = 3), '
-        '"1,1,1,1" (V = 3), "1" (V = 16, 65, 66, 192), "[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), '
-        '"1,1,1,1,1,1,1,1" (V = 65), "2,1,1,1,1,1,1,1" (V = 65), "[[0],[0,0],[1]]" (V = 3), '
-        '"1,1,1,1,1" (V = 3), "1,1,1,1,1,1" (V = 3), '
-        '"1,1,1,1,1,1,1" (V = 3); K = 1, 2, 3, 4, 5, 6, 7, 8'
+        and 'PASSED: exact on 81 tables at V = 2, 3, 4, 5, 16, 33, 65, 66, 192; trees "1,2" (V = 2, 4, 5), '
+        '"2" (V = 5), "[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), '
+        '"1,2,1" (V = 3), "1,1,2" (V = 3), "1,1,1,1" (V = 3), "1" (V = 16, 33, 65, 66, 192), '
+        '"[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), "1,1,1,1,1,1,1,1" (V = 65), '
+        '"2,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,1" (V = 65), "[[0],[0,0],[1]]" (V = 3), '
+        '"1,1,1,1,1" (V = 3), "1,1,1,1,1,1" (V = 3), "1,1,1,1,1,1,1" (V = 3); K = 1, 2, 3, 4, 5, 6, 7, 8, 9'
         in out
     )
     code, _, err = run_cli(["verify-oracle", "--exact-size"], capsys)
@@ -961,4 +968,18 @@ def test_a_tree_slip_past_32_draft_tokens_or_past_8_nodes_fails_at_the_default_s
     """Siblings were checked at V <= 5 and trees of at most 8 nodes, every draft row past V = 32 a point mass (a
     fifth helper's samplers passed every size): the tree 1 at V = 65 on wide_draft, and 2,1,1,1,1,1,1,1 (16 nodes)
     at V = 65 on far_siblings, whose root's children are tokens 1, 40 and 64."""
+    assert False in verdicts(tree(name), "2,2", 3).values()
+
+
+@pytest.mark.parametrize("name", list(slips.CHAIN_SIXTH_HUNT_SLIPS))
+def test_a_chain_slip_of_the_band_from_17_to_64_tokens_or_of_a_ninth_draft_fails_at_the_default_size(name):
+    """No size had 16 < V <= 64 or K = 9 (a sixth helper's samplers passed): V = 33, K = 1 on draft_point_mass and
+    V = 65, K = 9 on sparse_rows now."""
+    check = chain_check(getattr(slips, f"chain_{name}"), 2, 3)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] in ("V = 33, K = 1", "V = 65, K = 9")
+
+
+@pytest.mark.parametrize("name", list(slips.TREE_SIXTH_HUNT_SLIPS))
+def test_a_tree_slip_of_the_band_from_17_to_64_tokens_a_ninth_level_or_past_16_nodes_fails_at_the_default_size(name):
+    """The tree 1 at V = 33, the chain-shaped tree of nine levels at V = 65, and 2,1,1,1,1,1,1,1,1 (18 nodes)."""
     assert False in verdicts(tree(name), "2,2", 3).values()

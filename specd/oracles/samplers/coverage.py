@@ -21,8 +21,9 @@ of slip is hidden and where it shows), so a check covers the classes:
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``); ``1,2`` at V = 4
   also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 65 and 66 on draft_point_mass
-  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``) and at V = 65 on wide_draft (``WIDE_DRAFT_CASE``); ``2,1,1,1,1,1,1,1`` at
-  V = 65 on far_siblings (``BIG_TREE_CASE``); ``1`` at V = 192 on sparse_rows (``ALIGNED_CASE``); the
+  (``WIDE_VOCAB_CASE``, ``TAIL_CASES``) and at V = 65 on wide_draft (``WIDE_DRAFT_CASE``); ``2,1,1,1,1,1,1,1,1`` at
+  V = 65 on far_siblings (``BIG_TREE_CASE``); ``1`` at V = 33 on draft_point_mass (``MID_CASE``); the chain-shaped
+  tree of 9 levels at V = 65 on sparse_rows (``NINTH_CASE``); ``1`` at V = 192 on sparse_rows (``ALIGNED_CASE``); the
   chain-shaped tree of 8 levels at V = 65 on sparse_rows
   (``FAR_ROWS_CASE``); the chain-shaped tree of every other depth below 8 at V = 3 on draft_point_mass
   (``EVERY_K``);
@@ -34,7 +35,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   draft), V = 16, K = 1 (a correction from up to 15 tokens: a cut to a few of them shows), and V = 4,
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
   tables of small values, V = 3, K = 2 also on the two first-row tables, V = 65 and 66, K = 1 on
-  draft_point_mass, V = 65, K = 1 on wide_draft, V = 192, K = 1 and V = 65, K = 8 on sparse_rows, V = 3 at
+  draft_point_mass, V = 65, K = 1 on wide_draft, V = 33, K = 1 on draft_point_mass, V = 192, K = 1 and V = 65,
+  K = 8 and 9 on sparse_rows, V = 3 at
   every other K below 8 on draft_point_mass (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K
   (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
@@ -54,6 +56,8 @@ from specd.oracles.samplers.slip_classes import (
     ALIGNED_VOCAB,
     BIG_TREE,
     FAR_DEPTH,
+    MID_VOCAB,
+    NINTH,
     SLIPS,
     TAIL_VOCABS,
     TOP_K_VOCAB,
@@ -167,12 +171,23 @@ FAR_ROWS_CASE = (WIDE_VOCAB, FAR_DEPTH, "sparse_rows")
 # other table's draft past V = 32 was a point mass, so a draft row kept as its 32 likeliest tokens passed every size
 # (a fifth helper's chain and tree samplers). Its V paths cost about as much as the rest of the wide case.
 WIDE_DRAFT_CASE = (WIDE_VOCAB, "1", "wide_draft")
-# Siblings drawn without replacement whose token ids are past 32 and 64, in a tree of more than 8 nodes: BIG_TREE (two
-# children at the root, a chain of point-mass drafts below each) at V = WIDE_VOCAB on the far_siblings table alone.
-# q' renormalized over the first 32 tokens after a refusal, refused tokens kept in a 64-bit mask whose shift wraps,
-# and a tree of more than 8 nodes whose children drawn without replacement are taken as i.i.d. passed every size
-# (siblings were checked at V <= 5, trees of at most 8 nodes but the named one; a fifth helper's samplers).
+# Siblings drawn without replacement whose token ids are past 32 and 64, in a tree of more than 16 nodes: BIG_TREE (two
+# children at the root, a chain of eight point-mass drafts below each: 18 nodes) at V = WIDE_VOCAB on the far_siblings
+# table alone. q' renormalized over the first 32 tokens after a refusal, refused tokens kept in a 64-bit mask whose
+# shift wraps, children drawn without replacement taken as i.i.d. in a tree of more than 8 nodes, and ranked children
+# tested as if drawn without replacement in one of more than 16, passed every size (siblings were checked at V <= 5,
+# trees of at most 8 nodes but the named one; a fifth and a sixth helper's samplers).
 BIG_TREE_CASE = (WIDE_VOCAB, BIG_TREE, "far_siblings")
+# The band of vocabularies no other size reaches, 17 to 64 tokens: one draft (K = 1, the tree 1) at V = MID_VOCAB on
+# the draft_point_mass table alone (one path: a correction from up to 32 tokens, a bonus from 33). A correction cut to
+# its 16 likeliest where 16 < V <= 64 (a path for one warp) passed every size (a sixth helper's samplers). Past 256 a
+# path of its own (a float32 running sum) still passes: a terminal there has V cells, each a run of the sampler over
+# V tokens (V = 257 doubled the check of the docs' samplers).
+MID_CASE = (MID_VOCAB, "1", "draft_point_mass")
+# A ninth draft (NINTH): a round of nine drafts (the chain-shaped tree of nine levels) at V = WIDE_VOCAB on sparse_rows
+# alone (2^10 sequences). A mask of accepted drafts kept in one byte, and a ninth node taken as refused untested,
+# passed every size (every K up to 8; a sixth helper's samplers); a ring of eight rows shows there too.
+NINTH_CASE = (WIDE_VOCAB, NINTH, "sparse_rows")
 # Every K (a tree's depth) from 1 to FAR_DEPTH: a chain sampler with a branch of its own for one K (a kernel
 # unrolled or a graph captured per K) wrong at K = 5 passed every size (K = 1, 2, 3 and 8), and was shown only
 # where --k 5 was named. The K no other size has (for a tree, the chain-shaped tree of that depth), at V = 3 on
@@ -243,6 +258,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         far,
         WIDE_DRAFT_CASE,
         BIG_TREE_CASE,
+        MID_CASE,
+        (WIDE_VOCAB, TreeShape.chain(NINTH).spec, "sparse_rows"),
         REPEATED_ROWS_TREE,
         *first_row,
     ]
@@ -281,7 +298,8 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE)]
-    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE):
+    one_draft += [(MID_CASE[0], 1, MID_CASE[2])]
+    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, NINTH_CASE):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)
 

@@ -263,9 +263,32 @@ def _far_siblings(vocab: int, shape) -> str | None:
     return None
 
 
-MANY_NODES = 8  # a tree of more nodes than this: a path kept for larger trees (a batched kernel's) shows
-# The tree that shows far_siblings and many_nodes at V = WIDE_VOCAB: two children at the root, a chain below each.
-BIG_TREE = "2,1,1,1,1,1,1,1"
+MANY_NODES = 16  # a tree of more nodes than this: a path kept for larger trees (a batched kernel's) shows
+# The tree that shows far_siblings, many_nodes and ninth_draft at V = WIDE_VOCAB: two children at the root, a chain of
+# eight below each (18 nodes).
+BIG_TREE = "2,1,1,1,1,1,1,1,1"
+# A vocabulary in the band no other size reaches, 17 to 64 tokens (a path for one warp, a top-16 correction there); odd,
+# so blocks leave a tail.
+MID_VOCAB = 33
+
+
+def mid_vocabulary(vocab: int, _) -> str | None:
+    if not 16 < vocab <= 64:
+        return (
+            f"at V = {vocab} no vocabulary of 17 to 64 tokens, where a path for one warp (its laws cut to 16) is taken"
+        )
+    return None
+
+
+MID_WHAT = "a vocabulary of 17 to 64 tokens (a path for one warp: a correction cut to its 16 likeliest)"
+NINTH = 9  # a round of this many drafts: past a byte's 8 bits, a ring of 8 rows, a loop unrolled to 8
+NINTH_WHAT = "a ninth draft: a mask of accepted drafts in one byte, a ring of eight rows, a loop unrolled eight times"
+
+
+def ninth_draft(vocab: int, depth: int) -> str | None:
+    if depth < NINTH:
+        return f"a round {depth} deep: a mask of accepted drafts in a byte, or a ring of eight rows, shows only 9 deep"
+    return None
 
 
 def _many_nodes(vocab: int, shape) -> str | None:
@@ -273,6 +296,17 @@ def _many_nodes(vocab: int, shape) -> str | None:
     if nodes <= MANY_NODES:
         return f"a tree of {nodes} nodes: a path kept for trees of more than {MANY_NODES} nodes is never taken"
     return None
+
+
+def _deep_slip(name: str, what: str, hidden: Callable[[int, int], str | None], depth: int) -> Slip:
+    """A tree's class that a depth shows (``hidden(vocab, depth)``), at the chain-shaped tree of ``depth`` levels at
+    V = WIDE_VOCAB."""
+    return Slip(
+        name,
+        what,
+        lambda vocab, shape: hidden(vocab, shape.depth),
+        lambda w: f"--tree {TreeShape.chain(depth).spec} --vocab {WIDE_VOCAB}",
+    )
 
 
 def widest_shown(w: int) -> int:
@@ -369,12 +403,7 @@ SLIPS = (
     ),
     *(tail_slip(v - 64, lambda w, v=v: f"--tree 1 --vocab {v}") for v in TAIL_VOCABS),
     Slip("aligned_vocabulary", ALIGNED_WHAT, aligned, lambda w: f"--tree 1 --vocab {ALIGNED_VOCAB}"),
-    Slip(
-        "far_rows",
-        FAR_ROWS_WHAT,
-        lambda vocab, shape: far_rows(vocab, shape.depth),
-        lambda w: f"--tree {TreeShape.chain(FAR_DEPTH).spec} --vocab {WIDE_VOCAB}",
-    ),
+    _deep_slip("far_rows", FAR_ROWS_WHAT, far_rows, FAR_DEPTH),
     Slip("wide_draft_row", WIDE_DRAFT_WHAT, wide_draft, lambda w: f"--tree 1 --vocab {WIDE_VOCAB}"),
     Slip(
         "far_siblings",
@@ -390,4 +419,6 @@ SLIPS = (
         _many_nodes,
         lambda w: f"--tree {BIG_TREE} --vocab {WIDE_VOCAB}",
     ),
+    Slip("mid_vocabulary", MID_WHAT, mid_vocabulary, lambda w: f"--tree 1 --vocab {MID_VOCAB}"),
+    _deep_slip("ninth_draft", NINTH_WHAT, ninth_draft, NINTH),
 )
