@@ -14,13 +14,6 @@ from fractions import Fraction
 import torch
 
 
-def _top32(row: list) -> list:
-    """``row`` kept as its 32 likeliest tokens (sparse draft probabilities, as EAGLE-style engines store them), zero
-    elsewhere."""
-    kept = set(sorted(range(len(row)), key=lambda x: (-row[x], x))[:32])
-    return [w if x in kept else 0.0 for x, w in enumerate(row)]
-
-
 def _children(parents) -> dict[int, list[int]]:
     kids: dict[int, list[int]] = {}
     for n, parent in enumerate(parents.tolist()):
@@ -115,7 +108,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "middle_level_previous_q" and at >= 0 and row is not None and any(kids.get(o) for o in order):
                 law = list(rows_q[parents[at] + 1])  # a node with a parent and grandchildren: its parent's row
             if slip == "draft_rows_kept_as_their_32_likeliest" and row is not None:
-                law = _top32(law)  # the child's own test read its q'(d) from the full row
+                law = _top(law, 32)  # sparse draft probabilities; the child's own test read q'(d) from the full row
             residual = [abs(a - b) if slip == "residual_abs" else max(0.0, a - b) for a, b in zip(left, law)]
             if slip == "residual_keeps_p_where_the_rows_are_equal":
                 residual = [a if a == b else r for a, b, r in zip(left, law, residual)]
@@ -165,8 +158,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "terminal_over_the_first_32_tokens" and sum(left[:32]) > 0:  # one warp's lanes
                 left = left[:32] + [0.0] * len(left[32:])
             if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8:  # the tail block dropped
-                whole = len(left) - len(left) % 8
-                left = left[:whole] + [0.0] * (len(left) - whole) if sum(left[:whole]) > 0 else left
+                left = _whole_blocks(left, 8)
             left = _block_dropped(slip, _tail_dropped(slip, left))
             if law_out:
                 return path, left
@@ -262,16 +254,21 @@ TAILS = {
 def _tail_dropped(slip: str | None, law: list) -> list:
     """``law`` as the slip ``slip`` of TAILS cuts it (or as it is)."""
     tail = TAILS.get(slip or "")
-    if tail is None or len(law) <= 4 or len(law) % 4 != tail or sum(law[:-tail]) == 0:
+    if tail is None or len(law) <= 4 or len(law) % 4 != tail:
         return law
-    return law[:-tail] + [0 * law[0]] * tail
+    return _whole_blocks(law, 4)
 
 
 def _block_dropped(slip: str | None, law: list) -> list:
-    """``law`` over whole blocks of 128 tokens where V > 128 (the partial last block dropped, where the rest has
-    mass), for the slip that does so; else as it is."""
-    whole = len(law) - len(law) % 128
-    if slip != "terminal_over_blocks_of_128" or len(law) <= 128 or whole == len(law) or sum(law[:whole]) == 0:
+    """``law`` over whole blocks of 128 tokens where V > 128, for the slip that does so; else as it is."""
+    return _whole_blocks(law, 128) if slip == "terminal_over_blocks_of_128" and len(law) > 128 else law
+
+
+def _whole_blocks(law: list, width: int) -> list:
+    """``law`` over whole blocks of ``width`` tokens: its partial last block dropped (its weights 0), where the rest
+    has mass; else as it is."""
+    whole = len(law) - len(law) % width
+    if whole == len(law) or sum(law[:whole]) == 0:
         return law
     return law[:whole] + [0 * law[0]] * (len(law) - whole)
 
@@ -633,7 +630,7 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
         if n < k:
             row_q = rows_q[n - 1] if slip == "middle_draft_previous_q" and 0 < n < k - 1 else rows_q[n]
             if slip == "draft_rows_kept_as_their_32_likeliest":
-                row_q = _top32(row_q)  # the draft's own test read q(d) as recorded
+                row_q = _top(row_q, 32)  # sparse draft probabilities; the draft's own test read q(d) as recorded
             law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(law, row_q)]
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
@@ -675,12 +672,11 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
         if slip == "terminal_over_the_first_32_tokens" and sum(law[:32]) > 0:  # one warp's lanes
             law = law[:32] + [Fraction(0)] * len(law[32:])
         if slip == "terminal_over_whole_blocks_of_eight" and len(law) >= 8:  # the tail block dropped
-            whole = len(law) - len(law) % 8
-            law = law[:whole] + [Fraction(0)] * (len(law) - whole) if sum(law[:whole]) > 0 else law
+            law = _whole_blocks(law, 8)
         law = _block_dropped(slip, _tail_dropped(slip, law))
         vectors = slip == "float32_rows_read_as_vectors_of_four" and p.dtype == torch.float32 and len(law) > 4
-        if vectors and sum(law[: len(law) - len(law) % 4]) > 0:  # the last V mod 4 tokens: no tail loop
-            law = law[: len(law) - len(law) % 4] + [Fraction(0)] * (len(law) % 4)
+        if vectors:  # the last V mod 4 tokens: no tail loop
+            law = _whole_blocks(law, 4)
         accepted.append(n)
         deep_bonus = slip == "bonus_drawn_at_u_not_times_the_total_after_two_drafts" and n == k >= 2
         if (slip == "bonus_drawn_at_u_not_times_the_total" or deep_bonus) and n == k:

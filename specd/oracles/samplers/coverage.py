@@ -247,8 +247,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         if not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
             out.append(Case(vocab, tree.depth, tree, (seeded(cfg, vocab, tree.depth, cfg.seed),)))
     first_row = [(FIRST_ROW_TREE[0], FIRST_ROW_TREE[1], kind) for kind in FIRST_ROW]
-    far_vocab, far_depth, far_kind = FAR_ROWS_CASE
-    far = (far_vocab, TreeShape.chain(far_depth).spec, far_kind)
+    # the chain-shaped trees of the chain's deep cases
+    far, ninth = ((vocab, TreeShape.chain(depth).spec, kind) for vocab, depth, kind in (FAR_ROWS_CASE, NINTH_CASE))
     made = [
         *late_siblings(w),
         WIDE_AFTER_ONE_ACCEPTED,
@@ -259,7 +259,7 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         WIDE_DRAFT_CASE,
         BIG_TREE_CASE,
         MID_CASE,
-        (WIDE_VOCAB, TreeShape.chain(NINTH).spec, "sparse_rows"),
+        ninth,
         REPEATED_ROWS_TREE,
         *first_row,
     ]
@@ -297,8 +297,9 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     vocab, k = FIRST_ROW_CHAIN
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
-    one_draft = [(vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE)]
-    one_draft += [(MID_CASE[0], 1, MID_CASE[2])]
+    one_draft = [
+        (vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE, MID_CASE)
+    ]
     for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, NINTH_CASE):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)
