@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 import torch
 
@@ -529,10 +530,9 @@ def _draw(law: list[Fraction], u: float) -> int:
     """The inverse-CDF draw from an unnormalized law at uniform u, exactly: the first token of mass whose
     running sum exceeds u times the total (in integers over the weights' common denominator: the same
     comparisons as in Fractions, a tenth of the time)."""
-    den = math.lcm(*(w.denominator for w in law))
-    weights = [w.numerator * (den // w.denominator) for w in law]
+    weights, total = law.integers if isinstance(law, _Law) else _integers(law)
     u_num, u_den = Fraction(u).as_integer_ratio()
-    target, below = u_num * sum(weights), 0  # below > u * total  <=>  below * u_den > u_num * total
+    target, below = u_num * total, 0  # below > u * total  <=>  below * u_den > u_num * total
     for token, weight in enumerate(weights):
         below += weight
         if weight > 0 and below * u_den > target:
@@ -574,8 +574,47 @@ def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=(), t
     return a * c * g < f * b * e  # u q(d) < p(d), exactly: (a / b) (c / e) < f / g
 
 
-def _exact(row: list[float]) -> list[Fraction]:
-    return [Fraction(x) for x in row]
+def _integers(law: list[Fraction]) -> tuple[list[int], int]:
+    """A law's weights as integers over their common denominator -> (the integers, their sum)."""
+    den = math.lcm(*(w.denominator for w in law))
+    weights = [w.numerator * (den // w.denominator) for w in law]
+    return weights, sum(weights)
+
+
+class _Law(list):
+    """A law of Fractions as made from a row (``_exact``, ``_residual``), its ``_integers`` made with it: a
+    slip that changes a law makes a plain list, whose integers ``_draw`` makes again."""
+
+    integers: tuple[list[int], int]
+
+
+def _exact(row: list[float]) -> _Law:
+    return _as_law(_exact_of(tuple(row)))
+
+
+def _residual(p_row: list[float], q_row: list) -> _Law:
+    """[p - q]_+ in Fractions (the rule's correction, unnormalized)."""
+    return _as_law(_residual_of(tuple(p_row), tuple(q_row)))
+
+
+def _as_law(made: tuple) -> _Law:
+    law = _Law(made[0])
+    law.integers = made[1]
+    return law
+
+
+# The oracle replays a round and sends the same rows in many calls: each row converted once (a row as a
+# tuple of floats is its own key; a Fraction equals the float it is made from) -> (the law, its integers).
+@lru_cache(maxsize=1 << 14)
+def _exact_of(row: tuple) -> tuple:
+    law = [Fraction(x) for x in row]
+    return law, _integers(law)
+
+
+@lru_cache(maxsize=1 << 14)
+def _residual_of(p_row: tuple, q_row: tuple) -> tuple:
+    law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(_exact_of(p_row)[0], q_row)]
+    return law, _integers(law)
 
 
 def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
@@ -631,7 +670,7 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             row_q = rows_q[n - 1] if slip == "middle_draft_previous_q" and 0 < n < k - 1 else rows_q[n]
             if slip == "draft_rows_kept_as_their_32_likeliest":
                 row_q = _top(row_q, 32)  # sparse draft probabilities; the draft's own test read q(d) as recorded
-            law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(law, row_q)]
+            law = _residual(rows_p[n], row_q)
             if slip == "correction_at_acceptance_uniform":
                 u = us[n]
             if slip == "correction_top_two" or slip == "correction_top_two_after_an_accepted_draft" and n >= 1:
@@ -660,7 +699,7 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
                 law = _exact(rows_p[n])
             if slip == "correction_memoized_by_the_target_row":  # the first drafted row with this p's residual
                 first = next(i for i in range(k) if rows_p[i] == rows_p[n])
-                law = [max(Fraction(0), a - Fraction(c)) for a, c in zip(_exact(rows_p[n]), rows_q[first])]
+                law = _residual(rows_p[n], rows_q[first])
         elif slip == "bonus_from_the_row_before_where_v_is_a_multiple_of_32" and k and len(law) % 32 == 0:
             law = _exact(rows_p[k - 1])
         elif (slip == "bonus_wrong_row" and k) or (slip == "bonus_from_the_row_before_after_two_drafts" and k >= 2):

@@ -80,21 +80,37 @@ class SamplerUnderTest:
             ) from None
 
 
-@contextmanager
-def isolated(what: str, passthrough: tuple[type, ...] = ()):
+def isolated(what: str, passthrough: tuple[type, ...] = ()) -> _Isolated:
     """Run user code: whatever it raises, ``SystemExit`` (``sys.exit``) included, comes back as one
     SamplerFailed naming ``what``, so code under test that exits can never end specd with exit 0.
     Ctrl-C still interrupts; ``passthrough``: errors of the caller's own, raised as they are."""
-    try:
-        yield
-    except passthrough:
-        raise
-    except SamplerFailed:
-        raise
-    except SystemExit as err:
-        raise SamplerFailed(f"{what} exited (SystemExit {shown(err.code)}) instead of returning", "exited") from None
-    except Exception as err:  # noqa: BLE001 - the code under test can fail in any way
-        raise SamplerFailed(f"{what} raised {described(err)}", "raised") from None
+    return _Isolated(what, passthrough)
+
+
+class _Isolated:
+    """``isolated``'s context (a class, not a generator: the oracle enters one per run of a sampler, up to
+    a million a check)."""
+
+    __slots__ = ("what", "passthrough")
+
+    def __init__(self, what: str, passthrough: tuple[type, ...]):
+        self.what, self.passthrough = what, passthrough
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, _traceback) -> bool:
+        if kind is None or issubclass(kind, self.passthrough) or issubclass(kind, SamplerFailed):
+            return False
+        if err is None:
+            err = kind()
+        if issubclass(kind, SystemExit):
+            raise SamplerFailed(
+                f"{self.what} exited (SystemExit {shown(err.code)}) instead of returning", "exited"
+            ) from None
+        if issubclass(kind, Exception):  # the code under test can fail in any way
+            raise SamplerFailed(f"{self.what} raised {described(err)}", "raised") from None
+        return False  # Ctrl-C and the like: as they are
 
 
 def described(err: BaseException) -> str:

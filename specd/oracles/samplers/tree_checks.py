@@ -46,9 +46,8 @@ def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, floa
         return _law_at(sampler, rnd, rnd.uniforms_at)
     law: dict[tuple[int, ...], float] = defaultdict(float)
     accepted = reads = 0.0
-    outcomes = explore(lambda u: sampler(rnd, u))
-    for outcome, chance, stream in outcomes:
-        m = float(chance)
+    outcomes = explore(lambda u: sampler(rnd, u), exact=False)
+    for outcome, m, stream in outcomes:
         for emitted, px in _emitted(rnd, outcome):
             law[emitted] += m * px
         accepted += m * len(outcome.path)

@@ -73,11 +73,11 @@ class TreeSamplerUnderTest:
         out: the stream calls back into the oracle on every comparison, so it must live beside the
         sampler."""
         tree = rnd.tree
-        index = rnd.index.clone()  # the sampler's own copy: it may write into its inputs
+        tokens, parents, depths = rnd.index.clone().unbind()  # the sampler's own copy: it may write into its inputs
         args = (
-            index[0],
-            index[1],
-            index[2],
+            tokens,
+            parents,
+            depths,
             rnd.p.clone(),
             None if rnd.q is None else rnd.q.clone(),
             tree.drawn,
@@ -96,7 +96,9 @@ def normalize_tree_result(name: str, out, tree: DraftTree, vocab: int) -> TreeOu
     """Whatever form of the protocol the sampler returned -> TreeOutcome, or SamplerFailed naming
     what is wrong: a missing part, a path that is not a path down the tree, a token outside the
     vocabulary, a law that is not finite, non-negative and of positive mass."""
-    if isinstance(out, Mapping):
+    if (type(out) is tuple or type(out) is list) and len(out) == 2:  # the common form first
+        path, terminal = out
+    elif isinstance(out, Mapping):
         if "path" not in out or "terminal" not in out:
             _fail(name, "a mapping without 'path' and 'terminal'", "missing_parts")
         path, terminal = out["path"], out["terminal"]
@@ -143,6 +145,8 @@ def _integer_scalar(value) -> int | None:
     """A terminal given as one token: any integer scalar (an int, a numpy integer, an integer tensor or
     array of one element), as the path's node indices may be; None for anything else (a bool is not a
     token)."""
+    if type(value) is int:
+        return value
     if isinstance(value, torch.Tensor):
         integer = not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
         return int(value.reshape(-1)[0]) if integer and value.numel() == 1 and not value.is_meta else None
@@ -155,6 +159,8 @@ def _integer_scalar(value) -> int | None:
 
 def _node_list(name: str, path) -> tuple[int, ...]:
     """A returned path as node indices: a sequence of ints, or an integer tensor."""
+    if (type(path) is list or type(path) is tuple) and all(type(n) is int for n in path):
+        return tuple(path)  # plain ints (not bools): operator.index would give each back as it is
     try:
         if isinstance(path, torch.Tensor):
             if path.is_floating_point():

@@ -74,7 +74,9 @@ def _hits(row, lo: Fraction, hi: Fraction) -> tuple[tuple[int, ...], int, list[t
     weights, their denominator, [(a token whose interval meets the cell, the cell left if it is drawn, its
     ends as floats)])."""
     plain = row.tolist() if isinstance(row, torch.Tensor) else list(row)
-    key = (tuple(plain), lo, hi) if all(type(w) is float or type(w) is int for w in plain) else None
+    # the cell's ends as integers: a Fraction's hash costs a modular inverse
+    cell = () if lo is _ZERO and hi is _ONE else (lo.numerator, lo.denominator, hi.numerator, hi.denominator)
+    key = (tuple(plain), *cell) if all(type(w) is float or type(w) is int for w in plain) else None
     if key is not None and key in _HITS:  # plain numbers only: a key of objects hashed by identity could recur
         return _HITS[key]
     ints, common = _integer_row(plain)
@@ -187,15 +189,18 @@ class Uniforms:
         self._forced, self._asked = forced, asked
         self._cells: dict[Hashable, tuple[Fraction, Fraction]] = {}
         self._floats: dict[Hashable, tuple[float, float]] = {}  # each cell's ends rounded to floats
+        self._handles: dict[Hashable, Uniform] = {}
         self.points: list[tuple[tuple, int, int]] = []
         self.reads: list[Hashable] = []
 
     def uniform(self, key: Hashable) -> Uniform:
-        hash(key)  # a key must be hashable (TypeError otherwise)
-        if key not in self._cells:
-            self._cells[key], self._floats[key] = _UNIT, (0.0, 1.0)
-            self.reads.append(key)
-        return Uniform(self, key)
+        handle = self._handles.get(key)  # a key must be hashable (TypeError otherwise)
+        if handle is None:
+            if key not in self._cells:  # read by a draw first
+                self._cells[key], self._floats[key] = _UNIT, (0.0, 1.0)
+                self.reads.append(key)
+            handle = self._handles[key] = Uniform(self, key)  # one a key: it is immutable
+        return handle
 
     def node(self, n) -> Uniform:
         """Node n's uniform (-1: the root's)."""
@@ -271,18 +276,30 @@ class Uniforms:
 
     def mass(self) -> Fraction:
         """The probability of the box of uniforms this run's outcome holds on."""
-        num, den = 1, 1  # the product of the widths hi - lo, in integers (one Fraction at the end)
+        return Fraction(*self._mass())
+
+    def mass_float(self) -> float:
+        """``float(self.mass())``, without the Fraction: int / int is rounded correctly, as float() is."""
+        num, den = self._mass()
+        return num / den
+
+    def _mass(self) -> tuple[int, int]:
+        num, den = 1, 1  # the product of the widths hi - lo, in integers
         for lo, hi in self._cells.values():
-            num *= hi.numerator * lo.denominator - lo.numerator * hi.denominator
-            den *= hi.denominator * lo.denominator
-        return Fraction(num, den)
+            if lo is not _ZERO or hi is not _ONE:  # a uniform read but never compared: width 1
+                num *= hi.numerator * lo.denominator - lo.numerator * hi.denominator
+                den *= hi.denominator * lo.denominator
+        return num, den
 
 
-def explore(run: Callable[[Uniforms], object], limit: int = MAX_OUTCOMES) -> list[tuple[object, Fraction, Uniforms]]:
+def explore(
+    run: Callable[[Uniforms], object], limit: int = MAX_OUTCOMES, exact: bool = True
+) -> list[tuple[object, Fraction | float, Uniforms]]:
     """Every outcome of ``run`` (one call of the sampler on one round, given its stream) over the
     round's uniforms -> [(what it returned, its exact probability, the run's stream)], the
-    probabilities summing to 1. Raises SamplerFailed when the sampler does not retrace its own
-    decisions (randomness of its own) or reaches more than ``limit`` outcomes."""
+    probabilities summing to 1 (``exact`` False: each probability rounded to a float). Raises
+    SamplerFailed when the sampler does not retrace its own decisions (randomness of its own) or
+    reaches more than ``limit`` outcomes."""
     pending: list[tuple[tuple[int, ...], tuple[tuple, ...]]] = [((), ())]
     out = []
     while pending:
@@ -299,7 +316,7 @@ def explore(run: Callable[[Uniforms], object], limit: int = MAX_OUTCOMES) -> lis
             taken = tuple(side for _, _, side in points[:i])
             seen = tuple(a for a, _, _ in points[: i + 1])
             pending.extend((taken + (alt,), seen) for alt in range(1, points[i][1]))
-        out.append((result, stream.mass(), stream))
+        out.append((result, stream.mass() if exact else stream.mass_float(), stream))
         if len(out) > limit:
             raise SamplerFailed(
                 f"the sampler reached more than {limit} outcomes on one round (it compares its uniforms without end)",
