@@ -69,25 +69,21 @@ def _integer_row(row) -> tuple[list[int], int]:
 _HITS: dict = {}  # a draw's answer by its row and cell: a sampler's replays of a round draw alike many times
 
 
-def _hits(row, lo: Fraction, hi: Fraction) -> tuple[tuple[int, ...], int, list[tuple]]:
+def _hits(row, lo: Fraction | float, hi: Fraction | float) -> tuple[tuple[int, ...], int, list[tuple]]:
     """The tokens a draw from ``row`` can give where its uniform lies in [lo, hi): -> (the row's integer
     weights, their denominator, [(a token whose interval meets the cell, the cell left if it is drawn, its
     ends as floats)])."""
     plain = row.tolist() if isinstance(row, torch.Tensor) else list(row)
-    # the cell's ends as integers: a Fraction's hash costs a modular inverse
-    cell = () if lo is _ZERO and hi is _ONE else (lo.numerator, lo.denominator, hi.numerator, hi.denominator)
-    key = (tuple(plain), *cell) if all(type(w) is float or type(w) is int for w in plain) else None
+    (lo_num, lo_den), (hi_num, hi_den) = lo.as_integer_ratio(), hi.as_integer_ratio()
+    cell = () if lo is _ZERO and hi is _ONE else (lo_num, lo_den, hi_num, hi_den)  # not Fractions: their hash
+    key = (tuple(plain), *cell) if all(type(w) is float or type(w) is int for w in plain) else None  # is slow
     if key is not None and key in _HITS:  # plain numbers only: a key of objects hashed by identity could recur
         return _HITS[key]
     ints, common = _integer_row(plain)
     total, below, hits = sum(ints), 0, []
     for token, w in enumerate(ints):
         # token's interval [below, below + w) / total meets the cell [lo, hi)
-        if (
-            w > 0
-            and below * hi.denominator < hi.numerator * total
-            and (below + w) * lo.denominator > lo.numerator * total
-        ):
+        if w > 0 and below * hi_den < hi_num * total and (below + w) * lo_den > lo_num * total:
             cell = (max(Fraction(below, total), lo), min(Fraction(below + w, total), hi))
             hits.append((token, cell, (float(cell[0]), float(cell[1]))))
         below += w
@@ -187,20 +183,18 @@ class Uniforms:
 
     def __init__(self, forced: Sequence[int] = (), asked: Sequence[tuple] = ()):
         self._forced, self._asked = forced, asked
-        self._cells: dict[Hashable, tuple[Fraction, Fraction]] = {}
+        # each read uniform's cell, its ends exact: a Fraction, or a float (exactly its dyadic value)
+        self._cells: dict[Hashable, tuple[Fraction | float, Fraction | float]] = {}
         self._floats: dict[Hashable, tuple[float, float]] = {}  # each cell's ends rounded to floats
-        self._handles: dict[Hashable, Uniform] = {}
         self.points: list[tuple[tuple, int, int]] = []
         self.reads: list[Hashable] = []
 
     def uniform(self, key: Hashable) -> Uniform:
-        handle = self._handles.get(key)  # a key must be hashable (TypeError otherwise)
-        if handle is None:
-            if key not in self._cells:  # read by a draw first
-                self._cells[key], self._floats[key] = _UNIT, (0.0, 1.0)
-                self.reads.append(key)
-            handle = self._handles[key] = Uniform(self, key)  # one a key: it is immutable
-        return handle
+        hash(key)  # a key must be hashable (TypeError otherwise)
+        if key not in self._cells:
+            self._cells[key], self._floats[key] = _UNIT, (0.0, 1.0)
+            self.reads.append(key)
+        return Uniform(self, key)
 
     def node(self, n) -> Uniform:
         """Node n's uniform (-1: the root's)."""
@@ -233,13 +227,13 @@ class Uniforms:
             return False
         if cut > fhi:
             return True
-        exact = Fraction(cut) if exact is None else exact
         if flo < cut < fhi:
             lo, hi = self._cells[key]
+            end = cut if exact is None else exact  # a float is exactly its dyadic value: no Fraction made
             below = self._choose(("below", key, cut), 2) == 0  # asked: the float, cheaper to compare on replays
-            self._cells[key], self._floats[key] = ((lo, exact), (flo, cut)) if below else ((exact, hi), (cut, fhi))
+            self._cells[key], self._floats[key] = ((lo, end), (flo, cut)) if below else ((end, hi), (cut, fhi))
             return below
-        return self._below(key, exact)
+        return self._below(key, Fraction(cut) if exact is None else exact)
 
     def _split(self, key: Hashable, lo: Fraction, cut: Fraction, hi: Fraction) -> bool:
         """lo < cut < hi: a point with two sides, U_key below cut or not."""
@@ -287,8 +281,9 @@ class Uniforms:
         num, den = 1, 1  # the product of the widths hi - lo, in integers
         for lo, hi in self._cells.values():
             if lo is not _ZERO or hi is not _ONE:  # a uniform read but never compared: width 1
-                num *= hi.numerator * lo.denominator - lo.numerator * hi.denominator
-                den *= hi.denominator * lo.denominator
+                (lo_num, lo_den), (hi_num, hi_den) = lo.as_integer_ratio(), hi.as_integer_ratio()
+                num *= hi_num * lo_den - lo_num * hi_den
+                den *= hi_den * lo_den
         return num, den
 
 
