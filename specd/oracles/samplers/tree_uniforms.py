@@ -75,8 +75,9 @@ def _hits(row, lo: Fraction | float, hi: Fraction | float) -> tuple[tuple[int, .
     ends as floats)])."""
     plain = row.tolist() if isinstance(row, torch.Tensor) else list(row)
     (lo_num, lo_den), (hi_num, hi_den) = lo.as_integer_ratio(), hi.as_integer_ratio()
-    cell = () if lo is _ZERO and hi is _ONE else (lo_num, lo_den, hi_num, hi_den)  # not Fractions: their hash
-    key = (tuple(plain), *cell) if all(type(w) is float or type(w) is int for w in plain) else None  # is slow
+    # the cell in the key as integers, not as its ends: a Fraction's hash costs a modular inverse
+    cell = () if lo is _ZERO and hi is _ONE else (lo_num, lo_den, hi_num, hi_den)
+    key = (tuple(plain), *cell) if all(type(w) is float or type(w) is int for w in plain) else None
     if key is not None and key in _HITS:  # plain numbers only: a key of objects hashed by identity could recur
         return _HITS[key]
     ints, common = _integer_row(plain)
@@ -235,13 +236,13 @@ class Uniforms:
             return below
         return self._below(key, Fraction(cut) if exact is None else exact)
 
-    def _split(self, key: Hashable, lo: Fraction, cut: Fraction, hi: Fraction) -> bool:
+    def _split(self, key: Hashable, lo: Fraction | float, cut: Fraction, hi: Fraction | float) -> bool:
         """lo < cut < hi: a point with two sides, U_key below cut or not."""
         side = self._choose(("below", key, cut), 2)
         self._set(key, (lo, cut) if side == 0 else (cut, hi))
         return side == 0
 
-    def _set(self, key: Hashable, cell: tuple[Fraction, Fraction]) -> None:
+    def _set(self, key: Hashable, cell: tuple[Fraction | float, Fraction | float]) -> None:
         self._cells[key], self._floats[key] = cell, (float(cell[0]), float(cell[1]))
 
     def draw(self, row, key: Hashable = "terminal") -> int:
