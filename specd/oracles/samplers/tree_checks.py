@@ -84,12 +84,12 @@ class TreeJoint:
     Table (each emission's completion then kept on it for its later checks) or a function of an output."""
 
     def __init__(self, sampler, rounds: list[TreeRound], p_of, prompt: tuple[int, ...], horizon: int, laws=None):
-        rows = p_of if isinstance(p_of, Table) else SimpleNamespace(p=p_of)
+        # a function's completions kept for this joint alone, a Table's on the table (``completion``)
+        rows = p_of if isinstance(p_of, Table) else SimpleNamespace(p=p_of, completions={})
         self.joint: dict[tuple[int, ...], float] = defaultdict(float)
         self.laws: list[dict] = []
         self.accepted = self.reads = 0.0
         self.runs = 0
-        memo: dict = {}
         for rnd, (law, accepted, reads, runs) in zip(rounds, laws or round_laws(sampler, rounds)):
             self.laws.append(law)
             self.accepted += rnd.mass * accepted
@@ -97,9 +97,7 @@ class TreeJoint:
             self.runs += runs
             for head, m in law.items():
                 rest = horizon - len(head)
-                if head not in memo:
-                    memo[head] = completion(rows, prompt + head, rest) if rest > 0 else {(): 1.0}
-                for tail, mt in memo[head].items():
+                for tail, mt in (completion(rows, prompt + head, rest) if rest > 0 else {(): 1.0}).items():
                     self.joint[head + tail] += rnd.mass * m * mt
 
 
