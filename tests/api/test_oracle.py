@@ -86,17 +86,20 @@ def test_check_sampler_covers_the_sizes_a_slip_needs_unless_told_the_exact_size(
         "wide_draft_row",
         "mid_vocabulary",
         "ninth_draft",
+        "vocabulary_past_256",
+        "deep_correction",
     ]
     assert exact.document["coverage"]["claim"].startswith("exact on 14 tables at V = 2; K = 1; not shown")
     tree = specd.check_sampler("specd", tree="rank:2", vocab=3)
     assert (
         tree.passed
         and tree.document["coverage"]["claim"]
-        == 'exact on 81 tables at V = 3, 4, 5, 16, 33, 65, 66, 192; trees "rank:2" (V = 3), "2" (V = 5), '
+        == 'exact on 83 tables at V = 3, 4, 5, 6, 16, 33, 65, 66, 192, 257; trees "rank:2" (V = 3), "2" (V = 5), '
         '"1,2" (V = 4, 5), "[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), '
-        '"1,2,1" (V = 3), "1,1,2" (V = 3), "1,1,1,1" (V = 3), "1" (V = 16, 33, 65, 66, 192), '
+        '"1,2,1" (V = 3), "1,1,2" (V = 3), "1,1,1,1" (V = 3), "1" (V = 16, 33, 65, 66, 192, 257), '
         '"[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), "1,1,1,1,1,1,1,1" (V = 65), '
-        '"2,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,1" (V = 65), "[[0],[0,0],[1]]" (V = 3), '
+        '"2,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,2" (V = 6), '
+        '"[[0],[0,0],[1]]" (V = 3), '
         '"1,1,1,1,1" (V = 3), "1,1,1,1,1,1" (V = 3), "1,1,1,1,1,1,1" (V = 3); K = 1, 2, 3, 4, 5, 6, 7, 8, 9'
     )
 

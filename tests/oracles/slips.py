@@ -79,6 +79,9 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             law = row if row is not None else [float(x == d) for x in range(len(left))]
             key = order[0] if slip == "shared_uniform" else c
             third_level = slip == "siblings_at_the_third_level_on_the_unchanged_row" and len(path) >= 2
+            third_level = third_level or (
+                slip == "siblings_from_the_fifth_level_on_the_unchanged_row" and len(path) >= 4
+            )
             num = unchanged[d] if third_level else left[d]
             den = max(law[d], 1e-5) if slip == "ratio_with_q_clamped" and row is not None else law[d]
             if slip == "ratio_memoized_by_what_is_left":  # the first node's q'(d) where p' and d were these
@@ -148,6 +151,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 "correction_top_two_under_a_younger_sibling": younger,
                 "correction_top_two_at_a_wide_node_below_the_root": at >= 0 and len(order) >= 2,
                 "correction_top_two_after_three_accepted": len(path) >= 3,
+                "correction_top_two_after_four_accepted": len(path) >= 4,
                 "correction_top_two_at_a_wide_node_under_a_younger_sibling": younger and len(order) >= 2,
             }
             if cut_here.get(slip or "") and last is not None:
@@ -161,6 +165,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
             if slip == "terminal_over_whole_blocks_of_eight" and len(left) >= 8:  # the tail block dropped
                 left = _whole_blocks(left, 8)
             left = _block_dropped(slip, _tail_dropped(slip, left))
+            if slip == "terminal_in_float32_past_256" and len(left) > 256:  # a buffer for large vocabularies
+                left = torch.tensor(left, dtype=torch.float32).tolist()
             if law_out:
                 return path, left
             if slip == "correction_at_last_uniform" and last is not None:
@@ -466,6 +472,16 @@ TREE_SIXTH_HUNT_SLIPS = {
     "ranked_children_tested_as_sampled_past_16_nodes": "in a tree of more than 16 nodes, ranked children tested as if "
     "drawn without replacement from q",
 }
+# Each passed every size before V = 257 and rows of full support after eight accepted nodes (deep_rows; a sixth
+# helper's, a seventh hunt).
+TREE_SEVENTH_HUNT_SLIPS = {
+    "terminal_in_float32_past_256": "past 256 tokens, the terminal's law kept in a float32 buffer (each weight "
+    "rounded)",
+    "correction_top_two_after_four_accepted": "after four accepted nodes, the correction drawn from the two likeliest "
+    "tokens of what is left",
+    "siblings_from_the_fifth_level_on_the_unchanged_row": "from the fifth level on, each sibling tested on the "
+    "parent's unchanged target row (not what its refused elders left)",
+}
 TREE_FIRST_ROW_SLIPS = {
     "greedy_where_the_root_rows_are_both_point_masses": "the tree walked greedily where the root's target and draft "
     "rows are both point masses (a greedy request's processors leave them so; a third helper's)",
@@ -520,6 +536,7 @@ TREE_SLIP_SETS = (
     TREE_HUNT5_SLIPS,
     TREE_WIDE_DRAFT_SLIPS,
     TREE_SIXTH_HUNT_SLIPS,
+    TREE_SEVENTH_HUNT_SLIPS,
 )
 for _name, _doc in {k: v for slips_ in TREE_SLIP_SETS for k, v in slips_.items()}.items():
     globals()[_name] = _slip(_name, _doc)
@@ -678,6 +695,8 @@ def _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip: str | None = None):
             if slip == "correction_top_two_after_two_accepted_drafts" and n >= 2:
                 law = _top(law)
             if slip == "correction_top_two_after_three_accepted_drafts" and n >= 3:
+                law = _top(law)
+            if slip == "correction_top_two_after_four_accepted_drafts" and n >= 4:
                 law = _top(law)
             if slip == "correction_ties_collapsed":  # torch.unique over the weights: one token per value
                 law = [w if w > 0 and w not in law[:x] else Fraction(0) for x, w in enumerate(law)]
@@ -887,6 +906,7 @@ def chain_terminal_uniforms_of_the_drafted_rows(p, q, drafts, k_lens, accept_u, 
 def _edge_slip(p, q, drafts, k_lens, accept_u, terminal_u, slip: str):
     """The token-wise rule in float64 tensors with one edge slip (``slip``), a row at a time."""
     accepted, terminal = [], []
+    v = p.shape[-1]
     for b in range(len(k_lens)):
         n, k = 0, int(k_lens[b])
         while n < k:
@@ -895,20 +915,33 @@ def _edge_slip(p, q, drafts, k_lens, accept_u, terminal_u, slip: str):
             if slip == "float32_sure_accept" and pd.float() >= qd.float():
                 n += 1
                 continue
+            supported = torch.nonzero(p[b, n] > 0).flatten()
+            sparse = len(supported) <= v // 16 and int((q[b, n] > 0).sum()) <= v // 16
+            if slip == "p_looked_up_in_a_sparse_support" and v >= 32 and sparse:  # no check that the id is there
+                pd = p[b, n, supported[min(int(torch.searchsorted(supported, d)), len(supported) - 1)]].double()
             u = accept_u[b, n].item()
-            kept = (
-                u <= (pd / qd).item() and pd > 0
-                if slip == "accepts_at_the_ratio"
-                else Fraction(u) * Fraction(qd.item()) < Fraction(pd.item())
-            )
+            if slip == "float32_ratio_past_16_tokens" and p.dtype == torch.float32 and v > 16:
+                kept = bool(torch.tensor(u, dtype=torch.float32) < p[b, n, d] / q[b, n, d])
+            else:
+                kept = (
+                    u <= (pd / qd).item() and pd > 0
+                    if slip == "accepts_at_the_ratio"
+                    else Fraction(u) * Fraction(qd.item()) < Fraction(pd.item())
+                )
             if not kept:
                 break
             n += 1
         row = p[b, n].double() if n == k else (p[b, n].double() - q[b, n].double()).clamp_min(0)
         if slip == "drops_tiny_mass" and n < k:
             row = torch.where(row > 1e-9, row, torch.zeros_like(row))
-        cdf = (row / row.sum()).cumsum(0)
+        total = row.sum()
+        if slip == "correction_memoized_by_the_first_16_weights" and n < k:  # a cheap key: the rows' first 16
+            key = (v, int(drafts[b, n]), tuple(p[b, n, :16].tolist()), tuple(q[b, n, :16].tolist()))
+            row, total = _EDGE_MEMO.setdefault(key, (row, total))
+        cdf = (row / total).cumsum(0)
         u = terminal_u[b].double()
+        if slip == "float32_running_sum_past_256" and v > 256:  # a path kept for large vocabularies
+            cdf, u = (row / total).float().cumsum(0), u.float()
         if slip == "counts_the_cdf":
             token = min(int((cdf <= u).sum()), len(cdf) - 1)
         else:
@@ -916,6 +949,9 @@ def _edge_slip(p, q, drafts, k_lens, accept_u, terminal_u, slip: str):
         accepted.append(n)
         terminal.append(token)
     return torch.tensor(accepted), torch.tensor(terminal)
+
+
+_EDGE_MEMO: dict = {}  # correction_memoized_by_the_first_16_weights' memo, kept across calls
 
 
 # Each shows only where a uniform meets a float's edge (specd.oracles.samplers.edges.EDGE_ROWS and
@@ -927,6 +963,13 @@ EDGE_SLIPS = {
     "drops_tiny_mass": "a correction with the residual's weights of 1e-9 or less dropped",
     "searchsorted_right": "the terminal token by searchsorted(right=True) over the normalized float64 row's "
     "running sums",
+    # each shows only over more tokens than the edges' five (dtype_edges' rows of 257)
+    "float32_running_sum_past_256": "past 256 tokens, the terminal drawn by a float32 running sum at a float32 U",
+    "float32_ratio_past_16_tokens": "float32 rows past 16 tokens tested U < p(d) / q(d) in float32",
+    "p_looked_up_in_a_sparse_support": "where V >= 32 and both rows have V / 16 tokens of mass or fewer, p(d) read "
+    "by searchsorted in the target's support without checking the id is there (a draft of p(d) = 0 reads another's)",
+    "correction_memoized_by_the_first_16_weights": "the correction memoized across calls by V, the draft and the "
+    "rows' first 16 weights",
 }
 
 
@@ -1088,8 +1131,15 @@ CHAIN_SIXTH_HUNT_SLIPS = {
     "ninth_accepted_draft_read_as_the_eighth": "the accepted drafts counted in one byte: a ninth accepted draft read "
     "as refused, the correction drawn at it",
 }
+# Passed every size before rows of full support after eight accepted drafts (V = 6, K = 9 on deep_rows; a sixth
+# helper's); the sixth hunt's wide-row chain slips are EDGE_SLIPS' last four.
+CHAIN_SEVENTH_HUNT_SLIPS = {
+    "correction_top_two_after_four_accepted_drafts": "after four accepted drafts, the correction drawn from the two "
+    "likeliest tokens of the residual",
+}
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
 CHAIN_SLIP_SETS = (
+    CHAIN_SEVENTH_HUNT_SLIPS,
     CHAIN_SIXTH_HUNT_SLIPS,
     CHAIN_WIDE_DRAFT_SLIPS,
     CHAIN_HUNT5_SLIPS,

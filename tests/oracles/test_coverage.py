@@ -20,7 +20,8 @@ from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check
 from specd.oracles.samplers.degenerate import batch_rows, zero_target_mass
 from specd.oracles.samplers.edges import check_dtype_edges
 from specd.oracles.samplers.protocol import as_sampler
-from specd.oracles.samplers.slip_classes import WIDE_VOCAB
+from specd.oracles.samplers.size_classes import DEEP_ROWS_VOCAB, PAST_BYTE_VOCAB, WIDE_VOCAB
+from specd.oracles.samplers.slip_classes import DEEP_SIBLINGS_TREE
 from specd.oracles.samplers.tables import ADVERSARIAL, SMALL_VALUES, adversarial, reshape, seeded, tables
 from specd.oracles.samplers.tree_checks import check_cases, tree_counterexample
 from specd.oracles.samplers.tree_degenerate import check_bonus_total, check_zero_mass
@@ -194,6 +195,9 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "many_nodes",
         "mid_vocabulary",
         "ninth_draft",
+        "vocabulary_past_256",
+        "deep_correction",
+        "deep_siblings",
     }
     assert all(d.startswith("not applicable at this size: ") for d in hidden.values())
     assert "shown at --tree 2 --vocab 4" in hidden["correction_draw"]
@@ -243,12 +247,12 @@ def test_a_chain_slip_a_size_hides_is_caught_at_the_covered_size_and_na_with_exa
     assert check.passed is False and check.figures["not_exact_at"]["case"] == "V = 3, K = 2"
     assert chain_check(slip, 2, 1, exact_size=True).passed
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), slips.chain_exact, exact_size=True)
-    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 14
+    assert doc["passed"] and [s["shown"] for s in doc["coverage"]["slips"]] == [False] * 16
     hidden = "correction_draw, second_draft, wide_correction, later_wide_correction, middle_draft, top_k_correction, "
     hidden += (
         "wide_vocabulary, tail_of_one, tail_of_two, aligned_vocabulary, far_rows, wide_draft_row, mid_vocabulary, "
     )
-    hidden += "ninth_draft"
+    hidden += "ninth_draft, vocabulary_past_256, deep_correction"
     assert doc["coverage"]["claim"].endswith(f"not shown at this size (n/a): {hidden}")
 
 
@@ -277,10 +281,11 @@ def test_a_chain_slip_only_a_larger_size_shows_fails_there_and_is_na_with_exact_
 def test_a_correction_cut_after_three_accepted_drafts_fails_at_any_named_k_from_4(vocab, k):
     """It passed --vocab 2 and 3 at --k 4 and 5 (the named size alone reaches that deep, and there a
     correction has two tokens at most); the deep case (V = 4, the named K up to 6, on draft_point_mass)
-    shows it, and the rule passes there."""
-    check = chain_check(slips.chain_correction_top_two_after_three_accepted_drafts, vocab, k)
-    assert check.passed is False and check.figures["not_exact_at"]["case"] == f"V = 4, K = {min(k, 6)}"
+    shows it (and so does deep_rows' round of nine, which the check reaches first), and the rule passes there."""
+    slip = slips.chain_correction_top_two_after_three_accepted_drafts
+    assert chain_check(slip, vocab, k).passed is False
     deep = next(c for c in chain_cases(OracleConfig(vocab=vocab, k=k)) if (c.vocab, c.k) == (4, min(k, 6)))
+    assert check_exact_cases(as_sampler(slip), [deep], True)[0].passed is False
     assert check_exact_cases(as_sampler(slips.chain_exact), [deep], True)[0].passed
 
 
@@ -293,7 +298,7 @@ def test_a_tree_correction_cut_after_three_accepted_nodes_fails_where_the_named_
     assert [t.name for t in deep.tables] == ["draft_point_mass (seed 0)"]
     assert check_cases(tree("correction_top_two_after_three_accepted"), [deep], "sampled", False).passed is False
     assert check_cases(tree("exact_floats"), [deep], "sampled", False).passed
-    short = [c for c in cases if c is not deep]
+    short = [c for c in cases if c is not deep and c.shape.spec != DEEP_SIBLINGS_TREE]  # deep_rows' shows it too
     assert check_cases(tree("correction_top_two_after_three_accepted"), short, "sampled", False).passed
 
 
@@ -414,9 +419,9 @@ def test_a_row_padded_past_its_k_reads_as_the_protocol_says():
 
 def test_a_correct_chain_sampler_passes_and_the_report_says_what_it_proved():
     doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_exact)
-    claim = "exact on 65 tables at V = 2, 3, 4, 16, 33, 65, 66, 192; K = 1, 2, 3, 4, 5, 6, 7, 8, 9"
+    claim = "exact on 67 tables at V = 2, 3, 4, 6, 16, 33, 65, 66, 192, 257; K = 1, 2, 3, 4, 5, 6, 7, 8, 9"
     assert doc["passed"] and doc["coverage"]["claim"] == claim
-    assert doc["checks"][0]["figures"]["tables"] == 65
+    assert doc["checks"][0]["figures"]["tables"] == 67
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -721,6 +726,8 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (65, "2,1,1,1,1,1,1,1,1", 1),  # far_siblings: siblings past token 32 and 64, 18 nodes
         (33, "1", 1),  # draft_point_mass: a vocabulary of 17 to 64 tokens
         (65, "1,1,1,1,1,1,1,1,1", 1),  # sparse_rows: a ninth level
+        (257, "1", 1),  # sparse_rows: ids past a byte
+        (6, "1,1,1,1,1,1,1,1,2", 1),  # deep_rows: siblings and a correction of three after eight accepted nodes
         (4, "1,2", 5),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
         (3, "1,1,1,1,1", 1),  # draft_point_mass: every depth up to 8
@@ -763,11 +770,12 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 81 tables at V = 2, 3, 4, 5, 16, 33, 65, 66, 192; trees "1,2" (V = 2, 4, 5), '
+        and 'PASSED: exact on 83 tables at V = 2, 3, 4, 5, 6, 16, 33, 65, 66, 192, 257; trees "1,2" (V = 2, 4, 5), '
         '"2" (V = 5), "[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), '
-        '"1,2,1" (V = 3), "1,1,2" (V = 3), "1,1,1,1" (V = 3), "1" (V = 16, 33, 65, 66, 192), '
+        '"1,2,1" (V = 3), "1,1,2" (V = 3), "1,1,1,1" (V = 3), "1" (V = 16, 33, 65, 66, 192, 257), '
         '"[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), "1,1,1,1,1,1,1,1" (V = 65), '
-        '"2,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,1" (V = 65), "[[0],[0,0],[1]]" (V = 3), '
+        '"2,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,2" (V = 6), '
+        '"[[0],[0,0],[1]]" (V = 3), '
         '"1,1,1,1,1" (V = 3), "1,1,1,1,1,1" (V = 3), "1,1,1,1,1,1,1" (V = 3); K = 1, 2, 3, 4, 5, 6, 7, 8, 9'
         in out
     )
@@ -983,3 +991,37 @@ def test_a_chain_slip_of_the_band_from_17_to_64_tokens_or_of_a_ninth_draft_fails
 def test_a_tree_slip_of_the_band_from_17_to_64_tokens_a_ninth_level_or_past_16_nodes_fails_at_the_default_size(name):
     """The tree 1 at V = 33, the chain-shaped tree of nine levels at V = 65, and 2,1,1,1,1,1,1,1,1 (18 nodes)."""
     assert False in verdicts(tree(name), "2,2", 3).values()
+
+
+DEEP_AND_WIDE = ((PAST_BYTE_VOCAB, "1"), (DEEP_ROWS_VOCAB, DEEP_SIBLINGS_TREE))
+
+
+@pytest.mark.parametrize("name", list(slips.TREE_SEVENTH_HUNT_SLIPS))
+def test_a_tree_slip_past_256_tokens_or_after_eight_accepted_nodes_fails_on_a_case_the_default_check_runs(name):
+    """A terminal in a float32 buffer past 256 tokens, a correction cut after four accepted nodes, and siblings from
+    the fifth level on tested on the parent's unchanged row passed every size (deep trees were chains of point
+    masses; a sixth helper's samplers): the default check of --tree 2,2 --vocab 3 runs the tree 1 at V = 257 and
+    two children under a chain of eight at V = 6 on deep_rows, and each slip fails one of them (a correct sampler
+    passes both)."""
+    cases = tree_cases(OracleConfig(vocab=3, rule="maximal"), parse_tree("2,2"))
+    deep_and_wide = [c for c in cases if (c.vocab, c.shape.spec) in DEEP_AND_WIDE]
+    assert len(deep_and_wide) == 2
+    assert False in [check_cases(tree(name), [c], "sampled", False).passed for c in deep_and_wide]
+    assert check_cases(tree("exact_floats"), deep_and_wide, "sampled", False).passed
+
+
+def test_a_chain_correction_cut_after_four_accepted_drafts_fails_at_the_default_size():
+    """Every deep round's refusal left two tokens (V = 3) or was never reached: V = 6, K = 9 on deep_rows now."""
+    check = chain_check(slips.chain_correction_top_two_after_four_accepted_drafts, 2, 3)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == f"V = {DEEP_ROWS_VOCAB}, K = 9"
+
+
+def test_deep_rows_are_one_point_mass_for_eight_rows_then_of_full_support_with_the_draft_below_on_half():
+    rng = random.Random(3)
+    for position in range(10):
+        p, q = reshape("deep_rows", [0.0] * 6, [0.0] * 6, rng, position)
+        if position < 8:
+            assert p == q and sorted(p) == [0.0] * 5 + [1.0]
+        else:  # a refusal leaves the target's mass on at least the half where the draft is a thousandth of it
+            assert min(p) > 0 and min(q) > 0 and sum(a > 100 * b for a, b in zip(p, q)) >= 3
+            assert sum(p) == pytest.approx(1) and sum(q) == pytest.approx(1)

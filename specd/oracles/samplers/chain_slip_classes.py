@@ -4,28 +4,35 @@ form, the trees' classes, and the widths both share)."""
 
 from __future__ import annotations
 
-from specd.oracles.samplers.slip_classes import (
+from specd.oracles.samplers.size_classes import (
     ALIGNED_VOCAB,
     ALIGNED_WHAT,
+    DEEP_CORRECTION_WHAT,
+    DEEP_ROWS_VOCAB,
     FAR_DEPTH,
     FAR_ROWS_WHAT,
     MID_VOCAB,
     MID_WHAT,
     NINTH,
     NINTH_WHAT,
+    PAST_BYTE_VOCAB,
+    PAST_BYTE_WHAT,
     TAIL_VOCABS,
-    TOP_K_VOCAB,
     WIDE_DRAFT_WHAT,
     WIDE_VOCAB,
-    Slip,
     aligned,
-    count,
+    deep_correction,
     far_rows,
     mid_vocabulary,
     ninth_draft,
+    past_byte,
     tail_slip,
     wide_draft,
     wide_vocabulary,
+)
+from specd.oracles.samplers.slip import Slip, count
+from specd.oracles.samplers.slip_classes import (
+    TOP_K_VOCAB,
 )
 
 
@@ -113,4 +120,6 @@ CHAIN_SLIPS = (
     Slip("wide_draft_row", WIDE_DRAFT_WHAT, wide_draft, lambda w: f"--vocab {WIDE_VOCAB} --k 1"),
     Slip("mid_vocabulary", MID_WHAT, mid_vocabulary, lambda w: f"--vocab {MID_VOCAB} --k 1"),
     Slip("ninth_draft", NINTH_WHAT, ninth_draft, lambda w: f"--vocab {WIDE_VOCAB} --k {NINTH}"),
+    Slip("vocabulary_past_256", PAST_BYTE_WHAT, past_byte, lambda w: f"--vocab {PAST_BYTE_VOCAB} --k 1"),
+    Slip("deep_correction", DEEP_CORRECTION_WHAT, deep_correction, lambda w: f"--vocab {DEEP_ROWS_VOCAB} --k {NINTH}"),
 )

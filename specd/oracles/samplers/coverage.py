@@ -25,7 +25,8 @@ of slip is hidden and where it shows), so a check covers the classes:
   V = 65 on far_siblings (``BIG_TREE_CASE``); ``1`` at V = 33 on draft_point_mass (``MID_CASE``); the chain-shaped
   tree of 9 levels at V = 65 on sparse_rows (``NINTH_CASE``); ``1`` at V = 192 on sparse_rows (``ALIGNED_CASE``); the
   chain-shaped tree of 8 levels at V = 65 on sparse_rows
-  (``FAR_ROWS_CASE``); the chain-shaped tree of every other depth below 8 at V = 3 on draft_point_mass
+  (``FAR_ROWS_CASE``); ``1`` at V = 257 on sparse_rows (``PAST_BYTE_CASE``); ``1,1,1,1,1,1,1,1,2`` at V = 6 on
+  deep_rows (``DEEP_ROWS_CASE``); the chain-shaped tree of every other depth below 8 at V = 3 on draft_point_mass
   (``EVERY_K``);
   and ``1,2`` at V = 4 over the tables of small values; where the named tree is four levels deep or more,
   the chain-shaped tree of its depth (at most DEEP_MAX) at V = 4 on draft_point_mass. A tree named twice
@@ -36,7 +37,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   K = 3 on the seed's table alone (three tokens after two accepted drafts), V = 4, K = 2 over the
   tables of small values, V = 3, K = 2 also on the two first-row tables, V = 65 and 66, K = 1 on
   draft_point_mass, V = 65, K = 1 on wide_draft, V = 33, K = 1 on draft_point_mass, V = 192, K = 1 and V = 65,
-  K = 8 and 9 on sparse_rows, V = 3 at
+  K = 8 and 9 on sparse_rows, V = 257, K = 1 on sparse_rows, V = 6, K = 9 on deep_rows, V = 3 at
   every other K below 8 on draft_point_mass (``EVERY_K``), and where the named K is 4 or more, V = 4 at that K
   (at most DEEP_MAX) on draft_point_mass;
 - with ``exact_size``, the named size only, over every table (those of small values too): a class
@@ -52,16 +53,21 @@ from specd.core.tree_shape import TreeShape, parse_tree
 from specd.oracles.fixture import OracleConfig
 from specd.oracles.record import NOT_APPLICABLE
 from specd.oracles.samplers.chain_slip_classes import CHAIN_SLIPS
-from specd.oracles.samplers.slip_classes import (
+from specd.oracles.samplers.size_classes import (
     ALIGNED_VOCAB,
-    BIG_TREE,
+    DEEP_ROWS_VOCAB,
     FAR_DEPTH,
     MID_VOCAB,
     NINTH,
-    SLIPS,
+    PAST_BYTE_VOCAB,
     TAIL_VOCABS,
-    TOP_K_VOCAB,
     WIDE_VOCAB,
+)
+from specd.oracles.samplers.slip_classes import (
+    BIG_TREE,
+    DEEP_SIBLINGS_TREE,
+    SLIPS,
+    TOP_K_VOCAB,
     widest,
     widest_shown,
 )
@@ -180,14 +186,22 @@ WIDE_DRAFT_CASE = (WIDE_VOCAB, "1", "wide_draft")
 BIG_TREE_CASE = (WIDE_VOCAB, BIG_TREE, "far_siblings")
 # The band of vocabularies no other size reaches, 17 to 64 tokens: one draft (K = 1, the tree 1) at V = MID_VOCAB on
 # the draft_point_mass table alone (one path: a correction from up to 32 tokens, a bonus from 33). A correction cut to
-# its 16 likeliest where 16 < V <= 64 (a path for one warp) passed every size (a sixth helper's samplers). Past 256 a
-# path of its own (a float32 running sum) still passes: a terminal there has V cells, each a run of the sampler over
-# V tokens (V = 257 doubled the check of the docs' samplers).
+# its 16 likeliest where 16 < V <= 64 (a path for one warp) passed every size (a sixth helper's samplers).
 MID_CASE = (MID_VOCAB, "1", "draft_point_mass")
 # A ninth draft (NINTH): a round of nine drafts (the chain-shaped tree of nine levels) at V = WIDE_VOCAB on sparse_rows
 # alone (2^10 sequences). A mask of accepted drafts kept in one byte, and a ninth node taken as refused untested,
 # passed every size (every K up to 8; a sixth helper's samplers); a ring of eight rows shows there too.
 NINTH_CASE = (WIDE_VOCAB, NINTH, "sparse_rows")
+# A vocabulary past 256 (PAST_BYTE_VOCAB): one draft (K = 1, the tree 1) on sparse_rows alone (two tokens of target
+# mass a row, the draft's at V - 1: its cost is the rows' width; on draft_point_mass, V cells each a run over V tokens
+# doubled the check of the docs' samplers). A terminal's law kept in a float32 buffer past 256
+# tokens passed every size (a sixth helper's tree sampler; a chain's float32 paths show in dtype_edges' wide rows).
+PAST_BYTE_CASE = (PAST_BYTE_VOCAB, "1", "sparse_rows")
+# Rows of full support after eight accepted drafts (deep_rows, its first eight rows point masses): a round of nine
+# drafts at V = DEEP_ROWS_VOCAB, and for a tree DEEP_SIBLINGS_TREE there (two children under a chain of eight). A
+# correction cut to its two likeliest after four accepted drafts, and siblings from the fourth level on tested on
+# their parent's unchanged row, passed every size (a sixth helper's samplers: deep rounds were all point masses).
+DEEP_ROWS_CASE = (DEEP_ROWS_VOCAB, DEEP_SIBLINGS_TREE, "deep_rows")
 # Every K (a tree's depth) from 1 to FAR_DEPTH: a chain sampler with a branch of its own for one K (a kernel
 # unrolled or a graph captured per K) wrong at K = 5 passed every size (K = 1, 2, 3 and 8), and was shown only
 # where --k 5 was named. The K no other size has (for a tree, the chain-shaped tree of that depth), at V = 3 on
@@ -262,6 +276,8 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
         ninth,
         REPEATED_ROWS_TREE,
         *first_row,
+        PAST_BYTE_CASE,
+        DEEP_ROWS_CASE,
     ]
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
@@ -298,9 +314,11 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
     for kind in FIRST_ROW:
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     one_draft = [
-        (vocab, 1, kind) for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE, MID_CASE)
+        (vocab, 1, kind)
+        for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE, MID_CASE, PAST_BYTE_CASE)
     ]
-    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, NINTH_CASE):
+    deep = (DEEP_ROWS_CASE[0], NINTH, DEEP_ROWS_CASE[2])
+    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, NINTH_CASE, deep):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)
 

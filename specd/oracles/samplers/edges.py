@@ -2,11 +2,13 @@
 decision at adversarial uniforms (0, the smallest positive, just below 1, the float32, bfloat16 and float16
 roundings of p/q and the stream uniforms on both sides of the exact boundary), with rows passed as float64,
 float32, bfloat16 and float16 tensors (multiples of 1/256 summing to exactly 1, so every dtype holds the same
-distribution exactly, and one bonus row summing to 255/256; and rows exact in float64 only, of ratios a hair
-below 1), against the rule in exact (Fraction) arithmetic."""
+distribution exactly, and a bonus row summing to 255/256; and rows exact in float64 only, of
+ratios a hair below 1), against the rule in exact (Fraction) arithmetic; each decision over five tokens and again
+over WIDE_EDGE_VOCAB, its five tokens the last ids."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 import torch
@@ -33,6 +35,9 @@ EDGE_ROWS = (
     (_dyadic(26, 179, 50, 1, 0), _dyadic(1, 1, 254, 0, 0), _dyadic(100, 100, 38, 18, 0), 2),
     (_dyadic(64, 120, 50, 22, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(128, 60, 40, 28, 0), 0),
     (_dyadic(20, 24, 40, 172, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(0, 0, 0, 196, 60), 3),
+    # a draft the target never emits (p(d) = 0, refused at every U; over 257 tokens a lookup in a sparse row's
+    # support that does not check the id is there reads its neighbour's p)
+    (_dyadic(26, 179, 51, 0, 0), _dyadic(77, 26, 153, 0, 0), _dyadic(102, 90, 38, 0, 26), 4),
     (_dyadic(26, 179, 50, 1, 0), [w / 256 for w in (77, 26, 152, 0, 0)], _dyadic(102, 90, 38, 26, 0), 0),
 )
 
@@ -44,6 +49,19 @@ HALF = _dyadic(128, 64, 64, 0, 0)  # q(d) = 1/2: p(d) = 1/2 - 2^-(e + 1) gives t
 EDGE_ROWS_FLOAT64 = tuple(
     ([0.5 - 2.0**-e, 0.25 + 2.0**-e, 0.25, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), HALF, 0) for e in (30, 41, 51)
 ) + (([0.25 + 2**-40, 0.5, 0.25 - 2**-40, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(64, 64, 128, 0, 0), 2),)
+
+
+# Every decision again over a vocabulary past 256 (past 16, 32 and 64 too), its five tokens the last five ids and
+# every other token of no mass: a path kept for wide rows (a float32 running sum or ratio past 256 or 16 tokens, a
+# lookup in a sparse row's support, a memo keyed by a row's first 16 weights, all zero there) passed every size
+# whose edges had five tokens (a sixth helper's samplers).
+WIDE_EDGE_VOCAB = 257
+WIDE_DTYPES = (torch.float64, torch.float32)  # the dtypes whose decisions are made again over it
+
+
+def _at_top(row: list[float], vocab: int) -> list[float]:
+    """``row`` as the last ids of a row of ``vocab`` tokens, every other token of no mass."""
+    return [0.0] * (vocab - len(row)) + list(row)
 
 
 def grid_neighbours(x: Fraction) -> list[float]:
@@ -63,10 +81,12 @@ def acceptance_uniforms(ratio: Fraction) -> list[float]:
 
 
 def edge_cases(tokens: bool) -> list[tuple[str, torch.dtype, Call]]:
-    """The dtype-edge decisions, each with the exact rule's answer: (what, row dtype, call)."""
+    """The dtype-edge decisions, each with the exact rule's answer: (what, row dtype, call); in WIDE_DTYPES each
+    again over WIDE_EDGE_VOCAB tokens."""
     cases = []
     for dtype in EDGE_DTYPES:
         name = str(dtype).removeprefix("torch.")
+        narrow = []
         for p1, p2, q1, d in EDGE_ROWS + (EDGE_ROWS_FLOAT64 if dtype is torch.float64 else ()):
             ratio = min(Fraction(1), Fraction(p1[d]) / Fraction(q1[d]))
             residual = [max(Fraction(0), Fraction(a) - Fraction(b)) for a, b in zip(p1, q1)]
@@ -80,10 +100,23 @@ def edge_cases(tokens: bool) -> list[tuple[str, torch.dtype, Call]]:
                 law = [x / total for x in law]
                 for t in terminal_uniforms(law) if (terminal and tokens) else [0.5]:
                     token = exact_token(law, t) if tokens else None
-                    call = Call([p1, p2], [q1], (d,), (u,), t, 1, accepted, token, law)
-                    cases.append((f"{name} rows, ratio {float(ratio):.6g}", dtype, call))
+                    narrow.append(
+                        (f"ratio {float(ratio):.6g}", Call([p1, p2], [q1], (d,), (u,), t, 1, accepted, token, law))
+                    )
+        wide = [(what, _widened(call)) for what, call in narrow] if dtype in WIDE_DTYPES else []
+        for what, call in narrow + wide:
+            cases.append((f"{name} rows of {len(call.law)} tokens, {what}", dtype, call))
         cases += [(f"{name} rows, {len(c.drafts)} drafts kept", dtype, c) for c in later_bonus_calls(tokens)]
     return cases
+
+
+def _widened(call: Call) -> Call:
+    """A call of one draft over WIDE_EDGE_VOCAB tokens: its rows' tokens the last ids, every other of no mass."""
+    shift = WIDE_EDGE_VOCAB - len(call.law)
+    p, q = ([_at_top(r, WIDE_EDGE_VOCAB) for r in rows] for rows in (call.p, call.q))
+    drafts, law = tuple(d + shift for d in call.drafts), [Fraction(0)] * shift + list(call.law)
+    terminal = None if call.terminal is None else call.terminal + shift
+    return replace(call, p=p, q=q, drafts=drafts, terminal=terminal, law=law)
 
 
 # A bonus after every draft of two and of three kept (each draft row the target's: every test passes), from the
@@ -108,13 +141,16 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
     """Each decision at adversarial uniforms, rows in four dtypes, against the exact rule."""
     cases = edge_cases(tokens)
     failures, inconclusive = [], 0
-    results = []
-    for dtype in EDGE_DTYPES:  # a batch per dtype and K, in the cases' order
+    results: list = []
+    for dtype in EDGE_DTYPES:  # a batch per dtype, K and V
         of_dtype = [c for _, dt, c in cases if dt is dtype]
-        for k in dict.fromkeys(len(c.drafts) for c in of_dtype):
-            results += call_batch(sampler, [c for c in of_dtype if len(c.drafts) == k], dtype)[0]
+        for size in dict.fromkeys(_size(c) for c in of_dtype):
+            batch = [c for c in of_dtype if _size(c) == size]
+            results += zip(batch, call_batch(sampler, batch, dtype)[0])
+    answer = {id(call): result for call, result in results}
     slack = Fraction(sampler.input_rounding)
-    for (what, _, call), result in zip(cases, results):
+    for what, _, call in cases:
+        result = answer[id(call)]
         got_token = None if result.terminal is None else int(result.terminal[0])
         ratio = _ratio(call)
         wrong = int(result.accepted[0]) != call.accepted or (tokens and got_token != call.terminal)
@@ -142,13 +178,17 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
         ),
     )
     if failures:
-        at_ratio = any(
+        at_ratio = all(  # every wrong decision a draft kept at U = p/q (a test read as U <= p/q)
             f["sampler"]["accepted"] and Fraction(f["acceptance_uniform"]) == Fraction(f["exact_ratio"])
             for f in failures
         )
         check.findings.append("accepts_u_equal_to_ratio" if at_ratio else "decision_differs_from_the_exact_rule")
         check.counterexample = failures[0]
     return check
+
+
+def _size(call: Call) -> tuple[int, int]:
+    return len(call.drafts), len(call.p[0])
 
 
 def _edge_failure(what: str, call: Call, ratio: Fraction, result, got_token) -> dict:

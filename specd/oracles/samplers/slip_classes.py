@@ -14,22 +14,35 @@ states where it is hidden (``hidden(vocab, shape or K)``: the reason, or None) a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from specd.core.tree_shape import TreeShape
-
-
-@dataclass(frozen=True)
-class Slip:
-    """A class of slip: ``hidden(vocab, shape or K)`` says why a size cannot show it (None: it can),
-    ``shown_at(widest)`` the flags of the smallest size that does, for a tree whose widest sibling
-    group has ``widest`` children."""
-
-    name: str
-    what: str
-    hidden: Callable[[int, object], str | None]
-    shown_at: Callable[[int], str]
-
+from specd.oracles.samplers.size_classes import (
+    ALIGNED_VOCAB,
+    ALIGNED_WHAT,
+    DEEP_CORRECTION_WHAT,
+    DEEP_ROWS_VOCAB,
+    FAR_DEPTH,
+    FAR_ROWS_WHAT,
+    MID_VOCAB,
+    MID_WHAT,
+    NINTH,
+    NINTH_WHAT,
+    PAST_BYTE_VOCAB,
+    PAST_BYTE_WHAT,
+    TAIL_VOCABS,
+    WIDE_DRAFT_WHAT,
+    WIDE_VOCAB,
+    aligned,
+    deep_correction,
+    far_rows,
+    mid_vocabulary,
+    ninth_draft,
+    past_byte,
+    tail_slip,
+    wide_draft,
+    wide_vocabulary,
+)
+from specd.oracles.samplers.slip import Slip, count
 
 # Why V = 2 hides a class of siblings
 DECIDED_AT_TWO = (
@@ -73,10 +86,6 @@ def _correction(vocab: int, shape) -> str | None:
             "draw of it gives that token"
         )
     return None
-
-
-def count(n: int, thing: str) -> str:
-    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 def _wide_tree_correction(vocab: int, shape) -> str | None:
@@ -165,93 +174,6 @@ def _tree_top_k(vocab: int, shape) -> str | None:
     return None
 
 
-# Past a warp's 32 lanes and a wavefront's 64 (a total or a scan over one of them shows), and odd: every block width
-# from 2 to 64 leaves a last block of one token (TAIL_VOCABS).
-WIDE_VOCAB = 65
-
-
-def wide_vocabulary(vocab: int, _) -> str | None:
-    if vocab <= 64:
-        return (
-            f"at V = {vocab} every law fits a wavefront's 64 lanes: a total or running sum over the first 64 "
-            "tokens (or a warp's 32, where V <= 32) is the whole law's"
-        )
-    return None
-
-
-# Vocabularies past 64 that leave a last block of one token and of two after every block width from 4 to 64 (65 and
-# 66 mod 4, 8, 16, 32 and 64 are 1 and 2): a law cut into blocks that drops or misreads a last block of that length
-# (a vocabulary of 50257 or 151938 tokens has one) passed every size before (a helper's samplers: blocks of 4 at
-# V = 5 and 6; the sizes were 2, 3, 4, 16 and 71, whose last blocks hold 3 and 7).
-TAIL_VOCABS = (65, 66)
-
-
-def _tail(length: int):
-    def hidden(vocab: int, _) -> str | None:
-        if vocab <= 64 or vocab % 64 != length:
-            return f"at V = {vocab} blocks of 4 to 64 tokens do not all leave a last block of {count(length, 'token')}"
-        return None
-
-    return hidden
-
-
-def tail_slip(length: int, shown_at) -> Slip:
-    return Slip(
-        f"tail_of_{('one', 'two')[length - 1]}",
-        f"a law cut into blocks of 4 to 64 tokens whose last holds {count(length, 'token')} (dropped or misread)",
-        _tail(length),
-        shown_at,
-    )
-
-
-# A vocabulary a multiple of 64 past 128, as real ones are multiples of 32 or 64 (32000, 128256, 151936): a path kept
-# for aligned rows (a bonus read from the row before it, where V is a multiple of 32), and blocks of 128 or 256 that
-# leave a partial last block of 64 (dropped), passed every size below it (a fifth helper's samplers).
-ALIGNED_VOCAB = 192
-
-
-def aligned(vocab: int, _) -> str | None:
-    if vocab <= 128 or vocab % 64 or not vocab % 128:
-        return f"at V = {vocab} no vocabulary a multiple of 64 past 128, whose blocks of 128 leave a partial last block"
-    return None
-
-
-ALIGNED_WHAT = (
-    "a vocabulary a multiple of 64 past 128 (as real ones are multiples of 32 or 64): a path kept for aligned rows, "
-    "blocks of 128 or 256 whose partial last block is dropped"
-)
-
-
-FAR_DEPTH = 8  # a round this deep at V = WIDE_VOCAB shows a row read up to 7 places back, or at a stride of 64
-
-
-def far_rows(vocab: int, depth: int) -> str | None:
-    if depth < FAR_DEPTH or vocab <= 64:
-        return (
-            f"a round {depth} deep at V = {vocab}: row buffers kept in a ring of up to {FAR_DEPTH - 1} show only "
-            f"{FAR_DEPTH} deep, rows read at a stride of 64 tokens only past V = 64"
-        )
-    return None
-
-
-FAR_ROWS_WHAT = (
-    f"a row read from another position's place: row buffers kept in a ring of up to {FAR_DEPTH - 1} by position, "
-    "rows wider than 64 tokens read at a stride of 64"
-)
-
-
-WIDE_DRAFT_WHAT = (
-    "a draft row with mass on more than 32 tokens: a row kept as its 32 likeliest (sparse draft probabilities), "
-    "the residual formed without the rest"
-)
-
-
-def wide_draft(vocab: int, _) -> str | None:
-    if vocab <= 32:
-        return f"at V = {vocab} a draft row has at most 32 tokens of mass: a row kept as its 32 likeliest is whole"
-    return None
-
-
 def _far_siblings(vocab: int, shape) -> str | None:
     if widest(shape) < 2:
         return "no node of the tree has two children: nothing is tested on what an elder sibling left"
@@ -263,31 +185,18 @@ def _far_siblings(vocab: int, shape) -> str | None:
     return None
 
 
+DEEP_SIBLINGS_TREE = "1,1,1,1,1,1,1,1,2"  # a chain of eight nodes, two children under the last
 MANY_NODES = 16  # a tree of more nodes than this: a path kept for larger trees (a batched kernel's) shows
 # The tree that shows far_siblings, many_nodes and ninth_draft at V = WIDE_VOCAB: two children at the root, a chain of
 # eight below each (18 nodes).
 BIG_TREE = "2,1,1,1,1,1,1,1,1"
-# A vocabulary in the band no other size reaches, 17 to 64 tokens (a path for one warp, a top-16 correction there); odd,
-# so blocks leave a tail.
-MID_VOCAB = 33
 
 
-def mid_vocabulary(vocab: int, _) -> str | None:
-    if not 16 < vocab <= 64:
-        return (
-            f"at V = {vocab} no vocabulary of 17 to 64 tokens, where a path for one warp (its laws cut to 16) is taken"
-        )
-    return None
-
-
-MID_WHAT = "a vocabulary of 17 to 64 tokens (a path for one warp: a correction cut to its 16 likeliest)"
-NINTH = 9  # a round of this many drafts: past a byte's 8 bits, a ring of 8 rows, a loop unrolled to 8
-NINTH_WHAT = "a ninth draft: a mask of accepted drafts in one byte, a ring of eight rows, a loop unrolled eight times"
-
-
-def ninth_draft(vocab: int, depth: int) -> str | None:
-    if depth < NINTH:
-        return f"a round {depth} deep: a mask of accepted drafts in a byte, or a ring of eight rows, shows only 9 deep"
+def _deep_siblings(vocab: int, shape) -> str | None:
+    if not any(len(c) >= NINTH - 1 and shape.children(c) >= 2 for c in shape.choices or ()):
+        return f"no node at level {NINTH - 1} or below has two children: no siblings at level {NINTH}"
+    if vocab < 5:
+        return f"at V = {vocab} two refused siblings leave two tokens or fewer"
     return None
 
 
@@ -421,4 +330,18 @@ SLIPS = (
     ),
     Slip("mid_vocabulary", MID_WHAT, mid_vocabulary, lambda w: f"--tree 1 --vocab {MID_VOCAB}"),
     _deep_slip("ninth_draft", NINTH_WHAT, ninth_draft, NINTH),
+    Slip("vocabulary_past_256", PAST_BYTE_WHAT, past_byte, lambda w: f"--tree 1 --vocab {PAST_BYTE_VOCAB}"),
+    Slip(
+        "deep_correction",
+        DEEP_CORRECTION_WHAT,
+        lambda vocab, shape: deep_correction(vocab, shape.depth),
+        lambda w: f"--tree {DEEP_SIBLINGS_TREE} --vocab {DEEP_ROWS_VOCAB}",
+    ),
+    Slip(
+        "deep_siblings",
+        "siblings at a ninth level, tested on what an elder sibling left of their parent's rows (a path kept for deep "
+        "nodes with the parent's row unchanged)",
+        _deep_siblings,
+        lambda w: f"--tree {DEEP_SIBLINGS_TREE} --vocab {DEEP_ROWS_VOCAB}",
+    ),
 )

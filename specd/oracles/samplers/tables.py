@@ -95,6 +95,15 @@ and a table shaped for one class of slip (``SHAPED``):
                            renormalized over the first 32 tokens, refused tokens kept in a 64-bit mask
                            whose shift wraps, or children drawn without replacement taken as i.i.d.
                            move that test; a tree of many nodes costs the orders of the root's children
+  ``deep_rows``            the target and the draft the same point mass (a token drawn) at each of a round's
+                           first DEEP_FROM (8) rows, so every round goes on past them; from there on rows of
+                           full support, the draft 1000 times below the target on half the tokens: a ninth
+                           draft (a ninth level's children) tested and corrected on rows where the correction
+                           has three tokens or more and a second sibling's test depends on the first's
+                           refusal. A path kept for deep refusals (a correction cut to its two likeliest
+                           after four accepted drafts, siblings below the fourth level tested on the parent's
+                           unchanged row) passed every size whose deep rounds were all point masses (a sixth
+                           helper's samplers); the point masses cost nothing
 
 A table that a size cannot hold is left out (``draft_misses_target`` where the siblings need every
 token the draft has, ``draft_point_mass`` where a node has two children or more).
@@ -135,9 +144,11 @@ SHAPED = {
     "repeated_target": "the target's first row repeated at every row of a round, the draft's rows the seed's",
     "wide_draft": "the draft's mass on every token, the target's on its likeliest and two of its least likely half",
     "far_siblings": "the draft's first row on tokens 1, 5 V / 8 and V - 1, every later row a point mass",
+    "deep_rows": "the target and the draft one point mass at a round's first 8 rows, rows of full support after",
 }
 # kinds whose rows owe nothing to the seed's
-MADE_ANEW = ("coarse_grid", "draft_apart", "sparse_rows", "wide_draft", "far_siblings")
+MADE_ANEW = ("coarse_grid", "draft_apart", "sparse_rows", "wide_draft", "far_siblings", "deep_rows")
+DEEP_FROM = 8  # deep_rows' first row of full support: a ninth draft's (a ninth level's children's)
 APART, DRAFT_ON_REST = 0.9, 0.99  # draft_apart's shares
 SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
@@ -281,6 +292,8 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
         return _wide_draft(v, rng)
     if kind == "far_siblings":
         return _far_siblings(v, rng) if position == 0 else _sparse(v, rng, position)
+    if kind == "deep_rows":
+        return _deep(v, rng, position)
     if kind in SMALL_VALUES:
         return _small_values(kind, p, q, rng)
     raise ValueError(f"no adversarial table {kind!r}")
@@ -324,6 +337,18 @@ def _sparse(v: int, rng: random.Random, position: int) -> tuple[Row, Row]:
     target = [0.0] * v
     target[point], target[other] = w, 1 - w
     return target, [float(x == point) for x in range(v)]
+
+
+def _deep(v: int, rng: random.Random, position: int) -> tuple[Row, Row]:
+    """``deep_rows``' rows over ``v`` tokens (made anew): below DEEP_FROM both one point mass drawn; from it on the
+    target's weights drawn in [1, 2), the draft's a thousandth of the target's on half the tokens drawn and drawn
+    in [1, 2) on the rest, each normalized (a refusal leaves the target's mass on at least that half)."""
+    if position < DEEP_FROM:
+        point = rng.randrange(v)
+        return [float(x == point) for x in range(v)], [float(x == point) for x in range(v)]
+    target = _normalized([1 + rng.random() for _ in range(v)])
+    low = set(rng.sample(range(v), v // 2))
+    return target, _normalized([target[x] * 1e-3 if x in low else 1 + rng.random() for x in range(v)])
 
 
 def _wide_draft(v: int, rng: random.Random) -> tuple[Row, Row]:
