@@ -4,32 +4,7 @@ form, the trees' classes, and the widths both share)."""
 
 from __future__ import annotations
 
-from specd.oracles.samplers.size_classes import (
-    ALIGNED_VOCAB,
-    ALIGNED_WHAT,
-    DEEP_CORRECTION_WHAT,
-    DEEP_ROWS_VOCAB,
-    FAR_DEPTH,
-    FAR_ROWS_WHAT,
-    MID_VOCAB,
-    MID_WHAT,
-    NINTH,
-    NINTH_WHAT,
-    PAST_BYTE_VOCAB,
-    PAST_BYTE_WHAT,
-    TAIL_VOCABS,
-    WIDE_DRAFT_WHAT,
-    WIDE_VOCAB,
-    aligned,
-    deep_correction,
-    far_rows,
-    mid_vocabulary,
-    ninth_draft,
-    past_byte,
-    tail_slip,
-    wide_draft,
-    wide_vocabulary,
-)
+from specd.oracles.samplers.size_classes import size_slips
 from specd.oracles.samplers.slip import Slip, count
 from specd.oracles.samplers.slip_classes import (
     TOP_K_VOCAB,
@@ -108,18 +83,5 @@ CHAIN_SLIPS = (
         _top_k_correction,
         lambda w: f"--vocab {TOP_K_VOCAB} --k 1",
     ),
-    Slip(
-        "wide_vocabulary",
-        "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum",
-        wide_vocabulary,
-        lambda w: f"--vocab {WIDE_VOCAB} --k 1",
-    ),
-    *(tail_slip(v - 64, lambda w, v=v: f"--vocab {v} --k 1") for v in TAIL_VOCABS),
-    Slip("aligned_vocabulary", ALIGNED_WHAT, aligned, lambda w: f"--vocab {ALIGNED_VOCAB} --k 1"),
-    Slip("far_rows", FAR_ROWS_WHAT, far_rows, lambda w: f"--vocab {WIDE_VOCAB} --k {FAR_DEPTH}"),
-    Slip("wide_draft_row", WIDE_DRAFT_WHAT, wide_draft, lambda w: f"--vocab {WIDE_VOCAB} --k 1"),
-    Slip("mid_vocabulary", MID_WHAT, mid_vocabulary, lambda w: f"--vocab {MID_VOCAB} --k 1"),
-    Slip("ninth_draft", NINTH_WHAT, ninth_draft, lambda w: f"--vocab {WIDE_VOCAB} --k {NINTH}"),
-    Slip("vocabulary_past_256", PAST_BYTE_WHAT, past_byte, lambda w: f"--vocab {PAST_BYTE_VOCAB} --k 1"),
-    Slip("deep_correction", DEEP_CORRECTION_WHAT, deep_correction, lambda w: f"--vocab {DEEP_ROWS_VOCAB} --k {NINTH}"),
+    *size_slips(lambda vocab, k: f"--vocab {vocab} --k {k}", lambda k: k),
 )

@@ -2,9 +2,12 @@
 --sampler``): a law over more tokens than a warp or a wavefront, a block's last tokens, an aligned vocabulary, rows
 read from another position's place, a wide draft row, the band of 17 to 64 tokens, a ninth draft, ids past a byte, a
 correction after eight accepted drafts. Each says why a size hides it (``hidden(vocab, depth)``: the reason, or None);
-specd.oracles.samplers.coverage runs the sizes that show them."""
+``size_slips`` makes them a chain's or a tree's classes; specd.oracles.samplers.coverage runs the sizes that show
+them."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from specd.oracles.samplers.slip import Slip, count
 
@@ -150,3 +153,32 @@ def deep_correction(vocab: int, depth: int) -> str | None:
             f"shows only {NINTH} deep at V >= 4"
         )
     return None
+
+
+WIDE_VOCABULARY_WHAT = (
+    "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum"
+)
+
+
+def size_slips(flags: Callable[[int, int], str], depth_of: Callable[[object], int]) -> tuple[Slip, ...]:
+    """This module's classes as a chain's or a tree's: ``flags(vocab, depth)`` the flags of a size that shows one (a
+    chain's --vocab and --k, a tree's --vocab and chain-shaped --tree), ``depth_of(size)`` the depth of a size a class
+    is asked about (a chain's K, a tree's levels)."""
+
+    def by_depth(hidden: Callable[[int, int], str | None]) -> Callable[[int, object], str | None]:
+        return lambda vocab, size: hidden(vocab, depth_of(size))
+
+    def at(vocab: int, depth: int = 1) -> Callable[[int], str]:
+        return lambda widest: flags(vocab, depth)
+
+    return (
+        Slip("wide_vocabulary", WIDE_VOCABULARY_WHAT, wide_vocabulary, at(WIDE_VOCAB)),
+        *(tail_slip(v - 64, at(v)) for v in TAIL_VOCABS),
+        Slip("aligned_vocabulary", ALIGNED_WHAT, aligned, at(ALIGNED_VOCAB)),
+        Slip("far_rows", FAR_ROWS_WHAT, by_depth(far_rows), at(WIDE_VOCAB, FAR_DEPTH)),
+        Slip("wide_draft_row", WIDE_DRAFT_WHAT, wide_draft, at(WIDE_VOCAB)),
+        Slip("mid_vocabulary", MID_WHAT, mid_vocabulary, at(MID_VOCAB)),
+        Slip("ninth_draft", NINTH_WHAT, by_depth(ninth_draft), at(WIDE_VOCAB, NINTH)),
+        Slip("vocabulary_past_256", PAST_BYTE_WHAT, past_byte, at(PAST_BYTE_VOCAB)),
+        Slip("deep_correction", DEEP_CORRECTION_WHAT, by_depth(deep_correction), at(DEEP_ROWS_VOCAB, NINTH)),
+    )

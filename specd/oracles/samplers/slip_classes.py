@@ -13,35 +13,8 @@ states where it is hidden (``hidden(vocab, shape or K)``: the reason, or None) a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from specd.core.tree_shape import TreeShape
-from specd.oracles.samplers.size_classes import (
-    ALIGNED_VOCAB,
-    ALIGNED_WHAT,
-    DEEP_CORRECTION_WHAT,
-    DEEP_ROWS_VOCAB,
-    FAR_DEPTH,
-    FAR_ROWS_WHAT,
-    MID_VOCAB,
-    MID_WHAT,
-    NINTH,
-    NINTH_WHAT,
-    PAST_BYTE_VOCAB,
-    PAST_BYTE_WHAT,
-    TAIL_VOCABS,
-    WIDE_DRAFT_WHAT,
-    WIDE_VOCAB,
-    aligned,
-    deep_correction,
-    far_rows,
-    mid_vocabulary,
-    ninth_draft,
-    past_byte,
-    tail_slip,
-    wide_draft,
-    wide_vocabulary,
-)
+from specd.oracles.samplers.size_classes import DEEP_ROWS_VOCAB, NINTH, WIDE_VOCAB, size_slips
 from specd.oracles.samplers.slip import Slip, count
 
 # Why V = 2 hides a class of siblings
@@ -207,15 +180,9 @@ def _many_nodes(vocab: int, shape) -> str | None:
     return None
 
 
-def _deep_slip(name: str, what: str, hidden: Callable[[int, int], str | None], depth: int) -> Slip:
-    """A tree's class that a depth shows (``hidden(vocab, depth)``), at the chain-shaped tree of ``depth`` levels at
-    V = WIDE_VOCAB."""
-    return Slip(
-        name,
-        what,
-        lambda vocab, shape: hidden(vocab, shape.depth),
-        lambda w: f"--tree {TreeShape.chain(depth).spec} --vocab {WIDE_VOCAB}",
-    )
+def _chain_shaped(vocab: int, depth: int) -> str:
+    """The flags of the chain-shaped tree of ``depth`` levels at ``vocab``: a size class's tree (size_slips)."""
+    return f"--tree {TreeShape.chain(depth).spec} --vocab {vocab}"
 
 
 def widest_shown(w: int) -> int:
@@ -304,16 +271,9 @@ SLIPS = (
         _tree_top_k,
         lambda w: f"--tree 1 --vocab {TOP_K_VOCAB}",
     ),
-    Slip(
-        "wide_vocabulary",
-        "a terminal drawn over more tokens than a warp (32) or a wavefront (64) holds: its total and running sum",
-        wide_vocabulary,
-        lambda w: f"--tree 1 --vocab {WIDE_VOCAB}",
+    *size_slips(
+        lambda vocab, depth: f"--tree {TreeShape.chain(depth).spec} --vocab {vocab}", lambda shape: shape.depth
     ),
-    *(tail_slip(v - 64, lambda w, v=v: f"--tree 1 --vocab {v}") for v in TAIL_VOCABS),
-    Slip("aligned_vocabulary", ALIGNED_WHAT, aligned, lambda w: f"--tree 1 --vocab {ALIGNED_VOCAB}"),
-    _deep_slip("far_rows", FAR_ROWS_WHAT, far_rows, FAR_DEPTH),
-    Slip("wide_draft_row", WIDE_DRAFT_WHAT, wide_draft, lambda w: f"--tree 1 --vocab {WIDE_VOCAB}"),
     Slip(
         "far_siblings",
         "siblings drawn without replacement whose ids are past 32 and 64: q' renormalized over a warp's 32 lanes, "
@@ -327,15 +287,6 @@ SLIPS = (
         "taken as i.i.d.)",
         _many_nodes,
         lambda w: f"--tree {BIG_TREE} --vocab {WIDE_VOCAB}",
-    ),
-    Slip("mid_vocabulary", MID_WHAT, mid_vocabulary, lambda w: f"--tree 1 --vocab {MID_VOCAB}"),
-    _deep_slip("ninth_draft", NINTH_WHAT, ninth_draft, NINTH),
-    Slip("vocabulary_past_256", PAST_BYTE_WHAT, past_byte, lambda w: f"--tree 1 --vocab {PAST_BYTE_VOCAB}"),
-    Slip(
-        "deep_correction",
-        DEEP_CORRECTION_WHAT,
-        lambda vocab, shape: deep_correction(vocab, shape.depth),
-        lambda w: f"--tree {DEEP_SIBLINGS_TREE} --vocab {DEEP_ROWS_VOCAB}",
     ),
     Slip(
         "deep_siblings",
