@@ -2,9 +2,9 @@
 decision at adversarial uniforms (0, the smallest positive, just below 1, the float32, bfloat16 and float16
 roundings of p/q and the stream uniforms on both sides of the exact boundary), with rows passed as float64,
 float32, bfloat16 and float16 tensors (multiples of 1/256 summing to exactly 1, so every dtype holds the same
-distribution exactly, and a bonus row summing to 255/256; and rows exact in float64 only, of
-ratios a hair below 1), against the rule in exact (Fraction) arithmetic; each decision over five tokens and again
-over WIDE_EDGE_VOCAB, its five tokens the last ids."""
+distribution exactly, and a bonus row summing to 255/256; and rows exact in float64 only, of ratios a hair below
+1), against the rule in exact (Fraction) arithmetic; each decision over five tokens, and the float64 and float32
+ones again over WIDE_EDGE_VOCAB, their five tokens the last ids."""
 
 from __future__ import annotations
 
@@ -51,10 +51,10 @@ EDGE_ROWS_FLOAT64 = tuple(
 ) + (([0.25 + 2**-40, 0.5, 0.25 - 2**-40, 0.0, 0.0], _dyadic(77, 26, 153, 0, 0), _dyadic(64, 64, 128, 0, 0), 2),)
 
 
-# Every decision again over a vocabulary past 256 (past 16, 32 and 64 too), its five tokens the last five ids and
-# every other token of no mass: a path kept for wide rows (a float32 running sum or ratio past 256 or 16 tokens, a
-# lookup in a sparse row's support, a memo keyed by a row's first 16 weights, all zero there) passed every size
-# whose edges had five tokens (a sixth helper's samplers).
+# Every float64 and float32 decision again over a vocabulary past 256 (past 16, 32 and 64 too), its five tokens the
+# last five ids and every other token of no mass: a path kept for wide rows (a float32 running sum or ratio past 256
+# or 16 tokens, a lookup in a sparse row's support, a memo keyed by a row's first 16 weights, all zero there) passed
+# every size whose edges had five tokens (a sixth helper's samplers).
 WIDE_EDGE_VOCAB = 257
 WIDE_DTYPES = (torch.float64, torch.float32)  # the dtypes whose decisions are made again over it
 
