@@ -324,8 +324,9 @@ def _sampler_checks(
 ) -> tuple[list[Check], bool | None, dict | None, dict]:
     """-> (the checks, whether it returns tokens, the counterexample, what a sampler that is not exact
     costs). A sampler that raises or returns what the protocol does not allow on an ordinary round has
-    nothing else checked; one whose process ends, forks or hangs (SamplerAborted) fails the check it
-    was in, and nothing more is asked."""
+    nothing else checked, nor one that does so later in the rational or the dtype-edge rows (that check
+    fails, saying where, and the checks before it stand); one whose process ends, forks or hangs
+    (SamplerAborted) fails the check it was in, and nothing more is asked."""
     checks: list[Check] = []
     tokens, counterexample, price, step, failed_at = None, None, {}, "ordinary_round", None
     try:
@@ -339,8 +340,11 @@ def _sampler_checks(
             step = "dtype_edges"
             checks.append(check_dtype_edges(sampler, tokens))
         except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
-            detail = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})"
-            return [Check("ordinary_round", False, {}, detail, [err.finding])], tokens, None, {}
+            if step in ("ordinary_round", "exact_joint"):  # the named size's first table (a later case says its own)
+                detail, step = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})", "ordinary_round"
+            else:  # the rational or the dtype-edge rows, which say where
+                detail = f"{err} (in {step})"
+            return [*checks, Check(step, False, {}, detail, [err.finding])], tokens, None, {}
         for case in DEGENERATE_CASES:
             step = case.__name__
             checks.append(case(sampler, tokens))

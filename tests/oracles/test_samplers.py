@@ -395,3 +395,21 @@ def test_a_lossy_sampler_that_reads_the_uniforms_otherwise_is_still_not_exact_an
         assert price["threshold_shaped"]
         for key in ("tv_horizon", "expected_accepted"):
             assert abs(price[key] - plain[key]) < 1e-12, (key, price[key], plain[key])
+
+
+def _refuses_wide_float32_rows(p, q, drafts, k_lens, accept_u, terminal_u):
+    if p.dtype == torch.float32 and p.shape[-1] > 256:
+        raise ValueError("no float32 rows past 256 tokens")
+    return slips.chain_exact(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+def test_a_sampler_refusing_the_dtype_edges_wide_rows_fails_that_check_and_says_which_rows():
+    """A refusal past the ordinary round is that check's failure, with the rows it refused; the checks before
+    it stand (it was reported as an ordinary round of the named size, which the sampler had passed)."""
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), _refuses_wide_float32_rows)
+    *before, check = doc["checks"]
+    assert not doc["passed"] and doc["findings"] == ["raised"] and check["name"] == "dtype_edges"
+    assert (
+        "no float32 rows past 256 tokens" in check["detail"] and "float32 rows of 257 tokens, K = 1" in check["detail"]
+    )
+    assert [(c["name"], c["passed"]) for c in before] == [("exact_joint", True), ("exact_rational", True)]
