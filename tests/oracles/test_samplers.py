@@ -413,3 +413,17 @@ def test_a_sampler_refusing_the_dtype_edges_wide_rows_fails_that_check_and_says_
         "no float32 rows past 256 tokens" in check["detail"] and "float32 rows of 257 tokens, K = 1" in check["detail"]
     )
     assert [(c["name"], c["passed"]) for c in before] == [("exact_joint", True), ("exact_rational", True)]
+
+
+def _refuses_half_precision_rows(p, q, drafts, k_lens, accept_u, terminal_u):
+    if p.dtype == torch.float16:
+        raise ValueError("no float16 rows")
+    return slips.chain_exact(p, q, drafts, k_lens, accept_u, terminal_u)
+
+
+def test_a_sampler_refusing_the_rational_checks_half_precision_rows_fails_it_and_says_which_rows():
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=1, rule="maximal"), _refuses_half_precision_rows)
+    *before, check = doc["checks"]
+    assert not doc["passed"] and doc["findings"] == ["raised"] and check["name"] == "exact_rational"
+    assert "no float16 rows (float16 rows of 2 tokens, K = 1) (in exact_rational)" in check["detail"]
+    assert [(c["name"], c["passed"]) for c in before] == [("exact_joint", True)]

@@ -72,6 +72,16 @@ def call_batch(
     return one_at_a_time(sampler, calls, dtype, pad), True
 
 
+def answers_to(sampler: SamplerUnderTest, calls: list[Call], dtype: torch.dtype, alone: bool = False) -> list:
+    """``call_batch`` (``alone``: ``one_at_a_time``) for a check past the ordinary round (the rational and the
+    dtype-edge rows) -> a result per call; a refusal is raised naming the rows it met (their dtype, V and K)."""
+    try:
+        return one_at_a_time(sampler, calls, dtype) if alone else call_batch(sampler, calls, dtype)[0]
+    except SamplerFailed as err:
+        rows = f"{str(dtype).removeprefix('torch.')} rows of {len(calls[0].p[0])} tokens, K = {len(calls[0].drafts)}"
+        raise SamplerFailed(f"{err} ({rows})", err.finding) from err
+
+
 # The sizes of the first batches a shuffled batch is cut into (the rest in one), as far as its rows go: a path
 # kept for small batches (4 <= B <= 32, say) passed where every batch had 1-3 rows or 35 and more, and one kept
 # for a captured batch size (a power of two from 64) where none had one. Powers of two from 2 to 128 (the
@@ -376,7 +386,7 @@ def check_rational(
         target = chain_joint(rows.p, prompt, depth + 1, Fraction(1))
         for dtype in EDGE_DTYPES:
             alone = not exact_size and ((v, depth), dtype) == RATIONAL_ALONE
-            answers = one_at_a_time(sampler, calls, dtype) if alone else call_batch(sampler, calls, dtype)[0]
+            answers = answers_to(sampler, calls, dtype, alone)
             joint, mismatches = joint_of(calls, answers, rows, prompt, depth, True)
             diff = max_abs_diff(target, joint) if joint or target else Fraction(0)
             name = str(dtype).removeprefix("torch.")

@@ -317,8 +317,8 @@ def chain_cases(cfg: OracleConfig, exact_size: bool = False) -> list[Case]:
         (vocab, 1, kind)
         for vocab, _, kind in (WIDE_VOCAB_CASE, *TAIL_CASES, ALIGNED_CASE, WIDE_DRAFT_CASE, MID_CASE, PAST_BYTE_CASE)
     ]
-    deep = (DEEP_ROWS_CASE[0], NINTH, DEEP_ROWS_CASE[2])
-    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, NINTH_CASE, deep):
+    deep_vocab, _, deep_kind = DEEP_ROWS_CASE  # a chain of NINTH drafts where a tree has its ninth level
+    for vocab, k, kind in (*one_draft, FAR_ROWS_CASE, NINTH_CASE, (deep_vocab, NINTH, deep_kind)):
         out = _beside(out, Case(vocab, k, None, (_made(cfg, vocab, k, kind),)))
     return _with_every_k(_with_deep(out, cfg, cfg.k, None), cfg, tree=False)
 

@@ -13,9 +13,8 @@ from fractions import Fraction
 
 import torch
 
-from specd.errors import SamplerFailed
 from specd.oracles.record import Check
-from specd.oracles.samplers.checks import EDGE_DTYPES, TWO53, U_MAX, Call, call_batch, exact_token
+from specd.oracles.samplers.checks import EDGE_DTYPES, TWO53, U_MAX, Call, answers_to, exact_token
 from specd.oracles.samplers.protocol import SamplerUnderTest
 
 
@@ -147,11 +146,7 @@ def check_dtype_edges(sampler: SamplerUnderTest, tokens: bool) -> Check:
         of_dtype = [c for _, dt, c in cases if dt is dtype]
         for size in dict.fromkeys(_size(c) for c in of_dtype):
             batch = [c for c in of_dtype if _size(c) == size]
-            try:
-                results += zip(batch, call_batch(sampler, batch, dtype)[0])
-            except SamplerFailed as err:  # say which rows it refused
-                name = str(dtype).removeprefix("torch.")
-                raise SamplerFailed(f"{err} ({name} rows of {size[1]} tokens, K = {size[0]})", err.finding) from err
+            results += zip(batch, answers_to(sampler, batch, dtype))
     answer = {id(call): result for call, result in results}
     slack = Fraction(sampler.input_rounding)
     for what, _, call in cases:

@@ -345,7 +345,8 @@ def _deep(v: int, rng: random.Random, position: int) -> tuple[Row, Row]:
     in [1, 2) on the rest, each normalized (a refusal leaves the target's mass on at least that half)."""
     if position < DEEP_FROM:
         point = rng.randrange(v)
-        return [float(x == point) for x in range(v)], [float(x == point) for x in range(v)]
+        row = [float(x == point) for x in range(v)]
+        return row, list(row)
     target = _normalized([1 + rng.random() for _ in range(v)])
     low = set(rng.sample(range(v), v // 2))
     return target, _normalized([target[x] * 1e-3 if x in low else 1 + rng.random() for x in range(v)])
