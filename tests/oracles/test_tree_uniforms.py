@@ -70,6 +70,21 @@ def test_a_draw_gives_each_token_its_mass_and_respects_earlier_comparisons():
     }
 
 
+def test_a_draw_from_a_row_of_fractions_is_exact_and_kept_apart_from_the_floats_near_it():
+    """A draw's answer is kept by its row's exact values (a Fraction as its numerator and denominator): the
+    same row drawn again gives the same law, and the row of floats nearest it (1/3 rounded) its own."""
+    row = [Fraction(1, 3), Fraction(3, 5)]  # total 14/15
+    for _ in range(2):
+        assert law(lambda u: u.draw(row)) == {0: Fraction(5, 14), 1: Fraction(9, 14)}
+    assert law(lambda u: (u.terminal() < 0.5, u.draw(row))) == {
+        (True, 0): Fraction(5, 14),
+        (True, 1): Fraction(1, 7),
+        (False, 1): Fraction(1, 2),
+    }
+    rounded = law(lambda u: u.draw([1 / 3, 0.6]))
+    assert rounded[0] == Fraction(1 / 3) / (Fraction(1 / 3) + Fraction(0.6)) != Fraction(5, 14)
+
+
 def test_a_uniform_used_as_a_number_is_refused():
     with pytest.raises(UniformAsNumber):
         explore(lambda u: float(u.node(0)) < 0.5)

@@ -69,6 +69,22 @@ def _integer_row(row) -> tuple[list[int], int]:
 _HITS: dict = {}  # a draw's answer by its row and cell: a sampler's replays of a round draw alike many times
 
 
+def _row_key(plain: list) -> tuple | None:
+    """A draw's row as a key of its exact values: a float or an int as it is, a Fraction as its (numerator,
+    denominator), not hashed itself (a modular inverse); None for a row of anything else (an object hashed by
+    identity could recur with another value)."""
+    key = []
+    for w in plain:
+        kind = type(w)
+        if kind is float or kind is int:
+            key.append(w)
+        elif kind is Fraction:
+            key.append((w.numerator, w.denominator))
+        else:
+            return None
+    return tuple(key)
+
+
 def _hits(row, lo: Fraction | float, hi: Fraction | float) -> tuple[tuple[int, ...], int, list[tuple]]:
     """The tokens a draw from ``row`` can give where its uniform lies in [lo, hi): -> (the row's integer
     weights, their denominator, [(a token whose interval meets the cell, the cell left if it is drawn, its
@@ -77,8 +93,9 @@ def _hits(row, lo: Fraction | float, hi: Fraction | float) -> tuple[tuple[int, .
     (lo_num, lo_den), (hi_num, hi_den) = lo.as_integer_ratio(), hi.as_integer_ratio()
     # the cell in the key as integers, not as its ends: a Fraction's hash costs a modular inverse
     cell = () if lo is _ZERO and hi is _ONE else (lo_num, lo_den, hi_num, hi_den)
-    key = (tuple(plain), *cell) if all(type(w) is float or type(w) is int for w in plain) else None
-    if key is not None and key in _HITS:  # plain numbers only: a key of objects hashed by identity could recur
+    row_key = _row_key(plain)
+    key = None if row_key is None else (row_key, *cell)
+    if key is not None and key in _HITS:
         return _HITS[key]
     ints, common = _integer_row(plain)
     total, below, hits = sum(ints), 0, []
