@@ -133,6 +133,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                     row = list(drawn_from)  # each removal from the draft's row as drawn
                 row[d % 64 if slip == "refused_tokens_in_a_64_bit_mask" else d] = 0.0  # 1 << d wraps at 64
                 guarded = slip == "draft_renormalized_only_above_1e_3" and sum(row) < 1e-3
+                # a loop unrolled for four children: from the fourth refusal on, the removal's total not divided out
+                guarded = guarded or slip == "renormalization_forgotten_after_four_refusals" and order.index(c) >= 3
                 warp = slip == "draft_renormalized_over_the_first_32_tokens"
                 if warp and sum(row[:32]) > 0:  # one warp's total
                     row = [x / sum(row[:32]) for x in row]
@@ -407,10 +409,13 @@ TREE_GRID_SLIPS = {
     "correction_top_two_at_a_wide_node_under_a_younger_sibling": "below a child kept after a refused sibling, "
     "after two children or more are refused, the correction drawn from the two likeliest tokens left",
 }
-# Shows only where the named tree has a node of five children (specd.oracles.samplers.coverage.late_siblings).
-TREE_WIDE_NODE_SLIPS = {
+# Each passed every default case before the fifth child's (specd.oracles.samplers.coverage.FIFTH_SIBLING): the first
+# showed only where the named tree had a node of five children (late_siblings), the second is the sixth hunt's.
+TREE_FIFTH_CHILD_SLIPS = {
     "draft_removals_capped_at_three": "without replacement, only the first three refused children removed from q' "
     "(a fifth child is tested with the fourth's token still in q')",
+    "renormalization_forgotten_after_four_refusals": "without replacement, q' renormalized after each of the first "
+    "three refused children only (a loop unrolled for four children): a fifth child is tested on a q' of less mass",
 }
 # Shows only where the named tree is four levels deep or more (specd.oracles.samplers.coverage.DEEP_VOCAB).
 TREE_DEEP_SLIPS = {
@@ -527,7 +532,7 @@ TREE_SLIP_SETS = (
     TREE_SLIPS,
     TREE_CUT_SLIPS,
     TREE_LATER_SLIPS,
-    TREE_WIDE_NODE_SLIPS,
+    TREE_FIFTH_CHILD_SLIPS,
     TREE_DEEP_SLIPS,
     TREE_GRID_SLIPS,
     TREE_FIRST_ROW_SLIPS,

@@ -15,7 +15,14 @@ from specd.oracles.samplers import checks as sc
 from specd.oracles.samplers import tree_checks
 from specd.oracles.samplers.checks import Call, call_tensors, mixed_tensors, returns_tokens
 from specd.oracles.samplers.counterexample import minimal_counterexample
-from specd.oracles.samplers.coverage import FOURTH_SIBLING, Case, chain_cases, slips_covered, tree_cases
+from specd.oracles.samplers.coverage import (
+    FOURTH_SIBLING,
+    Case,
+    chain_cases,
+    coverage,
+    slips_covered,
+    tree_cases,
+)
 from specd.oracles.samplers.covered import check_exact_cases, check_mixed, check_padded
 from specd.oracles.samplers.degenerate import batch_rows, zero_target_mass
 from specd.oracles.samplers.edges import check_dtype_edges
@@ -185,6 +192,7 @@ def test_exact_size_reports_each_class_the_size_cannot_show_as_not_applicable():
         "fourth_level",
         "top_k_correction",
         "fourth_sibling",
+        "fifth_sibling",
         "wide_vocabulary",
         "tail_of_one",
         "tail_of_two",
@@ -648,6 +656,29 @@ def test_a_named_node_of_five_children_gets_each_later_siblings_case():
     assert {(5, "4"), (6, "5"), (7, "6")} <= set(later)
 
 
+@pytest.mark.parametrize("name", list(slips.TREE_FIFTH_CHILD_SLIPS))
+def test_a_fifth_child_slip_fails_at_the_default_size_and_the_fifth_case_runs_without_iid(name):
+    """A q' not renormalized from the fourth refusal on passed every default case before the fifth child's (the
+    tree 5 at V = 6 on draft_misses_target): it fails there, drawn without replacement, and the rule written in
+    floats passes it. The case runs under the constructions it names (not i.i.d.: 5^5 trees), and says so."""
+    cases = tree_cases(OracleConfig(vocab=3), parse_tree("2,2"))
+    fifth = [c for c in cases if (c.vocab, c.shape.spec) == (6, "5")]
+    assert [(c.drawings, [t.name for t in c.tables]) for c in fifth] == [
+        (("sampled", "rank", "lookup"), ["draft_misses_target (seed 0)"])
+    ]
+    assert fifth[0].label == "V = 6, tree 5 (sampled, rank, lookup only)"
+    check = check_cases(tree(name), cases, "sampled", refusable=False)
+    assert check.passed is False and check.figures["not_exact_at"]["case"] == fifth[0].label
+    assert check_cases(tree(name), [c for c in cases if c not in fifth], "sampled", refusable=False).passed
+    assert check_cases(tree("exact_floats"), fifth, "sampled", refusable=False).passed
+    iid = check_cases(tree("exact_floats"), [cases[0], *fifth], "iid", refusable=False)
+    assert iid.passed and iid.figures["tables"] == 1  # the named case's table: the fifth's is not drawn i.i.d.
+    claim = coverage(cases, exact_size=False)["claim"]
+    assert '"5" (V = 6; sampled, rank, lookup only)' in claim
+    named_five = tree_cases(OracleConfig(vocab=6), parse_tree("5"))  # its own case, under every construction
+    assert all(c.drawings is None for c in named_five)
+
+
 def test_a_failure_the_search_cannot_reach_still_has_its_counterexample(monkeypatch):
     """The smallest-counterexample search walks its sizes on its own tables; where the check found the
     sampler not exact on a table or tree it does not make, that case and table are tried last (a sampler
@@ -728,6 +759,7 @@ def test_the_command_fails_the_issues_sampler_and_says_where(capsys):
         (65, "1,1,1,1,1,1,1,1,1", 1),  # sparse_rows: a ninth level
         (257, "1", 1),  # sparse_rows: ids past a byte
         (6, "1,1,1,1,1,1,1,1,2", 1),  # deep_rows: siblings and a correction of three after eight accepted nodes
+        (6, "5", 1),  # draft_misses_target, not drawn i.i.d.: a fifth child
         (4, "1,2", 5),  # the tables of small values
         (3, "[[0],[0,0],[1]]", 1),
         (3, "1,1,1,1,1", 1),  # draft_point_mass: every depth up to 8
@@ -770,12 +802,12 @@ def test_the_command_with_exact_size_prints_what_the_size_cannot_show(capsys):
     out = " ".join(out.split())  # the console wraps the long line
     assert (
         code == 0
-        and 'PASSED: exact on 83 tables at V = 2, 3, 4, 5, 6, 16, 33, 65, 66, 192, 257; trees "1,2" (V = 2, 4, 5), '
+        and 'PASSED: exact on 84 tables at V = 2, 3, 4, 5, 6, 16, 33, 65, 66, 192, 257; trees "1,2" (V = 2, 4, 5), '
         '"2" (V = 5), "[[0],[1],[1,0]]" (V = 4), "1,1,1" (V = 4), "3" (V = 4), "1,3" (V = 4), '
         '"1,2,1" (V = 3), "1,1,2" (V = 3), "1,1,1,1" (V = 3), "1" (V = 16, 33, 65, 66, 192, 257), '
         '"[[0],[1],[1,0],[1,1]]" (V = 5), "4" (V = 5), "1,1" (V = 16), "1,1,1,1,1,1,1,1" (V = 65), '
         '"2,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,1" (V = 65), "1,1,1,1,1,1,1,1,2" (V = 6), '
-        '"[[0],[0,0],[1]]" (V = 3), '
+        '"5" (V = 6; sampled, rank, lookup only), "[[0],[0,0],[1]]" (V = 3), '
         '"1,1,1,1,1" (V = 3), "1,1,1,1,1,1" (V = 3), "1,1,1,1,1,1,1" (V = 3); K = 1, 2, 3, 4, 5, 6, 7, 8, 9'
         in out
     )

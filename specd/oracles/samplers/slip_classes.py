@@ -107,6 +107,14 @@ def _fourth_sibling(vocab: int, shape) -> str | None:
     return None
 
 
+def _fifth_sibling(vocab: int, shape) -> str | None:
+    if widest(shape) < 5:
+        return "no node of the tree has five children: no test follows four refusals"
+    if vocab < 6:
+        return f"at V = {vocab} four refusals leave p' all on the fifth child's token: it is kept whatever its law"
+    return None
+
+
 def _third_sibling_below(vocab: int, shape) -> str | None:
     if not any(shape.children(c) >= 3 for c in shape.choices or ()):
         return "no node below the root has three children: no test there follows two refusals"
@@ -245,6 +253,13 @@ SLIPS = (
         "elders left (without replacement: their tokens gone)",
         _fourth_sibling,
         lambda w: f"--tree {max(w, 4)} --vocab {max(w, 4) + 1}",
+    ),
+    Slip(
+        "fifth_sibling",
+        "a fifth sibling tested on what four refused elders left (without replacement: their tokens gone, q' "
+        "renormalized); children drawn i.i.d. only where the named tree has a node of five",
+        _fifth_sibling,
+        lambda w: "--tree 5 --vocab 6",
     ),
     Slip(
         "third_sibling_below_the_root",

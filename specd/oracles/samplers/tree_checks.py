@@ -182,10 +182,11 @@ def check_cases(sampler, cases: list, drawing: str, refusable: bool) -> Check:
     """``exact_joint_<drawing>`` over every case and table a check covers (specd.oracles.samplers.coverage): the
     named case on its first table as ``check_drawing`` (a sampler that raises there refuses the
     construction, where ``refusable``), then, where it is exact there, every other case and table, each
-    case's rounds in one batch, in order (a failure ends the check). Its figures are the named table's,
+    case's rounds in one batch, in order (a failure ends the check; a case made for some constructions
+    only, ``Case.drawings``, runs under those). Its figures are the named table's,
     with ``tables`` (how many were checked), the largest difference of all, and where it is not exact
     (``not_exact_at``, priced there)."""
-    pairs = [(c, t) for c in cases for t in c.tables]
+    pairs = [(c, t) for c in cases if c.drawings is None or drawing in c.drawings for t in c.tables]
     every: dict[int, list[TreeRound]] = {}
 
     def rounds_at(i: int) -> list[TreeRound]:  # a table's draft trees, enumerated once it is reached
