@@ -295,9 +295,9 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
-    if w < int(FIFTH_SIBLING[1]):
-        vocab, spec, kind, drawings = FIFTH_SIBLING
-        fifth = parse_tree(spec)
+    vocab, spec, kind, drawings = FIFTH_SIBLING
+    fifth = parse_tree(spec)
+    if w < widest(fifth):  # a named node of five has its fifth child's case already, under every construction
         out.append(Case(vocab, fifth.depth, fifth, (_made(cfg, vocab, fifth.depth, kind),), drawings=drawings))
     vocab, spec = SMALL_VALUE_TREE
     small = parse_tree(spec)
