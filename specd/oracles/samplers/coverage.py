@@ -92,8 +92,18 @@ class Case:
     @property
     def label(self) -> str:
         where = f"tree {self.shape.spec}" if self.shape is not None else f"K = {self.k}"
-        only = f" ({', '.join(self.drawings)} only)" if self.drawings is not None else ""
+        only = f" ({drawn_only(self.drawings)})" if self.drawings is not None else ""
         return f"V = {self.vocab}, {where}" + (" (nodes depth-first)" if self.depth_first else "") + only
+
+    @property
+    def size(self) -> tuple:
+        """What makes two cases one size (``_beside`` adds the tables of one to the other)."""
+        return (self.vocab, self.k, self.shape.choices if self.shape else None, self.drawings)
+
+
+def drawn_only(drawings: tuple[str, ...]) -> str:
+    """How a case made for some constructions says so, in its label and in the claim."""
+    return f"{', '.join(drawings)} only"
 
 
 # The sizes a chain sampler is checked at beside the named one, (V, K), each the smallest that shows
@@ -367,10 +377,7 @@ def _made(cfg: OracleConfig, vocab: int, depth: int, kind: str) -> Table:
 
 def _beside(out: list[Case], case: Case) -> list[Case]:
     """``out`` with ``case``: its tables added to a case of the same size where there is one."""
-    size = (case.vocab, case.k, case.shape.choices if case.shape else None, case.drawings)
-    at = next(
-        (i for i, c in enumerate(out) if (c.vocab, c.k, c.shape.choices if c.shape else None, c.drawings) == size), None
-    )
+    at = next((i for i, c in enumerate(out) if c.size == case.size), None)
     if at is None:
         return out + [case]
     out[at] = replace(out[at], tables=out[at].tables + case.tables)
@@ -411,7 +418,7 @@ def coverage(cases: list[Case], exact_size: bool, passed: bool = True) -> dict:
         for c in cases:
             at.setdefault((c.shape.spec if c.shape else "", c.drawings), []).append(c.vocab)
         sizes += "; trees " + ", ".join(
-            f'"{spec}" (V = {_listed(sorted(vs))}{"" if only is None else "; " + ", ".join(only) + " only"})'
+            f'"{spec}" (V = {_listed(sorted(vs))}{"" if only is None else "; " + drawn_only(only)})'
             for (spec, only), vs in at.items()
         )
     sizes += f"; K = {_listed(sorted(c.k for c in cases))}"

@@ -99,20 +99,22 @@ def _younger(vocab: int, shape) -> str | None:
     return None
 
 
-def _fourth_sibling(vocab: int, shape) -> str | None:
-    if widest(shape) < 4:
-        return "no node of the tree has four children: no test follows three refusals"
-    if vocab < 5:
-        return f"at V = {vocab} three refusals leave p' all on the fourth child's token: it is kept whatever its law"
-    return None
+_WORDS = {3: "three", 4: "four", 5: "five"}
 
 
-def _fifth_sibling(vocab: int, shape) -> str | None:
-    if widest(shape) < 5:
-        return "no node of the tree has five children: no test follows four refusals"
-    if vocab < 6:
-        return f"at V = {vocab} four refusals leave p' all on the fifth child's token: it is kept whatever its law"
-    return None
+def _later_sibling(n: int, ordinal: str):
+    """Why a size hides the n-th sibling's test: a node of n children, and V > n (at V = n the n - 1 refusals
+    before it leave p' all on its token, so it is kept whatever its law)."""
+
+    def hidden(vocab: int, shape) -> str | None:
+        if widest(shape) < n:
+            return f"no node of the tree has {_WORDS[n]} children: no test follows {_WORDS[n - 1]} refusals"
+        if vocab <= n:
+            left = f"{_WORDS[n - 1]} refusals leave p' all on the {ordinal} child's token"
+            return f"at V = {vocab} {left}: it is kept whatever its law"
+        return None
+
+    return hidden
 
 
 def _third_sibling_below(vocab: int, shape) -> str | None:
@@ -251,14 +253,14 @@ SLIPS = (
         "fourth_sibling",
         "a fourth sibling (and each later one, up to the named tree's widest node's last) tested on what the refused "
         "elders left (without replacement: their tokens gone)",
-        _fourth_sibling,
+        _later_sibling(4, "fourth"),
         lambda w: f"--tree {max(w, 4)} --vocab {max(w, 4) + 1}",
     ),
     Slip(
         "fifth_sibling",
         "a fifth sibling tested on what four refused elders left (without replacement: their tokens gone, q' "
         "renormalized); children drawn i.i.d. only where the named tree has a node of five",
-        _fifth_sibling,
+        _later_sibling(5, "fifth"),
         lambda w: "--tree 5 --vocab 6",
     ),
     Slip(
@@ -286,9 +288,7 @@ SLIPS = (
         _tree_top_k,
         lambda w: f"--tree 1 --vocab {TOP_K_VOCAB}",
     ),
-    *size_slips(
-        lambda vocab, depth: f"--tree {TreeShape.chain(depth).spec} --vocab {vocab}", lambda shape: shape.depth
-    ),
+    *size_slips(_chain_shaped, lambda shape: shape.depth),
     Slip(
         "far_siblings",
         "siblings drawn without replacement whose ids are past 32 and 64: q' renormalized over a warp's 32 lanes, "
