@@ -263,12 +263,44 @@ def test_draft_trees_have_their_probabilities():
         assert (rounds[0].q is None) == (drawing == "lookup")
 
 
+def test_specds_rule_decides_a_batch_of_rounds_as_it_decides_each_alone(monkeypatch):
+    """``SpecdTreeRule.ahead`` decides many rounds, of every construction, shape and vocabulary, in one
+    call of decide: each round's ratios, paths and terminal laws are those it gets alone; batches
+    split by size decide every round."""
+    from specd.oracles.reference import Reference
+    from specd.oracles.samplers import tree_protocol
+    from specd.oracles.samplers.tree_protocol import SpecdTreeRule, _outcomes, _round_key
+
+    rounds = []
+    for vocab, spec in ((3, "2,1"), (4, "1,3"), (3, "1")):
+        rig = build_rig(OracleConfig(vocab=vocab, k=parse_tree(spec).depth, seed=2))
+        ref = Reference(rig)
+        for drawing in DRAWINGS:
+            rounds += draft_trees(parse_tree(spec), drawing, ref.p, ref.q, rig.prompt)[::5]
+    by_vocab = {v: [(r.tree, r.p, r.q) for r in rounds if r.p.shape[-1] == v] for v in (3, 4)}
+    assert len(by_vocab[3]) > 20 and {t.drawn for t, _, _ in by_vocab[3]} == {"sampled", "iid", "rank"}
+    for batch in by_vocab.values():
+        for together, (alone,) in zip(_outcomes(batch), ([_outcomes([r]) for r in batch])):
+            assert together.tree == alone.tree and together.ratios == alone.ratios
+            assert together.decided.keys() == alone.decided.keys()
+            for leaf, (path, law) in together.decided.items():
+                assert path == alone.decided[leaf][0] and torch.equal(law, alone.decided[leaf][1])
+    monkeypatch.setattr(tree_protocol, "BATCH_FLOATS", 200)
+    SpecdTreeRule().ahead(rounds)
+    assert len(tree_protocol._ROUNDS) == len(rounds)
+    for r in rounds:
+        found = tree_protocol._ROUNDS[_round_key(r.tree.tokens, r.tree.parents, r.tree.drawn, r.p, r.q)]
+        assert found.ratios == _outcomes([(r.tree, r.p, r.q)])[0].ratios
+
+
 # -- the command ------------------------------------------------------------------------------------------
 def test_the_command_passes_specds_own_tree_sampler_under_every_drawing(capsys):
-    """(Its time is benchmarks/oracle_time.py's to measure, side by side: a timed test proves nothing here.)"""
+    """In specd's own process (its code is specd's: nothing to isolate), deciding rounds in batches.
+    (Its time is benchmarks/oracle_time.py's to measure, side by side: a timed test proves nothing here.)"""
     code, out, _ = run_cli(["verify-oracle", "--sampler", "specd", "--tree", "2,2", "--vocab", "3", "--json"], capsys)
     report = json.loads(out)
     assert code == 0 and report["passed"] and report["tree"]["drawings"] == list(DRAWINGS)
+    assert report["sampler"]["process"] == "specd's"
 
 
 def test_the_command_prices_a_lossy_rule_and_names_its_counterexample(capsys):

@@ -16,6 +16,8 @@ ends, when this process asks, or when this process dies, and exits as the child 
 reads the child's end from the keeper's). A copy of it the sampler forks never answers: it ends as
 soon as the sampler returns in it.
 
+specd's own tree rule (``--sampler specd --tree ...``) runs in this process: its code is specd's, and
+it decides a batch of rounds in one call there (``specd.oracles.samplers.tree_protocol.SpecdTreeRule``).
 Where a fork is not safe or not available (not Linux; a process that initialized CUDA, which
 does not survive a fork) the sampler runs in this process, isolated as far as Python allows
 (``SamplerUnderTest``: what it raises, ``sys.exit`` included, is a failed check).
@@ -104,7 +106,7 @@ def sampler_session(
     of work in the child is one round's law (``round_law``: the uniform stream it reads calls back into
     the oracle on every comparison, so it lives beside the sampler); its rounds are independent, so
     it is loaded in ``processes`` children, each round dealt to the next free one."""
-    if not can_fork():
+    if not can_fork() or (tree and spec == "specd"):  # specd's own tree rule: its code is specd's
         yield load(spec, input_rounding, tree)
         return
     children = [SamplerProcess(spec, input_rounding, timeout, tree) for _ in range(max(1, processes) if tree else 1)]

@@ -31,7 +31,7 @@ from specd.oracles.samplers.price import tv_figures
 from specd.oracles.samplers.slip_classes import widest
 from specd.oracles.samplers.table_store import completion
 from specd.oracles.samplers.tables import Table, as_table, search_tables
-from specd.oracles.samplers.tree_protocol import TreeSamplerUnderTest, specd_tree_sampler
+from specd.oracles.samplers.tree_protocol import SpecdTreeRule, TreeSamplerUnderTest
 from specd.oracles.samplers.tree_rounds import TreeRound, depth_first, draft_trees
 from specd.oracles.samplers.tree_uniforms import ConcreteUniforms, explore
 
@@ -75,6 +75,7 @@ def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, floa
     """``round_law`` of every round, in order (a sampler in processes of its own deals them out)."""
     if hasattr(sampler, "round_laws"):
         return sampler.round_laws(rounds)
+    sampler.ahead(rounds)
     return [round_law(sampler, rnd) for rnd in rounds]
 
 
@@ -269,7 +270,7 @@ PRICE_KEYS = ("tv_horizon", "tv_per_position", "expected_accepted", "exact_rule_
 
 
 def _specd() -> TreeSamplerUnderTest:
-    return TreeSamplerUnderTest("specd", specd_tree_sampler, "specd's tree rule")
+    return SpecdTreeRule()
 
 
 # -- the smallest counterexample -------------------------------------------------------------------

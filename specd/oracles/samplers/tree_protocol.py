@@ -35,9 +35,10 @@ from __future__ import annotations
 import inspect
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import accumulate
 
 import torch
 
@@ -86,6 +87,10 @@ class TreeSamplerUnderTest:
         with isolated(f"sampler {self.name}"):  # the stream's SamplerFailed (own_randomness, ...) passes as it is
             out = self.fn(*args)
         return normalize_tree_result(self.name, out, tree, rnd.p.shape[-1])
+
+    def ahead(self, rounds: Sequence[TreeRound]) -> None:
+        """Work done for a batch of rounds before each is run (nothing, for a sampler the oracle calls
+        as given; specd's own rule decides them in batches, ``SpecdTreeRule``)."""
 
 
 def _fail(name: str, what: str, finding: str):
@@ -187,39 +192,56 @@ class _GivenTests(RejectionSampler):
         return self.passed & valid
 
 
-def node_rows(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None, copies: int = 1) -> Rows:
-    """The Rows of ``copies`` requests with one tree: p as given, each node's q row its law under
-    ``tree.drawn`` (sampled: the parent's q without the earlier siblings, renormalized; iid: the
-    parent's q; rank: the point mass on the node's token)."""
-    n, vocab = len(tree), p.shape[-1]
-    q_index = torch.full((1, n), -1, dtype=torch.int64)
-    laws = []
-    if tree.drawn != "rank":
+def node_rows(rounds: Sequence[tuple[DraftTree, torch.Tensor, torch.Tensor | None]], copies: Sequence[int]) -> Rows:
+    """The Rows of a batch of rounds (one vocabulary), round i's tree as ``copies[i]`` requests in
+    turn: p as given, each node's q row its law under ``tree.drawn`` (sampled: the parent's q without
+    the earlier siblings, renormalized; iid: the parent's q; rank: the point mass on the node's
+    token), a round's copies sharing its q rows."""
+    vocab = rounds[0][1].shape[-1]
+    k_max = max(len(tree) for tree, _, _ in rounds)
+    source: list[int] = []  # each law's row of the rounds' q rows, stacked
+    removed: tuple[list[int], list[int]] = ([], [])  # (law, token): an earlier sibling's, removed
+    renormalized: list[int] = []
+    q_index, starts = [], [0]
+    for tree, _, q in rounds:
+        starts.append(starts[-1] + len(tree) + 1)
+        if tree.drawn == "rank":
+            q_index.append([-1] * k_max)
+            continue
         if q is None:
             raise UsageError(f"children drawn {tree.drawn} need the draft's rows")
-        for node in range(n):
-            row = q[tree.parents[node] + 1].clone()
+        first = len(source)
+        for node, parent in enumerate(tree.parents):
+            source.append(starts[-2] + parent + 1)
             if tree.drawn == "sampled":
-                siblings = tree.children[tree.parents[node]]
-                row[[tree.tokens[s] for s in siblings[: tree.ranks[node]]]] = 0.0
-                row = row / row.sum()
-            q_index[0, node] = len(laws)
-            laws.append(row)
-    q_rows = torch.stack(laws) if laws else torch.zeros(0, vocab, dtype=torch.float64)
-    offsets = torch.arange(copies).unsqueeze(1) * len(laws)  # each copy's laws follow the one before's
-    q_index = torch.where(q_index >= 0, q_index + offsets, -1)
-    draft = torch.tensor([tree.tokens], dtype=torch.int64).reshape(1, n).repeat(copies, 1)
+                renormalized.append(first + node)
+                for sibling in tree.children[parent][: tree.ranks[node]]:
+                    removed[0].append(first + node)
+                    removed[1].append(tree.tokens[sibling])
+        q_index.append(list(range(first, first + len(tree))) + [-1] * (k_max - len(tree)))
+    if source:
+        q_rows = torch.cat([q if q is not None else torch.zeros(len(t) + 1, vocab) for t, _, q in rounds])
+        laws = q_rows.to(torch.float64)[source]
+        laws[removed] = 0.0
+        laws[renormalized] = laws[renormalized] / laws[renormalized].sum(dim=-1, keepdim=True)
+    else:
+        laws = torch.zeros(0, vocab, dtype=torch.float64)
+    each = [i for i, c in enumerate(copies) for _ in range(c)]  # each request's round
+    trees = [rounds[i][0] for i in each]
+    k_lens = [len(tree) for tree in trees]
     return Rows(
-        p.repeat(copies, 1),
-        torch.arange(copies) * (n + 1),
-        q_rows.repeat(copies, 1),
-        q_index,
-        draft,
-        torch.full((copies,), n),
+        torch.cat([rounds[i][1] for i in each]),
+        torch.tensor(list(accumulate((k + 1 for k in k_lens), initial=0))[:-1], dtype=torch.int64),
+        laws,
+        torch.tensor([q_index[i] for i in each], dtype=torch.int64).reshape(len(each), k_max),
+        torch.tensor([list(t.tokens) + [-1] * (k_max - len(t)) for t in trees], dtype=torch.int64).reshape(
+            len(each), k_max
+        ),
+        torch.tensor(k_lens, dtype=torch.int64),
         vocab,
         None,
-        (n,) * copies,
-        TreeBatch.of([tree] * copies, n, "cpu"),
+        tuple(k_lens),
+        TreeBatch.of(trees, k_max, "cpu"),
     )
 
 
@@ -233,44 +255,56 @@ class _Outcomes:
     decided: dict[int, tuple[tuple[int, ...], torch.Tensor]]
 
 
-def _outcomes(tree: DraftTree, p: torch.Tensor, q: torch.Tensor | None) -> _Outcomes:
-    """``RejectionSampler.decide`` on every outcome of a round at once: the rule's walk accepts a path
-    (its tests passed, every sibling tried before it refused), so the outcomes are one per node that
-    can end it and one for none; a batch holds one request per outcome, its tests given."""
-    leaves = [ROOT, *range(len(tree))]
-    rows = node_rows(tree, p, q, copies=len(leaves))
-    tested = RejectionSampler().tested_rows(rows)
-    passed = torch.zeros(len(leaves), len(tree), dtype=torch.bool)
-    for b, leaf in enumerate(leaves):
-        passed[b, list(tree.path(leaf))] = True
-    decision = _GivenTests(passed, tested).decide(rows, torch.zeros(len(leaves), len(tree), dtype=torch.float64))
-    assert decision.leaf is not None and decision.leaf.tolist() == leaves  # each request ended where it was sent
-    p_draft, q_draft = tested.p_draft[0].tolist(), rows.q_draft(tested.p_draft.dtype)[0].tolist()
-    ratios = tuple(Fraction(a) / Fraction(b) for a, b in zip(p_draft, q_draft))
-    rows_out = decision.terminal_rows
-    return _Outcomes(tree, ratios, {leaf: (tree.path(leaf), rows_out[b]) for b, leaf in enumerate(leaves)})
+def _outcomes(rounds: list[tuple[DraftTree, torch.Tensor, torch.Tensor | None]]) -> list[_Outcomes]:
+    """``RejectionSampler.decide`` on every outcome of many rounds (one vocabulary) in one call: the
+    rule's walk accepts a path (its tests passed, every sibling tried before it refused), so a round's
+    outcomes are one per node that can end it and one for none; the batch holds one request per
+    outcome, its tests given, and each round's tested rows, computed once, shared by its requests."""
+    leaves = [[ROOT, *range(len(tree))] for tree, _, _ in rounds]
+    one = node_rows(rounds, [1] * len(rounds))
+    tested = RejectionSampler().tested_rows(one)
+    counts = torch.tensor([len(each) for each in leaves])
+    rows = node_rows(rounds, counts.tolist())
+    later = None if tested.later_index is None else tested.later_index.repeat_interleave(counts, dim=0)
+    shared = Tested(tested.p_draft.repeat_interleave(counts, dim=0), tested.later, later)
+    # request b ends at leaf: every node on its path passed, every other refused
+    ends = [(tree, leaf) for (tree, _, _), each in zip(rounds, leaves) for leaf in each]
+    on_path = [(b, n) for b, (tree, leaf) in enumerate(ends) for n in tree.path(leaf)]
+    passed = torch.zeros(rows.draft.shape, dtype=torch.bool)
+    if on_path:
+        passed[tuple(torch.tensor(on_path).T)] = True
+    decision = _GivenTests(passed, shared).decide(rows, torch.zeros(rows.draft.shape, dtype=torch.float64))
+    assert decision.leaf is not None and decision.leaf.tolist() == [leaf for _, leaf in ends]
+    p_draft, q_draft = tested.p_draft.tolist(), one.q_draft(tested.p_draft.dtype).tolist()
+    terminal = decision.terminal_rows
+    out, b = [], 0
+    for (tree, _, _), each, p_d, q_d in zip(rounds, leaves, p_draft, q_draft):
+        ratios = tuple(Fraction(a) / Fraction(c) for a, c in zip(p_d[: len(tree)], q_d[: len(tree)]))
+        out.append(_Outcomes(tree, ratios, {leaf: (tree.path(leaf), terminal[b + j]) for j, leaf in enumerate(each)}))
+        b += len(each)
+    return out
 
 
-_ROUNDS: dict = {}  # a round's outcomes, by its inputs (the oracle runs one round several times)
+_ROUNDS: dict = {}  # rounds' outcomes, by their inputs (the oracle runs one round several times)
+KEPT = 64  # rounds decided one at a time kept in _ROUNDS
+BATCH_FLOATS = 1 << 21  # the most target rows x V of one batch ``SpecdTreeRule.ahead`` decides
+
+
+def _round_key(tokens, parents, drawn: str, p: torch.Tensor, q: torch.Tensor | None) -> tuple:
+    return (tuple(tokens), tuple(parents), drawn, p.numpy().tobytes(), None if q is None else q.numpy().tobytes())
 
 
 def specd_tree_sampler(tokens, parents, depths, p, q, drawn, u):
     """specd's tree rule (RejectionSampler.decide over the tree, as production runs it: tested rows,
     walk, terminal law), each node's acceptance test U_n < p'(d) / q'(d) read from the stream, exactly:
     the walk descends into the first child that passes; ``decide`` ran once per round on every outcome
-    the walk can reach (``_outcomes``)."""
-    key = (
-        tuple(tokens.tolist()),
-        tuple(parents.tolist()),
-        drawn,
-        p.numpy().tobytes(),
-        None if q is None else q.numpy().tobytes(),
-    )
-    if key not in _ROUNDS:
-        if len(_ROUNDS) > 64:
+    the walk can reach (``_outcomes``), or for a batch of rounds at once (``SpecdTreeRule.ahead``)."""
+    key = _round_key(tokens.tolist(), parents.tolist(), drawn, p, q)
+    found = _ROUNDS.get(key)
+    if found is None:
+        if len(_ROUNDS) > KEPT:
             _ROUNDS.clear()
-        _ROUNDS[key] = _outcomes(DraftTree(key[0], key[1], drawn), p, q)
-    found = _ROUNDS[key]
+        found = _ROUNDS[key] = _outcomes([(DraftTree(key[0], key[1], drawn), p, q)])[0]
     at = ROOT
     while True:
         for child in found.tree.children.get(at, ()):
@@ -282,11 +316,49 @@ def specd_tree_sampler(tokens, parents, depths, p, q, drawn, u):
             return path, law.clone()
 
 
+SPECD_RULE = "specd's tree rule (RejectionSampler.decide over the tree)"
+
+
+class SpecdTreeRule(TreeSamplerUnderTest):
+    """specd's own tree rule under test (``specd_tree_sampler``). Its code is specd's, so the checks run
+    it in their own process (specd.oracles.samplers.sandbox), and each batch of rounds they hand over is
+    decided before it is run (``ahead``): many rounds to a call of ``decide``, as production decides a
+    batch of requests, where one call a round spent most of a check's time."""
+
+    def __init__(self) -> None:
+        super().__init__("specd", specd_tree_sampler, SPECD_RULE)
+
+    def ahead(self, rounds: Sequence[TreeRound]) -> None:
+        _ROUNDS.clear()
+        for batch in _batches(rounds):
+            for rnd, found in zip(batch, _outcomes([(r.tree, r.p, r.q) for r in batch])):
+                _ROUNDS[_round_key(rnd.tree.tokens, rnd.tree.parents, rnd.tree.drawn, rnd.p, rnd.q)] = found
+
+
+def _batches(rounds: Sequence[TreeRound]) -> Iterator[list[TreeRound]]:
+    """The rounds by vocabulary, in batches whose requests hold at most BATCH_FLOATS of target rows."""
+    by_vocab: dict[int, list[TreeRound]] = {}
+    for rnd in rounds:
+        by_vocab.setdefault(rnd.p.shape[-1], []).append(rnd)
+    for vocab, group in by_vocab.items():
+        batch: list[TreeRound] = []
+        size = 0
+        for rnd in group:
+            rows = (len(rnd.tree) + 1) ** 2 * vocab  # its outcomes' requests' target rows
+            if batch and size + rows > BATCH_FLOATS:
+                yield batch
+                batch, size = [], 0
+            batch.append(rnd)
+            size += rows
+        if batch:
+            yield batch
+
+
 # -- loading --------------------------------------------------------------------------------------
 def tree_shipped() -> dict[str, tuple[Callable[..., Callable], str, tuple[float, ...]]]:
     """name -> (its builder from parameters, what it is, its default parameters)."""
     return {
-        "specd": (lambda: specd_tree_sampler, "specd's tree rule (RejectionSampler.decide over the tree)", ()),
+        "specd": (lambda: specd_tree_sampler, SPECD_RULE, ()),
         "specinfer": (lambda: pub.specinfer, "SpecInfer's multi-step speculative sampling (Miao et al. 2023)", ()),
         "rrs": (lambda: pub.recursive_rejection, "recursive rejection sampling (Jeon et al. 2024)", ()),
         "sglang": (pub.sglang_target_only, "SGLang tree_speculative_sampling_target_only", (1.0, 1.0)),
@@ -312,6 +384,8 @@ def load_tree_sampler(spec: str) -> TreeSamplerUnderTest:
         values = _parameters(spec, args, len(defaults)) if at else defaults
         if values:
             description += " at (" + ", ".join(f"{v:g}" for v in values) + ")"
+        if name == "specd":
+            return SpecdTreeRule()
         return TreeSamplerUnderTest(spec, build(*values), description)
     if at or ":" not in spec:
         raise UsageError(
