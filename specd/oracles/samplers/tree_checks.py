@@ -35,6 +35,8 @@ from specd.oracles.samplers.tree_protocol import SpecdTreeRule, TreeSamplerUnder
 from specd.oracles.samplers.tree_rounds import TreeRound, depth_first, draft_trees
 from specd.oracles.samplers.tree_uniforms import ConcreteUniforms, explore
 
+AHEAD = 4096  # rounds a sampler is told of at once: specd's rule keeps their outcomes (tens of MB at most)
+
 
 def round_law(sampler: TreeSamplerUnderTest, rnd: TreeRound) -> tuple[dict, float, float, int]:
     """The sampler's law of what one round emits -> ({emitted tokens: probability}, expected accepted
@@ -72,11 +74,16 @@ def _emitted(rnd: TreeRound, outcome) -> list[tuple[tuple[int, ...], float]]:
 
 
 def round_laws(sampler, rounds: list[TreeRound]) -> list[tuple[dict, float, float, int]]:
-    """``round_law`` of every round, in order (a sampler in processes of its own deals them out)."""
+    """``round_law`` of every round, in order (a sampler in processes of its own deals them out), told
+    AHEAD rounds at a time what it will be asked (``TreeSamplerUnderTest.ahead``)."""
     if hasattr(sampler, "round_laws"):
         return sampler.round_laws(rounds)
-    sampler.ahead(rounds)
-    return [round_law(sampler, rnd) for rnd in rounds]
+    laws = []
+    for at in range(0, len(rounds), AHEAD):
+        batch = rounds[at : at + AHEAD]
+        sampler.ahead(batch)
+        laws += [round_law(sampler, rnd) for rnd in batch]
+    return laws
 
 
 class TreeJoint:
