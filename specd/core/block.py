@@ -186,5 +186,5 @@ def block_terminal_rows(rows: Rows, accepted: torch.Tensor, rho: torch.Tensor) -
     scale = torch.where(a > 0, before, torch.ones_like(before))
     b = torch.arange(len(a), device=a.device)
     residual, mass = residual_rows(rows, torch.stack([b, a], dim=1), scale)
-    usable = (mass > residual_floor(rows.target()[0].dtype)) & ~is_bonus
+    usable = (mass > residual_floor(torch.float64)) & ~is_bonus  # the dtype the residual is formed in
     return torch.where(usable.unsqueeze(1), residual, out)

@@ -22,11 +22,14 @@ BACKENDS = ("max_shift", "online")
 
 
 def residual_floor(dtype: torch.dtype) -> float:
-    """Below this a residual mass is treated as zero and never divided by.
+    """Below this a residual mass formed in ``dtype`` is treated as zero and never divided by.
 
     Under exact arithmetic a rejection implies q(d) > p(d), hence Z >= q(d) - p(d) > 0;
     a zero or denormal Z can only come from rounding, where the branch has
-    (numerically) zero probability and sampling from p is the safe fallback.
+    (numerically) zero probability and sampling from p is the safe fallback. The rules form
+    their residuals in float64 whatever the rows' dtype (a low-precision row's entries convert
+    exactly), so they pass float64: a residual of float16 rows can hold 1/256 of mass, below
+    float16's own floor (about 7.8e-3), and is the law all the same.
     """
     return torch.finfo(dtype).tiny ** 0.5
 

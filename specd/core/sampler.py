@@ -224,7 +224,7 @@ class RejectionSampler:
         """
         p64 = p_rows.to(torch.float64)
         residual = (p64 - q_rows.to(torch.float64)).clamp_min(0.0)
-        usable = residual.sum(dim=-1, keepdim=True) > residual_floor(p_rows.dtype)
+        usable = residual.sum(dim=-1, keepdim=True) > residual_floor(torch.float64)  # the dtype it is formed in
         return torch.where(usable, residual, p64)
 
     def terminal_rows(self, p_at: torch.Tensor, q_at: torch.Tensor, is_bonus: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ from specd.oracles.samplers.coverage import chain_cases, coverage
 from specd.oracles.samplers.covered import check_exact_cases
 from specd.oracles.samplers.degenerate import CASES as DEGENERATE_CASES
 from specd.oracles.samplers.edges import check_dtype_edges
+from specd.oracles.samplers.low_precision import check_low_precision
 from specd.oracles.samplers.price import priced
 from specd.oracles.samplers.sandbox import DEFAULT_TIMEOUT, ChildSampler, sampler_session
 from specd.oracles.samplers.tree_report import run_tree_sampler_oracle
@@ -324,8 +325,8 @@ def _sampler_checks(
 ) -> tuple[list[Check], bool | None, dict | None, dict]:
     """-> (the checks, whether it returns tokens, the counterexample, what a sampler that is not exact
     costs). A sampler that raises or returns what the protocol does not allow on an ordinary round has
-    nothing else checked, nor one that does so later in the rational or the dtype-edge rows (that check
-    fails, saying where, and the checks before it stand); one whose process ends, forks or hangs
+    nothing else checked, nor one that does so later in the rational, the dtype-edge or the low-precision rows
+    (that check fails, saying where, and the checks before it stand); one whose process ends, forks or hangs
     (SamplerAborted) fails the check it was in, and nothing more is asked."""
     checks: list[Check] = []
     tokens, counterexample, price, step, failed_at = None, None, {}, "ordinary_round", None
@@ -339,10 +340,12 @@ def _sampler_checks(
             checks.append(sc.check_rational(sampler, cfg.vocab, cfg.k, cfg.seed, tokens, rule, exact_size))
             step = "dtype_edges"
             checks.append(check_dtype_edges(sampler, tokens))
+            step = "exact_low_precision"
+            checks.append(check_low_precision(sampler, cases, tokens, rule))
         except SamplerFailed as err:  # raised or returned what the protocol does not allow: nothing else to check
             if step in ("ordinary_round", "exact_joint"):  # the named size's first table (a later case says its own)
                 detail, step = f"{err} (on an ordinary round, V={cfg.vocab}, K={cfg.k})", "ordinary_round"
-            else:  # the rational or the dtype-edge rows, which say where
+            else:  # the rational, the dtype-edge or the low-precision rows, which say where
                 detail = f"{err} (in {step})"
             return [*checks, Check(step, False, {}, detail, [err.finding])], tokens, None, {}
         for case in DEGENERATE_CASES:
@@ -369,6 +372,8 @@ def _sampler_checks(
             counterexample = checks[1].counterexample
         elif checks[2].passed is False:
             counterexample = checks[2].counterexample
+        elif checks[3].passed is False:  # exact in float64, not with the same weights in a low precision
+            counterexample = checks[3].counterexample
     except SamplerAborted as err:
         where = f" (on an ordinary round, V={cfg.vocab}, K={cfg.k})" if step == "ordinary_round" else ""
         checks.append(Check(step, False, {}, f"{err}{where}; nothing more was asked of it", [err.finding]))

@@ -70,6 +70,21 @@ def test_zero_residual_is_never_divided_by():
     assert torch.equal(out, p)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_a_small_residual_of_low_precision_rows_is_the_correction_not_p(dtype):
+    """Rows one 1/256 apart in a low precision: the residual's mass, 1/256, is below float16's own floor
+    (about 7.8e-3), yet it is exact (formed in float64) and the law: the correction is token 1, never p."""
+    s = RejectionSampler()
+    p = torch.tensor([[0.5, 0.5]], dtype=dtype)
+    q = torch.tensor([[0.5 + 1 / 256, 0.5 - 1 / 256]], dtype=dtype)
+    assert s.correction_rows(p, q).tolist() == [[0.0, 1 / 256]]
+    terminal = s.decide(
+        Rows.dense(torch.cat([p, p]).unsqueeze(0), q.unsqueeze(0), torch.tensor([[0]]), torch.tensor([1])),
+        rows([[0.999]]),
+    )
+    assert terminal.accepted.tolist() == [0] and s.sample_terminal(terminal.terminal_rows, rows([0.0])).tolist() == [1]
+
+
 def test_fixed_shape_padding_and_rows_with_different_k():
     gen = torch.Generator().manual_seed(1)
     b, k, v = 4, 3, 6

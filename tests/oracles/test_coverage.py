@@ -568,6 +568,38 @@ def test_a_fifth_helpers_chain_slip_fails_at_the_default_size(name, check):
     assert not doc["passed"] and next(c for c in doc["checks"] if c["name"] == check)["passed"] is False
 
 
+@pytest.mark.parametrize("name", list(slips.CHAIN_LOW_PRECISION_SLIPS))
+def test_a_chain_slip_in_a_low_precision_path_fails_where_each_case_meets_low_precision_rows(name):
+    """Each passed every check while rows in a low precision came at three sizes only (an eighth helper's): a top-8
+    correction needs V >= 10, a bonus after four drafts K >= 4, a bonus at the batch's K rows of mixed K. Each
+    case's first table in multiples of 1/256 as float32, bfloat16 and float16 rows fails each; every check
+    before it passes."""
+    doc = run_sampler_oracle(OracleConfig(vocab=2, k=3, rule="maximal"), getattr(slips, f"chain_{name}"))
+    verdicts_ = {c["name"]: c["passed"] for c in doc["checks"]}
+    assert not doc["passed"] and doc["findings"] == ["not_exact_low_precision"]
+    assert verdicts_["exact_low_precision"] is False and all(verdicts_[n] for n in CHECKS_BEFORE_LOW_PRECISION)
+    at = next(c for c in doc["checks"] if c["name"] == "exact_low_precision")["figures"]["not_exact_at"]
+    assert at["dtype"] == "float32" and doc["counterexample"]["dtype"] == "float32"
+
+
+CHECKS_BEFORE_LOW_PRECISION = ("exact_joint", "exact_rational", "dtype_edges")
+
+
+def test_a_chain_sampler_correct_in_every_dtype_passes_each_cases_low_precision_rows():
+    """The low-precision check is not one that fails everything: a correct sampler passes it, and its tables'
+    weights are multiples of 1/256 summing to exactly 1 (the same law in every dtype)."""
+    import torch
+
+    from specd.oracles.samplers.low_precision import check_low_precision, in_units
+
+    sampler = as_sampler(slips.chain_exact)
+    check = check_low_precision(sampler, chain_cases(OracleConfig(vocab=2, k=3), False), True)
+    assert check.passed and check.figures["runs"] >= 3 * 20 and check.figures["max_abs_diff"] <= 1e-12
+    row = in_units([0.5, 1e-4, 0.3, 0.1999])
+    assert sum(row) == 1 and all((w * 256).is_integer() for w in row)
+    assert all(torch.tensor(row, dtype=d).tolist() == row for d in (torch.float32, torch.bfloat16, torch.float16))
+
+
 @pytest.mark.parametrize("name", ["draft_renormalized_only_above_1e_3", "terminal_over_blocks_of_128"])
 def test_a_fifth_helpers_tree_slip_fails_at_the_default_size(name):
     """A renormalization skipped where a refused child leaves under 1e-3 of draft mass (draft_nearly_point_mass,

@@ -108,6 +108,7 @@ def test_the_production_rule_passes_every_sampler_check():
         "exact_joint",
         "exact_rational",
         "dtype_edges",
+        "exact_low_precision",
         "impossible_draft",
         "zero_target_mass",
         "equal_rows",
