@@ -27,6 +27,11 @@ def _normalized(row: list[float]) -> list[float]:
     return [x / total for x in row]
 
 
+# A division guard: q(d) clamped from below (1e-5 showed on draft_nearly_misses from its start; 1e-6 and 1e-10 only
+# since a second token of it is 1e-11 to 1e-6 under both rows, an eighth helper's).
+CLAMPS = {"ratio_with_q_clamped": 1e-5, "ratio_with_q_clamped_at_1e_6": 1e-6, "ratio_with_q_clamped_at_1e_10": 1e-10}
+
+
 def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: bool = False):
     """Recursive rejection sampling in floats: at each accepted node its children in order, child d kept
     when U < p'(d) / q'(d) (p' what the elder siblings left, q' the law the child was drawn from: the
@@ -83,7 +88,7 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 slip == "siblings_from_the_fifth_level_on_the_unchanged_row" and len(path) >= 4
             )
             num = unchanged[d] if third_level else left[d]
-            den = max(law[d], 1e-5) if slip == "ratio_with_q_clamped" and row is not None else law[d]
+            den = max(law[d], CLAMPS[slip]) if slip in CLAMPS and row is not None else law[d]
             if slip == "ratio_memoized_by_what_is_left":  # the first node's q'(d) where p' and d were these
                 den = memo.setdefault((tuple(left), d), den)
             near_one = slip == "kept_within_1e_9_of_a_ratio_of_one" and num / den >= 1 - 1e-9
@@ -135,6 +140,8 @@ def _walk(tokens, parents, p, q, drawn, u, slip: str | None = None, law_out: boo
                 guarded = slip == "draft_renormalized_only_above_1e_3" and sum(row) < 1e-3
                 # a loop unrolled for four children: from the fourth refusal on, the removal's total not divided out
                 guarded = guarded or slip == "renormalization_forgotten_after_four_refusals" and order.index(c) >= 3
+                third = slip == "renormalization_forgotten_from_the_second_refusal_at_the_third_level"
+                guarded = guarded or third and len(path) >= 2 and order.index(c) >= 1
                 warp = slip == "draft_renormalized_over_the_first_32_tokens"
                 if warp and sum(row[:32]) > 0:  # one warp's total
                     row = [x / sum(row[:32]) for x in row]
@@ -417,6 +424,15 @@ TREE_FIFTH_CHILD_SLIPS = {
     "renormalization_forgotten_after_four_refusals": "without replacement, q' renormalized after each of the first "
     "three refused children only (a loop unrolled for four children): a fifth child is tested on a q' of less mass",
 }
+# Each passed every default case before an eighth helper's hunt: a guard below the smallest draft mass of any table
+# (1e-8), and a third child at the third level (specd.oracles.samplers.coverage.THIRD_AT_THE_THIRD_LEVEL).
+TREE_EIGHTH_HUNT_SLIPS = {
+    "ratio_with_q_clamped_at_1e_6": "the ratio p'(d) / max(q'(d), 1e-6) (a division guard)",
+    "ratio_with_q_clamped_at_1e_10": "the ratio p'(d) / max(q'(d), 1e-10) (a division guard)",
+    "renormalization_forgotten_from_the_second_refusal_at_the_third_level": "without replacement, at the third "
+    "level and below, q' not renormalized from the second refused child on: a third child is tested on a q' of less "
+    "mass",
+}
 # Shows only where the named tree is four levels deep or more (specd.oracles.samplers.coverage.DEEP_VOCAB).
 TREE_DEEP_SLIPS = {
     "correction_top_two_after_three_accepted": "after three accepted nodes, the correction drawn from the two "
@@ -533,6 +549,7 @@ TREE_SLIP_SETS = (
     TREE_CUT_SLIPS,
     TREE_LATER_SLIPS,
     TREE_FIFTH_CHILD_SLIPS,
+    TREE_EIGHTH_HUNT_SLIPS,
     TREE_DEEP_SLIPS,
     TREE_GRID_SLIPS,
     TREE_FIRST_ROW_SLIPS,
@@ -578,7 +595,7 @@ def _passes(rows_p, rows_q, d: int, u: float, i: int, slip: str | None, ds=(), t
     if rows_q[i][d] <= 0:
         raise ValueError(f"draft {d} has q(d) = 0: it cannot have been drawn from q")
     row = rows_p[i - 1 if slip == "test_against_previous_row" and i else i]
-    q_d = max(rows_q[i][d], 1e-5) if slip == "ratio_with_q_clamped" else rows_q[i][d]
+    q_d = max(rows_q[i][d], CLAMPS[slip]) if slip in CLAMPS else rows_q[i][d]
     if slip == "ratio_memoized_by_the_target_row":  # the first position with this target row and token's q
         q_d = rows_q[next(j for j in range(i + 1) if rows_p[j] == row and ds[j] == d)][d]
     if slip == "kept_within_1e_9_of_a_ratio_of_one" and Fraction(row[d]) >= Fraction(q_d) * (1 - Fraction(1, 10**9)):
@@ -1160,7 +1177,12 @@ CHAIN_LOW_PRECISION_SLIPS = {
     "batch's K, not the row's own k",
 }
 FAR_ROW_SLIPS = (*TREE_FAR_ROW_SLIPS, *CHAIN_FAR_ROW_SLIPS)
+CHAIN_EIGHTH_HUNT_SLIPS = {
+    "ratio_with_q_clamped_at_1e_6": "the ratio p(d) / max(q(d), 1e-6) (a division guard)",
+    "ratio_with_q_clamped_at_1e_10": "the ratio p(d) / max(q(d), 1e-10) (a division guard)",
+}
 CHAIN_SLIP_SETS = (
+    CHAIN_EIGHTH_HUNT_SLIPS,
     CHAIN_LOW_PRECISION_SLIPS,
     CHAIN_SEVENTH_HUNT_SLIPS,
     CHAIN_SIXTH_HUNT_SLIPS,

@@ -21,7 +21,7 @@ of slip is hidden and where it shows), so a check covers the classes:
   alone (a fourth sibling, ``FOURTH_SIBLING``), and
   ``n`` at V = n + 1 on it for each n from 5 to W (each later sibling: ``late_siblings``), or where W < 5, ``5``
   at V = 6 on draft_misses_target alone, its children drawn without replacement, ranked or a lookup's
-  (``FIFTH_SIBLING``; ``Case.drawings``); ``1,2`` at V = 4
+  (``FIFTH_SIBLING``; ``Case.drawings``), and so ``1,1,3`` at V = 4 (``THIRD_AT_THE_THIRD_LEVEL``); ``1,2`` at V = 4
   also on the two first-row tables (``FIRST_ROW``); ``1`` at V = 65 and 66 on draft_point_mass
   (``WIDE_VOCAB_CASE``, ``TAIL_CASES``) and at V = 65 on wide_draft (``WIDE_DRAFT_CASE``); ``2,1,1,1,1,1,1,1,1`` at
   V = 65 on far_siblings (``BIG_TREE_CASE``); ``1`` at V = 33 on draft_point_mass (``MID_CASE``); the chain-shaped
@@ -70,6 +70,7 @@ from specd.oracles.samplers.slip_classes import (
     DEEP_SIBLINGS_TREE,
     SLIPS,
     TOP_K_VOCAB,
+    third_at_the_third_level,
     widest,
     widest_shown,
 )
@@ -160,13 +161,13 @@ SEED_TREES = (
 FOURTH_SIBLING = (5, "4", "draft_apart")
 
 
-# A fifth child, tested on what four refusals left, where the named tree has no node of five (where it has, the
-# tree 5 at V = 6 on draft_apart above, under every construction): the tree 5 at V = 6 on draft_misses_target
-# alone, its children drawn without replacement, ranked or a lookup's. There the draft has five tokens of mass, so
-# four refusals leave q' one token and p' at least two: a q' not renormalized after the fourth removal (a loop
-# unrolled for four children) moves the fifth child's test, and passed every other case. Not i.i.d.: its 5^5 trees
-# cost 2.5-3.5 s of a sampler written in Fractions (the docs' own), its sampled ones 0.1-0.2 s.
-FIFTH_SIBLING = (6, "5", "draft_misses_target", ("sampled", "rank", "lookup"))
+# Not i.i.d. (its trees cost seconds of a sampler in Fractions, the docs'), where the named tree has no such node: a
+# fifth child (5 at V = 6 on draft_misses_target: five tokens of draft mass, so four refusals leave q' one token, p'
+# two or more; q' not renormalized after the fourth removal passed every other case) and a third child at the third
+# level (1,1,3 at V = 4, the seed's table: ""; q' not renormalized from the second removal there passed every case).
+NOT_IID = ("sampled", "rank", "lookup")
+FIFTH_SIBLING = (6, "5", "draft_misses_target", NOT_IID)
+THIRD_AT_THE_THIRD_LEVEL = (4, "1,1,3", "", NOT_IID)
 
 
 def late_siblings(w: int) -> list[tuple[int, str, str]]:
@@ -305,10 +306,11 @@ def tree_cases(cfg: OracleConfig, shape: TreeShape, exact_size: bool = False) ->
     for vocab, spec, kind in made:  # each on a table made for its class
         tree = parse_tree(spec)
         out = _beside(out, Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),)))
-    vocab, spec, kind, drawings = FIFTH_SIBLING
-    fifth = parse_tree(spec)
-    if w < widest(fifth):  # a named node of five has its fifth child's case already, under every construction
-        out.append(Case(vocab, fifth.depth, fifth, (_made(cfg, vocab, fifth.depth, kind),), drawings=drawings))
+    named = ((FIFTH_SIBLING, w >= 5), (THIRD_AT_THE_THIRD_LEVEL, third_at_the_third_level(cfg.vocab, shape) is None))
+    for (vocab, spec, kind, drawings), shown in named:  # (a named node of five: late_siblings, every construction)
+        tree = parse_tree(spec)
+        if not shown and not any(tree.choices == c.shape.choices and vocab <= c.vocab for c in out):
+            out.append(Case(vocab, tree.depth, tree, (_made(cfg, vocab, tree.depth, kind),), drawings=drawings))
     vocab, spec = SMALL_VALUE_TREE
     small = parse_tree(spec)
     values = small_value_tables(seeded(cfg, vocab, small.depth, cfg.seed), cfg.seed)
@@ -371,8 +373,10 @@ def _with_deep(out: list[Case], cfg: OracleConfig, depth: int, shape: TreeShape 
 
 def _made(cfg: OracleConfig, vocab: int, depth: int, kind: str) -> Table:
     """The table ``kind`` made from the run's seed's at ``vocab``, ``depth`` (a kind made anew reads only its
-    prompt: the seed's rows of one level, so that a depth past what the seed's rows could enumerate holds)."""
-    return adversarial(seeded(cfg, vocab, 1 if kind in MADE_ANEW else depth, cfg.seed), kind, cfg.seed)
+    prompt: the seed's rows of one level, so that a depth past what the seed's rows could enumerate holds; "": the
+    seed's own)."""
+    base = seeded(cfg, vocab, 1 if kind in MADE_ANEW else depth, cfg.seed)
+    return adversarial(base, kind, cfg.seed) if kind else base
 
 
 def _beside(out: list[Case], case: Case) -> list[Case]:

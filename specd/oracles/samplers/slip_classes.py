@@ -131,6 +131,14 @@ def _younger_below(vocab: int, shape) -> str | None:
     return None
 
 
+def third_at_the_third_level(vocab: int, shape) -> str | None:
+    if not any(len(c) >= 2 and shape.children(c) >= 3 for c in shape.choices or ()):
+        return "no node at the second level or below has three children: no test there follows two refusals"
+    if vocab < 4:
+        return f"at V = {vocab} two refusals leave one token in what is left of both rows"
+    return None
+
+
 def _siblings_third_level(vocab: int, shape) -> str | None:
     if not any(len(c) >= 2 and shape.children(c) >= 2 for c in shape.choices or ()):
         return "no node at the second level or below has two children: no siblings at the third level"
@@ -280,6 +288,13 @@ SLIPS = (
         "siblings under a node of the second level: tested on that node's rows",
         _siblings_third_level,
         lambda w: "--tree 1,1,2 --vocab 3",
+    ),
+    Slip(
+        "third_sibling_at_the_third_level",
+        "a third sibling under a node of the second level, tested on what two refused elders left (drawn without "
+        "replacement, ranked or a lookup's, where the named tree has no such node)",
+        third_at_the_third_level,
+        lambda w: "--tree 1,1,3 --vocab 4",
     ),
     Slip("fourth_level", "a fourth level: rows read four nodes down", _fourth_level, lambda w: "--tree 1,1,1,1"),
     Slip(

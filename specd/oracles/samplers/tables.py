@@ -49,7 +49,7 @@ are ``allclose``) moves mass the seeded tables never put in its way (``SMALL_VAL
                            ratio within a tolerance of 1 (1e-9, say) untested moves mass over the check's
                            1e-12 for any tolerance from about 1e-10 up
   ``nearly_point_mass``    the target 1 - 1e-7 on one token
-  ``draft_nearly_misses``  one token 1e-8 under the draft and 1e-6 under the target
+  ``draft_nearly_misses``  one token 1e-8 under the draft, 1e-6 under the target; one (V > 2) 1e-11 to 1e-6 under both
   ``draft_nearly_point_mass`` the draft 1 - 1e-7 on one token: a refused child of it leaves 1e-7 of draft
                            mass to renormalize (a renormalization skipped below a guard of 1e-3 passed
                            every other table)
@@ -154,7 +154,7 @@ SMALL_VALUES = {
     "nearly_equal_rows": "the draft within 1e-7 of the target on every token",
     "ratios_near_one": "the draft off the target by 1e-11 to 1e-8 on every token",
     "nearly_point_mass": "the target 1 - 1e-7 on one token",
-    "draft_nearly_misses": "one token 1e-8 under the draft and 1e-6 under the target",
+    "draft_nearly_misses": "one token 1e-8 under the draft and 1e-6 under the target, one 1e-11 to 1e-6 under both",
     "draft_nearly_point_mass": "the draft 1 - 1e-7 on one token",
 }
 
@@ -295,11 +295,11 @@ def reshape(kind: str, p: Row, q: Row, rng: random.Random, position: int = 0) ->
     if kind == "deep_rows":
         return _deep(v, rng, position)
     if kind in SMALL_VALUES:
-        return _small_values(kind, p, q, rng)
+        return _small_values(kind, p, q, rng, position)
     raise ValueError(f"no adversarial table {kind!r}")
 
 
-def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, Row]:
+def _small_values(kind: str, p: Row, q: Row, rng: random.Random, position: int) -> tuple[Row, Row]:
     """One output's rows reshaped as a ``SMALL_VALUES`` kind (module docstring)."""
     v = len(p)
     if kind == "nearly_equal_rows":
@@ -310,8 +310,9 @@ def _small_values(kind: str, p: Row, q: Row, rng: random.Random) -> tuple[Row, R
         return _with(p, rng.randrange(v), 1 - 1e-7), q
     if kind == "draft_nearly_point_mass":
         return p, _with(q, rng.randrange(v), 1 - 1e-7)
-    x = rng.randrange(v)  # draft_nearly_misses
-    return _with(p, x, 1e-6), _with(q, x, 1e-8)
+    x, y = rng.sample(range(v), 2) if v > 2 else (rng.randrange(v), None)  # draft_nearly_misses (y: 10^-u)
+    tiny = {} if y is None else {y: 10 ** -rng.uniform(10.3 if position == 0 else 6, 11)}  # below 5e-11 first
+    return _with(p, x, 1e-6, {t: w * rng.uniform(0.1, 0.9) for t, w in tiny.items()}), _with(q, x, 1e-8, tiny)
 
 
 def _apart(v: int, rng: random.Random) -> tuple[Row, Row]:
@@ -399,10 +400,11 @@ def _grid(v: int, rng: random.Random) -> tuple[Row, Row]:
     return [w / units for w in target], [w / units for w in draft]
 
 
-def _with(row: Row, x: int, w: float) -> Row:
-    """``row`` with token x at weight w, the rest scaled to sum 1 - w (shared evenly where they have none)."""
-    rest = sum(r for t, r in enumerate(row) if t != x)
-    return [w if t == x else (1 - w) * (r / rest if rest else 1 / (len(row) - 1)) for t, r in enumerate(row)]
+def _with(row: Row, x: int, w: float, more: dict[int, float] | None = None) -> Row:
+    """``row`` with x at weight w (and ``more``'s at theirs), the rest scaled to what is left (evenly where none)."""
+    at = {x: w, **(more or {})}
+    rest, left, others = sum(r for t, r in enumerate(row) if t not in at), 1 - sum(at.values()), len(row) - len(at)
+    return [at[t] if t in at else left * (r / rest if rest else 1 / others) for t, r in enumerate(row)]
 
 
 def _jittered(row: Row, by: float, rng: random.Random) -> Row:
