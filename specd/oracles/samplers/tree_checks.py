@@ -98,15 +98,18 @@ class TreeJoint:
         self.laws: list[dict] = []
         self.accepted = self.reads = 0.0
         self.runs = 0
+        heads: dict[tuple[int, ...], float] = defaultdict(float)  # what the rounds emit, over all trees
         for rnd, (law, accepted, reads, runs) in zip(rounds, laws or round_laws(sampler, rounds)):
             self.laws.append(law)
             self.accepted += rnd.mass * accepted
             self.reads += rnd.mass * reads
             self.runs += runs
             for head, m in law.items():
-                rest = horizon - len(head)
-                for tail, mt in (completion(rows, prompt + head, rest) if rest > 0 else {(): 1.0}).items():
-                    self.joint[head + tail] += rnd.mass * m * mt
+                heads[head] += rnd.mass * m
+        for head, m in heads.items():  # each emission completed once, however many trees emit it
+            rest = horizon - len(head)
+            for tail, mt in (completion(rows, prompt + head, rest) if rest > 0 else {(): 1.0}).items():
+                self.joint[head + tail] += m * mt
 
 
 def drawable(rounds: list[TreeRound]) -> bool:
