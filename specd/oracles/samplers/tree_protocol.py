@@ -220,7 +220,8 @@ def node_rows(rounds: Sequence[tuple[DraftTree, torch.Tensor, torch.Tensor | Non
                     removed[1].append(tree.tokens[sibling])
         q_index.append(list(range(first, first + len(tree))) + [-1] * (k_max - len(tree)))
     if source:
-        q_rows = torch.cat([q if q is not None else torch.zeros(len(t) + 1, vocab) for t, _, q in rounds])
+        none = torch.zeros(0, vocab, dtype=torch.float64)  # a lookup's round has no q: rows it never reads
+        q_rows = torch.cat([q if q is not None else none.new_zeros(len(t) + 1, vocab) for t, _, q in rounds])
         laws = q_rows.to(torch.float64)[source]
         laws[removed] = 0.0
         laws[renormalized] = laws[renormalized] / laws[renormalized].sum(dim=-1, keepdim=True)
