@@ -865,6 +865,13 @@ def chain_low_precision_bonus_from_the_row_before(p, q, drafts, k_lens, accept_u
     return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
 
 
+def chain_batches_over_256_rows_correct_from_the_target(p, q, drafts, k_lens, accept_u, terminal_u):
+    """A slip: a path of its own for batches of more than 256 rows that, after an accepted draft, draws the
+    correction from the target's row; every other batch is decided exactly (an eighth helper's)."""
+    slip = "correction_from_the_target_after_an_accepted_draft" if drafts.shape[0] > 256 else None
+    return _chain(p, q, drafts, k_lens, accept_u, terminal_u, slip=slip)
+
+
 def chain_batches_of_a_power_of_two_from_64_count_every_passed_test(p, q, drafts, k_lens, accept_u, terminal_u):
     """A slip: a path of its own for batches of 64, 128, ... rows (a captured batch size) that counts a row's
     accepted drafts as the number of its tests passed, not of those passed before the first refusal (a sum

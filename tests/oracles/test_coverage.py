@@ -628,6 +628,17 @@ def test_a_path_kept_for_batches_of_a_power_of_two_from_64_fails_and_says_its_an
     assert cx["batch_size"] >= 64 and cx["cell"]["sampler"]["accepted"] != cx["answer_in_one_batch"]["accepted"]
 
 
+def test_a_path_kept_for_batches_over_256_rows_says_its_answers_depend_on_the_batch():
+    """It fails where a case's tables go in one shuffled batch (its rest past 256 rows); one table's cells are fewer,
+    so compared only in batches of up to 128 rows and all at once it looked like a law of its own, priced as the
+    uniforms read otherwise. Batches of 512 and 2048 rows show its answers depend on the batch: not priced."""
+    doc = run_sampler_oracle(
+        OracleConfig(vocab=2, k=3, rule="maximal"), slips.chain_batches_over_256_rows_correct_from_the_target
+    )
+    assert not doc["passed"] and doc["checks"][0]["findings"] == ["not_exact", "answers_depend_on_the_batch"]
+    assert doc["counterexample"] is not None  # the smallest one the search finds (its batches hold every cell)
+
+
 def test_the_first_row_tables_reshape_a_rounds_first_row_alone():
     p, q = [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]
     for position in (0, 1, 2):

@@ -243,8 +243,15 @@ def sampler_joint(
     return (*joint_of(calls, results, rows, prompt, k, exact), refused)
 
 
+# Batches past CHUNKS' sizes, as the rest of a shuffled batch is (thousands of rows where a case has many tables): a
+# path kept for batches of more than 256 rows, not exact there, was priced as a law read otherwise (an eighth
+# helper's), its one-table comparisons all under 256 rows.
+PAST_CHUNKS = (512, 2048)
+
+
 def batch_difference(sampler, rows, k: int, tokens: bool, rule: str = "maximal") -> dict | None:
-    """Where the sampler answers a table's cell (``round_calls``) otherwise in a batch of one of CHUNKS' sizes (the
+    """Where the sampler answers a table's cell (``round_calls``) otherwise in a batch of one of CHUNKS' sizes or
+    PAST_CHUNKS' (the
     cells taken in turn, again from the first where they run out) than with all the table's cells in one: the
     batch's size, the cell and both answers (None: alike everywhere; a sampler whose answer for a row depends on
     the batch it came in has no one law to price)."""
@@ -252,7 +259,7 @@ def batch_difference(sampler, rows, k: int, tokens: bool, rule: str = "maximal")
     calls = round_calls(table, table.prompt, table.vocab, k, tokens, False, rule)
     key = lambda r: (list(r.accepted), r.terminal, None if r.terminal_rows is None else r.terminal_rows.tolist())  # noqa: E731
     whole = call_batch(sampler, calls)[0]
-    for size in CHUNKS:
+    for size in (*CHUNKS, *PAST_CHUNKS):
         at = [i % len(calls) for i in range(size)]
         for i, result in zip(at, call_batch(sampler, [calls[i] for i in at])[0]):
             if key(result) != key(whole[i]):
