@@ -27,7 +27,7 @@ from specd.oracles.samplers.tables import Row, Table
 UNITS = 256  # every weight a multiple of 1 / UNITS: exact in float32, bfloat16 and float16
 LOW_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NAME = "exact_low_precision"
-LOW = "exact with its rows in float64, not in {dtype} (the same weights: multiples of 1/256, exact in {dtype})"
+LOW = f"exact with its rows in float64, not in {{dtype}} (the same weights: multiples of 1/{UNITS}, exact in {{dtype}})"
 
 
 def in_units(row: Row) -> Row:

@@ -117,25 +117,27 @@ def _later_sibling(n: int, ordinal: str):
     return hidden
 
 
-def _third_sibling_below(vocab: int, shape) -> str | None:
-    if not any(shape.children(c) >= 3 for c in shape.choices or ()):
-        return "no node below the root has three children: no test there follows two refusals"
-    if vocab < 4:
-        return f"at V = {vocab} two refusals leave one token in what is left of both rows"
-    return None
+def _third_sibling_from(level: int, where: str):
+    """Why a size hides the test of a third sibling under a node of ``level`` or deeper (1: below the root):
+    no such node ``where``, or V < 4 (two refusals leave one token in what is left of both rows)."""
+
+    def hidden(vocab: int, shape) -> str | None:
+        if not any(len(c) >= level and shape.children(c) >= 3 for c in shape.choices or ()):
+            return f"no node {where} has three children: no test there follows two refusals"
+        if vocab < 4:
+            return f"at V = {vocab} two refusals leave one token in what is left of both rows"
+        return None
+
+    return hidden
+
+
+_third_sibling_below = _third_sibling_from(1, "below the root")
+third_at_the_third_level = _third_sibling_from(2, "at the second level or below")
 
 
 def _younger_below(vocab: int, shape) -> str | None:
     if not any(len(c) >= 2 and c[-1] >= 1 and shape.children(c) for c in shape.choices or ()):
         return "no younger sibling below the root has children: no path goes on from one"
-    return None
-
-
-def third_at_the_third_level(vocab: int, shape) -> str | None:
-    if not any(len(c) >= 2 and shape.children(c) >= 3 for c in shape.choices or ()):
-        return "no node at the second level or below has three children: no test there follows two refusals"
-    if vocab < 4:
-        return f"at V = {vocab} two refusals leave one token in what is left of both rows"
     return None
 
 
